@@ -1,0 +1,122 @@
+"""`ModelConfig`: the architecture numbers of a decoder-only transformer.
+
+Shared by `engine/` (which runs the model) and `calculators/` (which predict its cost). Field names follow the
+reference's symbols where it has them (000: D, F, L, h_q, h_kv, d_k, V).
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+
+class SpecError(ValueError):
+    """A model or device description that cannot be used; the message says what to fix."""
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    name: str
+    hidden_size: int                 # D, width of the residual stream
+    num_layers: int                  # L
+    num_heads: int                   # h_q, query heads
+    num_kv_heads: int                # h_kv, key/value heads (== h_q for MHA, 1 for MQA)
+    head_dim: int                    # d_k
+    intermediate_size: int           # F, FFN inner width (per expert for MoE)
+    vocab_size: int                  # V
+    max_position_embeddings: int     # context window, tokens
+    rope_theta: float = 10000.0
+    rope_scaling: dict | None = None  # e.g. {"rope_type": "llama3", "factor": 8, ...}
+    rms_norm_eps: float = 1e-5
+    tie_word_embeddings: bool = False
+    torch_dtype: str = "float16"     # dtype the checkpoint is published in
+    bos_token_id: int | None = None
+    eos_token_id: int | list[int] | None = None
+    model_type: str = "llama"
+    # --- attention variants (used by the calculators; the engine runs plain Llama) ---
+    attention: str = "gqa"           # "mha" | "gqa" | "mqa" | "mla" | derived from heads when not MLA
+    sliding_window: int | None = None
+    layer_types: tuple[str, ...] | None = None  # per layer: "full_attention" | "sliding_attention" | "linear_attention"
+    # MLA (DeepSeek-V2/V3): cached latent + decoupled RoPE key
+    kv_lora_rank: int | None = None
+    q_lora_rank: int | None = None
+    qk_rope_head_dim: int | None = None
+    qk_nope_head_dim: int | None = None
+    v_head_dim: int | None = None
+    # Linear attention (gated delta rule, Qwen3-Next): fixed recurrent state per layer
+    linear_num_key_heads: int | None = None
+    linear_num_value_heads: int | None = None
+    linear_key_head_dim: int | None = None
+    linear_value_head_dim: int | None = None
+    # Mixture of experts
+    num_experts: int | None = None
+    num_experts_per_tok: int | None = None
+    num_shared_experts: int | None = None
+    moe_intermediate_size: int | None = None
+    first_k_dense_layers: int = 0
+    mlp: str = "swiglu"              # "swiglu" (3 matrices) | "gelu" (2 matrices, OPT/GPT-style)
+    source: str = ""                 # where these numbers come from (URL of config.json, paper, ...)
+    extra: dict = field(default_factory=dict, compare=False, repr=False)
+
+    def __post_init__(self) -> None:
+        for f in ("hidden_size", "num_layers", "num_heads", "num_kv_heads", "head_dim", "intermediate_size",
+                  "vocab_size", "max_position_embeddings"):
+            v = getattr(self, f)
+            if not isinstance(v, int) or isinstance(v, bool) or v <= 0:
+                raise SpecError(f"{self.name or 'model'}: {f} must be a positive integer, got {v!r}")
+        if self.num_heads % self.num_kv_heads:
+            raise SpecError(f"{self.name}: num_attention_heads ({self.num_heads}) must be a multiple of "
+                            f"num_key_value_heads ({self.num_kv_heads})")
+        if not (math.isfinite(self.rope_theta) and self.rope_theta > 0):
+            raise SpecError(f"{self.name}: rope_theta must be a positive number, got {self.rope_theta!r}")
+        if not (math.isfinite(self.rms_norm_eps) and self.rms_norm_eps > 0):
+            raise SpecError(f"{self.name}: rms_norm_eps must be a positive number, got {self.rms_norm_eps!r}")
+
+    # -- derived sizes -------------------------------------------------------------------------
+    @property
+    def q_dim(self) -> int:          # h_q * d_k
+        return self.num_heads * self.head_dim
+
+    @property
+    def kv_dim(self) -> int:         # h_kv * d_k
+        return self.num_kv_heads * self.head_dim
+
+    @property
+    def group_size(self) -> int:     # G = h_q / h_kv, query heads sharing one K/V head
+        return self.num_heads // self.num_kv_heads
+
+    @property
+    def eos_token_ids(self) -> tuple[int, ...]:
+        e = self.eos_token_id
+        if e is None:
+            return ()
+        return tuple(e) if isinstance(e, (list, tuple)) else (int(e),)
+
+    def replace(self, **changes: Any) -> "ModelConfig":
+        return dataclasses.replace(self, **changes)
+
+    def to_dict(self) -> dict:
+        d = dataclasses.asdict(self)
+        d.pop("extra", None)
+        return d
+
+    # -- Hugging Face config.json ----------------------------------------------------------------
+    @classmethod
+    def from_hf_config(cls, cfg: dict, name: str | None = None) -> "ModelConfig":
+        """Build from a Hugging Face `config.json` dict (Llama-family keys; see calculators for other families)."""
+        from specs.hf_config import parse_hf_config
+        return parse_hf_config(cfg, name=name)
+
+    @classmethod
+    def from_json_file(cls, path: str | Path, name: str | None = None) -> "ModelConfig":
+        p = Path(path)
+        try:
+            cfg = json.loads(p.read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            raise SpecError(f"config file not found: {p}") from None
+        except (UnicodeDecodeError, json.JSONDecodeError) as e:
+            raise SpecError(f"{p} is not valid JSON ({e}); expected a Hugging Face config.json") from None
+        return cls.from_hf_config(cfg, name=name or p.parent.name or p.stem)
