@@ -1,0 +1,117 @@
+"""Generation loops built on `Model.forward`: one streamed sequence, or a batch of sequences together."""
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING, Iterator, Sequence
+
+import numpy as np
+
+from engine.errors import ModelError
+from engine.sampling import check_sampling, sample
+
+if TYPE_CHECKING:
+    from engine.model import Generated, Model
+
+
+def _check_max_new(max_new_tokens) -> int:
+    if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, (int, np.integer)) or max_new_tokens < 1:
+        raise ModelError(f"max_new_tokens must be a whole number ≥ 1, got {max_new_tokens!r}")
+    return int(max_new_tokens)
+
+
+def generate(model: "Model", prompt: str | Sequence[int], max_new_tokens: int = 64, temperature: float = 0.0,
+             top_k: int = 0, top_p: float = 1.0, seed: int | None = None, stop_at_eos: bool = True,
+             chunk_size: int | None = None) -> Iterator["Generated"]:
+    """Prefill the prompt, then decode one token per step, yielding each token as soon as it exists.
+
+    Stops at an end-of-sequence token, after `max_new_tokens`, or when the context window is full.
+    All argument checks happen before the first token, so a bad option fails fast with a ModelError.
+    """
+    from engine.model import Generated
+    max_new = _check_max_new(max_new_tokens)
+    check_sampling(temperature, top_k, top_p)
+    ids = model.encode_prompt(prompt)
+    model.check_prompt(ids)
+    if ids and (min(ids) < 0 or max(ids) >= model.config.vocab_size):
+        raise ModelError(f"token ids must be in [0, {model.config.vocab_size})")
+    return _generate(model, ids, max_new, temperature, top_k, top_p, seed, stop_at_eos, chunk_size, Generated)
+
+
+def _generate(model, ids, max_new, temperature, top_k, top_p, seed, stop_at_eos, chunk_size, Generated):
+    ctx = model.config.max_position_embeddings
+    capacity = min(len(ids) + max_new, ctx)
+    cache = model.new_cache(1, capacity)
+    rng = np.random.default_rng(seed)
+    eos = set(model.tokenizer.eos_token_ids) if model.tokenizer is not None else set(model.config.eos_token_ids)
+    decoder = None
+    if model.tokenizer is not None:
+        from engine.tokenizer import StreamDecoder
+        decoder = StreamDecoder(model.tokenizer)
+    t0 = time.perf_counter()
+    logits = model.prefill(ids, cache, chunk_size=chunk_size)
+    seconds = time.perf_counter() - t0
+    step = 0
+    while True:
+        tok = sample(logits, temperature, top_k, top_p, rng)
+        finish = None
+        if stop_at_eos and tok in eos:
+            finish = "eos"
+        elif step + 1 >= max_new:
+            finish = "length"
+        elif int(cache.lengths[0]) >= capacity:
+            finish = "context"
+        text = ""
+        if decoder is not None:
+            text = "" if finish == "eos" else decoder.push(tok)
+            if finish:
+                text += decoder.flush()
+        yield Generated(token_id=tok, text=text, step=step, seconds=seconds,
+                        kv_cache_bytes=cache.bytes_used(), finish_reason=finish)
+        if finish:
+            return
+        t0 = time.perf_counter()
+        logits = model.decode_step(tok, cache)
+        seconds = time.perf_counter() - t0
+        step += 1
+
+
+def generate_batch(model: "Model", prompts: Sequence[Sequence[int]], max_new_tokens: int = 16,
+                   temperature: float = 0.0, top_k: int = 0, top_p: float = 1.0, seed: int | None = None,
+                   stop_at_eos: bool = True) -> list[list[int]]:
+    """Several sequences of different lengths in one batch: one padded prefill, then batched decode steps.
+
+    Each sequence keeps its own positions and cache length; returns the new token ids of each sequence.
+    """
+    max_new = _check_max_new(max_new_tokens)
+    check_sampling(temperature, top_k, top_p)
+    prompts = [model.encode_prompt(p) for p in prompts]
+    if not prompts:
+        raise ModelError("generate_batch needs at least one prompt")
+    for p in prompts:
+        model.check_prompt(p)
+    B, lens = len(prompts), np.array([len(p) for p in prompts])
+    ctx = model.config.max_position_embeddings
+    capacity = int(min(lens.max() + max_new, ctx))
+    cache = model.new_cache(B, capacity)
+    tokens = np.zeros((B, lens.max()), np.int64)
+    for b, p in enumerate(prompts):
+        tokens[b, :len(p)] = p
+    rng = np.random.default_rng(seed)
+    eos = set(model.tokenizer.eos_token_ids) if model.tokenizer is not None else set(model.config.eos_token_ids)
+    logits = model.forward(tokens, cache, n_valid=lens)               # [B, V]
+    out: list[list[int]] = [[] for _ in range(B)]
+    done = np.zeros(B, bool)
+    for step in range(max_new):
+        nxt = np.array([sample(logits[b], temperature, top_k, top_p, rng) for b in range(B)])
+        for b in range(B):
+            if not done[b]:
+                out[b].append(int(nxt[b]))
+                if (stop_at_eos and nxt[b] in eos) or len(out[b]) >= max_new or cache.lengths[b] >= capacity:
+                    done[b] = True
+        if done.all():
+            break
+        if (cache.lengths >= capacity).any():                            # context window full for a row
+            break
+        logits = model.forward(nxt[:, None], cache, n_valid=np.ones(B, np.int64))   # finished rows idle along
+    return out
+

@@ -1,0 +1,399 @@
+"""A Llama-architecture decoder in NumPy (float32): blueprint (`ModelConfig`), weights (`Weights`) and per-sequence
+state (`KVCache`) kept apart, as in llama2.c.
+
+One function, `Model.forward`, runs every case: prefill of a prompt, chunked prefill from a start position, one
+decode step, and a batch of sequences of different lengths. Everything else (full-sequence logits, generation)
+is built on it.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Callable, Iterator, Mapping, Sequence
+
+import numpy as np
+
+from engine import ops
+from engine.errors import ModelError
+from engine.hooks import Hooks
+from engine.kv_cache import KVCache
+from engine.trace import Trace
+from specs.model_config import ModelConfig
+
+Progress = Callable[[float, str], None]
+
+
+# ============================================================================================ weights
+@dataclass
+class LayerWeights:
+    """One transformer block. Linear weights keep Hugging Face's [out, in] layout; y = x @ W.T."""
+    attn_norm: np.ndarray    # [D]
+    wqkv: np.ndarray         # [q_dim + 2·kv_dim, D]   Q, K, V projections fused: one read of the weights
+    wo: np.ndarray           # [D, q_dim]
+    ffn_norm: np.ndarray     # [D]
+    w_gate_up: np.ndarray    # [2·F, D]               gate and up projections fused
+    w_down: np.ndarray       # [D, F]
+
+    def matrices(self) -> dict[str, np.ndarray]:
+        return {"wqkv": self.wqkv, "wo": self.wo, "w_gate_up": self.w_gate_up, "w_down": self.w_down}
+
+    def nbytes(self) -> int:
+        return sum(a.nbytes for a in (self.attn_norm, self.wqkv, self.wo, self.ffn_norm, self.w_gate_up,
+                                      self.w_down))
+
+
+@dataclass
+class Weights:
+    embed: np.ndarray        # [V, D]
+    layers: list[LayerWeights]
+    final_norm: np.ndarray   # [D]
+    lm_head: np.ndarray      # [V, D]; the same array as `embed` when the embeddings are tied
+
+    def nbytes(self) -> int:
+        """Bytes held in memory (a tied LM head is counted once)."""
+        head = 0 if self.lm_head is self.embed else self.lm_head.nbytes
+        return self.embed.nbytes + sum(l.nbytes() for l in self.layers) + self.final_norm.nbytes + head
+
+    def num_params(self) -> int:
+        return self.nbytes() // 4
+
+
+def hf_tensor_names(config: ModelConfig) -> dict[str, tuple[int, ...]]:
+    """Every tensor a Hugging Face `LlamaForCausalLM` checkpoint holds, with its expected shape."""
+    D, F, V = config.hidden_size, config.intermediate_size, config.vocab_size
+    names: dict[str, tuple[int, ...]] = {"model.embed_tokens.weight": (V, D), "model.norm.weight": (D,)}
+    for i in range(config.num_layers):
+        p = f"model.layers.{i}."
+        names.update({
+            p + "input_layernorm.weight": (D,), p + "post_attention_layernorm.weight": (D,),
+            p + "self_attn.q_proj.weight": (config.q_dim, D), p + "self_attn.k_proj.weight": (config.kv_dim, D),
+            p + "self_attn.v_proj.weight": (config.kv_dim, D), p + "self_attn.o_proj.weight": (D, config.q_dim),
+            p + "mlp.gate_proj.weight": (F, D), p + "mlp.up_proj.weight": (F, D), p + "mlp.down_proj.weight": (D, F),
+        })
+    if not config.tie_word_embeddings:
+        names["lm_head.weight"] = (V, D)
+    return names
+
+
+def _f32(a: np.ndarray) -> np.ndarray:
+    return np.ascontiguousarray(a, dtype=np.float32)
+
+
+# ============================================================================================ model
+@dataclass
+class Generated:
+    """One generated token, as the generator yields it."""
+    token_id: int
+    text: str                 # new text this token adds (streaming detokenization; "" without a tokenizer)
+    step: int                 # 0 for the token sampled from the prefill, then 1, 2, ...
+    seconds: float            # time of the forward pass that produced it (TTFT for step 0, ITL after)
+    kv_cache_bytes: int       # bytes of K/V filled after this step
+    finish_reason: str | None = None   # "eos" | "length" | "context" on the last token
+
+
+class Model:
+    """A loaded model: config + read-only weights (+ tokenizer). Per-sequence state lives in a `KVCache`."""
+
+    def __init__(self, config: ModelConfig, weights: Weights, tokenizer=None, source: str = "",
+                 rope_layout: str = "half", random_weights: bool = False) -> None:
+        if rope_layout not in ("half", "interleaved"):
+            raise ModelError(f"rope_layout must be 'half' or 'interleaved', got {rope_layout!r}")
+        self.config = config
+        self.weights = weights
+        self.tokenizer = tokenizer
+        self.source = source
+        self.rope_layout = rope_layout
+        self.random_weights = random_weights
+        self.hooks: Hooks | None = None
+        try:
+            self._inv_freq = ops.rope_inv_freq(config.head_dim, config.rope_theta, config.rope_scaling)
+        except (KeyError, ValueError) as e:
+            raise ModelError(f"{config.name}: cannot use rope_scaling {config.rope_scaling!r}: {e}") from None
+        self._rope = ops.apply_rope_half if rope_layout == "half" else ops.apply_rope_interleaved
+
+    # ------------------------------------------------------------------------------------ construction
+    @classmethod
+    def from_hf_tensors(cls, config: ModelConfig, tensors: Mapping[str, np.ndarray], tokenizer=None,
+                        source: str = "", rope_layout: str = "half", random_weights: bool = False) -> "Model":
+        """Build from Hugging Face-named tensors ([out, in] linear weights). Checks every name and shape."""
+        expected = hf_tensor_names(config)
+        missing = [n for n in expected if n not in tensors]
+        if missing:
+            more = f" (and {len(missing) - 3} more)" if len(missing) > 3 else ""
+            raise ModelError(f"{source or config.name}: checkpoint is missing tensors {missing[:3]}{more}; "
+                             "is it a complete Llama-architecture checkpoint?")
+        for n, shape in expected.items():
+            if tuple(tensors[n].shape) != shape:
+                raise ModelError(f"{source or config.name}: tensor {n} has shape {tuple(tensors[n].shape)}, "
+                                 f"but config.json implies {shape}; the config and the weights do not match")
+        t = tensors
+        layers = []
+        for i in range(config.num_layers):
+            p = f"model.layers.{i}."
+            layers.append(LayerWeights(
+                attn_norm=_f32(t[p + "input_layernorm.weight"]),
+                wqkv=np.concatenate([t[p + "self_attn.q_proj.weight"], t[p + "self_attn.k_proj.weight"],
+                                     t[p + "self_attn.v_proj.weight"]], axis=0).astype(np.float32, copy=False),
+                wo=_f32(t[p + "self_attn.o_proj.weight"]),
+                ffn_norm=_f32(t[p + "post_attention_layernorm.weight"]),
+                w_gate_up=np.concatenate([t[p + "mlp.gate_proj.weight"], t[p + "mlp.up_proj.weight"]],
+                                         axis=0).astype(np.float32, copy=False),
+                w_down=_f32(t[p + "mlp.down_proj.weight"]),
+            ))
+        embed = _f32(t["model.embed_tokens.weight"])
+        lm_head = embed if config.tie_word_embeddings else _f32(t["lm_head.weight"])
+        weights = Weights(embed=embed, layers=layers, final_norm=_f32(t["model.norm.weight"]), lm_head=lm_head)
+        for name, arr in [("embedding", embed), ("lm_head", lm_head)]:
+            if not np.isfinite(arr[:: max(1, arr.shape[0] // 64)]).all():
+                raise ModelError(f"{source or config.name}: {name} weights contain NaN or infinity; "
+                                 "the file is corrupt")
+        return cls(config, weights, tokenizer=tokenizer, source=source, rope_layout=rope_layout,
+                   random_weights=random_weights)
+
+    @classmethod
+    def random(cls, config: ModelConfig, seed: int = 0, tokenizer=None, std: float = 0.02) -> "Model":
+        """Random weights of `config`'s shape (for timing and memory demos; always labelled random)."""
+        rng = np.random.default_rng(seed)
+        D, F, V = config.hidden_size, config.intermediate_size, config.vocab_size
+
+        def mat(*shape: int) -> np.ndarray:
+            a = rng.random(shape, dtype=np.float32)        # uniform: 6x faster than normal for 1B values
+            a -= np.float32(0.5)
+            a *= np.float32(std * 12 ** 0.5)                 # same standard deviation as N(0, std²)
+            return a
+
+        def norm() -> np.ndarray:
+            return (1.0 + 0.1 * rng.standard_normal(D)).astype(np.float32)
+
+        layers = [LayerWeights(attn_norm=norm(), wqkv=mat(config.q_dim + 2 * config.kv_dim, D),
+                               wo=mat(D, config.q_dim), ffn_norm=norm(), w_gate_up=mat(2 * F, D),
+                               w_down=mat(D, F)) for _ in range(config.num_layers)]
+        embed = mat(V, D)
+        lm_head = embed if config.tie_word_embeddings else mat(V, D)
+        weights = Weights(embed=embed, layers=layers, final_norm=norm(), lm_head=lm_head)
+        return cls(config, weights, tokenizer=tokenizer, source=f"random:{config.name}", random_weights=True)
+
+    def to_hf_tensors(self) -> dict[str, np.ndarray]:
+        """The weights back under Hugging Face names (views where possible), e.g. to save a checkpoint."""
+        c, out = self.config, {}
+        q, kv, F = c.q_dim, c.kv_dim, c.intermediate_size
+        out["model.embed_tokens.weight"] = self.weights.embed
+        for i, lw in enumerate(self.weights.layers):
+            p = f"model.layers.{i}."
+            out[p + "input_layernorm.weight"] = lw.attn_norm
+            out[p + "self_attn.q_proj.weight"] = lw.wqkv[:q]
+            out[p + "self_attn.k_proj.weight"] = lw.wqkv[q:q + kv]
+            out[p + "self_attn.v_proj.weight"] = lw.wqkv[q + kv:]
+            out[p + "self_attn.o_proj.weight"] = lw.wo
+            out[p + "post_attention_layernorm.weight"] = lw.ffn_norm
+            out[p + "mlp.gate_proj.weight"] = lw.w_gate_up[:F]
+            out[p + "mlp.up_proj.weight"] = lw.w_gate_up[F:]
+            out[p + "mlp.down_proj.weight"] = lw.w_down
+        out["model.norm.weight"] = self.weights.final_norm
+        if not c.tie_word_embeddings:
+            out["lm_head.weight"] = self.weights.lm_head
+        return out
+
+    # ------------------------------------------------------------------------------------ label
+    @property
+    def name(self) -> str:
+        return self.config.name + (" (random weights)" if self.random_weights else "")
+
+    def __repr__(self) -> str:
+        return f"Model({self.name!r}, source={self.source!r}, params={self.weights.num_params():,})"
+
+    # ------------------------------------------------------------------------------------ state
+    def new_cache(self, batch: int = 1, capacity: int | None = None) -> KVCache:
+        """An empty KV cache for `batch` sequences of up to `capacity` positions (default: the context window)."""
+        c = self.config
+        cap = c.max_position_embeddings if capacity is None else int(capacity)
+        if not 0 < cap <= c.max_position_embeddings:
+            raise ModelError(f"KV cache capacity must be between 1 and the context window "
+                             f"({c.max_position_embeddings}), got {cap}")
+        return KVCache.empty(c.num_layers, batch, c.num_kv_heads, cap, c.head_dim)
+
+    # ------------------------------------------------------------------------------------ forward
+    def forward(self, tokens: np.ndarray, cache: KVCache, n_valid: Sequence[int] | None = None,
+                all_logits: bool = False, trace: Trace | None = None) -> np.ndarray:
+        """Run new tokens through the model, appending their K/V to `cache`.
+
+        tokens  [B, T] int: the new tokens of each sequence, left-aligned; row b holds n_valid[b] real tokens
+                (the rest is padding and is ignored). Each sequence starts at its own cache length, so this is
+                prefill (empty cache), chunked prefill (cache already holds a prefix), decode (T = 1) or a
+                ragged batch of all of these.
+        returns logits [B, V] of each sequence's last new token, or [B, T, V] with all_logits=True.
+        """
+        c, w, hooks = self.config, self.weights, self.hooks
+        tokens = np.asarray(tokens)
+        if tokens.ndim != 2:
+            raise ModelError(f"tokens must be [batch, time], got shape {tokens.shape}")
+        B, T = tokens.shape
+        n_valid = np.full(B, T, np.int64) if n_valid is None else np.asarray(n_valid, np.int64)
+        if B != cache.batch or n_valid.shape != (B,) or np.any(n_valid < 1) or np.any(n_valid > T):
+            raise ModelError("tokens, n_valid and the cache batch size do not agree")
+        if tokens.min() < 0 or tokens.max() >= c.vocab_size:
+            raise ModelError(f"token id out of range [0, {c.vocab_size})")
+        cache.check_room(n_valid)
+        start = cache.lengths.copy()                                    # [B] first position of the new tokens
+        positions = start[:, None] + np.arange(T)[None, :]             # [B, T]
+        n_keys = int((start + n_valid).max())                           # S: keys attended by the longest row
+        key_valid = np.arange(n_keys)[None, :] < (start + n_valid)[:, None]           # [B, S]
+        needs_mask = T > 1 or not key_valid.all()
+        mask = ops.causal_mask(positions, n_keys, key_valid) if needs_mask else None  # [B, 1, 1, T, S]
+        cos, sin = ops.rope_cos_sin(positions, self._inv_freq)         # [B, T, d/2]
+        h_q, h_kv, d, G = c.num_heads, c.num_kv_heads, c.head_dim, c.group_size
+        q_dim, kv_dim, F, D = c.q_dim, c.kv_dim, c.intermediate_size, c.hidden_size
+        scale = 1.0 / math.sqrt(d)
+        if trace is not None:
+            rows, ctx = int(n_valid.sum()), (start + n_valid)          # useful rows; keys per sequence
+            qk_flops = float(2 * d * h_q * (n_valid * ctx).sum())     # each of QKᵀ and P·V
+            trace.start()
+
+        x = w.embed[tokens]                                             # [B, T, D]   embedding gather
+        if trace is not None:
+            trace.add("embedding", None, weight_bytes=rows * D * 4, shape=f"gather {rows} rows of [{c.vocab_size}, {D}]")
+        if hooks:
+            hooks("hook_embed", x)
+        for li, lw in enumerate(w.layers):
+            if hooks:
+                hooks(f"blocks.{li}.hook_resid_pre", x)
+            # --- attention ------------------------------------------------------------------------
+            h = ops.rms_norm(x, lw.attn_norm, c.rms_norm_eps)          # [B, T, D]
+            if trace is not None:
+                trace.add("attn_norm", li, weight_bytes=D * 4, shape=f"[{B}, {T}, {D}]")
+            qkv = h @ lw.wqkv.T                                         # [B, T, q_dim + 2·kv_dim]
+            if trace is not None:
+                trace.add("qkv_proj", li, flops=2.0 * rows * D * (q_dim + 2 * kv_dim),
+                          weight_bytes=lw.wqkv.nbytes, shape=f"[{B}, {T}, {D}] @ [{D}, {q_dim + 2 * kv_dim}]")
+            q = self._rope(qkv[..., :q_dim].reshape(B, T, h_q, d), cos, sin)             # [B, T, h_q, d]
+            k = self._rope(qkv[..., q_dim:q_dim + kv_dim].reshape(B, T, h_kv, d), cos, sin)  # [B, T, h_kv, d]
+            v = qkv[..., q_dim + kv_dim:].reshape(B, T, h_kv, d)                          # [B, T, h_kv, d]
+            if hooks:
+                hooks(f"blocks.{li}.attn.hook_q", q)
+                hooks(f"blocks.{li}.attn.hook_k", k)
+                hooks(f"blocks.{li}.attn.hook_v", v)
+            cache.write(li, k.transpose(0, 2, 1, 3), v.transpose(0, 2, 1, 3), n_valid)
+            if hooks:
+                hooks(f"blocks.{li}.attn.hook_kv_cache", start + n_valid)
+            if trace is not None:
+                trace.add("rope_and_kv_append", li, kv_write_bytes=float(rows * 2 * kv_dim * 4),
+                          shape=f"append [{B}, {h_kv}, {T}, {d}] to K and V")
+            K = cache.k[li][:, :, :n_keys]                              # [B, h_kv, S, d]
+            V = cache.v[li][:, :, :n_keys]
+            qg = q.reshape(B, T, h_kv, G, d).transpose(0, 2, 3, 1, 4)   # [B, h_kv, G, T, d]  head = kv·G + g
+            o = self._attend(qg, K, V, mask, scale, li)                 # [B, h_kv, G, T, d]
+            o = o.transpose(0, 3, 1, 2, 4).reshape(B, T, q_dim)         # [B, T, h_q·d]
+            if trace is not None:
+                trace.add("attention", li, flops=2 * qk_flops,
+                          kv_read_bytes=float(ctx.sum() * 2 * kv_dim * 4),
+                          shape=f"[{B}, {h_q}, {T}, {d}] · [{B}, {h_kv}, {n_keys}, {d}]")
+            x = x + o @ lw.wo.T                                         # [B, T, D]   residual add
+            if trace is not None:
+                trace.add("o_proj", li, flops=2.0 * rows * q_dim * D, weight_bytes=lw.wo.nbytes,
+                          shape=f"[{B}, {T}, {q_dim}] @ [{q_dim}, {D}]")
+            if hooks:
+                hooks(f"blocks.{li}.hook_resid_mid", x)
+            # --- feed-forward (SwiGLU) ------------------------------------------------------------
+            h = ops.rms_norm(x, lw.ffn_norm, c.rms_norm_eps)            # [B, T, D]
+            if trace is not None:
+                trace.add("ffn_norm", li, weight_bytes=D * 4, shape=f"[{B}, {T}, {D}]")
+            gu = h @ lw.w_gate_up.T                                     # [B, T, 2F]
+            act = ops.silu(gu[..., :F]) * gu[..., F:]                   # [B, T, F]
+            if hooks:
+                hooks(f"blocks.{li}.mlp.hook_act", act)
+            if trace is not None:
+                trace.add("gate_up_proj", li, flops=2.0 * rows * D * 2 * F, weight_bytes=lw.w_gate_up.nbytes,
+                          shape=f"[{B}, {T}, {D}] @ [{D}, {2 * F}]")
+            x = x + act @ lw.w_down.T                                   # [B, T, D]   residual add
+            if trace is not None:
+                trace.add("down_proj", li, flops=2.0 * rows * F * D, weight_bytes=lw.w_down.nbytes,
+                          shape=f"[{B}, {T}, {F}] @ [{F}, {D}]")
+            if hooks:
+                hooks(f"blocks.{li}.hook_resid_post", x)
+        cache.lengths += n_valid
+
+        if not all_logits:                                              # last position only (prefill/decode)
+            x = x[np.arange(B), n_valid - 1][:, None, :]                # [B, 1, D]
+        x = ops.rms_norm(x, w.final_norm, c.rms_norm_eps)
+        if hooks:
+            hooks("hook_final_norm", x)
+        if trace is not None:
+            out_rows = rows if all_logits else B
+            trace.add("final_norm", None, weight_bytes=D * 4, shape=f"[{B}, {x.shape[1]}, {D}]")
+        logits = x @ w.lm_head.T                                        # [B, T', V]
+        if trace is not None:
+            trace.add("lm_head", None, flops=2.0 * out_rows * D * c.vocab_size, weight_bytes=w.lm_head.nbytes,
+                      shape=f"[{B}, {x.shape[1]}, {D}] @ [{D}, {c.vocab_size}]")
+        if hooks:
+            hooks("hook_logits", logits)
+        return logits if all_logits else logits[:, 0]
+
+    _QUERY_BLOCK = 512   # long prompts: attend in blocks of queries so scores stay [.., 512, S]
+
+    def _attend(self, qg, K, V, mask, scale, li) -> np.ndarray:
+        """softmax(Q·Kᵀ·scale + mask)·V per KV head group.   qg [B, h_kv, G, T, d] -> [B, h_kv, G, T, d]"""
+        T = qg.shape[3]
+        if T > self._QUERY_BLOCK and not self.hooks:
+            out = np.empty_like(qg)
+            for s in range(0, T, self._QUERY_BLOCK):
+                e = s + self._QUERY_BLOCK
+                scores = ops.gqa_attention_scores(qg[:, :, :, s:e], K, scale) + mask[..., s:e, :]
+                out[:, :, :, s:e] = ops.gqa_attention_output(ops.softmax(scores), V)
+            return out
+        scores = ops.gqa_attention_scores(qg, K, scale)                 # [B, h_kv, G, T, S]
+        if mask is not None:
+            scores = scores + mask
+        p = ops.softmax(scores)
+        if self.hooks:
+            B, h_kv, G, T, S = scores.shape
+            self.hooks(f"blocks.{li}.attn.hook_scores", scores.reshape(B, h_kv * G, T, S))
+            self.hooks(f"blocks.{li}.attn.hook_pattern", p.reshape(B, h_kv * G, T, S))
+        return ops.gqa_attention_output(p, V)
+
+    # ------------------------------------------------------------------------------------ conveniences
+    def check_prompt(self, ids: Sequence[int]) -> None:
+        n, ctx = len(ids), self.config.max_position_embeddings
+        if n == 0:
+            raise ModelError("the prompt is empty: type at least one token")
+        if n >= ctx:
+            raise ModelError(f"the prompt is {n} tokens but {self.config.name}'s context window is {ctx} tokens "
+                             f"(and at least one must be left for the reply); shorten it by {n - ctx + 1} tokens")
+
+    def logits(self, token_ids: Sequence[int]) -> np.ndarray:
+        """Full causal forward, no cache kept: logits of every position.   [T] -> [T, V]"""
+        ids = np.asarray(list(token_ids), np.int64)
+        if ids.size == 0:
+            raise ModelError("token_ids is empty")
+        if ids.size > self.config.max_position_embeddings:
+            raise ModelError(f"{ids.size} tokens exceed the context window ({self.config.max_position_embeddings})")
+        cache = self.new_cache(1, ids.size)
+        return self.forward(ids[None, :], cache, all_logits=True)[0]
+
+    def prefill(self, ids: Sequence[int], cache: KVCache, chunk_size: int | None = None,
+                trace: Trace | None = None) -> np.ndarray:
+        """Process a prompt for a single-sequence cache, optionally in chunks; returns the last logits [V]."""
+        ids = np.asarray(list(ids), np.int64)
+        step = ids.size if not chunk_size else int(chunk_size)
+        logits = None
+        for s in range(0, ids.size, step):
+            logits = self.forward(ids[None, s:s + step], cache, trace=trace)[0]
+        return logits
+
+    def decode_step(self, token_id: int, cache: KVCache, trace: Trace | None = None) -> np.ndarray:
+        """One new token for a single-sequence cache.   -> logits [V]"""
+        return self.forward(np.array([[token_id]], np.int64), cache, trace=trace)[0]
+
+    def encode_prompt(self, prompt: str | Sequence[int]) -> list[int]:
+        if isinstance(prompt, str):
+            if self.tokenizer is None:
+                raise ModelError("this model has no tokenizer: pass token ids instead of text")
+            return list(self.tokenizer.encode(prompt))
+        return [int(t) for t in prompt]
+
+    def generate(self, prompt: str | Sequence[int], max_new_tokens: int = 64, temperature: float = 0.0,
+                 top_k: int = 0, top_p: float = 1.0, seed: int | None = None, stop_at_eos: bool = True,
+                 chunk_size: int | None = None) -> Iterator[Generated]:
+        """Stream tokens one by one (see `engine.generate.generate`)."""
+        from engine.generate import generate
+        return generate(self, prompt, max_new_tokens=max_new_tokens, temperature=temperature, top_k=top_k,
+                        top_p=top_p, seed=seed, stop_at_eos=stop_at_eos, chunk_size=chunk_size)

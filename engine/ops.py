@@ -1,0 +1,103 @@
+"""The math of a Llama layer as small pure NumPy functions (picoGPT style): shapes in, shapes out.
+
+Every function here is float32 in, float32 out, and allocates only what its output needs. The forward pass in
+`engine/model.py` strings them together; the Attention and KV-cache pages call the same functions.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+
+def rms_norm(x: np.ndarray, w: np.ndarray, eps: float) -> np.ndarray:
+    """x / sqrt(mean(x²) + eps) · w.   [..., D], [D] -> [..., D]"""
+    ms = np.einsum("...d,...d->...", x, x) / x.shape[-1]          # [...]   mean of squares per row
+    return x * (1.0 / np.sqrt(ms + eps))[..., None].astype(x.dtype) * w
+
+
+def silu(x: np.ndarray) -> np.ndarray:
+    """x · sigmoid(x).   [..., F] -> [..., F]"""
+    return x / (1.0 + np.exp(-x))
+
+
+def softmax(x: np.ndarray, axis: int = -1) -> np.ndarray:
+    """Numerically stable softmax; rows that are all -inf give zeros, not NaN.   [..., S] -> [..., S]"""
+    m = np.max(x, axis=axis, keepdims=True)
+    m = np.where(np.isfinite(m), m, 0.0)
+    e = np.exp(x - m)
+    return e / np.maximum(np.sum(e, axis=axis, keepdims=True), 1e-30)
+
+
+# ---------------------------------------------------------------------------------------------- RoPE
+def rope_inv_freq(head_dim: int, theta: float, scaling: dict | None = None) -> np.ndarray:
+    """Rotation speed of each dimension pair: theta^(-2i/d), optionally rescaled.   -> [head_dim/2] (float64)
+
+    Supports Llama-3 `rope_type: llama3` (low frequencies divided by `factor`, smooth blend in between) and
+    `linear` (all positions divided by `factor`), as in Hugging Face `modeling_rope_utils`.
+    """
+    inv = 1.0 / theta ** (np.arange(0, head_dim, 2, dtype=np.float64) / head_dim)
+    if not scaling:
+        return inv
+    kind = scaling.get("rope_type", scaling.get("type", "default"))
+    factor = float(scaling.get("factor", 1.0))
+    if kind == "linear":
+        return inv / factor
+    if kind == "llama3":
+        low, high = float(scaling["low_freq_factor"]), float(scaling["high_freq_factor"])
+        old_ctx = float(scaling["original_max_position_embeddings"])
+        wavelen = 2 * np.pi / inv
+        smooth = (old_ctx / wavelen - low) / (high - low)
+        blended = (1 - smooth) * inv / factor + smooth * inv
+        out = np.where(wavelen > old_ctx / low, inv / factor, inv)              # long waves: slowed down
+        mid = (wavelen >= old_ctx / high) & (wavelen <= old_ctx / low)
+        return np.where(mid, blended, out)
+    if kind == "default":
+        return inv
+    raise ValueError(f"unsupported rope_scaling type {kind!r} (supported: default, linear, llama3)")
+
+
+def rope_cos_sin(positions: np.ndarray, inv_freq: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Angles pos·freq for each position.   [..., T], [d/2] -> cos, sin each [..., T, d/2] (float32)"""
+    ang = positions[..., None].astype(np.float64) * inv_freq
+    return np.cos(ang).astype(np.float32), np.sin(ang).astype(np.float32)
+
+
+def apply_rope_half(x: np.ndarray, cos: np.ndarray, sin: np.ndarray) -> np.ndarray:
+    """Hugging Face layout ("rotate_half"): dimension i pairs with i + d/2.   [B, T, H, d], cos/sin [B, T, d/2]"""
+    h = x.shape[-1] // 2
+    x1, x2 = x[..., :h], x[..., h:]
+    c, s = cos[:, :, None, :], sin[:, :, None, :]                                # broadcast over heads
+    return np.concatenate([x1 * c - x2 * s, x2 * c + x1 * s], axis=-1)
+
+
+def apply_rope_interleaved(x: np.ndarray, cos: np.ndarray, sin: np.ndarray) -> np.ndarray:
+    """Original Llama / GGUF layout: dimension 2i pairs with 2i+1.   [B, T, H, d], cos/sin [B, T, d/2]"""
+    x1, x2 = x[..., 0::2], x[..., 1::2]
+    c, s = cos[:, :, None, :], sin[:, :, None, :]
+    out = np.empty_like(x)
+    out[..., 0::2] = x1 * c - x2 * s
+    out[..., 1::2] = x2 * c + x1 * s
+    return out
+
+
+# ---------------------------------------------------------------------------------------------- attention
+def causal_mask(q_positions: np.ndarray, n_keys: int, key_valid: np.ndarray) -> np.ndarray:
+    """Additive mask: 0 where key j is visible to the query at position p (j ≤ p and j is a real key), else -inf.
+
+    q_positions [B, T] absolute positions of the queries; key_valid [B, S] bool.   -> [B, 1, 1, T, S]
+    """
+    keys = np.arange(n_keys)
+    visible = (keys[None, None, :] <= q_positions[:, :, None]) & key_valid[:, None, :]   # [B, T, S]
+    return np.where(visible, 0.0, -np.inf).astype(np.float32)[:, None, None]
+
+
+def gqa_attention_scores(q: np.ndarray, k: np.ndarray, scale: float) -> np.ndarray:
+    """Scaled dot products, each K/V head shared by G query heads WITHOUT copying K.
+
+    q [B, h_kv, G, T, d], k [B, h_kv, S, d] -> scores [B, h_kv, G, T, S]
+    """
+    return np.matmul(q, k[:, :, None].swapaxes(-1, -2)) * np.float32(scale)
+
+
+def gqa_attention_output(p: np.ndarray, v: np.ndarray) -> np.ndarray:
+    """Weighted sum of values.   p [B, h_kv, G, T, S], v [B, h_kv, S, d] -> [B, h_kv, G, T, d]"""
+    return np.matmul(p, v[:, :, None])

@@ -1,0 +1,54 @@
+"""Turning logits into the next token: greedy, temperature, top-k, top-p (nucleus)."""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from engine.errors import ModelError
+
+
+def check_sampling(temperature: float, top_k: int, top_p: float) -> None:
+    if not (isinstance(temperature, (int, float)) and math.isfinite(temperature) and 0 <= temperature <= 100):
+        raise ModelError(f"temperature must be a number between 0 and 100 (0 = greedy), got {temperature!r}")
+    if isinstance(top_k, bool) or not isinstance(top_k, (int, np.integer)) or top_k < 0:
+        raise ModelError(f"top_k must be a whole number ≥ 0 (0 = off), got {top_k!r}")
+    if not (isinstance(top_p, (int, float)) and math.isfinite(top_p) and 0 < top_p <= 1):
+        raise ModelError(f"top_p must be in (0, 1] (1 = off), got {top_p!r}")
+
+
+def sampling_probs(logits: np.ndarray, temperature: float = 1.0, top_k: int = 0, top_p: float = 1.0) -> np.ndarray:
+    """The distribution the sampler draws from.   [V] -> [V] (sums to 1)
+
+    temperature 0 puts all mass on the argmax; top_k keeps the k most likely tokens; top_p keeps the smallest set
+    of most likely tokens whose probability reaches p. Filters apply after temperature, as in Hugging Face.
+    """
+    check_sampling(temperature, top_k, top_p)
+    logits = np.asarray(logits, np.float64)
+    if temperature == 0:
+        p = np.zeros_like(logits)
+        p[int(np.argmax(logits))] = 1.0
+        return p
+    z = logits / temperature
+    if top_k and top_k < z.size:
+        kth = np.partition(z, -top_k)[-top_k]
+        z = np.where(z < kth, -np.inf, z)
+    p = np.exp(z - z.max())
+    p /= p.sum()
+    if top_p < 1.0:
+        order = np.argsort(-p, kind="stable")
+        cum = np.cumsum(p[order])
+        keep = cum - p[order] < top_p                   # a token stays if the mass before it is below p
+        drop = order[~keep]
+        p[drop] = 0.0
+        p /= p.sum()
+    return p
+
+
+def sample(logits: np.ndarray, temperature: float, top_k: int, top_p: float, rng: np.random.Generator) -> int:
+    """Draw one token id from `sampling_probs` (greedy when temperature is 0)."""
+    if temperature == 0:
+        check_sampling(temperature, top_k, top_p)
+        return int(np.argmax(logits))
+    p = sampling_probs(logits, temperature, top_k, top_p)
+    return int(rng.choice(p.size, p=p))
