@@ -1,0 +1,87 @@
+"""Command line: `python -m engine generate --model SOURCE --prompt TEXT --max-new-tokens N [--json]`.
+
+Streams the reply as it is generated; `--json` prints one object with token ids, text, TTFT, per-token latency
+and KV-cache bytes instead. A problem the user can fix prints one line on stderr and exits with status 2.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m engine", description="Run a Llama-architecture model in NumPy.")
+    sub = p.add_subparsers(dest="command", required=True)
+    g = sub.add_parser("generate", help="generate text from a prompt, streaming tokens")
+    g.add_argument("--model", default=None,
+                   help="smollm2 (default, offline) | path/to/model.gguf | HF folder | owner/repo | random:<preset>")
+    g.add_argument("--prompt", required=True, help="the prompt text")
+    g.add_argument("--chat", action="store_true", help="wrap the prompt in the model's chat template")
+    g.add_argument("--max-new-tokens", type=int, default=64)
+    g.add_argument("--temperature", type=float, default=0.0, help="0 = greedy")
+    g.add_argument("--top-k", type=int, default=0, help="0 = off")
+    g.add_argument("--top-p", type=float, default=1.0, help="1 = off")
+    g.add_argument("--seed", type=int, default=None)
+    g.add_argument("--json", action="store_true", help="print a JSON summary instead of streaming text")
+    return p
+
+
+def _generate(args) -> int:
+    from engine import load_model
+
+    def progress(frac: float, msg: str) -> None:
+        if not args.json:
+            print(f"\r[{frac * 100:5.1f}%] {msg}"[:120].ljust(120), end="", file=sys.stderr, flush=True)
+
+    t0 = time.perf_counter()
+    model = load_model(args.model, progress=progress)
+    load_s = time.perf_counter() - t0
+    if not args.json:
+        print(f"\rloaded {model.name} in {load_s:.1f} s".ljust(120), file=sys.stderr)
+    prompt = args.prompt
+    if args.chat:
+        if model.tokenizer is None or not model.tokenizer.has_chat_template:
+            from engine.errors import ModelError
+            raise ModelError(f"{model.name} has no chat template; drop --chat")
+        prompt = model.tokenizer.apply_chat_template([{"role": "user", "content": prompt}])
+    prompt_ids = model.encode_prompt(prompt)
+    tokens = model.generate(prompt_ids, max_new_tokens=args.max_new_tokens, temperature=args.temperature,
+                            top_k=args.top_k, top_p=args.top_p, seed=args.seed)
+    ids, texts, lat, kv, finish = [], [], [], 0, None
+    for tok in tokens:
+        ids.append(tok.token_id)
+        texts.append(tok.text)
+        lat.append(tok.seconds)
+        kv, finish = tok.kv_cache_bytes, tok.finish_reason
+        if not args.json:
+            print(tok.text, end="", flush=True)
+    if args.json:
+        print(json.dumps({
+            "model": model.name, "source": model.source, "random_weights": model.random_weights,
+            "prompt_token_ids": prompt_ids, "token_ids": ids, "text": "".join(texts),
+            "load_s": round(load_s, 3), "ttft_ms": round(lat[0] * 1e3, 3),
+            "itl_ms": [round(s * 1e3, 3) for s in lat[1:]], "kv_cache_bytes": kv, "finish_reason": finish,
+        }, ensure_ascii=False))
+    else:
+        itl = sum(lat[1:]) / max(1, len(lat) - 1)
+        print(f"\n\n[{len(ids)} tokens · TTFT {lat[0] * 1e3:.0f} ms · ITL {itl * 1e3:.1f} ms · "
+              f"KV cache {kv / 1e6:.2f} MB · stop: {finish}]", file=sys.stderr)
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    from specs.model_config import SpecError
+    args = _parser().parse_args(argv)
+    try:
+        return _generate(args)
+    except SpecError as e:                      # ModelError is a SpecError: a problem the user can fix
+        print(f"\nerror: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,174 @@
+"""The engine agrees with itself: full forward == prefill + cached decode == chunked prefill == batched runs."""
+import numpy as np
+import pytest
+
+from engine import Model, ModelError, recording
+from engine.generate import generate_batch
+from specs.model_config import ModelConfig
+
+TOL = 1e-5
+
+
+def tiny(**kw) -> ModelConfig:
+    base = dict(name="tiny", hidden_size=64, num_layers=2, num_heads=4, num_kv_heads=2, head_dim=16,
+                intermediate_size=96, vocab_size=300, max_position_embeddings=48, rms_norm_eps=1e-5,
+                rope_theta=10000.0, eos_token_id=2)
+    base.update(kw)
+    return ModelConfig(**base)
+
+
+SHAPES = {
+    "gqa": tiny(),
+    "mha_tied": tiny(num_kv_heads=4, tie_word_embeddings=True),
+    "mqa_theta5e5": tiny(num_kv_heads=1, rope_theta=500000.0, rms_norm_eps=1e-6),
+    "llama3_scaling": tiny(rope_scaling={"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
+                                         "high_freq_factor": 4.0, "original_max_position_embeddings": 16}),
+}
+
+
+@pytest.fixture(params=list(SHAPES), scope="module")
+def model(request):
+    return Model.random(SHAPES[request.param], seed=3)
+
+
+def prompt(n, seed=0, vocab=300):
+    return [int(t) for t in np.random.default_rng(seed).integers(3, vocab, n)]
+
+
+def test_prefill_last_logits_equal_full_forward(model):
+    ids = prompt(17)
+    full = model.logits(ids)
+    cache = model.new_cache(1)
+    last = model.prefill(ids, cache)
+    assert full.shape == (17, model.config.vocab_size)
+    assert np.abs(last - full[-1]).max() < TOL
+    assert int(cache.lengths[0]) == 17
+
+
+def test_cached_decode_equals_full_forward(model):
+    ids = prompt(20, seed=1)
+    full = model.logits(ids)
+    cache = model.new_cache(1)
+    model.prefill(ids[:6], cache)
+    for i in range(6, 20):
+        assert np.abs(model.decode_step(ids[i], cache) - full[i]).max() < TOL
+
+
+@pytest.mark.parametrize("chunk", [1, 4, 7])
+def test_chunked_prefill_equals_full_forward(model, chunk):
+    ids = prompt(19, seed=2)
+    full = model.logits(ids)
+    cache = model.new_cache(1)
+    last = model.prefill(ids, cache, chunk_size=chunk)
+    assert np.abs(last - full[-1]).max() < TOL
+
+
+def test_ragged_batch_forward_equals_single_sequences(model):
+    seqs = [prompt(n, seed=n) for n in (5, 13, 9)]
+    B, T = len(seqs), max(map(len, seqs))
+    tokens = np.zeros((B, T), np.int64)
+    for b, s in enumerate(seqs):
+        tokens[b, :len(s)] = s
+    cache = model.new_cache(B)
+    batch_last = model.forward(tokens, cache, n_valid=[len(s) for s in seqs])
+    for b, s in enumerate(seqs):
+        assert np.abs(batch_last[b] - model.logits(s)[-1]).max() < TOL
+    # then one batched decode step, each row at its own position
+    nxt = [4, 5, 6]
+    step = model.forward(np.array(nxt)[:, None], cache)
+    for b, s in enumerate(seqs):
+        assert np.abs(step[b] - model.logits(s + [nxt[b]])[-1]).max() < TOL
+
+
+def test_batched_generation_equals_one_at_a_time(model):
+    seqs = [prompt(n, seed=10 + n) for n in (4, 11, 7)]
+    batched = generate_batch(model, seqs, max_new_tokens=6, stop_at_eos=False)
+    for s, out in zip(seqs, batched):
+        single = [t.token_id for t in model.generate(s, max_new_tokens=6, stop_at_eos=False)]
+        assert out == single
+
+
+def test_interleaved_rope_equals_half_rope_on_permuted_weights():
+    """GGUF keeps q/k rows permuted for interleaved RoPE; both layouts must give the same logits."""
+    cfg = SHAPES["gqa"]
+    half = Model.random(cfg, seed=5)
+    t = half.to_hf_tensors()
+    d = cfg.head_dim
+
+    def to_interleaved(w, heads):             # row i of each head: [0, d/2, 1, d/2+1, ...]
+        order = np.stack([np.arange(d // 2), np.arange(d // 2) + d // 2], axis=1).reshape(-1)
+        return w.reshape(heads, d, -1)[:, order].reshape(w.shape)
+
+    t2 = dict(t)
+    for i in range(cfg.num_layers):
+        p = f"model.layers.{i}.self_attn."
+        t2[p + "q_proj.weight"] = to_interleaved(t[p + "q_proj.weight"], cfg.num_heads)
+        t2[p + "k_proj.weight"] = to_interleaved(t[p + "k_proj.weight"], cfg.num_kv_heads)
+    inter = Model.from_hf_tensors(cfg, t2, rope_layout="interleaved")
+    ids = prompt(12)
+    assert np.abs(inter.logits(ids) - half.logits(ids)).max() < TOL
+
+
+def test_hooks_expose_attention_maps_and_kv_growth():
+    model = Model.random(SHAPES["gqa"], seed=1)
+    cfg = model.config
+    ids = prompt(6)
+    with recording(model, ["blocks.*.attn.hook_pattern", "blocks.0.attn.hook_kv_cache", "hook_logits"]) as rec:
+        cache = model.new_cache(1)
+        model.prefill(ids, cache)
+        model.decode_step(7, cache)
+    assert model.hooks is None                                    # hooks never leak
+    pat = rec["blocks.1.attn.hook_pattern"]
+    assert pat[0].shape == (1, cfg.num_heads, 6, 6) and pat[1].shape == (1, cfg.num_heads, 1, 7)
+    assert np.allclose(pat[0].sum(-1), 1.0, atol=1e-6)              # rows are distributions
+    assert np.all(np.triu(pat[0][0, 0], k=1) == 0)                  # causal: nothing from the future
+    assert [int(x[0]) for x in rec["blocks.0.attn.hook_kv_cache"]] == [6, 7]
+    assert rec["hook_logits"][0].shape == (1, 1, cfg.vocab_size)
+
+
+def test_kv_cache_bytes_follow_the_formula():
+    model = Model.random(SHAPES["gqa"], seed=1)
+    c = model.config
+    cache = model.new_cache(1)
+    model.prefill(prompt(10), cache)
+    # 2 (K and V) x layers x tokens x kv heads x head dim x 4 bytes (float32)
+    assert cache.bytes_used() == 2 * c.num_layers * 10 * c.num_kv_heads * c.head_dim * 4
+
+
+def test_generation_stops_at_length_eos_and_context():
+    model = Model.random(SHAPES["gqa"], seed=1)
+    toks = list(model.generate(prompt(5), max_new_tokens=4, stop_at_eos=False))
+    assert len(toks) == 4 and toks[-1].finish_reason == "length" and toks[0].step == 0
+    # context window 48: a 45-token prompt leaves room for 3 new positions + the final sampled token
+    toks = list(model.generate(prompt(45), max_new_tokens=100, stop_at_eos=False))
+    assert toks[-1].finish_reason == "context" and len(toks) == 4
+    greedy_first = int(np.argmax(model.logits(prompt(5))[-1]))
+    cfg_eos = model.config.replace(eos_token_id=greedy_first)
+    m2 = Model(cfg_eos, model.weights)
+    toks = list(m2.generate(prompt(5), max_new_tokens=10))
+    assert len(toks) == 1 and toks[0].finish_reason == "eos"
+
+
+def test_seeded_sampling_is_reproducible():
+    model = Model.random(SHAPES["gqa"], seed=1, std=0.5)
+    a = [t.token_id for t in model.generate(prompt(5), 8, temperature=1.0, top_k=50, seed=7, stop_at_eos=False)]
+    b = [t.token_id for t in model.generate(prompt(5), 8, temperature=1.0, top_k=50, seed=7, stop_at_eos=False)]
+    assert a == b
+
+
+@pytest.mark.parametrize("kwargs, words", [
+    (dict(max_new_tokens=0), "max_new_tokens"), (dict(temperature=-1), "temperature"),
+    (dict(top_p=0.0), "top_p"), (dict(top_k=-3), "top_k"), (dict(temperature=float("nan")), "temperature"),
+])
+def test_bad_generation_options_raise_clear_errors(kwargs, words):
+    model = Model.random(SHAPES["gqa"], seed=1)
+    with pytest.raises(ModelError, match=words):
+        model.generate(prompt(5), **{"max_new_tokens": 4, **kwargs})
+
+
+def test_prompt_longer_than_context_window_is_refused_with_advice():
+    model = Model.random(SHAPES["gqa"], seed=1)
+    with pytest.raises(ModelError, match="context window is 48 tokens"):
+        model.generate(prompt(60), max_new_tokens=2)
+    with pytest.raises(ModelError, match="empty"):
+        model.generate([], max_new_tokens=2)
