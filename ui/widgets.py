@@ -1,0 +1,140 @@
+"""Small Streamlit helpers every page uses: tables with a CSV download, errors without tracebacks, the formula
+behind a number, number inputs that validate instead of raising, and widget values that survive page switches.
+
+No formula or physics lives here: these only wire widgets to functions in `engine/` and `calculators/`.
+"""
+from __future__ import annotations
+
+import math
+import re
+from typing import Any, Callable
+
+import pandas as pd
+import streamlit as st
+
+from specs.model_config import SpecError
+
+
+# ============================================================================================ tables
+def df_with_download(df: pd.DataFrame, name: str, *, hide_index: bool = True, height: int | str = "auto",
+                     column_config: dict | None = None) -> None:
+    """Show `df` as a table with a "Download CSV" button under it. Every table in the app goes through here.
+
+    `name` names the file (`<name>.csv`) and keys the button, so it must be unique on a page.
+    """
+    st.dataframe(df, hide_index=hide_index, height=height, column_config=column_config)
+    slug = _slug(name)
+    st.download_button("Download CSV", df.to_csv(index=False).encode("utf-8"), file_name=f"{slug}.csv",
+                       mime="text/csv", key=f"download.{slug}", on_click="ignore", icon=":material/download:")
+
+
+def _slug(name: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_.-]+", "_", name.strip()).strip("_") or "table"
+
+
+# ============================================================================================ messages
+def show_error(exc: BaseException | str, where: Any = None) -> None:
+    """A problem the user can fix, as one red box: the message only, never a traceback.
+
+    `where`: a container (e.g. `st.sidebar`); the main area by default.
+    """
+    target = where if where is not None else st
+    target.error(str(exc) if str(exc) else type(exc).__name__, icon=":material/error:")
+
+
+def formula_expander(title: str, formula_text: str, where: Any = None) -> None:
+    """The formula behind a number, one click away: a closed expander whose body is markdown (LaTeX allowed)."""
+    target = where if where is not None else st
+    with target.expander(title, icon=":material/functions:"):
+        st.markdown(formula_text)
+
+
+# ============================================================================================ numbers
+def number_field(label: str, value: float, min_value: float, max_value: float, *, key: str,
+                 integer: bool = False, step: float | None = None, help: str | None = None,
+                 where: Any = None, remember_value: bool = True) -> float | int | None:
+    """A number input that never raises: returns the value, or shows st.error and returns None when it is not a
+    finite number in [min_value, max_value]. Callers skip their work when any field returned None.
+
+    The widget itself has no hard limits (a value typed out of range would make Streamlit raise); the range is
+    checked here and said in the help text instead.
+    """
+    target = where if where is not None else st
+    value = int(value) if integer else float(value)
+    rng = f"Allowed: {_fmt(min_value, integer)} to {_fmt(max_value, integer)}."
+    kwargs: dict[str, Any] = dict(key=key, help=f"{help} {rng}" if help else rng)
+    if remember_value:
+        kwargs["on_change"] = remember(key, value)
+    else:
+        kwargs["value"] = value
+    if integer:
+        v = target.number_input(label, step=int(step or 1), format="%d", **kwargs)
+    else:
+        v = target.number_input(label, step=float(step or 0.1), format="%g", **kwargs)
+    return check_number(label, v, min_value, max_value, integer=integer, where=where)
+
+
+def int_field(label: str, value: int, min_value: int, max_value: int, *, key: str, **kw) -> int | None:
+    """`number_field` for whole numbers (token counts, seeds, batch sizes)."""
+    return number_field(label, value, min_value, max_value, key=key, integer=True, **kw)
+
+
+def float_field(label: str, value: float, min_value: float, max_value: float, *, key: str, **kw) -> float | None:
+    """`number_field` for real numbers (temperature, probabilities, bandwidths)."""
+    return number_field(label, value, min_value, max_value, key=key, integer=False, **kw)
+
+
+def check_number(label: str, v: Any, min_value: float, max_value: float, *, integer: bool = False,
+                 where: Any = None) -> float | int | None:
+    """`v` if it is a finite number in range (and whole when `integer`), else an st.error and None."""
+    problem = None
+    if v is None or isinstance(v, bool) or not isinstance(v, (int, float)):
+        problem = f"{label}: enter a number."
+    elif not math.isfinite(v):
+        problem = f"{label} must be a finite number, got {v}."
+    elif integer and float(v) != int(v):
+        problem = f"{label} must be a whole number, got {v}."
+    elif not min_value <= v <= max_value:
+        problem = (f"{label} must be between {_fmt(min_value, integer)} and {_fmt(max_value, integer)}, "
+                   f"got {_fmt(v, integer)}.")
+    if problem:
+        show_error(problem, where)
+        return None
+    return int(v) if integer else float(v)
+
+
+def _fmt(x: float, integer: bool) -> str:
+    return f"{int(x):,}" if integer and math.isfinite(x) else f"{x:g}"
+
+
+# ============================================================================================ state
+_SHADOW = "_remember."
+
+
+def remember(key: str, default: Any = None) -> Callable[[], None]:
+    """Keep widget `key`'s value across page switches (Streamlit drops the state of widgets a page does not draw).
+
+    Call it just before creating the widget with `key=key` and pass the returned function as `on_change`; do not
+    also pass `value=`/`index=` (the default comes from here). Tests may preset `st.session_state[key]` before the
+    first run.
+    """
+    ss = st.session_state
+    shadow = _SHADOW + key
+    if shadow in ss:
+        ss[key] = ss[shadow]
+    elif key not in ss and default is not None:
+        ss[key] = default
+
+    def store() -> None:
+        ss[shadow] = ss[key]
+
+    return store
+
+
+def catch_spec_errors(fn: Callable[..., Any], *args: Any, where: Any = None, **kwargs: Any) -> Any:
+    """Call `fn`; a `SpecError` (ModelError included) becomes an st.error and the call returns None."""
+    try:
+        return fn(*args, **kwargs)
+    except SpecError as e:
+        show_error(e, where)
+        return None
