@@ -1,0 +1,105 @@
+"""Quantization applied to a loaded model, to MEASURE what the calculators predict: weight error, logit error,
+top-1 agreement and perplexity change on a fixed text.
+
+The round trip itself (symmetric INT8/INT4, per tensor / channel / group) is `calculators.quantization`; here it
+is applied to every projection matrix of a real model ("fake quantization": weights are quantized then dequantized
+back to float32, so the engine runs unchanged and only the rounding error remains).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from calculators.quantization import dequantize, quantize
+from engine.errors import ModelError
+from engine.model import LayerWeights, Model, Weights
+from specs.model_config import SpecError
+
+# A fixed text to score perplexity on (our own words; plain English a small model should predict reasonably).
+REFERENCE_TEXT = (
+    "The library opens at nine in the morning and closes at six in the evening. Children come after school to "
+    "read books, and their parents often wait in the small garden outside. On Saturdays there is a story hour, "
+    "when a volunteer reads aloud to anyone who wants to listen. The building is old, but it is warm and quiet, "
+    "and people say it is the best place in town to spend a rainy afternoon."
+)
+
+
+@dataclass(frozen=True)
+class Scheme:
+    bits: int = 8                     # 8 or 4
+    granularity: str = "per_channel"  # per_tensor | per_channel | per_group
+    group_size: int = 64
+
+    @property
+    def label(self) -> str:
+        g = {"per_tensor": "per tensor", "per_channel": "per channel"}.get(self.granularity,
+                                                                           f"group {self.group_size}")
+        return f"INT{self.bits} {g}"
+
+
+def _round_trip(w: np.ndarray, s: Scheme) -> np.ndarray:
+    return dequantize(quantize(w, bits=s.bits, granularity=s.granularity, group_size=s.group_size)).astype(np.float32)
+
+
+def quantized_model(model: Model, scheme: Scheme, include_lm_head: bool = False) -> Model:
+    """A copy of `model` whose projection matrices went through quantize -> dequantize (norms stay fp32; the
+    embedding/LM head too unless `include_lm_head`, as most INT4/INT8 schemes keep them at higher precision)."""
+    try:
+        layers = [LayerWeights(attn_norm=lw.attn_norm, wqkv=_round_trip(lw.wqkv, scheme),
+                               wo=_round_trip(lw.wo, scheme), ffn_norm=lw.ffn_norm,
+                               w_gate_up=_round_trip(lw.w_gate_up, scheme), w_down=_round_trip(lw.w_down, scheme))
+                  for lw in model.weights.layers]
+        w = model.weights
+        lm_head = _round_trip(w.lm_head, scheme) if include_lm_head else w.lm_head
+    except SpecError as e:
+        raise ModelError(f"cannot apply {scheme.label} to {model.name}: {e}") from None
+    embed = lm_head if (include_lm_head and w.lm_head is w.embed) else w.embed
+    q = Weights(embed=embed, layers=layers, final_norm=w.final_norm, lm_head=lm_head)
+    return Model(model.config, q, tokenizer=model.tokenizer, source=f"{model.source} [{scheme.label}]",
+                 rope_layout=model.rope_layout, random_weights=model.random_weights)
+
+
+def perplexity(logits: np.ndarray, ids: list[int]) -> float:
+    """exp(mean negative log-likelihood of each next token).   logits [T, V] for ids [T] -> scalar"""
+    z = logits[:-1].astype(np.float64)
+    z = z - z.max(axis=-1, keepdims=True)
+    logp = z - np.log(np.exp(z).sum(axis=-1, keepdims=True))
+    nll = -logp[np.arange(len(ids) - 1), ids[1:]]
+    return float(np.exp(nll.mean()))
+
+
+def measure_quantization(model: Model, schemes: list[Scheme], text: str = REFERENCE_TEXT,
+                         include_lm_head: bool = False, progress=None) -> list[dict]:
+    """For each scheme: weight relative RMSE, logit max/mean abs error, top-1 agreement and perplexity vs fp32.
+
+    One row for the fp32 baseline first. `progress(fraction, message)` is called as schemes finish.
+    """
+    ids = model.encode_prompt(text) if model.tokenizer is not None else \
+        [int(t) for t in np.random.default_rng(0).integers(0, model.config.vocab_size, 64)]
+    ids = ids[: min(len(ids), model.config.max_position_embeddings)]
+    if len(ids) < 2:
+        raise ModelError("the text must be at least 2 tokens long to measure perplexity")
+    base = model.logits(ids)
+    base_top1 = base.argmax(-1)
+    rows = [dict(scheme="fp32 (baseline)", bits=32, weight_relative_rmse=0.0, logit_max_abs_error=0.0,
+                 logit_mean_abs_error=0.0, top1_agreement=1.0, perplexity=perplexity(base, ids),
+                 perplexity_change_pct=0.0, tokens=len(ids))]
+    for i, s in enumerate(schemes):
+        qm = quantized_model(model, s, include_lm_head)
+        err_sq = ref_sq = 0.0
+        for lw, qw in zip(model.weights.layers, qm.weights.layers):
+            for name, a in lw.matrices().items():
+                b = qw.matrices()[name]
+                err_sq += float(np.sum((b.astype(np.float64) - a) ** 2))
+                ref_sq += float(np.sum(a.astype(np.float64) ** 2))
+        lg = qm.logits(ids)
+        ppl = perplexity(lg, ids)
+        rows.append(dict(scheme=s.label, bits=s.bits, weight_relative_rmse=float(np.sqrt(err_sq / ref_sq)),
+                         logit_max_abs_error=float(np.abs(lg - base).max()),
+                         logit_mean_abs_error=float(np.abs(lg - base).mean()),
+                         top1_agreement=float((lg.argmax(-1) == base_top1).mean()), perplexity=ppl,
+                         perplexity_change_pct=100.0 * (ppl / rows[0]["perplexity"] - 1.0), tokens=len(ids)))
+        if progress:
+            progress((i + 1) / len(schemes), f"measured {s.label}")
+    return rows
