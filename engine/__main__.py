@@ -32,7 +32,7 @@ def _generate(args) -> int:
     from engine import load_model
 
     def progress(frac: float, msg: str) -> None:
-        if not args.json:
+        if not args.json and sys.stderr.isatty():
             print(f"\r[{frac * 100:5.1f}%] {msg}"[:120].ljust(120), end="", file=sys.stderr, flush=True)
 
     t0 = time.perf_counter()
