@@ -60,6 +60,17 @@ class ModelConfig:
     mlp: str = "swiglu"              # "swiglu" (3 matrices) | "gelu" (2 matrices, OPT/GPT-style)
     source: str = ""                 # where these numbers come from (URL of config.json, paper, ...)
     extra: dict = field(default_factory=dict, compare=False, repr=False)
+    # --- appended for the calculators (optional; the defaults describe a plain Llama layer) ---
+    qkv_bias: bool = False           # biases on the q/k/v projections (Qwen2)
+    linear_bias: bool = False        # a bias on every linear layer, MLP included (OPT, GPT-2)
+    norm_type: str = "rmsnorm"       # "rmsnorm" (weight only) | "layernorm" (weight + bias)
+    norms_per_layer: int = 2         # Gemma 2/3 add post-attention and post-FFN norms: 4
+    qk_norm: bool = False            # per-head norm on q and k (Gemma 3, Qwen3)
+    attn_output_gate: bool = False   # Qwen3-Next: q_proj also emits a sigmoid gate, so it is 2x wide
+    learned_position_embeddings: int = 0   # rows of a learned absolute-position table (GPT-2, OPT)
+    shared_expert_intermediate_size: int | None = None  # Qwen-style shared expert width (one expert)
+    moe_layer_step: int = 1          # after the first dense layers, every k-th layer is MoE
+    linear_conv_kernel_dim: int | None = None  # gated delta net: short causal convolution width
 
     def __post_init__(self) -> None:
         for f in ("hidden_size", "num_layers", "num_heads", "num_kv_heads", "head_dim", "intermediate_size",

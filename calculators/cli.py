@@ -1,0 +1,197 @@
+"""Command line: `python -m calculators memory|floor|roofline|latency --model M --gpu G [...] [--json]`.
+
+--model takes a preset name (see `specs/models/`) or a path to a Hugging Face config.json; --gpu a device name
+from `specs/devices.json` or "this-machine" (measured for about a second). Bad input prints one line on stderr
+and exits with status 2.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+from pathlib import Path
+
+from calculators import explain as ex
+from calculators.kv_cache import kv_bytes_per_token, kv_cache_bytes
+from calculators.latency import Efficiency, bandwidth_floor_ms, decode_step_bytes, generation_latency
+from calculators.memory import max_batch, max_context, memory_budget
+from calculators.params import param_breakdown, weight_bytes
+from calculators.roofline import roofline
+from calculators.units import KV_DTYPES, WEIGHT_DTYPES, default_kv_dtype, dtype_name, fmt_bytes, fmt_count, \
+    fmt_num
+from specs.devices import Device, list_devices, load_device, measure_this_machine
+from specs.model_config import ModelConfig, SpecError
+from specs.presets import list_presets, load_preset
+
+COMMANDS = ("memory", "floor", "roofline", "latency")
+THIS_MACHINE = {"this", "this-machine", "thismachine", "local", "measure"}
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message):                      # one line, exit 2 (argparse prints usage + 2 lines)
+        print(f"error: {message}", file=sys.stderr)
+        raise SystemExit(2)
+
+
+def _positive_int(s: str) -> int:
+    try:
+        v = int(s)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {s!r}") from None
+    if v < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {v}")
+    return v
+
+
+def _dtype(allowed):
+    def parse(s: str) -> str:
+        try:
+            d = dtype_name(s)
+        except SpecError as e:
+            raise argparse.ArgumentTypeError(str(e)) from None
+        if d not in allowed:
+            raise argparse.ArgumentTypeError(f"{s!r} is not one of {', '.join(allowed)}")
+        return d
+    return parse
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = _Parser(prog="python -m calculators", description="Size LLM inference: memory, bandwidth floor, "
+                "roofline and latency from a model config and a device datasheet.")
+    p.add_argument("command", choices=COMMANDS)
+    p.add_argument("--model", default="tinyllama",
+                   help=f"preset ({', '.join(list_presets())}) or path to a config.json (default tinyllama)")
+    p.add_argument("--gpu", "--device", dest="gpu", default="a100",
+                   help=f"device ({', '.join(list_devices())}) or this-machine (default a100)")
+    p.add_argument("--tokens", type=_positive_int, default=None,
+                   help="context / prompt tokens per sequence (default: 2,048 or the model's context if smaller)")
+    p.add_argument("--batch", type=_positive_int, default=1, help="sequences in the batch (default 1)")
+    p.add_argument("--weight-dtype", type=_dtype(WEIGHT_DTYPES), default="bf16")
+    p.add_argument("--kv-dtype", type=_dtype(KV_DTYPES), default=None,
+                   help="default: the weight dtype if 16/32-bit float, else bf16")
+    p.add_argument("--output-tokens", type=_positive_int, default=200, help="tokens generated (latency)")
+    p.add_argument("--phase", choices=("decode", "prefill"), default="decode", help="roofline step (default decode)")
+    p.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    return p
+
+
+def load_model(spec: str) -> ModelConfig:
+    p = Path(spec)
+    if spec.endswith(".json") or p.is_file():
+        return ModelConfig.from_json_file(p)
+    if p.is_dir() and (p / "config.json").is_file():
+        return ModelConfig.from_json_file(p / "config.json")
+    return load_preset(spec)
+
+
+def load_gpu(spec: str) -> Device:
+    if spec.strip().lower() in THIS_MACHINE:
+        return measure_this_machine(seconds_budget=1.0)
+    return load_device(spec)
+
+
+def run(args) -> dict:
+    c, dev = load_model(args.model), load_gpu(args.gpu)
+    tokens = args.tokens or min(2048, c.max_position_embeddings)
+    wd, kd, B = args.weight_dtype, args.kv_dtype or default_kv_dtype(args.weight_dtype), args.batch
+    pb = param_breakdown(c)
+    out = dict(command=args.command, model=c.name, device=dev.name, tokens=tokens, batch=B, weight_dtype=wd,
+               kv_dtype=kd, params=pb.total, weight_bytes=weight_bytes(c, wd),
+               kv_bytes_per_token=kv_bytes_per_token(c, kd), kv_bytes=kv_cache_bytes(c, tokens, B, kd))
+    if pb.active != pb.total:
+        out["active_params"] = pb.active
+    formulas = {"weight_bytes": ex.explain_weight_bytes(c, wd).formula,
+                "kv_bytes_per_token": ex.explain_kv_bytes_per_token(c, kd).formula,
+                "kv_bytes": ex.explain_kv_cache_bytes(c, tokens, B, kd).formula}
+    if args.command == "memory":
+        m = memory_budget(c, dev, tokens, B, wd, kd)
+        out.update(activation_bytes=m["activation_bytes"], total_bytes=m["total_bytes"],
+                   device_bytes=m["device_bytes"], fits=m["fits"], headroom_bytes=m["headroom_bytes"],
+                   max_batch=max_batch(c, dev, tokens, wd, kd), max_context=max_context(c, dev, B, wd, kd))
+    if args.command in ("floor", "latency"):
+        out["fits_in_memory"] = memory_budget(c, dev, tokens, B, wd, kd)["fits"]     # on ONE device
+        by = decode_step_bytes(c, tokens, B, wd, kd)
+        floor = bandwidth_floor_ms(by["total"], dev.memory_bandwidth_bytes_per_s)
+        out.update(step_bytes=by["total"], bandwidth_floor_ms=floor, total_tok_s_at_floor=B / floor * 1e3)
+        if dev.price_usd_per_hour is not None:
+            out["usd_per_million_tokens_at_floor"] = dev.price_usd_per_hour / (B / floor * 1e3 * 3600) * 1e6
+        formulas["bandwidth_floor_ms"] = ex.explain_decode_floor(c, dev, tokens, B, wd, kd).formula
+    if args.command == "latency":
+        g = generation_latency(c, dev, tokens, args.output_tokens, B, wd, kd, Efficiency())
+        r, i = g["realistic"], g["ideal"]
+        out.update(output_tokens=args.output_tokens, ttft_ms=r["ttft_ms"], itl_ms=r["itl_ms"],
+                   total_ms=r["total_ms"], per_stream_tok_s=r["per_stream_tok_s"], total_tok_s=r["total_tok_s"],
+                   usd_per_million_tokens=r["usd_per_million_tokens"], ideal_ttft_ms=i["ttft_ms"],
+                   ideal_itl_ms=i["itl_ms"], ideal_total_ms=i["total_ms"], efficiency=g["efficiency"])
+        formulas["ttft_ms"] = ex.explain_prefill(c, dev, tokens, B, wd, kd, Efficiency()).formula
+        formulas["itl_ms"] = ex.explain_itl(c, dev, g["mean_context_tokens"], B, wd, kd, Efficiency()).formula
+        formulas["total_ms"] = ex.explain_total_latency(r["ttft_ms"], r["itl_ms"], args.output_tokens).formula
+    if args.command == "roofline":
+        new = tokens if args.phase == "prefill" else 1
+        rf = roofline(c, dev, new, tokens, B, wd, kd)
+        first = next(iter(rf["layers"]))
+        out.update(phase=args.phase, new_tokens=new, context_tokens=tokens, precision=rf["precision"],
+                   ridge_flop_per_byte=rf["ridge_flop_per_byte"], totals=rf["totals"], layer=first,
+                   layer_rows=rf["layers"][first])
+        formulas["ridge_flop_per_byte"] = ex.explain_ridge_point(dev, rf["precision"]).formula
+    out["formulas"] = formulas
+    return out
+
+
+def _fmt(key: str, v) -> str:
+    if isinstance(v, bool) or v is None or isinstance(v, str):
+        return "n/a" if v is None else str(v)
+    if key == "device_bytes":
+        return f"{fmt_bytes(v)} ({fmt_bytes(v, binary=True)})"
+    if "bytes" in key:
+        return fmt_bytes(v)
+    if "flops" in key:
+        return fmt_count(v) + "FLOP"
+    if key.endswith("_ms") or "_ms_" in key:
+        return f"{fmt_num(v, 3)} ms"
+    if key in ("params", "active_params"):
+        return fmt_count(v)
+    if isinstance(v, float) and math.isfinite(v):
+        return fmt_num(v, 4)
+    return str(v)
+
+
+def render(out: dict) -> str:
+    lines = []
+    skip = {"formulas", "layer_rows", "totals", "efficiency", "command"}
+    width = max(len(k) for k in out)
+    lines.append(f"{out['command']}: {out['model']} on {out['device']}")
+    for k, v in out.items():
+        if k not in skip:
+            lines.append(f"  {k:<{width}}  {_fmt(k, v)}")
+    if "totals" in out:
+        lines.append("  step totals:")
+        for k, v in out["totals"].items():
+            lines.append(f"    {k:<24}  {_fmt(k, v)}")
+        lines.append(f"  one {out['layer']} layer (per-op roofline):")
+        lines.append(f"    {'op':<20} {'FLOPs':>10} {'bytes':>10} {'FLOP/B':>8} {'time':>10}  bound")
+        for r in out["layer_rows"]:
+            moved = fmt_bytes(r["bytes_read"] + r["bytes_written"])
+            lines.append(f"    {r['name']:<20} {fmt_count(r['flops']):>10} {moved:>10} "
+                         f"{fmt_num(r['intensity_flop_per_byte'], 3):>8} {fmt_num(r['time_us'], 3) + ' us':>10}"
+                         f"  {r['bound']}")
+    lines.append("  formulas:")
+    for k, f in out["formulas"].items():
+        lines.append(f"    {k}: {f}")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        out = run(args)
+    except (SpecError, ValueError, OSError, KeyError) as e:
+        msg = str(e).replace("\n", " ").strip() or type(e).__name__
+        print(f"error: {msg}", file=sys.stderr)
+        return 2
+    try:
+        print(json.dumps(out, indent=2, default=float) if args.json else render(out))
+    except BrokenPipeError:        # e.g. piped into `head`
+        pass
+    return 0

@@ -1,0 +1,191 @@
+"""Latency, throughput and cost: the bandwidth floor, prefill/TTFT, ITL, total latency, batching and $/1M tokens.
+
+003 Details 11-13 and 21:
+- Decode is bandwidth-bound: a step cannot be faster than (weight bytes + KV bytes read) / memory bandwidth.
+- Prefill is compute-bound once the prompt is long: time ≈ FLOPs / peak FLOP/s (or the weight read, if longer).
+- Total latency = TTFT + ITL × (output_tokens − 1).
+"Ideal" numbers use datasheet peaks; "realistic" ones divide by efficiency knobs (`Efficiency`): model bandwidth
+utilisation (MBU, decode) and model FLOP/s utilisation (MFU, prefill), whose defaults and sources are below.
+Weights in the floor follow 003's lower-bound model "one full weight read per token" (all parameters; for an MoE
+model, the experts a step touches); the op-by-op roofline in `roofline.py` instead counts only the embedding rows
+gathered, so its step bytes are lower by V·D·bytes (131 MB for TinyLlama).
+"""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+from calculators import arch
+from calculators.kv_cache import kv_cache_bytes
+from calculators.params import bytes_per_param, expert_params, param_breakdown
+from calculators.roofline import compute_precision_for, experts_touched, forward_flops, kv_bytes_step
+from calculators.units import check_fraction, check_int, check_nonneg, check_positive, default_kv_dtype
+from specs.devices import Device
+from specs.model_config import ModelConfig
+
+
+@dataclass(frozen=True)
+class Efficiency:
+    """Fractions of peak a real serving stack reaches. Defaults are typical published figures (assumptions):
+    - decode_mbu 0.6: Databricks/MosaicML, "LLM Inference Performance Engineering: Best Practices" (2023,
+      https://www.databricks.com/blog/llm-inference-performance-engineering-best-practices) report model
+      bandwidth utilisation of roughly 50-70% at small batch on A100/H100.
+    - prefill_mfu 0.5: Pope et al., "Efficiently Scaling Transformer Inference" (2022, arXiv:2211.05102) reach
+      up to 76% MFU on large prefills; 40-60% is common for GPU serving stacks.
+    - prefill_mbu 0.8: a long prefill streams the weights once in large, well-coalesced GEMM tiles."""
+    decode_mbu: float = 0.6
+    prefill_mfu: float = 0.5
+    prefill_mbu: float = 0.8
+    decode_mfu: float = 0.5
+
+    def __post_init__(self):
+        for k, v in asdict(self).items():
+            check_fraction(k, v)
+
+
+IDEAL = Efficiency(1.0, 1.0, 1.0, 1.0)
+
+
+def bandwidth_floor_ms(bytes_read: float, bandwidth_bytes_per_s: float) -> float:
+    """Lowest possible time to stream `bytes_read` once: bytes / bandwidth, in ms (003 Detail 12).
+    2.2 GB: RTX 4090 (1,008 GB/s) 2.18 ms; A100 SXM 40GB (1,555 GB/s) 1.41 ms; H100 SXM (3,350 GB/s) 0.66 ms."""
+    return check_nonneg("bytes_read", bytes_read) / check_positive("bandwidth", bandwidth_bytes_per_s) * 1e3
+
+
+def step_weight_bytes(config: ModelConfig, weight_dtype: str = "bf16", rows: int = 1,
+                      group_size: int | None = None) -> float:
+    """Weight bytes a decode step reads in 003's model: every parameter once (TinyLlama FP16 ≈ 2.2 GB); for an MoE
+    model the routed experts are replaced by the ones `rows` tokens touch (expected, uniform routing)."""
+    b = param_breakdown(config)
+    n = b.total
+    if arch.is_moe(config):
+        per_layer_hit = experts_touched(config.num_experts, config.num_experts_per_tok, rows)
+        n = n - b.experts_routed + arch.moe_layer_count(config) * per_layer_hit * expert_params(config)
+    return n * bytes_per_param(weight_dtype, group_size)
+
+
+def decode_step_bytes(config: ModelConfig, context_tokens: int, batch: int = 1, weight_dtype: str = "bf16",
+                      kv_dtype: str | None = None) -> dict:
+    """Bytes one decode step moves: weights (see `step_weight_bytes`) + KV read (+ KV written, tiny), in bytes."""
+    kv = kv_bytes_step(config, 1, context_tokens, kv_dtype or default_kv_dtype(weight_dtype), batch)
+    w = step_weight_bytes(config, weight_dtype, rows=batch)
+    return dict(weights=w, kv_read=kv["read"], kv_written=kv["written"], total=w + kv["read"] + kv["written"])
+
+
+def decode_step_ms(config: ModelConfig, device: Device, context_tokens: int, batch: int = 1,
+                   weight_dtype: str = "bf16", kv_dtype: str | None = None,
+                   efficiency: Efficiency = IDEAL) -> dict:
+    """One decode step (= ITL): max(bytes / (bandwidth·MBU), FLOPs / (peak·MFU)), with both parts shown."""
+    by = decode_step_bytes(config, context_tokens, batch, weight_dtype, kv_dtype)
+    flops = forward_flops(config, 1, context_tokens, batch)
+    peak, prec = device.flops_for(compute_precision_for(weight_dtype))
+    mem_ms = by["total"] / (device.memory_bandwidth_bytes_per_s * efficiency.decode_mbu) * 1e3
+    comp_ms = flops / (peak * efficiency.decode_mfu) * 1e3
+    return dict(step_ms=max(mem_ms, comp_ms), memory_ms=mem_ms, compute_ms=comp_ms, bytes=by["total"],
+                flops=flops, bound="memory" if mem_ms >= comp_ms else "compute", precision=prec)
+
+
+def prefill_ms(config: ModelConfig, device: Device, prompt_tokens: int, batch: int = 1, weight_dtype: str = "bf16",
+               kv_dtype: str | None = None, efficiency: Efficiency = IDEAL, start_position: int = 0) -> dict:
+    """Prefill of `prompt_tokens` per sequence: max(FLOPs / (peak·MFU), bytes / (bandwidth·MBU)).
+    FLOPs and KV bytes follow `roofline.py`'s convention; weights are one full read. 003 Detail 12: a
+    1,000-token TinyLlama prefill ≈ 2.2 TFLOP over ≈ 2.2 GB of weights."""
+    T = check_int("prompt_tokens", prompt_tokens)
+    S = T + check_int("start_position", start_position, minimum=0)
+    flops = forward_flops(config, T, S, batch)
+    kv = kv_bytes_step(config, T, S, kv_dtype or default_kv_dtype(weight_dtype), batch)
+    by = step_weight_bytes(config, weight_dtype, rows=batch * T) + kv["read"] + kv["written"]
+    peak, prec = device.flops_for(compute_precision_for(weight_dtype))
+    comp_ms = flops / (peak * efficiency.prefill_mfu) * 1e3
+    mem_ms = by / (device.memory_bandwidth_bytes_per_s * efficiency.prefill_mbu) * 1e3
+    return dict(prefill_ms=max(comp_ms, mem_ms), compute_ms=comp_ms, memory_ms=mem_ms, flops=flops, bytes=by,
+                intensity_flop_per_byte=flops / by, bound="compute" if comp_ms > mem_ms else "memory",
+                precision=prec)
+
+
+def total_latency_ms(ttft_ms: float, itl_ms: float, output_tokens: int) -> float:
+    """Total = TTFT + ITL × (output_tokens − 1): the first token comes from prefill (003 Detail 11).
+    003 Detail 21: 5 ms + 199 × 1.4 ms ≈ 284 ms for a 200-token reply."""
+    n = check_int("output_tokens", output_tokens)
+    return check_nonneg("ttft_ms", ttft_ms) + check_nonneg("itl_ms", itl_ms) * (n - 1)
+
+
+def throughput_tok_s(batch: int, step_ms: float) -> float:
+    """Tokens per second from one decode step producing one token per sequence: batch / step time."""
+    return check_int("batch", batch) / (check_positive("step_ms", step_ms) / 1e3)
+
+
+def cost_per_million_tokens(price_usd_per_hour: float, tokens_per_s: float) -> float:
+    """$ per 1M generated tokens = price per hour / (tokens per second × 3,600) × 10^6."""
+    return check_positive("price_usd_per_hour", price_usd_per_hour) / (
+        check_positive("tokens_per_s", tokens_per_s) * 3600.0) * 1e6
+
+
+def batch_table(weight_bytes: float, kv_bytes_per_token: float, context_tokens: int,
+                batches: tuple[int, ...] = (1, 8, 32, 128), bandwidth_bytes_per_s: float = 1555e9) -> list[dict]:
+    """003 Detail 21's batching table: each decode step reads the weights once plus every sequence's KV cache:
+        step = (weights + batch × context × kv_per_token) / bandwidth;  total tok/s = batch / step.
+    TinyLlama, A100 1,555 GB/s, 300 tokens × 22 KB: batch 1/8/32/128 → 1.42/1.45/1.55/1.96 ms,
+    704/5,517/20,645/65,306 tok/s."""
+    w = check_nonneg("weight_bytes", weight_bytes)
+    per = check_nonneg("kv_bytes_per_token", kv_bytes_per_token)
+    S = check_int("context_tokens", context_tokens, minimum=0)
+    rows = []
+    for b in batches:
+        b = check_int("batch", b)
+        kv = b * S * per
+        step = bandwidth_floor_ms(w + kv, bandwidth_bytes_per_s)
+        rows.append(dict(batch=b, weight_bytes=w, kv_read_bytes=kv, total_bytes=w + kv, step_ms=step,
+                         total_tok_s=throughput_tok_s(b, step), per_stream_tok_s=1e3 / step))
+    return rows
+
+
+def batch_table_for(config: ModelConfig, device: Device, context_tokens: int,
+                    batches: tuple[int, ...] = (1, 8, 32, 128), weight_dtype: str = "bf16",
+                    kv_dtype: str | None = None) -> list[dict]:
+    """`batch_table` from a model and a device (weights = all parameters; KV from `kv_cache_bytes`, so sliding
+    windows and fixed states are honoured), plus $ per 1M tokens where the device has a price."""
+    rows = []
+    for b in batches:
+        kv = kv_cache_bytes(config, context_tokens, b, kv_dtype or default_kv_dtype(weight_dtype))
+        w = step_weight_bytes(config, weight_dtype, rows=b)
+        step = bandwidth_floor_ms(w + kv, device.memory_bandwidth_bytes_per_s)
+        tps = throughput_tok_s(b, step)
+        rows.append(dict(batch=b, weight_bytes=w, kv_read_bytes=kv, total_bytes=w + kv, step_ms=step,
+                         total_tok_s=tps, per_stream_tok_s=1e3 / step,
+                         usd_per_million_tokens=None if device.price_usd_per_hour is None else
+                         cost_per_million_tokens(device.price_usd_per_hour, tps)))
+    return rows
+
+
+def compute_utilization(flops: float, bytes_moved: float, device: Device, precision: str = "bf16") -> float:
+    """Fraction of peak compute used when a step runs at the bandwidth floor: (FLOPs/bytes × bandwidth) / peak.
+    003 Detail 12: ≈ 1 FLOP/byte × 1,555 GB/s / 312 TFLOP/s ≈ 0.5% on an A100."""
+    return (flops / check_positive("bytes_moved", bytes_moved)) * device.memory_bandwidth_bytes_per_s / \
+        device.peak(precision)
+
+
+def generation_latency(config: ModelConfig, device: Device, prompt_tokens: int, output_tokens: int,
+                       batch: int = 1, weight_dtype: str = "bf16", kv_dtype: str | None = None,
+                       efficiency: Efficiency | None = None, queue_ms: float = 0.0) -> dict:
+    """Ideal and realistic side by side for one request shape: TTFT (= queue + prefill), ITL (a decode step at
+    the mean context prompt + (output−1)/2, exact for the linear part of the KV read), total latency,
+    tokens/s per stream and in total, and $ per 1M output tokens where the device has a price."""
+    eff = efficiency or Efficiency()
+    P, N = check_int("prompt_tokens", prompt_tokens), check_int("output_tokens", output_tokens)
+    mean_ctx = P + max(N - 1, 0) // 2 + 1
+    out = {}
+    for label, e in (("ideal", IDEAL), ("realistic", eff)):
+        pre = prefill_ms(config, device, P, batch, weight_dtype, kv_dtype, e)
+        dec = decode_step_ms(config, device, mean_ctx, batch, weight_dtype, kv_dtype, e)
+        ttft = check_nonneg("queue_ms", queue_ms) + pre["prefill_ms"]
+        total = total_latency_ms(ttft, dec["step_ms"], N)
+        tps = throughput_tok_s(batch, dec["step_ms"])
+        out[label] = dict(ttft_ms=ttft, prefill_ms=pre["prefill_ms"], prefill_bound=pre["bound"],
+                          itl_ms=dec["step_ms"], decode_bound=dec["bound"], total_ms=total,
+                          per_stream_tok_s=1e3 / dec["step_ms"], total_tok_s=tps,
+                          usd_per_million_tokens=None if device.price_usd_per_hour is None else
+                          cost_per_million_tokens(device.price_usd_per_hour, tps))
+    out["efficiency"] = asdict(eff)
+    out["mean_context_tokens"] = mean_ctx
+    return out
+

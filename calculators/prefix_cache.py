@@ -1,0 +1,42 @@
+"""Prefix caching: KV entries of a shared prompt prefix computed once and reused (003 Detail 20).
+
+Causal attention makes the K/V of position i depend only on tokens 0..i, so a byte-identical prefix yields
+byte-identical KV entries: a request only prefills the tokens after the cached prefix.
+"""
+from __future__ import annotations
+
+from calculators.units import check_int, check_nonneg
+from specs.model_config import SpecError
+
+
+def prefix_kv_bytes(prefix_tokens: int, kv_bytes_per_token: float) -> float:
+    """KV of the cached prefix: tokens × bytes per token (500 × 22 KB ≈ 11 MB for TinyLlama)."""
+    return check_int("prefix_tokens", prefix_tokens, minimum=0) * check_nonneg("kv_bytes_per_token",
+                                                                             kv_bytes_per_token)
+
+
+def prefill_with_prefix_cache(prompt_tokens: int, cached_prefix_tokens: int) -> dict:
+    """Tokens left to prefill and the fraction of prefill saved: 508-token prompt, 500 cached -> 8 (98% less)."""
+    p = check_int("prompt_tokens", prompt_tokens)
+    c = check_int("cached_prefix_tokens", cached_prefix_tokens, minimum=0)
+    if c > p:
+        raise SpecError(f"cached prefix ({c}) is longer than the prompt ({p})")
+    return dict(tokens_to_prefill=p - c, fraction_saved=c / p, percent_saved=100.0 * c / p)
+
+
+def redundant_prefill(requests: int, prefix_tokens: int, unique_tokens_per_request: float) -> dict:
+    """Without a prefix cache every request re-prefills the shared prefix: 100 requests × 500 tokens = 50,000
+    shared vs 100 × 20 = 2,000 unique tokens -> 96% of the prefill is redundant."""
+    n = check_int("requests", requests)
+    shared = n * check_int("prefix_tokens", prefix_tokens, minimum=0)
+    unique = n * check_nonneg("unique_tokens_per_request", unique_tokens_per_request)
+    total = shared + unique
+    return dict(shared_tokens=shared, unique_tokens=unique,
+                redundant_fraction=shared / total if total else 0.0)
+
+
+def cacheable_blocks(prefix_tokens: int, block_size: int = 16) -> dict:
+    """A prefix at paged-block granularity: full blocks (cached) and the partial last one (not shared, or it
+    would need copy-on-write). 500 tokens, blocks of 16 -> 31 full blocks + 4 tokens in a 32nd."""
+    t, b = check_int("prefix_tokens", prefix_tokens, minimum=0), check_int("block_size", block_size)
+    return dict(full_blocks=t // b, partial_block_tokens=t % b, total_blocks=-(-t // b))

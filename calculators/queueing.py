@@ -1,0 +1,57 @@
+"""Serving under load: queueing delay, goodput, and the decode stall a long prefill causes (003 Detail 21).
+
+- Queue wait grows like ρ/(1 − ρ) for utilisation ρ (the M/M/1 mean wait in units of the service time):
+  1 at 50%, 9 at 90%, 19 at 95%.
+- Goodput = throughput × fraction of requests meeting the latency SLO.
+- A monolithic prefill stalls every decoding stream for its whole duration; chunked prefill interleaves
+  chunks with decode steps so each stall is one chunk long.
+"""
+from __future__ import annotations
+
+import math
+
+from calculators.units import check_fraction, check_int, check_nonneg, check_positive
+
+
+def queue_wait_factor(utilization: float) -> float:
+    """ρ / (1 − ρ): mean queueing delay in units of the mean service time (M/M/1), for 0 < ρ < 1."""
+    rho = check_fraction("utilization", utilization, allow_one=False)
+    return rho / (1 - rho)
+
+
+def mean_queue_wait_ms(service_ms: float, utilization: float) -> float:
+    """Mean wait before service: service time × ρ/(1 − ρ)."""
+    return check_nonneg("service_ms", service_ms) * queue_wait_factor(utilization)
+
+
+def goodput_tok_s(throughput_tok_s: float, fraction_meeting_slo: float) -> float:
+    """Throughput that counts: tokens/s × fraction of requests within the SLO."""
+    f = check_nonneg("fraction_meeting_slo", fraction_meeting_slo, limit=1.0)
+    return check_nonneg("throughput_tok_s", throughput_tok_s) * f
+
+
+def goodput_p99_slo(throughput_tok_s: float, p99_ttft_ms: float, slo_ttft_ms: float) -> float:
+    """Goodput when the SLO is "p99 TTFT ≤ target": the whole throughput if the p99 meets it, else 0.
+    003: A 50,000 tok/s at p99 4 s vs B 20,000 tok/s at p99 200 ms, SLO 500 ms -> A 0, B 20,000."""
+    meets = check_nonneg("p99_ttft_ms", p99_ttft_ms) <= check_positive("slo_ttft_ms", slo_ttft_ms)
+    return check_nonneg("throughput_tok_s", throughput_tok_s) if meets else 0.0
+
+
+def prefill_stall(prefill_ms: float, decode_step_ms: float, streams: int = 32) -> dict:
+    """A monolithic prefill inserted into a decode batch: every stream's ITL for that step becomes the prefill
+    time; spike = prefill / normal step. 003: 50 ms vs 1.55 ms -> ≈ 32× ("≈ 30×") for 32 streams."""
+    p, d = check_nonneg("prefill_ms", prefill_ms), check_positive("decode_step_ms", decode_step_ms)
+    n = check_int("streams", streams, minimum=0)
+    return dict(stalled_itl_ms=p, spike_ratio=p / d, streams_stalled=n, lost_tokens=n * p / d)
+
+
+def chunked_prefill(prefill_ms: float, prompt_tokens: int, chunk_tokens: int, decode_step_ms: float) -> dict:
+    """Split the prefill into ⌈prompt/chunk⌉ chunks, each riding along with one decode step. Worst ITL becomes
+    decode step + one chunk's share of the prefill; TTFT stretches over that many steps."""
+    p = check_nonneg("prefill_ms", prefill_ms)
+    n_tok, c = check_int("prompt_tokens", prompt_tokens), check_int("chunk_tokens", chunk_tokens)
+    d = check_positive("decode_step_ms", decode_step_ms)
+    chunks = math.ceil(n_tok / c)
+    chunk_ms = p * min(c, n_tok) / n_tok
+    return dict(chunks=chunks, chunk_ms=chunk_ms, worst_itl_ms=d + chunk_ms, spike_ratio=(d + chunk_ms) / d,
+                ttft_ms=chunks * d + p)

@@ -1,0 +1,72 @@
+"""What fits, and reference 004's scratch-buffer numbers."""
+import pytest
+
+from calculators.memory import (activation_buffer_bytes, fit_grid, gemm_tile_memory_bytes, max_batch, max_context,
+                                memory_budget, prefill_scratch_bytes, prefill_scratch_bytes_for)
+from specs.devices import custom_device, load_device
+from specs.model_config import SpecError
+from specs.presets import load_preset
+
+TINY = load_preset("tinyllama")
+
+
+def test_004_prefill_scratch_formula_gives_604_MB_where_the_text_says_700():
+    b = prefill_scratch_bytes(4096, dim=4096, q_dim=4096, kv_dim=1024, ffn_dim=14336, bytes_per_elem=2)
+    assert b == 4096 * (5 * 4096 + 2 * 4096 + 2 * 1024 + 3 * 14336) * 2 == 603_979_776
+    assert round(b / 1e6) == 604                  # the text's "about 700 MB" is not what its formula gives
+
+
+def test_scratch_for_a_7B_config_uses_its_dims():
+    m = load_preset("mistral-7b")                 # dim 4,096, q 4,096, kv 1,024, ffn 14,336
+    assert prefill_scratch_bytes_for(m, 4096) == 603_979_776
+
+
+def test_one_128K_x_4096_fp16_buffer_is_1_07_GB():
+    assert round(activation_buffer_bytes(128 * 1024, 4096, 2) / 1e9, 2) == 1.07
+
+
+def test_gemm_tile_memory_is_the_larger_of_input_and_output_tiles():
+    assert gemm_tile_memory_bytes(32, 64, 32) == max((64 * 32 + 32 * 32) * 2, 64 * 32 * 4) == 8192
+    assert gemm_tile_memory_bytes(8, 64, 32) == (64 * 32 + 8 * 32) * 2
+
+
+def test_tinyllama_one_sequence_is_about_2_4_GB():
+    # 003 "The Systems Picture": weights 2.2 GB + KV ~45 MB + activations ~50-100 MB ≈ 2.4 GB
+    m = memory_budget(TINY, load_device("a100"), 2048, 1, "fp16")
+    assert m["weights_bytes"] / 1e9 == pytest.approx(2.2, abs=0.01)
+    assert m["kv_bytes"] == pytest.approx(45e6, rel=0.03)
+    assert 50e6 <= m["activation_bytes"] <= 200e6
+    assert m["total_bytes"] / 1e9 == pytest.approx(2.4, abs=0.05) and m["fits"]
+
+
+def test_70B_fp16_does_not_fit_one_80GB_a100_but_int4_does():
+    c, a100 = load_preset("llama-2-70b"), load_device("a100-80gb")
+    assert not memory_budget(c, a100, 2048, 1, "fp16")["fits"]
+    assert memory_budget(c, a100, 2048, 1, "int4")["fits"]
+    assert max_batch(c, a100, 2048, "fp16") == 0 and max_batch(c, a100, 2048, "int4") > 10
+
+
+def test_max_batch_and_context_are_the_largest_that_fit():
+    dev = custom_device("8 GB card", memory_gb=8, bandwidth_gb_s=300, peak_tflops=30)
+    b = max_batch(TINY, dev, 2048, "fp16")
+    assert memory_budget(TINY, dev, 2048, b, "fp16")["fits"]
+    assert not memory_budget(TINY, dev, 2048, b + 1, "fp16")["fits"]
+    small = custom_device("3 GB", memory_gb=2.4, bandwidth_gb_s=100, peak_tflops=10)
+    t = max_context(TINY, small, batch=8, weight_dtype="fp16")
+    assert 0 < t < 2048
+    assert memory_budget(TINY, small, t, 8, "fp16")["fits"] and not memory_budget(TINY, small, t + 1, 8, "fp16")["fits"]
+    assert max_context(TINY, load_device("a100"), 1, "fp16") == 2048          # capped at the model's context
+
+
+def test_fit_grid_rows():
+    rows = fit_grid(TINY, load_device("T4"), [512, 2048], [1, 64])
+    assert len(rows) == 4 and {r["fits"] for r in rows} <= {True, False}
+
+
+def test_bad_memory_inputs():
+    with pytest.raises(SpecError):
+        memory_budget(TINY, load_device("a100"), 2048, 0)
+    with pytest.raises(SpecError):
+        memory_budget(TINY, load_device("a100"), 2048, 1, usable_fraction=1.5)
+    with pytest.raises(SpecError):
+        prefill_scratch_bytes(4096, 0, 1, 1, 1)
