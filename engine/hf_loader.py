@@ -19,6 +19,7 @@ from typing import Any, Callable, Iterable
 import numpy as np
 
 from engine.errors import ModelError
+from specs.hf_config import lift_rope_parameters
 from specs.model_config import ModelConfig, SpecError
 
 Progress = Callable[[float, str], None]
@@ -161,21 +162,6 @@ def check_llama_architecture(cfg: dict, where: str) -> None:
         raise ModelError(f"{where}: this checkpoint has attention/MLP biases, which the engine's Llama does not have")
     if cfg.get("hidden_act", "silu") != "silu":
         raise ModelError(f"{where}: hidden_act {cfg.get('hidden_act')!r} is not supported (Llama uses 'silu')")
-
-
-def lift_rope_parameters(cfg: dict) -> dict:
-    """transformers >= 5 writes {"rope_parameters": {"rope_theta": ..., "rope_type": ..., ...}} instead of the
-    classic top-level rope_theta / rope_scaling keys; copy them up (classic keys win when both are present)."""
-    rp = cfg.get("rope_parameters")
-    if not isinstance(rp, dict):
-        return cfg
-    cfg = dict(cfg)
-    if "rope_theta" in rp:
-        cfg.setdefault("rope_theta", rp["rope_theta"])
-    scaling = {k: v for k, v in rp.items() if k != "rope_theta"}
-    if scaling.get("rope_type", "default") != "default" and cfg.get("rope_scaling") is None:
-        cfg["rope_scaling"] = scaling
-    return cfg
 
 
 def config_from_hf_folder(folder: Path) -> ModelConfig:

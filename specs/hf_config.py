@@ -127,6 +127,21 @@ def _layer_types(cfg: dict, model_type: str, layers: int, window: int | None,
     return tuple("sliding_attention" for _ in range(layers))  # Mistral: every layer windowed
 
 
+def lift_rope_parameters(cfg: dict) -> dict:
+    """transformers >= 5 writes {"rope_parameters": {"rope_theta": ..., "rope_type": ..., ...}} instead of the
+    classic top-level rope_theta / rope_scaling keys; copy them up (classic keys win when both are present)."""
+    rp = cfg.get("rope_parameters")
+    if not isinstance(rp, dict):
+        return cfg
+    cfg = dict(cfg)
+    if "rope_theta" in rp:
+        cfg.setdefault("rope_theta", rp["rope_theta"])
+    scaling = {k: v for k, v in rp.items() if k != "rope_theta"}
+    if scaling.get("rope_type", "default") != "default" and cfg.get("rope_scaling") is None:
+        cfg["rope_scaling"] = scaling
+    return cfg
+
+
 def parse_hf_config(cfg: dict, name: str | None = None) -> ModelConfig:
     """`ModelConfig` from a Hugging Face `config.json` dict (decoder-only models; see the module docstring)."""
     if not isinstance(cfg, dict):
@@ -138,6 +153,7 @@ def parse_hf_config(cfg: dict, name: str | None = None) -> ModelConfig:
         carried = {k: cfg[k] for k in ("torch_dtype", "bos_token_id", "eos_token_id") if k in cfg}
         cfg = {**carried, **cfg["text_config"], "_name_or_path": outer_name,
                "model_type": cfg["text_config"].get("model_type", cfg.get("model_type"))}
+    cfg = lift_rope_parameters(cfg)
     model_type = str(cfg.get("model_type") or "llama").lower()
     cfg = {**FAMILY_DEFAULTS.get(model_type, {}), **cfg}
     if model_type in ENCODER_DECODER or cfg.get("is_encoder_decoder") is True:
