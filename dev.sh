@@ -24,6 +24,7 @@ case "$cmd" in
   app)   install requirements.txt;     exec "$VENV/bin/python" -m streamlit run app.py "$@" ;;
   test)  install requirements-dev.txt; exec "$VENV/bin/python" -m pytest -q "$@" ;;
   bench) install requirements-dev.txt
-         "$VENV/bin/python" bench/bench_engine.py "$@" ;;
+         "$VENV/bin/python" bench/bench_engine.py "$@"
+         "$VENV/bin/python" bench/bench_predicted_vs_measured.py "$@" ;;
   *) echo "usage: ./dev.sh app | test | bench" >&2; exit 2 ;;
 esac
