@@ -17,7 +17,9 @@ def _parser() -> argparse.ArgumentParser:
     g = sub.add_parser("generate", help="generate text from a prompt, streaming tokens")
     g.add_argument("--model", default=None,
                    help="smollm2 (default, offline) | path/to/model.gguf | HF folder | owner/repo | random:<preset>")
-    g.add_argument("--prompt", required=True, help="the prompt text")
+    src = g.add_mutually_exclusive_group(required=True)
+    src.add_argument("--prompt", help="the prompt text")
+    src.add_argument("--prompt-ids", help="the prompt as token ids, e.g. '1 14350 263 5828' (models without a tokenizer)")
     g.add_argument("--chat", action="store_true", help="wrap the prompt in the model's chat template")
     g.add_argument("--max-new-tokens", type=int, default=64)
     g.add_argument("--temperature", type=float, default=0.0, help="0 = greedy")
@@ -41,7 +43,13 @@ def _generate(args) -> int:
     if not args.json:
         print(f"\rloaded {model.name} in {load_s:.1f} s".ljust(120), file=sys.stderr)
     prompt = args.prompt
-    if args.chat:
+    if args.prompt_ids is not None:
+        from engine.errors import ModelError
+        try:
+            prompt = [int(t) for t in args.prompt_ids.replace(",", " ").split()]
+        except ValueError:
+            raise ModelError("--prompt-ids must be whole numbers separated by spaces") from None
+    elif args.chat:
         if model.tokenizer is None or not model.tokenizer.has_chat_template:
             from engine.errors import ModelError
             raise ModelError(f"{model.name} has no chat template; drop --chat")
