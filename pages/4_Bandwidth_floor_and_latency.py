@@ -1,0 +1,204 @@
+"""Bandwidth floor and latency: the fastest a token can come out (weights and KV streamed once per step), prefill
+time and TTFT, ITL, total latency, throughput and cost, ideal (datasheet peaks) and realistic (MBU/MFU knobs),
+the batching table, and a comparison across devices.
+
+Numbers: `calculators.latency` (generation_latency, batch_table_for, Efficiency), `calculators.explain` (formulas).
+"""
+from __future__ import annotations
+
+import pandas as pd
+import plotly.express as px
+import streamlit as st
+
+from calculators.explain import (explain_cost_per_million, explain_decode_floor, explain_itl, explain_prefill,
+                                 explain_throughput, explain_total_latency)
+from calculators.latency import Efficiency, batch_table_for, generation_latency
+from calculators.units import GB, KV_DTYPES, WEIGHT_DTYPES, default_kv_dtype, fmt_num
+from specs.devices import Device
+from specs.model_config import ModelConfig, SpecError
+from ui import df_with_download, float_field, formula_expander, int_field, setup_page, show_error
+from ui.model_source import choice_field, device_multiselect, device_picker, model_source, units_note
+
+COMPARE_DEFAULT = ["RTX 4090", "A100 SXM 40GB", "H100 SXM", "H200", "MI300X", "L4"]
+BATCHES = (1, 8, 32, 128)
+KNOBS = (("decode_mbu", "Decode MBU", "Fraction of peak memory bandwidth a decode step reaches (model bandwidth "
+          "utilisation). Databricks/MosaicML (2023) report about 50-70% at small batch on A100/H100."),
+         ("prefill_mfu", "Prefill MFU", "Fraction of peak FLOP/s a prefill reaches (model FLOP/s utilisation). "
+          "Pope et al. 2022 reach up to 76% on large prefills; 40-60% is common."),
+         ("prefill_mbu", "Prefill MBU", "Bandwidth fraction while a prefill streams the weights in large GEMM "
+          "tiles (only matters for very short prompts)."),
+         ("decode_mfu", "Decode MFU", "Compute fraction in decode (only matters at very large batch)."))
+
+
+def ms(x: float | None) -> str:
+    return "–" if x is None else f"{fmt_num(x, 3)} ms"
+
+
+def usd(x: float | None) -> str:
+    return "no price" if x is None else f"${fmt_num(x, 3)}"
+
+
+def efficiency_knobs() -> Efficiency | None:
+    defaults = Efficiency()
+    with st.expander("Realistic efficiency (MBU / MFU knobs)", expanded=False):
+        st.caption("Datasheet peaks are never reached. These fractions turn the ideal floor into a realistic "
+                   "estimate; defaults are published typical values (see each field's help and "
+                   "`calculators.latency.Efficiency`).")
+        cols = st.columns(4)
+        values = {name: float_field(label, getattr(defaults, name), 0.01, 1.0, key=f"lat.{name}", step=0.05,
+                                    where=cols[i], help=help_text)
+                  for i, (name, label, help_text) in enumerate(KNOBS)}
+    if None in values.values():
+        return None
+    return Efficiency(**values)
+
+
+def headline(config: ModelConfig, device: Device, P: int, N: int, B: int, wd: str, kd: str,
+             eff: Efficiency) -> None:
+    g = generation_latency(config, device, P, N, B, wd, kd, eff)
+    ideal, real = g["ideal"], g["realistic"]
+    floor = explain_decode_floor(config, device, P, B, wd, kd)
+    st.subheader(f"{config.name} on {device.name}")
+    c = st.columns(3)
+    c[0].metric("Bandwidth floor per token", ms(floor.value), help="Weights + KV cache streamed once at peak "
+                "bandwidth: no decode step can be faster.")
+    c[1].metric("Time to first token (TTFT)", ms(real["ttft_ms"]),
+                help=f"ideal {ms(ideal['ttft_ms'])}; realistic prefill is {real['prefill_bound']}-bound")
+    c[2].metric("Inter-token latency (ITL)", ms(real["itl_ms"]),
+                help=f"ideal {ms(ideal['itl_ms'])}; realistic decode is {real['decode_bound']}-bound")
+    c = st.columns(3)
+    c[0].metric(f"Total for {N:,} tokens", ms(real["total_ms"]), help=f"ideal {ms(ideal['total_ms'])}")
+    c[1].metric("Tokens/s, all streams", fmt_num(real["total_tok_s"], 4),
+                help=f"per stream {fmt_num(real['per_stream_tok_s'], 4)}; ideal {fmt_num(ideal['total_tok_s'], 4)}")
+    c[2].metric("$ per 1M tokens", usd(real["usd_per_million_tokens"]),
+                help=f"ideal {usd(ideal['usd_per_million_tokens'])}; price: {device.price_note or 'unknown'}")
+    st.caption("The floor is the ideal limit; the other metrics are the realistic estimate (efficiency knobs "
+               "above; hover a metric for its ideal value). The ITL is taken at the mean context of the reply "
+               f"({g['mean_context_tokens']:,} tokens).")
+    pre = explain_prefill(config, device, P, B, wd, kd, eff)
+    itl = explain_itl(config, device, g["mean_context_tokens"], B, wd, kd, eff)
+    tot = explain_total_latency(real["ttft_ms"], real["itl_ms"], N)
+    thr = explain_throughput(B, real["itl_ms"])
+    text = (f"**Bandwidth floor** `{floor.symbolic}`\n\n{floor.formula}\n\n"
+            f"**Prefill (= TTFT, no queue)** `{pre.symbolic}`\n\n{pre.formula}\n\n"
+            f"**ITL** `{itl.symbolic}`\n\n{itl.formula}\n\n"
+            f"**Total latency** `{tot.symbolic}`\n\n{tot.formula}\n\n"
+            f"**Throughput** `{thr.symbolic}`\n\n{thr.formula}")
+    if device.price_usd_per_hour and real["total_tok_s"] > 0:
+        cost = explain_cost_per_million(device.price_usd_per_hour, real["total_tok_s"])
+        text += f"\n\n**Cost** `{cost.symbolic}`\n\n{cost.formula} ({cost.source})"
+    text += f"\n\nSources: {floor.source}; {pre.source}; {itl.source}."
+    formula_expander("Formulas behind these numbers (realistic case)", text)
+    rows = [("Prefill (ms)", "prefill_ms"), ("TTFT (ms)", "ttft_ms"), ("ITL (ms)", "itl_ms"),
+            ("Total latency (ms)", "total_ms"), ("Tokens/s per stream", "per_stream_tok_s"),
+            ("Tokens/s all streams", "total_tok_s"), ("$ per 1M tokens", "usd_per_million_tokens")]
+    df = pd.DataFrame({"quantity": [r[0] for r in rows], "ideal": [ideal[r[1]] for r in rows],
+                       "realistic": [real[r[1]] for r in rows]})
+    df_with_download(df, "latency_ideal_vs_realistic", column_config={
+        "ideal": st.column_config.NumberColumn(format="%.4g"),
+        "realistic": st.column_config.NumberColumn(format="%.4g")})
+    st.caption(f"Realistic prefill is {real['prefill_bound']}-bound and decode {real['decode_bound']}-bound.")
+
+
+def batching(config: ModelConfig, device: Device, wd: str, kd: str) -> None:
+    st.subheader("Batching: one weight read, many tokens")
+    st.markdown(
+        "A decode step reads the weights once whatever the batch, plus every sequence's own KV cache. Adding "
+        "sequences therefore multiplies the tokens per step while the step grows only by their cache: total "
+        "throughput climbs steeply, each stream slows a little.")
+    ctx = int_field("Context per sequence (tokens)", min(300, config.max_position_embeddings), 1,
+                    config.max_position_embeddings, key="lat.batch_ctx")
+    if ctx is None:
+        return
+    rows = batch_table_for(config, device, ctx, BATCHES, wd, kd)
+    df = pd.DataFrame({
+        "batch": [r["batch"] for r in rows],
+        "weights (GB)": [r["weight_bytes"] / GB for r in rows],
+        "KV read (GB)": [r["kv_read_bytes"] / GB for r in rows],
+        "total read (GB)": [r["total_bytes"] / GB for r in rows],
+        "step (ms)": [r["step_ms"] for r in rows],
+        "tokens/s all streams": [r["total_tok_s"] for r in rows],
+        "tokens/s per stream": [r["per_stream_tok_s"] for r in rows],
+        "$ per 1M tokens": [r["usd_per_million_tokens"] for r in rows],
+    })
+    f3 = st.column_config.NumberColumn(format="%.3f")
+    df_with_download(df, "batching_table", column_config={
+        "weights (GB)": f3, "KV read (GB)": f3, "total read (GB)": f3, "step (ms)": f3,
+        "tokens/s all streams": st.column_config.NumberColumn(format="localized"),
+        "tokens/s per stream": st.column_config.NumberColumn(format="%.0f"),
+        "$ per 1M tokens": st.column_config.NumberColumn(format="%.4f")})
+    st.caption("Ideal numbers (peak bandwidth, `calculators.latency.batch_table`): step = (weights + batch × "
+               "KV per sequence) / bandwidth; tokens/s = batch / step. Weights count every parameter once per "
+               "step (an MoE step counts the experts its tokens touch).")
+
+
+def compare(config: ModelConfig, primary: Device, P: int, N: int, B: int, wd: str, kd: str,
+            eff: Efficiency) -> None:
+    st.subheader("Compare devices")
+    devices = device_multiselect("lat.compare", COMPARE_DEFAULT)
+    if primary.name not in [d.name for d in devices]:
+        devices = [primary, *devices]
+    rows, errors = [], []
+    for d in devices:
+        try:
+            g = generation_latency(config, d, P, N, B, wd, kd, eff)
+        except SpecError as e:
+            errors.append(f"{d.name}: {e}")
+            continue
+        for case in ("ideal", "realistic"):
+            r = g[case]
+            rows.append({"device": d.name, "case": case, "TTFT (ms)": r["ttft_ms"], "ITL (ms)": r["itl_ms"],
+                         "total latency (ms)": r["total_ms"], "tokens/s all streams": r["total_tok_s"],
+                         "$ per 1M tokens": r["usd_per_million_tokens"]})
+    for e in errors:
+        show_error(e)
+    if not rows:
+        return
+    df = pd.DataFrame(rows)
+    metric = st.radio("Compare", ["ITL (ms)", "TTFT (ms)", "total latency (ms)", "tokens/s all streams",
+                                  "$ per 1M tokens"], horizontal=True, key="lat.compare_metric")
+    fig = px.bar(df, x="device", y=metric, color="case", barmode="group", text_auto=",.3~r",
+                 color_discrete_map={"ideal": "#9ecae9", "realistic": "#4C78A8"},
+                 title=f"{metric}: {config.name}, prompt {P:,}, reply {N:,}, batch {B:,}")
+    fig.update_layout(height=440, margin=dict(l=10, r=10, t=50, b=10))
+    st.plotly_chart(fig)
+    if metric == "$ per 1M tokens":
+        st.caption("Devices without an hourly price (Apple, some accelerators) have no cost bar. Prices are "
+                   "typical on-demand rates and assumptions (specs/devices.json).")
+    df_with_download(df, "device_comparison", column_config={
+        c: st.column_config.NumberColumn(format="%.4g") for c in df.columns if c not in ("device", "case")})
+
+
+def main() -> None:
+    setup_page("Bandwidth floor and latency", icon=":material/speed:")
+    st.title("Bandwidth floor and latency")
+    st.markdown(
+        "Generating one token means streaming every weight (and the conversation's KV cache) from memory, so "
+        "memory bandwidth sets a hard lower limit on the time between tokens. The first token is different: "
+        "the prompt's tokens share each weight read, so prefill is limited by compute instead.")
+    config = model_source()
+    device = device_picker()
+    units_note()
+    if config is None or device is None:
+        st.info("Choose a model and a device in the sidebar.")
+        return
+    cols = st.columns(5)
+    wd = choice_field("Weight precision", WEIGHT_DTYPES, "bf16", key="lat.wd", where=cols[0])
+    kd = choice_field("KV precision", KV_DTYPES, default_kv_dtype(wd), key="lat.kd", where=cols[1])
+    P = int_field("Prompt tokens", min(100, config.max_position_embeddings - 1), 1, config.max_position_embeddings,
+                  key="lat.prompt", where=cols[2])
+    N = int_field("Output tokens", 200, 1, config.max_position_embeddings, key="lat.output", where=cols[3])
+    B = int_field("Batch", 1, 1, 1 << 16, key="lat.batch", where=cols[4])
+    eff = efficiency_knobs()
+    if None in (P, N, B) or eff is None:
+        return
+    for section in (lambda: headline(config, device, P, N, B, wd, kd, eff),
+                    lambda: batching(config, device, wd, kd),
+                    lambda: compare(config, device, P, N, B, wd, kd, eff)):
+        try:
+            section()
+        except SpecError as e:
+            show_error(e)
+
+
+main()

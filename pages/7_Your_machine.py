@@ -1,0 +1,195 @@
+"""Your machine: the theory's prediction for the loaded model on this computer (measured NumPy bandwidth and GEMM
+speed) next to the engine's own timings and counters, op by op.
+
+Predicted: `calculators.roofline` (weight_bytes_read, forward_flops, kv_bytes_step) and `calculators.explain`
+(bandwidth floor, compute time), on `specs.devices.measure_this_machine`. Measured: `engine.Trace(timing=True)`
+around `Model.prefill` and `Model.decode_step`.
+"""
+from __future__ import annotations
+
+import statistics
+
+import numpy as np
+import pandas as pd
+import plotly.express as px
+import streamlit as st
+
+from calculators.explain import explain_bandwidth_floor, explain_compute_time
+from calculators.roofline import forward_flops, kv_bytes_step, weight_bytes_read
+from calculators.units import MB, fmt_bytes, fmt_num
+from engine import Model, Trace
+from specs.devices import Device
+from specs.model_config import SpecError
+from ui import df_with_download, formula_expander, int_field, model_picker, setup_page, show_error
+from ui.model_source import device_caption, fmt_si, measured_machine
+
+ENGINE_DTYPE = "fp32"                       # the engine holds and multiplies float32
+GFLOP = 1e9
+RESULTS_KEY = "machine.results"             # {(model source, prompt tokens, decode steps): Run}
+
+
+def run_engine(model: Model, prompt_tokens: int, steps: int) -> dict:
+    """Prefill a prompt of random token ids, then `steps` decode steps, each under its own timing Trace."""
+    ids = [int(t) for t in np.random.default_rng(0).integers(0, model.config.vocab_size, prompt_tokens)]
+    cache = model.new_cache(1, prompt_tokens + steps)
+    prefill = Trace(timing=True)
+    logits = model.prefill(ids, cache, trace=prefill)
+    token = int(np.argmax(logits))
+    decodes = []
+    for _ in range(steps):
+        tr = Trace(timing=True)
+        token = int(np.argmax(model.decode_step(token, cache, trace=tr)))
+        decodes.append(tr)
+    return dict(prefill=prefill, decodes=decodes,
+                decode_all=Trace(timing=True, records=[r for tr in decodes for r in tr.records]))
+
+
+def predictions(model: Model, device: Device, n: int) -> dict:
+    c = model.config
+    wb = weight_bytes_read(c, 1, ENGINE_DTYPE)
+    itl = explain_bandwidth_floor(wb, device.memory_bandwidth_bytes_per_s)
+    fl = forward_flops(c, n, n)
+    pre = explain_compute_time(fl, device.peak(ENGINE_DTYPE))
+    return dict(weight_bytes=wb, itl=itl, prefill_flops=fl, prefill=pre,
+                decode_flops=forward_flops(c, 1, n + 1), kv_read=kv_bytes_step(c, 1, n + 1, ENGINE_DTYPE)["read"])
+
+
+def op_frame(trace: Trace, phase: str) -> pd.DataFrame:
+    ops = trace.by_op()
+    return pd.DataFrame({"phase": phase, "op": list(ops), "calls": [o["calls"] for o in ops.values()],
+                         "time (ms)": [o["seconds"] * 1e3 for o in ops.values()],
+                         "GFLOP": [o["flops"] / GFLOP for o in ops.values()],
+                         "weights read (MB)": [o["weight_bytes"] / MB for o in ops.values()],
+                         "KV read (MB)": [o["kv_read_bytes"] / MB for o in ops.values()]})
+
+
+def show_run(model: Model, pred: dict, run: dict, n: int, steps: int) -> None:
+    pre, decodes = run["prefill"], run["decodes"]
+    step_s = [tr.total("seconds") for tr in decodes]
+    itl_ms = statistics.median(step_s) * 1e3
+    prefill_ms = pre.total("seconds") * 1e3
+    c = st.columns(4)
+    c[0].metric("Measured ITL (median)", f"{fmt_num(itl_ms, 3)} ms", delta_color="off", delta_arrow="off",
+                delta=f"{fmt_num(itl_ms / pred['itl'].value, 3)}× the prediction")
+    c[1].metric("Predicted ITL", f"{fmt_num(pred['itl'].value, 3)} ms")
+    c[2].metric(f"Measured prefill ({n:,} tokens)", f"{fmt_num(prefill_ms, 3)} ms", delta_color="off",
+                delta_arrow="off", delta=f"{fmt_num(prefill_ms / pred['prefill'].value, 3)}× the prediction")
+    c[3].metric("Predicted prefill", f"{fmt_num(pred['prefill'].value, 3)} ms")
+    first = decodes[0]
+    rows = [
+        ("decode step time (ms)", pred["itl"].value, itl_ms, "bandwidth floor vs median of the steps"),
+        ("prefill time (ms)", pred["prefill"].value, prefill_ms, "FLOPs / GEMM FLOP/s vs the prefill pass"),
+        ("decode weights read (MB)", pred["weight_bytes"] / MB, first.weight_bytes / MB,
+         "roofline.weight_bytes_read vs Trace"),
+        ("decode KV read, first step (MB)", pred["kv_read"] / MB, first.kv_read_bytes / MB,
+         "roofline.kv_bytes_step vs Trace"),
+        ("decode GFLOP, first step", pred["decode_flops"] / GFLOP, first.flops / GFLOP,
+         "roofline.forward_flops vs Trace"),
+        ("prefill GFLOP", pred["prefill_flops"] / GFLOP, pre.flops / GFLOP, "roofline.forward_flops vs Trace"),
+    ]
+    df = pd.DataFrame({"quantity": [r[0] for r in rows], "predicted": [r[1] for r in rows],
+                       "measured": [r[2] for r in rows],
+                       "measured / predicted": [r[2] / r[1] if r[1] else float("nan") for r in rows],
+                       "compared": [r[3] for r in rows]})
+    st.markdown("**Predicted vs measured.** Counters (bytes, FLOPs) should agree to within 1%: theory and engine "
+                "count by the same convention. Times differ by how far NumPy is from the machine's best: "
+                "a ratio above 1 is time the engine spends beyond the floor.")
+    f = st.column_config.NumberColumn(format="%.4g")
+    df_with_download(df, "predicted_vs_measured", column_config={"predicted": f, "measured": f,
+                                                                 "measured / predicted": f})
+    ops = pd.concat([op_frame(pre, f"prefill ({n:,} tokens)"), op_frame(run["decode_all"], f"decode ({steps} steps)")])
+    fig = px.bar(ops, x="time (ms)", y="op", color="phase", orientation="h", barmode="group",
+                 title="Where the time goes, op by op (summed over layers; decode summed over its steps)")
+    fig.update_layout(height=460, margin=dict(l=10, r=10, t=50, b=10), yaxis=dict(autorange="reversed"),
+                      legend=dict(orientation="h", y=-0.15))
+    st.plotly_chart(fig)
+    df_with_download(ops, "time_by_op", column_config={"time (ms)": st.column_config.NumberColumn(format="%.3f"),
+                                                       "GFLOP": st.column_config.NumberColumn(format="%.4g"),
+                                                       "weights read (MB)": st.column_config.NumberColumn(
+                                                           format="%.2f"),
+                                                       "KV read (MB)": st.column_config.NumberColumn(format="%.3f")})
+    with st.expander(f"Each decode step ({steps})"):
+        df_with_download(pd.DataFrame({"step": list(range(1, steps + 1)),
+                                       "time (ms)": [s * 1e3 for s in step_s],
+                                       "KV read (MB)": [tr.kv_read_bytes / MB for tr in decodes]}),
+                         "decode_steps")
+    st.caption("Timings are the engine's own (`engine.Trace(timing=True)`: a clock read after each op). The "
+               "first steps can be slower while memory pages are touched; the median ignores them.")
+
+
+def main() -> None:
+    setup_page("Your machine", icon=":material/computer:")
+    st.title("Your machine")
+    st.markdown(
+        "The other pages predict costs from datasheets; this one checks the predictions where you can watch: the "
+        "NumPy engine on this computer. We measure the machine's memory bandwidth and matrix-multiply speed, "
+        "predict the loaded model's token time from them, then run the model and compare.")
+    model = model_picker()
+    with st.sidebar:
+        st.header("This machine")
+        device = measured_machine()
+        st.caption(device_caption(device))
+        st.caption(device.source)
+        if st.button("Measure again", key="machine.remeasure"):
+            measured_machine.clear()
+            st.rerun()
+    if model is None:
+        st.info("Load a model in the sidebar to compare the prediction with a real run.")
+        return
+    c = model.config
+    cols = st.columns(2)
+    n = int_field("Prompt tokens", 64, 1, c.max_position_embeddings - 1, key="machine.prompt", where=cols[0])
+    steps = int_field("Decode steps", 16, 1, 1024, key="machine.steps", where=cols[1])
+    if n is None or steps is None:
+        return
+    if n + steps > c.max_position_embeddings:
+        show_error(f"{n:,} prompt tokens + {steps:,} decode steps exceed {c.name}'s context window "
+                   f"({c.max_position_embeddings:,} tokens); lower one of them.")
+        return
+    try:
+        pred = predictions(model, device, n)
+    except SpecError as e:
+        show_error(e)
+        return
+    st.subheader(f"Predicted for {model.name} on this machine")
+    p = st.columns(3)
+    p[0].metric("Weights read per token (fp32)", fmt_bytes(pred["weight_bytes"]))
+    p[1].metric("Predicted ITL", f"{fmt_num(pred['itl'].value, 3)} ms",
+                help=f"at the measured {fmt_num(device.memory_bandwidth_gb_s, 4)} GB/s")
+    p[2].metric(f"Predicted prefill ({n:,} tokens)", f"{fmt_num(pred['prefill'].value, 3)} ms",
+                help=f"{fmt_si(pred['prefill_flops'], 'FLOP')} at the measured "
+                     f"{fmt_si(device.peak(ENGINE_DTYPE), 'FLOP/s')}")
+    itl, pre = pred["itl"], pred["prefill"]
+    formula_expander("Formulas: predicted ITL and prefill",
+                     f"**ITL** = weight bytes read per token (float32, as the engine holds them) / measured "
+                     f"bandwidth: `{itl.symbolic}` = {itl.formula}\n\n**Prefill** = matmul FLOPs / measured FP32 "
+                     f"GEMM FLOP/s: `{pre.symbolic}` = {pre.formula}\n\nSources: {itl.source}; {pre.source}. "
+                     f"Bytes: `calculators.roofline.weight_bytes_read`; FLOPs: `forward_flops`.")
+    df_with_download(pd.DataFrame({
+        "quantity": ["measured bandwidth (GB/s)", "measured FP32 GEMM (GFLOP/s)", "weights read per token (MB)",
+                     "predicted ITL (ms)", f"prefill of {n:,} tokens (GFLOP)", "predicted prefill (ms)"],
+        "value": [device.memory_bandwidth_gb_s, device.peak(ENGINE_DTYPE) / GFLOP, pred["weight_bytes"] / MB,
+                  itl.value, pred["prefill_flops"] / GFLOP, pre.value],
+        "from": ["specs.devices.measure_this_machine", "specs.devices.measure_this_machine",
+                 "calculators.roofline.weight_bytes_read", "calculators.explain.explain_bandwidth_floor",
+                 "calculators.roofline.forward_flops", "calculators.explain.explain_compute_time"]}),
+        "prediction", column_config={"value": st.column_config.NumberColumn(format="%.4g")})
+    st.caption("GB = 10⁹ bytes, MB = 10⁶ bytes.")
+    key = (model.source, n, steps)
+    results = st.session_state.setdefault(RESULTS_KEY, {})
+    if st.button("Run the engine", key="machine.run", type="primary", icon=":material/play_arrow:"):
+        with st.spinner(f"Prefilling {n:,} tokens, then {steps} decode steps …"):
+            try:
+                results[key] = run_engine(model, n, steps)
+            except SpecError as e:
+                show_error(e)
+                return
+    run = results.get(key)
+    if run is None:
+        st.caption("Press **Run the engine** to measure (a prefill and the decode steps, timed op by op).")
+        return
+    st.subheader("Measured")
+    show_run(model, pred, run, n, steps)
+
+
+main()
