@@ -17,7 +17,7 @@ from calculators.units import MB, WEIGHT_DTYPES, fmt_bytes, fmt_num
 from specs.devices import Device
 from specs.model_config import SpecError
 from ui import df_with_download, formula_expander, int_field, setup_page, show_error
-from ui.model_source import choice_field, device_picker, fmt_si, model_source, table_height, units_note
+from ui.model_source import choice_field, fmt_si, sizing_inputs, table_height
 
 PHASE_SYMBOL = {"prefill": "circle", "decode": "diamond"}
 KIND_COLORS = {"matmul": "#4C78A8", "attention": "#E45756", "elementwise": "#54A24B", "memory": "#B279A2",
@@ -108,12 +108,10 @@ def main() -> None:
         "one depends on how many FLOPs it does per byte it moves. The roofline draws both limits on one chart, "
         "and each operation of a layer lands under it as a point: prefill ops sit right of the ridge, decode ops "
         "far to the left.")
-    config = model_source()
-    device = device_picker()
-    units_note()
-    if config is None or device is None:
-        st.info("Choose a model and a device in the sidebar.")
+    chosen = sizing_inputs()
+    if chosen is None:
         return
+    config, device = chosen
     cols = st.columns(3)
     wd = choice_field("Weight precision", WEIGHT_DTYPES, "bf16", key="roof.wd", where=cols[0],
                       help="Also sets the compute precision: fp8 weights use the fp8 peak, int8/int4 weight-only "

@@ -17,7 +17,7 @@ from calculators.units import GB, KV_DTYPES, WEIGHT_DTYPES, default_kv_dtype, fm
 from specs.devices import Device
 from specs.model_config import ModelConfig, SpecError
 from ui import df_with_download, float_field, formula_expander, int_field, setup_page, show_error
-from ui.model_source import choice_field, device_multiselect, device_picker, model_source, units_note
+from ui.model_source import choice_field, device_multiselect, sizing_inputs
 
 COMPARE_DEFAULT = ["RTX 4090", "A100 SXM 40GB", "H100 SXM", "H200", "MI300X", "L4"]
 BATCHES = (1, 8, 32, 128)
@@ -176,12 +176,10 @@ def main() -> None:
         "Generating one token means streaming every weight (and the conversation's KV cache) from memory, so "
         "memory bandwidth sets a hard lower limit on the time between tokens. The first token is different: "
         "the prompt's tokens share each weight read, so prefill is limited by compute instead.")
-    config = model_source()
-    device = device_picker()
-    units_note()
-    if config is None or device is None:
-        st.info("Choose a model and a device in the sidebar.")
+    chosen = sizing_inputs()
+    if chosen is None:
         return
+    config, device = chosen
     cols = st.columns(5)
     wd = choice_field("Weight precision", WEIGHT_DTYPES, "bf16", key="lat.wd", where=cols[0])
     kd = choice_field("KV precision", KV_DTYPES, default_kv_dtype(wd), key="lat.kd", where=cols[1])

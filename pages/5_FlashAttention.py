@@ -17,7 +17,7 @@ from calculators.flash_attention import flash_attention_report, tiled_attention_
 from calculators.units import GB, MB, bytes_per_element, fmt_bytes, fmt_num
 from specs.model_config import SpecError
 from ui import df_with_download, formula_expander, int_field, setup_page, show_error
-from ui.model_source import choice_field, device_picker, fmt_si, model_source, table_height, units_note
+from ui.model_source import choice_field, fmt_si, sizing_inputs, table_height
 
 DTYPES = ("fp32", "bf16", "fp16", "fp8")
 SEQ_GRID = (128, 256, 512, 1024, 2048, 4096, 8192, 16384, 32768, 65536, 131072)
@@ -33,12 +33,10 @@ def main() -> None:
         "probabilities, and reads them again for the weighted sum of values: for long prompts that traffic "
         "dwarfs Q, K and V themselves. A tiled kernel keeps each block of scores in on-chip memory, so the same "
         "FLOPs move far fewer bytes.")
-    config = model_source()
-    device = device_picker()
-    units_note()
-    if config is None or device is None:
-        st.info("Choose a model and a device in the sidebar.")
+    chosen = sizing_inputs()
+    if chosen is None:
         return
+    config, device = chosen
     cols = st.columns(6)
     N = int_field("Sequence length N", min(2048, config.max_position_embeddings), 1, 1 << 20, key="fa.seq",
                   where=cols[0], help="Tokens in the prompt (prefill): S and P are N × N per head.")

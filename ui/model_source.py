@@ -394,3 +394,15 @@ def fmt_si(x: float, unit: str, digits: int = 3) -> str:
 def table_height(rows: int, max_px: int = 740) -> int:
     """Pixel height that shows `rows` table rows without an inner scrollbar (up to `max_px`)."""
     return min(35 * (rows + 1) + 3, max_px)
+
+
+def sizing_inputs() -> tuple[Any, Any] | None:
+    """The sidebar pair every sizing page starts with: (model config, device), after the units note; or None
+    (with a hint on the page) while either is missing or invalid."""
+    config = model_source()
+    device = device_picker()
+    units_note()
+    if config is None or device is None:
+        st.info("Choose a model and a device in the sidebar.")
+        return None
+    return config, device
