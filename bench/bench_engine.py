@@ -102,7 +102,6 @@ def bench_torch(model: Model, reps: int, context: int = 32) -> dict | None:
             past = hf(tok, past_key_values=past, use_cache=True).past_key_values
 
         torch_s = median_time(step, reps)
-    del hf
     return dict(torch_ms=torch_s * 1e3, threads=torch.get_num_threads())
 
 

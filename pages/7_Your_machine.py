@@ -7,9 +7,6 @@ around `Model.prefill` and `Model.decode_step`.
 """
 from __future__ import annotations
 
-import statistics
-
-import numpy as np
 import pandas as pd
 import plotly.express as px
 import streamlit as st
@@ -18,6 +15,7 @@ from calculators.explain import explain_bandwidth_floor, explain_compute_time
 from calculators.roofline import forward_flops, kv_bytes_step, weight_bytes_read
 from calculators.units import MB, fmt_bytes, fmt_num
 from engine import Model, Trace
+from engine.profile import ProfileRun, profile_run
 from specs.devices import Device
 from specs.model_config import SpecError
 from ui import df_with_download, formula_expander, int_field, model_picker, setup_page, show_error
@@ -26,22 +24,6 @@ from ui.model_source import device_caption, fmt_si, measured_machine
 ENGINE_DTYPE = "fp32"                       # the engine holds and multiplies float32
 GFLOP = 1e9
 RESULTS_KEY = "machine.results"             # {(model source, prompt tokens, decode steps): Run}
-
-
-def run_engine(model: Model, prompt_tokens: int, steps: int) -> dict:
-    """Prefill a prompt of random token ids, then `steps` decode steps, each under its own timing Trace."""
-    ids = [int(t) for t in np.random.default_rng(0).integers(0, model.config.vocab_size, prompt_tokens)]
-    cache = model.new_cache(1, prompt_tokens + steps)
-    prefill = Trace(timing=True)
-    logits = model.prefill(ids, cache, trace=prefill)
-    token = int(np.argmax(logits))
-    decodes = []
-    for _ in range(steps):
-        tr = Trace(timing=True)
-        token = int(np.argmax(model.decode_step(token, cache, trace=tr)))
-        decodes.append(tr)
-    return dict(prefill=prefill, decodes=decodes,
-                decode_all=Trace(timing=True, records=[r for tr in decodes for r in tr.records]))
 
 
 def predictions(model: Model, device: Device, n: int) -> dict:
@@ -63,11 +45,9 @@ def op_frame(trace: Trace, phase: str) -> pd.DataFrame:
                          "KV read (MB)": [o["kv_read_bytes"] / MB for o in ops.values()]})
 
 
-def show_run(model: Model, pred: dict, run: dict, n: int, steps: int) -> None:
-    pre, decodes = run["prefill"], run["decodes"]
-    step_s = [tr.total("seconds") for tr in decodes]
-    itl_ms = statistics.median(step_s) * 1e3
-    prefill_ms = pre.total("seconds") * 1e3
+def show_run(model: Model, pred: dict, run: ProfileRun, n: int, steps: int) -> None:
+    pre, decodes = run.prefill, run.decodes
+    itl_ms, prefill_ms = run.itl_ms, run.prefill_ms
     c = st.columns(4)
     c[0].metric("Measured ITL (median)", f"{fmt_num(itl_ms, 3)} ms", delta_color="off", delta_arrow="off",
                 delta=f"{fmt_num(itl_ms / pred['itl'].value, 3)}× the prediction")
@@ -97,7 +77,7 @@ def show_run(model: Model, pred: dict, run: dict, n: int, steps: int) -> None:
     f = st.column_config.NumberColumn(format="%.4g")
     df_with_download(df, "predicted_vs_measured", column_config={"predicted": f, "measured": f,
                                                                  "measured / predicted": f})
-    ops = pd.concat([op_frame(pre, f"prefill ({n:,} tokens)"), op_frame(run["decode_all"], f"decode ({steps} steps)")])
+    ops = pd.concat([op_frame(pre, f"prefill ({n:,} tokens)"), op_frame(run.decode_all, f"decode ({steps} steps)")])
     fig = px.bar(ops, x="time (ms)", y="op", color="phase", orientation="h", barmode="group",
                  title="Where the time goes, op by op (summed over layers; decode summed over its steps)")
     fig.update_layout(height=460, margin=dict(l=10, r=10, t=50, b=10), yaxis=dict(autorange="reversed"),
@@ -110,7 +90,7 @@ def show_run(model: Model, pred: dict, run: dict, n: int, steps: int) -> None:
                                                        "KV read (MB)": st.column_config.NumberColumn(format="%.3f")})
     with st.expander(f"Each decode step ({steps})"):
         df_with_download(pd.DataFrame({"step": list(range(1, steps + 1)),
-                                       "time (ms)": [s * 1e3 for s in step_s],
+                                       "time (ms)": run.step_ms,
                                        "KV read (MB)": [tr.kv_read_bytes / MB for tr in decodes]}),
                          "decode_steps")
     st.caption("Timings are the engine's own (`engine.Trace(timing=True)`: a clock read after each op). The "
@@ -180,7 +160,7 @@ def main() -> None:
     if st.button("Run the engine", key="machine.run", type="primary", icon=":material/play_arrow:"):
         with st.spinner(f"Prefilling {n:,} tokens, then {steps} decode steps …"):
             try:
-                results[key] = run_engine(model, n, steps)
+                results[key] = profile_run(model, n, steps)
             except SpecError as e:
                 show_error(e)
                 return

@@ -172,3 +172,15 @@ def test_prompt_longer_than_context_window_is_refused_with_advice():
         model.generate(prompt(60), max_new_tokens=2)
     with pytest.raises(ModelError, match="empty"):
         model.generate([], max_new_tokens=2)
+
+
+def test_profile_run_counts_one_trace_per_step():
+    from engine.profile import profile_run
+    model = Model.random(SHAPES["gqa"], seed=1)
+    run = profile_run(model, prompt_tokens=9, decode_steps=4)
+    assert len(run.decodes) == 4 and run.prefill_ms > 0 and run.itl_ms > 0
+    # the 3rd decode step attends to 9 prompt + 3 tokens: KV read = L · 12 · 2 · kv_dim · 4 bytes
+    c = model.config
+    assert run.decodes[2].kv_read_bytes == c.num_layers * 12 * 2 * c.kv_dim * 4
+    with pytest.raises(ModelError, match="context window"):
+        profile_run(model, prompt_tokens=40, decode_steps=20)

@@ -1,5 +1,4 @@
 import numpy as np
-import pytest
 
 from engine.sampling import sample, sampling_probs
 
