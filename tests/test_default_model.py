@@ -79,3 +79,16 @@ def test_cli_errors_are_one_line_without_traceback(args, needle):
     r = run_cli("generate", "--prompt", "hi", *args)
     assert r.returncode == 2
     assert "Traceback" not in r.stderr and needle in r.stderr.lower()
+
+
+def test_default_model_batched_generation_matches_single(default_model):
+    """Two prompts of different lengths decoded together give each one's own greedy continuation."""
+    from engine.generate import generate_batch
+    tok = default_model.tokenizer
+    other = tok.encode(tok.apply_chat_template([{"role": "user", "content": "What is the capital of France?"}]))
+    assert len(other) != len(PROMPT_IDS)
+    batched = generate_batch(default_model, [PROMPT_IDS, other], max_new_tokens=12)
+    assert batched[0] == GOLDEN_IDS[:12]
+    single = [t.token_id for t in default_model.generate(other, max_new_tokens=12)]
+    assert batched[1] == single
+    assert tok.decode(single, skip_special_tokens=True).startswith("The capital of France is Paris")
