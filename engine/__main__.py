@@ -32,6 +32,7 @@ def _parser() -> argparse.ArgumentParser:
 
 def _generate(args) -> int:
     from engine import load_model
+    from engine.generate import generation_summary
 
     def progress(frac: float, msg: str) -> None:
         if not args.json and sys.stderr.isatty():
@@ -57,24 +58,23 @@ def _generate(args) -> int:
     prompt_ids = model.encode_prompt(prompt)
     tokens = model.generate(prompt_ids, max_new_tokens=args.max_new_tokens, temperature=args.temperature,
                             top_k=args.top_k, top_p=args.top_p, seed=args.seed)
-    ids, texts, lat, kv, finish = [], [], [], 0, None
+    generated = []
     for tok in tokens:
-        ids.append(tok.token_id)
-        texts.append(tok.text)
-        lat.append(tok.seconds)
-        kv, finish = tok.kv_cache_bytes, tok.finish_reason
+        generated.append(tok)
         if not args.json:
             print(tok.text, end="", flush=True)
+    ids = [t.token_id for t in generated]
+    lat, kv, finish = [t.seconds for t in generated], generated[-1].kv_cache_bytes, generated[-1].finish_reason
+    summary = generation_summary(generated)
     if args.json:
         print(json.dumps({
             "model": model.name, "source": model.source, "random_weights": model.random_weights,
-            "prompt_token_ids": prompt_ids, "token_ids": ids, "text": "".join(texts),
+            "prompt_token_ids": prompt_ids, "token_ids": ids, "text": "".join(t.text for t in generated),
             "load_s": round(load_s, 3), "ttft_ms": round(lat[0] * 1e3, 3),
             "itl_ms": [round(s * 1e3, 3) for s in lat[1:]], "kv_cache_bytes": kv, "finish_reason": finish,
         }, ensure_ascii=False))
     else:
-        itl = sum(lat[1:]) / max(1, len(lat) - 1)
-        print(f"\n\n[{len(ids)} tokens · TTFT {lat[0] * 1e3:.0f} ms · ITL {itl * 1e3:.1f} ms · "
+        print(f"\n\n[{len(ids)} tokens · TTFT {summary['ttft_ms']:.0f} ms · ITL {summary['mean_itl_ms']:.1f} ms · "
               f"KV cache {kv / 1e6:.2f} MB · stop: {finish}]", file=sys.stderr)
     return 0
 

@@ -115,3 +115,16 @@ def generate_batch(model: "Model", prompts: Sequence[Sequence[int]], max_new_tok
         logits = model.forward(nxt[:, None], cache, n_valid=np.ones(B, np.int64))   # finished rows idle along
     return out
 
+
+
+def generation_summary(tokens: Sequence["Generated"]) -> dict[str, float]:
+    """What a streamed reply cost, from the engine's per-token timings: TTFT (the prefill pass that produced the
+    first token), mean inter-token latency (the decode steps after it), decode rate = 1 / mean ITL, KV bytes."""
+    seconds = np.array([t.seconds for t in tokens], dtype=float)
+    itl = float(seconds[1:].mean()) if seconds.size > 1 else float("nan")
+    return {
+        "ttft_ms": float(seconds[0] * 1e3) if seconds.size else float("nan"),
+        "mean_itl_ms": itl * 1e3,
+        "decode_tokens_per_s": 1.0 / itl if itl > 0 else float("nan"),
+        "kv_cache_bytes": float(tokens[-1].kv_cache_bytes) if tokens else 0.0,
+    }

@@ -14,6 +14,7 @@ import pandas as pd
 import streamlit as st
 
 from engine import Generated, Model
+from engine.generate import generation_summary
 from specs.model_config import SpecError
 from ui.widgets import df_with_download, float_field, formula_expander, int_field, remember, show_error
 
@@ -146,19 +147,6 @@ def _stream_reply(model: Model, ids: list[int], stream) -> GenerationResult:
     return result
 
 
-# ============================================================================================ numbers
-def generation_numbers(tokens: list[Generated]) -> dict[str, float]:
-    """Read the engine's per-token counters: TTFT (prefill pass), mean inter-token latency, decode rate, KV bytes."""
-    seconds = np.array([t.seconds for t in tokens], dtype=float)
-    itl = float(seconds[1:].mean()) if seconds.size > 1 else float("nan")
-    return {
-        "ttft_ms": float(seconds[0] * 1e3) if seconds.size else float("nan"),
-        "mean_itl_ms": itl * 1e3,
-        "decode_tokens_per_s": 1.0 / itl if itl > 0 else float("nan"),
-        "kv_cache_bytes": float(tokens[-1].kv_cache_bytes) if tokens else 0.0,
-    }
-
-
 def _ms(x: float) -> str:
     return "–" if not np.isfinite(x) else f"{x:,.1f} ms"
 
@@ -168,7 +156,7 @@ def show_result(result: GenerationResult, model: Model) -> None:
     if result.error and not result.tokens:
         return
     n = len(result.tokens)
-    nums = generation_numbers(result.tokens)
+    nums = generation_summary(result.tokens)
     reason = {"eos": "the model ended its reply", "length": "max new tokens reached",
               "context": "the context window is full"}.get(result.finish_reason or "", "stopped")
     st.caption(f"{n} tokens after a {result.prompt_tokens:,}-token prompt · {reason}")
