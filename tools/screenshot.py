@@ -97,12 +97,7 @@ def screenshot(chromium: str, url: str, out: Path, budget_ms: int, size: str = "
             port = _devtools_port(Path(profile), proc)
             png = _capture(port, url, width, height, budget_ms / 1000, settle_s, list(click))
         finally:
-            proc.terminate()
-            try:
-                proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+            stop_server(proc)          # same terminate-then-kill as for the Streamlit server
     out.write_bytes(png)
 
 
