@@ -1,32 +1,34 @@
-"""Home page: what this product is, the shared model picker, and a generation box that streams a real reply.
+"""Entry point: routes to the lessons. The home page (below) holds the model picker and a streaming generation
+box; every other page is a file `pages/NN_Title.py`, grouped into the curriculum's parts by `ui.nav`.
 
-Run with `streamlit run app.py`; every other page is a file in `pages/` that Streamlit lists in the sidebar.
+Run with `streamlit run app.py`.
 """
+from __future__ import annotations
+
 from pathlib import Path
 
 import streamlit as st
 
 from ui import APP_TITLE, model_picker, setup_page
 from ui.generation import generation_box
+from ui.nav import PageFile, page_files, sections
 
-PAGES_DIR = Path(__file__).parent / "pages"
-
-
-def page_label(path: Path) -> str:
-    """The label Streamlit gives a page file: "3_KV_cache.py" -> "KV cache"."""
-    stem = path.stem.split("_", 1)[1] if "_" in path.stem and path.stem.split("_", 1)[0].isdigit() else path.stem
-    return stem.replace("_", " ").strip() or path.stem
+APP_DIR = Path(__file__).parent
 
 
-def page_links() -> None:
-    """A link to every page file that exists (pages are written independently; none is assumed)."""
-    pages = sorted(p for p in PAGES_DIR.glob("*.py") if not p.name.startswith("_"))
-    if not pages:
+def page_links(files: list[PageFile]) -> None:
+    """A link to every lesson, part by part."""
+    if not files:
         return
     st.subheader("Lessons")
-    cols = st.columns(min(len(pages), 4))
-    for i, p in enumerate(pages):
-        cols[i % len(cols)].page_link(f"pages/{p.name}", label=page_label(p), icon=":material/menu_book:")
+    by_section: dict[str, list[PageFile]] = {}
+    for f in files:
+        by_section.setdefault(f.section, []).append(f)
+    for section, group in by_section.items():
+        st.markdown(f"**{section}**")
+        cols = st.columns(min(len(group), 4))
+        for i, f in enumerate(group):
+            cols[i % len(cols)].page_link(f.relative, label=f.title, icon=":material/menu_book:")
 
 
 def home() -> None:
@@ -40,7 +42,14 @@ def home() -> None:
     model = model_picker()
     st.subheader("Generate")
     generation_box(model)
-    page_links()
+    page_links(page_files(APP_DIR / "pages"))
 
 
-home()
+def main() -> None:
+    nav = {"Start": [st.Page(home, title="Home", icon=":material/home:", default=True)]}
+    for section, files in sections(APP_DIR / "pages").items():
+        nav.setdefault(section, []).extend(st.Page(f.relative, title=f.title) for f in files)
+    st.navigation(nav).run()
+
+
+main()

@@ -10,7 +10,11 @@ from engine.errors import ModelError
 
 @dataclass
 class KVCache:
-    """Keys and values of every layer for a batch of sequences, preallocated to `capacity` positions.
+    """The contiguous cache. Any cache the forward pass takes offers the same five calls: `batch`, `lengths`,
+    `check_room(n_valid)`, `write(layer, k, v, n_valid)`, `read(layer, n_keys)` and `advance(n_valid)` (a paged
+    cache implements them through its block tables).
+
+    Keys and values of every layer for a batch of sequences, preallocated to `capacity` positions.
 
     k[l], v[l]: [B, h_kv, capacity, d_k] float32.  lengths[b]: positions already filled for sequence b.
     Keys are stored after RoPE, so a cached key never needs rotating again.
@@ -49,6 +53,14 @@ class KVCache:
             b = int(np.argmax(need > self.capacity))
             raise ModelError(f"sequence {b} would need {int(need[b])} positions but the KV cache holds "
                              f"{self.capacity} (the context window); shorten the prompt or max_new_tokens")
+
+    def read(self, layer: int, n_keys: int) -> tuple[np.ndarray, np.ndarray]:
+        """K and V of `layer` for positions [0, n_keys) of every sequence.   -> [B, h_kv, n_keys, d] each (views)"""
+        return self.k[layer][:, :, :n_keys], self.v[layer][:, :, :n_keys]
+
+    def advance(self, n_valid: np.ndarray) -> None:
+        """After every layer has written: the new tokens now count as cached."""
+        self.lengths += np.asarray(n_valid, np.int64)
 
     def write(self, layer: int, k_new: np.ndarray, v_new: np.ndarray, n_valid: np.ndarray) -> None:
         """Append the first n_valid[b] rows of k_new/v_new [B, h_kv, T, d] at each sequence's current length."""

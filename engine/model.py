@@ -278,8 +278,7 @@ class Model:
             if trace is not None:
                 trace.add("rope_and_kv_append", li, kv_write_bytes=float(rows * 2 * kv_dim * 4),
                           shape=f"append [{B}, {h_kv}, {T}, {d}] to K and V")
-            K = cache.k[li][:, :, :n_keys]                              # [B, h_kv, S, d]
-            V = cache.v[li][:, :, :n_keys]
+            K, V = cache.read(li, n_keys)                               # [B, h_kv, S, d] each
             qg = q.reshape(B, T, h_kv, G, d).transpose(0, 2, 3, 1, 4)   # [B, h_kv, G, T, d]  head = kv·G + g
             o = self._attend(qg, K, V, mask, scale, li)                 # [B, h_kv, G, T, d]
             o = o.transpose(0, 3, 1, 2, 4).reshape(B, T, q_dim)         # [B, T, h_q·d]
@@ -310,7 +309,7 @@ class Model:
                           shape=f"[{B}, {T}, {F}] @ [{F}, {D}]")
             if hooks:
                 hooks(f"blocks.{li}.hook_resid_post", x)
-        cache.lengths += n_valid
+        cache.advance(n_valid)
 
         if not all_logits:                                              # last position only (prefill/decode)
             x = x[np.arange(B), n_valid - 1][:, None, :]                # [B, 1, D]

@@ -159,7 +159,7 @@ def test_home_links_every_page_file(tmp_path):
     """A copy of the app with two page files: the home page links both, labelled as Streamlit labels them."""
     shutil.copy(APP, tmp_path / "app.py")
     (tmp_path / "pages").mkdir()
-    for name in ("1_First_lesson.py", "2_KV_cache.py"):
+    for name in ("21_First_lesson.py", "32_KV_cache.py"):
         (tmp_path / "pages" / name).write_text("import streamlit as st\nst.write('page')\n")
     at = AppTest.from_file(str(tmp_path / "app.py"), default_timeout=TIMEOUT)
     at.session_state[CHOICE_KEY] = SMALL_RANDOM
@@ -183,12 +183,12 @@ def test_model_choice_survives_a_page_switch(tmp_path):
     """Streamlit drops widget state on a page that does not draw the widget; the picker keeps its choice anyway."""
     shutil.copy(APP, tmp_path / "app.py")
     (tmp_path / "pages").mkdir()
-    (tmp_path / "pages" / "1_Lesson.py").write_text(
+    (tmp_path / "pages" / "21_Lesson.py").write_text(
         "import streamlit as st\nfrom ui import model_picker\nm = model_picker()\nst.write(m.name if m else 'none')\n")
     at = AppTest.from_file(str(tmp_path / "app.py"), default_timeout=TIMEOUT).run()
     at.sidebar.selectbox(key=CHOICE_KEY).select(SMALL_RANDOM)
     at = at.run()
-    at.switch_page("pages/1_Lesson.py")
+    at.switch_page("pages/21_Lesson.py")
     at = at.run()
     assert not at.exception
     assert at.sidebar.selectbox(key=CHOICE_KEY).value == SMALL_RANDOM

@@ -19,7 +19,7 @@ from ui.model_source import (CONFIG_JSON, CUSTOM, ENGINE, HUB, LOCAL, MODE_KEY, 
                              PRESET_KEY, REPO_KEY, SOURCE_KEY, THIS_MACHINE, UPLOAD, parse_config_text)
 
 ROOT = Path(__file__).resolve().parents[1]
-PAGES = {p.stem.split("_", 1)[1]: str(p) for p in sorted((ROOT / "pages").glob("[0-9]_*.py"))}
+PAGES = {p.stem.split("_", 1)[1]: str(p) for p in sorted((ROOT / "pages").glob("2[0-9]_*.py"))}  # sizing lessons
 TIMEOUT = 60
 SMALL_RANDOM = random_choice("SmolLM2-135M-Instruct")
 TINYLLAMA_CONFIG = {"model_type": "llama", "hidden_size": 2048, "intermediate_size": 5632, "num_hidden_layers": 22,

@@ -1,0 +1,66 @@
+"""The app's table of contents: every file `pages/NN_Title.py` becomes a page, grouped into the curriculum's parts
+by the tens digit of NN. Adding a lesson is adding a file; nothing here lists pages by hand.
+
+    00-09  Start               (the home page lives in app.py; 01 Walkthrough)
+    10-19  Inside the model    (tokens, embeddings, attention, KV cache, prefill vs decode)
+    20-29  Sizing one GPU      (anatomy, KV variants, roofline, floors, FlashAttention, quantization, your machine)
+    30-39  Serving many users  (batching, continuous batching, paging, prefix caching, chunked prefill, ...)
+    40-49  Beyond one GPU      (parallelism, capacity planner)
+    50-59  Classroom           (the class being served)
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+PAGES_DIR = Path(__file__).resolve().parents[1] / "pages"
+SECTIONS = {0: "Start", 1: "Inside the model", 2: "Sizing one GPU", 3: "Serving many users", 4: "Beyond one GPU",
+            5: "Classroom"}
+# Titles a file name cannot spell (punctuation); every other title is the file name with "_" read as a space.
+TITLE_OVERRIDES = {
+    "KV cache step by step": "KV cache, step by step",
+    "Prefill and decode measured": "Prefill and decode, measured",
+    "Queueing and SLOs": "Queueing and SLOs",
+}
+_PAGE_FILE = re.compile(r"^(\d{2})_(.+)\.py$")
+
+
+@dataclass(frozen=True)
+class PageFile:
+    number: int
+    title: str
+    path: Path
+
+    @property
+    def section(self) -> str:
+        return SECTIONS.get(self.number // 10, "More")
+
+    @property
+    def relative(self) -> str:
+        """The path `st.page_link` / `st.switch_page` take: "pages/21_Model_anatomy.py"."""
+        return f"pages/{self.path.name}"
+
+
+def page_title(stem_rest: str) -> str:
+    """ "KV_cache_step_by_step" -> "KV cache, step by step"."""
+    plain = stem_rest.replace("_", " ").strip()
+    return TITLE_OVERRIDES.get(plain, plain)
+
+
+def page_files(pages_dir: Path = PAGES_DIR) -> list[PageFile]:
+    """Every lesson file, in curriculum order (by its number)."""
+    out = []
+    for p in pages_dir.glob("*.py"):
+        m = _PAGE_FILE.match(p.name)
+        if m:
+            out.append(PageFile(int(m.group(1)), page_title(m.group(2)), p))
+    return sorted(out, key=lambda f: (f.number, f.title))
+
+
+def sections(pages_dir: Path = PAGES_DIR) -> dict[str, list[PageFile]]:
+    """Page files grouped by curriculum part, parts in order."""
+    out: dict[str, list[PageFile]] = {}
+    for f in page_files(pages_dir):
+        out.setdefault(f.section, []).append(f)
+    return out
