@@ -19,8 +19,10 @@ from typing import Sequence
 
 import numpy as np
 
+from engine.batched_weights import batched_view
 from engine.block_manager import BlockManager, OutOfBlocks, check_block_size
 from engine.errors import ModelError
+from engine.model import Model
 from engine.generate import _check_max_new
 from engine.paged_cache import PagedKVCache, grow_table
 from engine.sampling import check_sampling, sample
@@ -75,6 +77,7 @@ class Scheduler:
                  chunk_size: int | None = None, prefix_caching: bool = False,
                  prefix_cache_blocks: int | None = None) -> None:
         self.model = model
+        self.runner = batched_view(model) if isinstance(model, Model) else model   # what each step runs
         block_size = check_block_size(block_size)
         self.max_batch = _check_optional_int("max_batch", max_batch) or DEFAULT_MAX_BATCH
         self.chunk_size = _check_optional_int("chunk_size", chunk_size)
@@ -258,7 +261,7 @@ class Scheduler:
                 report.decoded.append(req.request_id)
         self.cache.bind([r.block_table for r in rows], [r.num_cached for r in rows])
         try:
-            logits = self.model.forward(tokens, self.cache, n_valid=np.asarray(chunks, np.int64))   # [B, V]
+            logits = self.runner.forward(tokens, self.cache, n_valid=np.asarray(chunks, np.int64))   # [B, V]
         except BaseException:
             for req in rows:                                   # never leave blocks behind a failed pass
                 self._remove(req)

@@ -120,14 +120,14 @@ def test_no_request_lost_or_duplicated_under_preemption(model):
 
 def test_one_forward_pass_per_step_with_ragged_rows(model, monkeypatch):
     calls = []
-    real = model.forward
+    s = Scheduler(model, block_size=4, num_blocks=64, chunk_size=4)
+    real = s.runner.forward
 
     def counting(tokens, cache, n_valid=None, **kw):
         calls.append((tokens.shape, list(n_valid)))
         return real(tokens, cache, n_valid=n_valid, **kw)
 
-    s = Scheduler(model, block_size=4, num_blocks=64, chunk_size=4)
-    monkeypatch.setattr(model, "forward", counting)
+    monkeypatch.setattr(s.runner, "forward", counting)
     s.submit(prompt(3), max_new_tokens=5, stop_at_eos=False)
     s.step()
     s.submit(prompt(10, seed=1), max_new_tokens=2, stop_at_eos=False)
@@ -156,7 +156,7 @@ def test_blocks_return_after_run_cancel_and_errors(model, monkeypatch):
     def broken(*a, **kw):
         raise MemoryError("simulated failure inside the forward pass")
 
-    monkeypatch.setattr(model, "forward", broken)
+    monkeypatch.setattr(s.runner, "forward", broken)
     with pytest.raises(MemoryError):
         s.step()
     monkeypatch.undo()
