@@ -13,6 +13,7 @@
 from __future__ import annotations
 
 import itertools
+import threading
 import time
 from dataclasses import dataclass, field
 from typing import Sequence
@@ -94,6 +95,7 @@ class Scheduler:
         self.prefill_tokens_computed = 0      # prompt tokens run through the model (prefix-cache hits excluded)
         self.prefix_hit_tokens = 0            # prompt tokens served from cached blocks
         self._ids = itertools.count()
+        self._lock = threading.RLock()        # submit/cancel from other threads wait for the current step
 
     # ------------------------------------------------------------------------------------ live state
     @property
@@ -122,6 +124,10 @@ class Scheduler:
                request_id: str | None = None) -> Request:
         """Queue a request. Every check happens here: a request that could never run raises ModelError now and
         takes no block."""
+        with self._lock:
+            return self._submit(prompt_ids, max_new_tokens, temperature, top_k, top_p, seed, stop_at_eos, request_id)
+
+    def _submit(self, prompt_ids, max_new_tokens, temperature, top_k, top_p, seed, stop_at_eos, request_id):
         max_new = _check_max_new(max_new_tokens)
         check_sampling(temperature, top_k, top_p)
         ids = self.model.encode_prompt(prompt_ids)
@@ -144,10 +150,11 @@ class Scheduler:
 
     def cancel(self, req: Request) -> None:
         """Stop a request now and give its blocks back (no effect on a finished one)."""
-        if req.done:
-            return
-        self._remove(req)
-        req.finish("cancelled")
+        with self._lock:
+            if req.done:
+                return
+            self._remove(req)
+            req.finish("cancelled")
 
     def _remove(self, req: Request) -> None:
         if req in self.running:
@@ -165,6 +172,10 @@ class Scheduler:
         return reports
 
     def step(self) -> StepReport:
+        with self._lock:
+            return self._step()
+
+    def _step(self) -> StepReport:
         t0 = time.perf_counter()
         self.steps += 1
         report = StepReport(step=self.steps)
