@@ -169,6 +169,8 @@ class Scheduler:
         reports = []
         while self.has_work and (max_steps is None or len(reports) < max_steps):
             reports.append(self.step())
+            if not (reports[-1].admitted or reports[-1].batch_size):     # a bug guard, never a silent hang
+                raise ModelError("the scheduler made no progress: no request could be admitted or run")
         return reports
 
     def step(self) -> StepReport:
@@ -206,18 +208,17 @@ class Scheduler:
         private copy of the last block (copy on write). False, with nothing taken, when the pool is short."""
         ids, bs = req.all_ids, self.block_size
         hits = self.blocks.lookup(ids, max_tokens=len(ids))
-        whole = len(hits) * bs >= len(ids)
-        need = -(-len(ids) // bs) - len(hits) + whole
-        reusable_idle = sum(1 for b in hits if self.blocks.ref_count[b] == 0)   # counted as free until shared
-        if need > self.blocks.num_free - reusable_idle:
+        if len(hits) * bs >= len(ids) and not self._affordable(ids, hits, copy_last=True):
+            hits = hits[:-1]                        # no room for a copy: recompute the last block instead
+        if not self._affordable(ids, hits, copy_last=len(hits) * bs >= len(ids)):
             return False
         for b in hits:
             self.blocks.share(b)
         req.block_table[:] = hits
         grow_table(self.blocks, req.block_table, len(ids))
-        cached = min(len(hits) * bs, len(ids) - 1)
-        if whole:
+        if len(hits) * bs >= len(ids):
             req.block_table[-1] = self.cache.copy_on_write(req.block_table[-1])
+        cached = min(len(hits) * bs, len(ids) - 1)
         req.num_cached = cached
         req.hashed_blocks = cached // bs
         req.last_hash = self.blocks.hash_of(hits[req.hashed_blocks - 1]) if req.hashed_blocks else None
@@ -225,6 +226,13 @@ class Scheduler:
             req.prefix_cached_tokens = cached
             self.prefix_hit_tokens += cached
         return True
+
+    def _affordable(self, ids: list[int], hits: list[int], copy_last: bool) -> bool:
+        """Enough free blocks for the tokens the hits do not cover (+1 for a copy on write)? A hit nobody holds
+        counts as free until it is shared, so it is not counted twice."""
+        need = -(-len(ids) // self.block_size) - len(hits) + copy_last
+        idle_hits = sum(1 for b in hits if self.blocks.ref_count[b] == 0)
+        return need <= self.blocks.num_free - idle_hits
 
     def _reserve_rows(self, report: StepReport) -> tuple[list[Request], list[int]]:
         """Every running request gets a row; a decode that needs a new block and finds none preempts the newest

@@ -255,6 +255,19 @@ def test_whole_prompt_cached_recomputes_the_last_token_in_a_copied_block(model):
     s.blocks.check_invariants()
 
 
+def test_whole_prompt_hit_in_a_pool_with_no_room_for_a_copy_recomputes_the_last_block(model):
+    ids = prompt(12, seed=45)                              # 3 blocks of 4 = the whole pool
+    s = Scheduler(model, block_size=4, num_blocks=3, prefix_caching=True)
+    first = s.submit(ids, max_new_tokens=1, stop_at_eos=False)
+    s.run()
+    second = s.submit(ids, max_new_tokens=1, stop_at_eos=False)
+    s.run(max_steps=5)
+    assert second.done and second.token_ids == first.token_ids
+    assert second.prefix_cached_tokens == 8                # 2 blocks shared, the last one recomputed
+    assert s.free_blocks == 3
+    s.blocks.check_invariants()
+
+
 def test_concurrent_requests_share_prefix_blocks_and_respect_the_lru_budget(model):
     system = prompt(16, seed=44)
     s = Scheduler(model, block_size=4, num_blocks=40, prefix_caching=True, prefix_cache_blocks=6)
