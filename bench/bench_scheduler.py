@@ -44,6 +44,10 @@ def random_prompts(model: Model, n: int, length: int, seed: int = 0) -> list[lis
 
 
 def bench_streams(model: Model, streams: list[int], new_tokens: int, prompt_len: int) -> list[dict]:
+    alone = list(model.generate(random_prompts(model, 1, prompt_len)[0], max_new_tokens=new_tokens,
+                                stop_at_eos=False))
+    print(f"  model.generate, 1 stream (no scheduler): decode {1 / np.mean([t.seconds for t in alone[1:]]):7.1f} "
+          "tok/s", flush=True)
     rows = []
     for n in streams:
         s = Scheduler(model, block_size=16, max_batch=n)

@@ -11,9 +11,12 @@ its activations itself, this view still works and gains nothing.
 """
 from __future__ import annotations
 
+import copy
+from dataclasses import replace
+
 import numpy as np
 
-from engine.model import LayerWeights, Model, Weights
+from engine.model import Model
 
 
 class FlatMatmulWeight(np.ndarray):
@@ -50,8 +53,8 @@ def batched_view(model: Model) -> Model:
     if isinstance(model.weights.lm_head, FlatMatmulWeight):
         return model
     w = model.weights
-    layers = [LayerWeights(attn_norm=l.attn_norm, wqkv=_flat(l.wqkv), wo=_flat(l.wo), ffn_norm=l.ffn_norm,
-                           w_gate_up=_flat(l.w_gate_up), w_down=_flat(l.w_down)) for l in w.layers]
-    weights = Weights(embed=w.embed, layers=layers, final_norm=w.final_norm, lm_head=_flat(w.lm_head))
-    return Model(model.config, weights, tokenizer=model.tokenizer, source=model.source,
-                 rope_layout=model.rope_layout, random_weights=model.random_weights)
+    layers = [replace(l, **{name: _flat(m) for name, m in l.matrices().items()}) for l in w.layers]
+    view = copy.copy(model)                       # shallow: config, tokenizer, RoPE tables are shared
+    view.weights = replace(w, layers=layers, lm_head=_flat(w.lm_head))
+    view.hooks = None
+    return view
