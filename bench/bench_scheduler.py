@@ -154,7 +154,8 @@ def main() -> None:
         model = load_model()
         streams, new_tokens, long_len = [1, 2, 4, 8, 16, 32], 8, 128
     threads = os.environ.get("OPENBLAS_NUM_THREADS", "default")
-    print(f"{model.name}; {os.cpu_count()} cores, BLAS threads {threads}; load average {os.getloadavg()[0]:.1f} (shared machine: noisy)")
+    print(f"{model.name}; {os.cpu_count()} cores, BLAS threads {threads}; "
+          f"load average {os.getloadavg()[0]:.1f} (shared machine: noisy)")
     out = {"model": model.name, "load_average_start": os.getloadavg()[0]}
     print("\n[1] continuous batching, greedy streams")
     out["streams"] = bench_streams(model, streams, new_tokens, prompt_len=8)

@@ -28,6 +28,7 @@ from engine.generate import _check_max_new
 from engine.paged_cache import PagedKVCache, grow_table
 from engine.sampling import check_sampling, sample
 from engine.sequence import Request
+from engine.trace import Trace
 
 DEFAULT_MAX_BATCH = 32
 DEFAULT_POOL_BYTES = 512 * 2 ** 20    # num_blocks=None: at most this much K/V, but always one full context
@@ -173,18 +174,19 @@ class Scheduler:
                 raise ModelError("the scheduler made no progress: no request could be admitted or run")
         return reports
 
-    def step(self) -> StepReport:
+    def step(self, trace: Trace | None = None) -> StepReport:
+        """One iteration. Pass a `Trace` to count the FLOPs and bytes of this step's forward pass."""
         with self._lock:
-            return self._step()
+            return self._step(trace)
 
-    def _step(self) -> StepReport:
+    def _step(self, trace: Trace | None) -> StepReport:
         t0 = time.perf_counter()
         self.steps += 1
         report = StepReport(step=self.steps)
         report.admitted = self._admit()
         rows, chunks = self._reserve_rows(report)
         if rows:
-            self._forward(rows, chunks, report)
+            self._forward(rows, chunks, report, trace)
         report.seconds = time.perf_counter() - t0
         report.blocks_used, report.blocks_free = self.blocks.num_used, self.blocks.num_free
         return report
@@ -268,7 +270,8 @@ class Scheduler:
         req.preemptions += 1
         self.waiting.insert(0, req)
 
-    def _forward(self, rows: list[Request], chunks: list[int], report: StepReport) -> None:
+    def _forward(self, rows: list[Request], chunks: list[int], report: StepReport,
+                 trace: Trace | None) -> None:
         """ONE forward pass over every row (ragged: row b feeds chunks[b] tokens), then sample where due."""
         B, T = len(rows), max(chunks)
         tokens = np.zeros((B, T), np.int64)
@@ -280,7 +283,7 @@ class Scheduler:
                 report.decoded.append(req.request_id)
         self.cache.bind([r.block_table for r in rows], [r.num_cached for r in rows])
         try:
-            logits = self.runner.forward(tokens, self.cache, n_valid=np.asarray(chunks, np.int64))   # [B, V]
+            logits = self.runner.forward(tokens, self.cache, n_valid=np.asarray(chunks, np.int64), trace=trace)
         except BaseException:
             for req in rows:                                   # never leave blocks behind a failed pass
                 self._remove(req)

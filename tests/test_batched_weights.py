@@ -25,7 +25,8 @@ def test_batched_view_shares_weights_and_gives_the_same_logits():
     model = Model.random(tiny(tie_word_embeddings=True), seed=2)
     view = batched_view(model)
     assert view.config is model.config and batched_view(view) is view
-    for a, b in [(view.weights.layers[0].wqkv, model.weights.layers[0].wqkv), (view.weights.lm_head, model.weights.embed)]:
+    pairs = [(view.weights.layers[0].wqkv, model.weights.layers[0].wqkv), (view.weights.lm_head, model.weights.embed)]
+    for a, b in pairs:
         assert np.shares_memory(a, b)                                   # a view: nothing copied
     seqs = [prompt(n, seed=n) for n in (3, 9, 6)]
     tokens = np.array([s + [0] * (9 - len(s)) for s in seqs])

@@ -2,7 +2,7 @@
 import numpy as np
 import pytest
 
-from engine import Model, ModelError, Scheduler
+from engine import Model, ModelError, Scheduler, Trace
 from test_engine_forward import prompt, tiny
 
 # float32 logits of the same computation; only the batch composition and the gathered K/V differ, ~1e-7
@@ -137,6 +137,22 @@ def test_one_forward_pass_per_step_with_ragged_rows(model, monkeypatch):
     assert calls[2][1] == [1, 4] and calls[3][1] == [1, 2]
     assert reports[0].decoded == ["0"] and reports[0].prefilled == {"1": 4}
     assert reports[0].padded_tokens == 8 and reports[0].forward_tokens == 5
+
+
+def test_a_decode_step_reads_the_weights_once_for_the_whole_batch(model):
+    """Trace of one decode step: weight bytes do not grow with the batch, except the gathered embedding rows."""
+    per_batch = {}
+    for B in (1, 4):
+        s = Scheduler(model, block_size=4, num_blocks=64)
+        for i in range(B):
+            s.submit(prompt(5, seed=i), max_new_tokens=3, stop_at_eos=False)
+        s.step()                                             # prefill
+        tr = Trace()
+        rep = s.step(trace=tr)                               # one decode step for all B
+        assert rep.decoded and len(rep.decoded) == B
+        per_batch[B] = tr.weight_bytes
+    D = model.config.hidden_size
+    assert per_batch[4] - per_batch[1] == 3 * D * 4          # 3 more embedding rows of D float32, nothing else
 
 
 def test_blocks_return_after_run_cancel_and_errors(model, monkeypatch):
