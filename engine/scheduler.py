@@ -21,7 +21,7 @@ from typing import Sequence
 import numpy as np
 
 from engine.batched_weights import batched_view
-from engine.block_manager import BlockManager, OutOfBlocks, check_block_size
+from engine.block_manager import BlockManager, OutOfBlocks, check_block_size, check_count
 from engine.errors import ModelError
 from engine.model import Model
 from engine.generate import _check_max_new
@@ -63,12 +63,8 @@ def default_num_blocks(model, block_size: int, max_batch: int) -> int:
     return max(per_context, min(max_batch * per_context, DEFAULT_POOL_BYTES // block_bytes))
 
 
-def _check_optional_int(name: str, value, minimum: int = 1) -> int | None:
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < minimum:
-        raise ModelError(f"{name} must be a whole number ≥ {minimum} (or None), got {value!r}")
-    return int(value)
+def _check_optional_int(name: str, value) -> int | None:
+    return None if value is None else check_count(name, value)
 
 
 class Scheduler:
