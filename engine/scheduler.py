@@ -47,12 +47,29 @@ class StepReport:
     forward_tokens: int = 0      # Σ n_valid: tokens the forward pass computed usefully
     padded_tokens: int = 0       # B · T: rows it computed, padding included
     seconds: float = 0.0
+    started_at: float = 0.0     # time.perf_counter() when the step began
     blocks_used: int = 0
     blocks_free: int = 0
 
     @property
     def batch_size(self) -> int:
         return len(self.prefilled) + len(self.decoded)
+
+
+def step_timeline(reports: Sequence[StepReport]) -> list[dict]:
+    """One row per (step, request) for a Gantt chart: request_id, phase ("prefill" | "decode"), tokens fed,
+    start_s and end_s measured from the first step's start."""
+    if not reports:
+        return []
+    t0 = reports[0].started_at
+    rows = []
+    for r in reports:
+        start, end = r.started_at - t0, r.started_at - t0 + r.seconds
+        rows += [dict(step=r.step, request_id=rid, phase="prefill", tokens=n, start_s=start, end_s=end)
+                 for rid, n in r.prefilled.items()]
+        rows += [dict(step=r.step, request_id=rid, phase="decode", tokens=1, start_s=start, end_s=end)
+                 for rid in r.decoded]
+    return rows
 
 
 def default_num_blocks(model, block_size: int, max_batch: int) -> int:
@@ -178,7 +195,7 @@ class Scheduler:
     def _step(self, trace: Trace | None) -> StepReport:
         t0 = time.perf_counter()
         self.steps += 1
-        report = StepReport(step=self.steps)
+        report = StepReport(step=self.steps, started_at=t0)
         report.admitted = self._admit()
         rows, chunks = self._reserve_rows(report)
         if rows:

@@ -3,6 +3,7 @@ import numpy as np
 import pytest
 
 from engine import Model, ModelError, Scheduler, Trace
+from engine.scheduler import step_timeline
 from test_engine_forward import prompt, tiny
 
 # float32 logits of the same computation; only the batch composition and the gathered K/V differ, ~1e-7
@@ -116,6 +117,20 @@ def test_no_request_lost_or_duplicated_under_preemption(model):
     for p, r in zip(prompts, reqs):
         assert r.token_ids == alone(model, p, max_new_tokens=12, stop_at_eos=False)
     assert s.free_blocks == s.num_blocks
+
+
+def test_step_timeline_has_one_row_per_request_per_step(model):
+    s = Scheduler(model, block_size=4, num_blocks=64, chunk_size=4)
+    reqs = [s.submit(prompt(n, seed=n), max_new_tokens=3, stop_at_eos=False) for n in (9, 2)]
+    reports = s.run()
+    rows = step_timeline(reports)
+    assert len(rows) == sum(r.batch_size for r in reports)
+    for req in reqs:
+        mine = [r for r in rows if r["request_id"] == req.request_id]
+        assert sum(r["tokens"] for r in mine if r["phase"] == "prefill") == len(req.prompt_ids)
+        assert sum(1 for r in mine if r["phase"] == "decode") == len(req.token_ids) - 1   # the last is never fed
+        assert all(0 <= r["start_s"] < r["end_s"] for r in mine)
+    assert step_timeline([]) == []
 
 
 def test_one_forward_pass_per_step_with_ragged_rows(model, monkeypatch):
