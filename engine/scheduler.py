@@ -45,7 +45,8 @@ class StepReport:
     preempted: list[str] = field(default_factory=list)
     tokens_produced: int = 0     # new tokens sampled this step
     forward_tokens: int = 0      # Σ n_valid: tokens the forward pass computed usefully
-    padded_tokens: int = 0       # B · T: rows it computed, padding included
+    padded_tokens: int = 0       # R · T: token slots it computed, padding included
+    forward_rows: int = 0        # R: rows of the [R, T] batch (a long chunk may take several)
     seconds: float = 0.0
     started_at: float = 0.0     # time.perf_counter() when the step began
     blocks_used: int = 0
@@ -54,6 +55,25 @@ class StepReport:
     @property
     def batch_size(self) -> int:
         return len(self.prefilled) + len(self.decoded)
+
+
+ROW_TOKENS = 16            # width of the rows a long chunk is cut into when that saves padding
+MAX_ROWS_PER_CHUNK = 64   # ... but no more rows than this per request (each row gathers the whole context)
+
+
+def split_rows(chunks: Sequence[int], row_tokens: int = ROW_TOKENS) -> list[tuple[int, int, int]]:
+    """Rows of the step's [R, T] token batch: (request index, offset in its chunk, tokens).
+
+    `Model.forward` takes a rectangle, so every row is padded to the longest. One decode token next to a
+    400-token prompt chunk would cost 400 rows; cutting the chunk into rows of `row_tokens` (rows of the same
+    request share its block table and start where the previous row ends) leaves little padding. Cut only when
+    that computes at least a quarter fewer rows than one row per request."""
+    longest = max(chunks)
+    width = max(row_tokens, -(-longest // MAX_ROWS_PER_CHUNK))
+    cut = width * sum(-(-n // width) for n in chunks)
+    if len(chunks) > 1 and cut < 0.75 * len(chunks) * longest:
+        return [(i, off, min(width, n - off)) for i, n in enumerate(chunks) for off in range(0, n, width)]
+    return [(i, 0, n) for i, n in enumerate(chunks)]
 
 
 def step_timeline(reports: Sequence[StepReport]) -> list[dict]:
@@ -108,6 +128,7 @@ class Scheduler:
         self.steps = 0
         self.prefill_tokens_computed = 0      # prompt tokens run through the model (prefix-cache hits excluded)
         self.prefix_hit_tokens = 0            # prompt tokens served from cached blocks
+        self.row_tokens = ROW_TOKENS          # see split_rows
         self._ids = itertools.count()
         self._lock = threading.RLock()        # submit/cancel from other threads wait for the current step
 
@@ -285,32 +306,37 @@ class Scheduler:
 
     def _forward(self, rows: list[Request], chunks: list[int], report: StepReport,
                  trace: Trace | None) -> None:
-        """ONE forward pass over every row (ragged: row b feeds chunks[b] tokens), then sample where due."""
-        B, T = len(rows), max(chunks)
-        tokens = np.zeros((B, T), np.int64)
-        for b, (req, n) in enumerate(zip(rows, chunks)):
-            tokens[b, :n] = req.all_ids[req.num_cached:req.num_cached + n]
+        """ONE forward pass over every request (request r feeds chunks[r] tokens), then sample where due."""
+        pieces = split_rows(chunks, self.row_tokens)           # (request index, offset, tokens) per row
+        R, T = len(pieces), max(n for _, _, n in pieces)
+        tokens = np.zeros((R, T), np.int64)
+        for row, (i, off, n) in enumerate(pieces):
+            start = rows[i].num_cached + off
+            tokens[row, :n] = rows[i].all_ids[start:start + n]
+        for req, n in zip(rows, chunks):
             if req.status == "prefill":
                 report.prefilled[req.request_id] = n
             else:
                 report.decoded.append(req.request_id)
-        self.cache.bind([r.block_table for r in rows], [r.num_cached for r in rows])
+        # rows of one request share its block table: each layer writes every row's K/V before any row reads
+        self.cache.bind([rows[i].block_table for i, _, _ in pieces], [rows[i].num_cached + off for i, off, _ in pieces])
         try:
-            logits = self.runner.forward(tokens, self.cache, n_valid=np.asarray(chunks, np.int64), trace=trace)
+            logits = self.runner.forward(tokens, self.cache, n_valid=np.array([n for _, _, n in pieces]), trace=trace)
         except BaseException:
             for req in rows:                                   # never leave blocks behind a failed pass
                 self._remove(req)
                 req.finish("error")
             raise
-        report.forward_tokens, report.padded_tokens = int(sum(chunks)), B * T
+        report.forward_tokens, report.padded_tokens, report.forward_rows = int(sum(chunks)), R * T, R
+        last_row = {i: row for row, (i, _, _) in enumerate(pieces)}   # a request's last token is in its last row
         now = time.perf_counter()
-        for b, (req, n) in enumerate(zip(rows, chunks)):
+        for i, (req, n) in enumerate(zip(rows, chunks)):
             req.num_cached += n
             if req.status == "prefill":
                 self.prefill_tokens_computed += n
             self._register_full_blocks(req)
             if req.num_pending == 0:
-                self._sample(req, logits[b], now, report)
+                self._sample(req, logits[last_row[i]], now, report)
 
     def _register_full_blocks(self, req: Request) -> None:
         if not self.blocks.prefix_caching:
