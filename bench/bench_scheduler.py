@@ -78,7 +78,7 @@ def bench_chunked_prefill(model: Model, long_len: int, chunk: int) -> list[dict]
         rows.append(r)
         print(f"  chunk_size={str(chunk_size):>4}: decoders' ITL p50 {r['itl_p50_ms']:7.1f} ms, p99 "
               f"{r['itl_p99_ms']:7.1f} ms, max {r['itl_max_ms']:7.1f} ms; long prompt ({long_len} tokens) "
-              f"TTFT {r['long_prompt_ttft_ms']:7.1f} ms; padded/useful rows {r['padded_tokens']}/"
+              f"TTFT {r['long_prompt_ttft_ms']:7.1f} ms; computed/useful token slots {r['padded_tokens']}/"
               f"{r['forward_tokens']}", flush=True)
     return rows
 
