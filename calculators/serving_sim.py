@@ -174,12 +174,12 @@ class SimResult:
             padding_waste=self.padded_slot_steps / self.slot_steps if self.slot_steps else 0.0,
             padded_prompt_tokens=self.padded_prompt_tokens, steps=self.steps,
             mean_batch=self.slot_steps / self.steps if self.steps else 0.0,
-            ttft_p50_ms=_pct(self.ttft, 50), ttft_p99_ms=_pct(self.ttft, 99), ttft_mean_ms=1e3 * self.ttft.mean(),
-            wait_mean_ms=1e3 * self.wait.mean(), wait_p99_ms=_pct(self.wait, 99),
+            ttft_p50_ms=_pct(self.ttft, 50), ttft_p99_ms=_pct(self.ttft, 99),
+            ttft_mean_ms=float(1e3 * self.ttft.mean()), wait_mean_ms=float(1e3 * self.wait.mean()), wait_p99_ms=_pct(self.wait, 99),
             itl_p50_ms=itl[0], itl_p99_ms=itl[1],
             tpot_p50_ms=_pct(tpot, 50) if len(tpot) else 0.0, tpot_p99_ms=_pct(tpot, 99) if len(tpot) else 0.0,
             latency_p50_ms=_pct(self.latency, 50), latency_p99_ms=_pct(self.latency, 99),
-            latency_mean_ms=1e3 * self.latency.mean())
+            latency_mean_ms=float(1e3 * self.latency.mean()))
 
     def requests_table(self) -> list[dict]:
         tpot = self.tpot
