@@ -65,8 +65,9 @@ class StepModel:
         return max(mem, comp) + self.overhead_ms
 
     def decode_step_ms(self, batch: int, context_total: float) -> float:
-        """`batch` sequences decode one token each; `context_total` = their cached positions summed."""
-        return self.step_ms(batch, context_total, context_total + batch)
+        """`batch` sequences decode one token each; `context_total` = their cached positions summed. Each new
+        token scores as many keys as its sequence has cached (roofline.py's convention: context × new)."""
+        return self.step_ms(batch, context_total, context_total)
 
     def prefill_ms(self, prompt_tokens: int, start_position: int = 0) -> float:
         """One prompt (or chunk) alone: T new tokens after `start_position` cached ones; T·(start + (T+1)/2)
@@ -99,7 +100,7 @@ def batch_row(model: StepModel, batch: int, context_tokens: int) -> dict:
     b = check_int("batch", batch, limit=10 ** 7)
     S = check_int("context_tokens", context_tokens, minimum=0, limit=10 ** 9)
     kv = b * S * model.kv_bytes_per_token
-    mem, comp = model.step_parts_ms(b, b * S, b * S + b)
+    mem, comp = model.step_parts_ms(b, b * S, b * S)
     step = max(mem, comp) + model.overhead_ms
     return dict(batch=b, weight_bytes=model.weight_bytes, kv_read_bytes=kv, total_bytes=model.weight_bytes + kv,
                 memory_ms=mem, compute_ms=comp, step_ms=step, itl_ms=step, bound="memory" if mem >= comp else
@@ -124,9 +125,9 @@ def kv_critical_batch(model: StepModel, context_tokens: int) -> float:
 
 def compute_critical_batch(model: StepModel, context_tokens: int) -> float:
     """b_c where a decode step's FLOPs take as long as its bytes: (W/BW) / (f_seq/peak − bytes_seq/BW), with
-    f_seq = f_lin + f_attn·(S+1) and bytes_seq = kv·(S+1) per sequence; inf if never."""
+    f_seq = f_lin + f_attn·S and bytes_seq = kv·(S+1) (S read, one written) per sequence; inf if never."""
     S = check_int("context_tokens", context_tokens, minimum=0)
-    t_flops = (model.flops_per_token + model.attn_flops_per_pair * (S + 1)) / model.peak_flop_s
+    t_flops = (model.flops_per_token + model.attn_flops_per_pair * S) / model.peak_flop_s
     t_bytes = model.kv_bytes_per_token * (S + 1) / model.bandwidth_bytes_per_s
     if t_flops <= t_bytes:
         return math.inf
@@ -140,7 +141,7 @@ def explain_kv_critical_batch(model: StepModel, context_tokens: int) -> Explaine
 
 
 def explain_compute_critical_batch(model: StepModel, context_tokens: int) -> Explained:
-    return explain("compute_critical_batch", "(W / BW) / ((f + a * (S + 1)) / peak - kv * (S + 1) / BW)",
+    return explain("compute_critical_batch", "(W / BW) / ((f + a * S) / peak - kv * (S + 1) / BW)",
                    "sequences", SOURCE + "; roofline: compute time = memory time",
                    W=model.weight_bytes, BW=model.bandwidth_bytes_per_s, f=model.flops_per_token,
                    a=model.attn_flops_per_pair, S=context_tokens, peak=model.peak_flop_s,

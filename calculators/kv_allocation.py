@@ -91,7 +91,7 @@ class FirstFitPool:
 
 
 # ============================================================================================ results
-@dataclass
+@dataclass(repr=False)
 class AllocationResult:
     policy: str
     capacity_tokens: int

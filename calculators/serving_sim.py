@@ -106,12 +106,12 @@ def _decode_lines(m: StepModel, batch: int, context_total: float) -> _Lines:
     kvb = m.kv_bytes_per_token / m.bandwidth_bytes_per_s * 1e3
     ap = m.attn_flops_per_pair / m.peak_flop_s * 1e3
     return _Lines(am=m.weight_bytes / m.bandwidth_bytes_per_s * 1e3 + kvb * (context_total + batch),
-                  bm=kvb * batch, ac=m.flops_per_token * batch / m.peak_flop_s * 1e3 + ap * (context_total + batch),
+                  bm=kvb * batch, ac=m.flops_per_token * batch / m.peak_flop_s * 1e3 + ap * context_total,
                   bc=ap * batch, ov=m.overhead_ms)
 
 
 # ============================================================================================ results
-@dataclass
+@dataclass(repr=False)
 class SimResult:
     """Per-request arrays (index = request in arrival order) and the run's totals.
 
@@ -299,7 +299,7 @@ def simulate_continuous(model: StepModel, workload: Workload, max_batch: int, kv
                 left -= T
                 if item[1] == P_l[r]:
                     completed.append(r)
-            dt = model.step_ms(new + running, read + ctx_total, pairs + ctx_total + running)
+            dt = model.step_ms(new + running, read + ctx_total, pairs + ctx_total)
             now_ms += dt
             busy_ms += dt
             if running:
@@ -372,8 +372,8 @@ def simulate_static(model: StepModel, workload: Workload, max_batch: int, batch_
         first[idx] = t0
         for i in idx:                                        # each slot's last useful step
             finish[i] = t0 + lines.total(int(O[i]) - 1) / 1e3
-        batch_ms = pre + lines.total(omax - 1)
-        end[idx] = now + batch_ms / 1e3
+        end[idx] = t0 + lines.total(omax - 1) / 1e3            # = the longest request's finish, exactly
+        batch_ms = (end[idx[0]] - now) * 1e3
         pad_prompt += int((pmax - P[idx]).sum())
         useful = int((O[idx] - 1).sum())
         slot_steps += take * (omax - 1) + take
