@@ -108,11 +108,15 @@ def batch_row(model: StepModel, batch: int, context_tokens: int) -> dict:
 
 
 def batch_curve(model: StepModel, context_tokens: int, batches) -> list[dict]:
-    """`batch_row` for each batch: throughput climbs almost linearly while the weight read dominates."""
+    """`batch_row` for each batch, plus `gain_vs_first`: its total tokens/s over the first row's. Throughput
+    climbs almost linearly while the weight read dominates."""
     bs = list(batches)
     if not bs:
         raise SpecError("give at least one batch size")
-    return [batch_row(model, b, context_tokens) for b in bs]
+    rows = [batch_row(model, b, context_tokens) for b in bs]
+    for r in rows:
+        r["gain_vs_first"] = r["total_tok_s"] / rows[0]["total_tok_s"]
+    return rows
 
 
 def kv_critical_batch(model: StepModel, context_tokens: int) -> float:

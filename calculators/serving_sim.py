@@ -201,7 +201,7 @@ class SimResult:
                                 ("padding", self.finish[i], self.batch_end[i])):
                 if b > a:
                     rows.append(dict(request=i, slot=int(self.slot[i]), phase=phase, start_s=float(a),
-                                     end_s=float(b)))
+                                     end_s=float(b), duration_s=float(b - a)))
         return rows
 
 

@@ -1,0 +1,136 @@
+"""Batching: throughput and per-stream ITL versus batch size from the step-time model, the two critical batches,
+and the engine's measured tokens/s for 1, 2, 4, ... streams decoding together.
+
+Numbers: `calculators.batching` (batch_curve, kv_critical_batch, compute_critical_batch, explain_*),
+`engine.serving_runs.stream_throughput` (measured).
+"""
+from __future__ import annotations
+
+import math
+
+import pandas as pd
+import plotly.graph_objects as go
+import streamlit as st
+from plotly.subplots import make_subplots
+
+from calculators.batching import (batch_curve, compute_critical_batch, explain_batch_step,
+                                  explain_compute_critical_batch, explain_kv_critical_batch, kv_critical_batch)
+from calculators.units import GB, fmt_num
+from engine.serving_runs import stream_throughput
+from specs.model_config import SpecError
+from ui import df_with_download, formula_expander, int_field, model_picker, setup_page, show_error
+from ui.serving import FONT, step_model_inputs
+
+TABLE_BATCHES = (1, 8, 32, 128)
+MEASURED_KEY = "batching.measured"          # per session: {(model, tokens, streams...): rows}
+
+
+def batch_points(largest: int) -> list[int]:
+    """1, 2, 4, ... up to `largest`, plus the table's batches."""
+    pts = {1 << k for k in range(0, max(largest, 1).bit_length())} | {b for b in TABLE_BATCHES if b <= largest}
+    return sorted(pts | {largest})
+
+
+def theory(model, context: int, largest: int) -> None:
+    rows = batch_curve(model, context, batch_points(largest))
+    b_kv, b_c = kv_critical_batch(model, context), compute_critical_batch(model, context)
+    c = st.columns(3)
+    c[0].metric("KV read = weight read at batch", "never" if math.isinf(b_kv) else fmt_num(b_kv, 4),
+                help="Beyond this batch the sequences' KV caches cost more bandwidth than the weights.")
+    c[1].metric("Compute-bound from batch", "never" if math.isinf(b_c) else fmt_num(b_c, 4),
+                help="Beyond this batch a decode step's FLOPs take longer than its memory traffic.")
+    c[2].metric(f"Throughput gain, batch {rows[-1]['batch']:,} vs 1",
+                f"{fmt_num(rows[-1]['gain_vs_first'], 3)}×",
+                help=f"each stream slows from {fmt_num(rows[0]['itl_ms'], 3)} to {fmt_num(rows[-1]['itl_ms'], 3)} "
+                     "ms per token")
+    df = pd.DataFrame(rows)
+    fig = make_subplots(specs=[[{"secondary_y": True}]])
+    fig.add_trace(go.Scatter(x=df["batch"], y=df["total_tok_s"], name="tokens/s, all streams", mode="lines+markers",
+                             line=dict(width=3, color="#4c78a8")), secondary_y=False)
+    fig.add_trace(go.Scatter(x=df["batch"], y=df["itl_ms"], name="ITL per stream (ms)", mode="lines+markers",
+                             line=dict(width=3, color="#e45756", dash="dot")), secondary_y=True)
+    for b, label in ((b_kv, "KV = weights"), (b_c, "compute-bound")):
+        if not math.isinf(b) and b <= largest:
+            fig.add_vline(x=b, line_dash="dash", line_color="gray", annotation_text=label,
+                          annotation_font_size=14)
+    fig.update_xaxes(type="log", title="batch (sequences decoding together)")
+    fig.update_yaxes(title="tokens/s, all streams", secondary_y=False)
+    fig.update_yaxes(title="ms per token, each stream", secondary_y=True)
+    fig.update_layout(height=460, font=FONT, title=f"{model.name}, {context:,} tokens of context each",
+                      legend=dict(orientation="h", y=-0.25), margin=dict(l=10, r=10, t=60, b=10))
+    st.plotly_chart(fig)
+    formula_expander("The arithmetic", "\n\n".join(
+        f"**{e.name}** `{e.symbolic}`\n\n{e.formula}  \n_{e.source}_" for e in (
+            explain_batch_step(model, 32, context), explain_kv_critical_batch(model, context),
+            explain_compute_critical_batch(model, context))) +
+        "\n\nThe compute side of each step (FLOPs ÷ peak) is in the table; the step takes the larger of the two.")
+    table = pd.DataFrame({"batch": df["batch"], "weights (GB)": df["weight_bytes"] / GB,
+                          "KV read (GB)": df["kv_read_bytes"] / GB, "memory time (ms)": df["memory_ms"],
+                          "compute time (ms)": df["compute_ms"], "step (ms)": df["step_ms"], "bound": df["bound"],
+                          "tokens/s all streams": df["total_tok_s"], "tokens/s per stream": df["per_stream_tok_s"]})
+    df_with_download(table, "batching_curve", column_config={
+        k: st.column_config.NumberColumn(format="%.4g") for k in table.columns if k not in ("batch", "bound")})
+    st.caption("Ideal step model: datasheet bandwidth and peak FLOP/s, weights read once per step, every sequence "
+               "at the same context. Real servers reach 50-70% of peak bandwidth, so absolute times are optimistic; "
+               "the shape (flat ITL, linear throughput until the critical batch) is what carries over.")
+
+
+def measured(model) -> None:
+    st.subheader("Measured on the engine")
+    st.markdown("The engine's scheduler decodes several identical greedy requests in one forward pass per step. "
+                "Each step reads the weights once for all of them, so tokens/s should grow almost with the number "
+                "of streams while the step time barely moves.")
+    c = st.columns(3)
+    largest = int_field("Most streams", 4, 1, 32, key="batching.streams", where=c[0])
+    new = int_field("Tokens per stream", 4, 2, 64, key="batching.new", where=c[1])
+    plen = int_field("Prompt tokens", 8, 1, 256, key="batching.plen", where=c[2])
+    if None in (largest, new, plen):
+        return
+    key = (model.source, largest, new, plen)
+    store = st.session_state.setdefault(MEASURED_KEY, {})
+    if st.button("Measure", key="batching.measure", type="primary", icon=":material/science:"):
+        prompt = [1 + (7 * i) % (model.config.vocab_size - 1) for i in range(plen)]
+        with st.spinner("Decoding on the engine …"):
+            try:
+                store[key] = [stream_throughput(model, b, new, prompt) for b in batch_points(largest)]
+            except SpecError as e:
+                show_error(e)
+                return
+    rows = store.get(key)
+    if not rows:
+        st.info("Press Measure to time the engine (a few seconds per stream count on this machine).")
+        return
+    df = pd.DataFrame(rows)
+    fig = go.Figure(go.Bar(x=df["streams"].astype(str), y=df["decode_tok_s"], text=df["decode_tok_s"].round(1),
+                           marker_color="#4c78a8"))
+    fig.update_layout(title=f"{model.config.name}: decode tokens/s by streams", xaxis_title="streams",
+                      yaxis_title="tokens/s", height=380, font=FONT)
+    st.plotly_chart(fig)
+    df_with_download(df.rename(columns={"decode_tok_s": "decode tokens/s", "mean_step_ms": "mean step (ms)"}),
+                     "batching_measured")
+
+
+def main() -> None:
+    setup_page("Batching", icon=":material/stacked_bar_chart:")
+    st.title("Batching")
+    st.markdown(
+        "A decode step streams every weight from memory to produce one token per sequence. Put several "
+        "sequences in the same step and they share that weight read: the step grows only by their own KV "
+        "caches, so total throughput climbs almost in proportion while each user waits barely longer per token. "
+        "The free ride ends where the KV traffic (or the arithmetic) catches up with the weight read.")
+    model = step_model_inputs()
+    if model is not None:
+        c = st.columns(2)
+        context = int_field("Context per sequence (tokens)", 300, 0, 10_000_000, key="batching.context", where=c[0])
+        largest = int_field("Largest batch", 1024, 1, 1_000_000, key="batching.largest", where=c[1])
+        if None not in (context, largest):
+            try:
+                theory(model, context, largest)
+            except SpecError as e:
+                show_error(e)
+    engine_model = model_picker()
+    if engine_model is not None:
+        measured(engine_model)
+
+
+main()
