@@ -420,3 +420,20 @@ def littles_law(result: SimResult, trim: float = 0.1, samples: int = 20_000) -> 
     lam = inside.sum() / (hi - lo)
     W = float((f - a)[inside].mean())
     return dict(L=float(in_system.mean()), arrival_rate=float(lam), mean_time_in_system_s=W, lambda_W=lam * W)
+
+
+def explain_summary(result: SimResult) -> list:
+    """The arithmetic behind a run's headline numbers, with this run's values substituted."""
+    from calculators.explain import explain
+    s = result.summary()
+    src = "003 Details 13-14 and 21; measured on this simulation"
+    out = [explain("throughput_tok_s", "tokens / makespan", "tok/s", src, "output tokens over first arrival to "
+                   "last finish", tokens=s["output_tokens"], makespan=s["makespan_s"]),
+           explain("utilization", "busy / makespan", "", src, "fraction of the time a step was running",
+                   busy=result.busy_s, makespan=s["makespan_s"]),
+           explain("mean_batch", "slot_steps / steps", "sequences", src, "requests served per step on average",
+                   slot_steps=result.slot_steps, steps=max(result.steps, 1))]
+    if result.policy == "static":
+        out.append(explain("padding_waste", "padded / slot_steps", "", src, "slot-steps of finished requests "
+                           "kept in the batch", padded=result.padded_slot_steps, slot_steps=result.slot_steps))
+    return out
