@@ -108,7 +108,8 @@ class AllocationResult:
     max_slack_per_sequence: int          # most allocated-but-empty positions any one request ever held
     block_tables: dict = field(default_factory=dict)   # paged: request -> physical blocks, at the snapshot step
 
-    def summary(self) -> dict:
+    def summary(self, kv_bytes_per_token: float | None = None) -> dict:
+        """Totals of the run; with `kv_bytes_per_token`, also the peaks in bytes."""
         t = self.timeline
         alloc = t["allocated"].astype(float)
         busy = alloc > 0
@@ -122,7 +123,11 @@ class AllocationResult:
                     mean_waste_fraction=float(waste[busy].mean()) if busy.any() else 0.0,
                     mean_utilization=float((t["used"] / self.capacity_tokens).mean()),
                     max_slack_per_sequence=self.max_slack_per_sequence,
-                    mean_wait_steps=float((self.admitted_step - self.arrival_step).mean()))
+                    mean_wait_steps=float((self.admitted_step - self.arrival_step).mean()),
+                    **({} if kv_bytes_per_token is None else dict(
+                        capacity_bytes=float(self.capacity_tokens * kv_bytes_per_token),
+                        peak_allocated_bytes=float(t["allocated"].max() * kv_bytes_per_token),
+                        peak_used_bytes=float(t["used"].max() * kv_bytes_per_token))))
 
 
 # ============================================================================================ simulation
