@@ -81,6 +81,9 @@ def load_sweep(model: StepModel, loads, *, n: int, prompt_mean: float, output_me
                        wait_over_service=s["wait_mean_ms"] / (1e3 * es),
                        md1_wait_ms=1e3 * md1_mean_wait_s(lam, es) if lam * es < 1 else None,
                        mg1_wait_ms=1e3 * mg1_mean_wait_s(lam, es, es2) if lam * es < 1 else None)
+            for q in ("md1", "mg1"):
+                v = row[f"{q}_wait_ms"]
+                row[f"{q}_wait_over_service"] = None if v is None else v / row["service_mean_ms"]
         rows.append(row)
     return rows
 
