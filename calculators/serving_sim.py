@@ -437,3 +437,27 @@ def explain_summary(result: SimResult) -> list:
         out.append(explain("padding_waste", "padded / slot_steps", "", src, "slot-steps of finished requests "
                            "kept in the batch", padded=result.padded_slot_steps, slot_steps=result.slot_steps))
     return out
+
+
+def prefill_stall_runs(model: StepModel, streams: int, context_tokens: int, prompt_tokens: int,
+                       chunk_tokens: int) -> dict:
+    """003 Detail 21's scenario on the simulator: `streams` requests decoding at `context_tokens`, then one
+    `prompt_tokens` prompt arriving ten decode steps after the last stream's first token (in the chunked run too),
+    prefilled whole and in chunks. Per case: its SimResult and the decoders' token gaps (max, p50, p99), the long
+    prompt's TTFT."""
+    b = check_int("streams", streams, limit=100_000)
+    ctx = check_int("context (tokens)", context_tokens)
+    P = check_int("long prompt (tokens)", prompt_tokens)
+    c = check_int("chunk (tokens)", chunk_tokens)
+    out = max(64, 2 * -(-P // c))
+    warm = simulate_continuous(model, Workload([0.0] * b, [ctx] * b, [out] * b), b + 1, chunk_tokens=c)
+    arrive = float(warm.first_token.max()) + 10 * model.decode_step_ms(b, b * ctx) / 1e3
+    w = Workload([0.0] * b + [arrive], [ctx] * b + [P], [out] * b + [2], source="stall")
+    cases = {}
+    for label, chunk in (("whole prefill", None), (f"chunks of {c:,}", c)):
+        r = simulate_continuous(model, w, b + 1, chunk_tokens=chunk)
+        p50, p99 = weighted_percentiles(r.itl_ms, r.itl_weight, (50, 99))
+        cases[label] = dict(result=r, row=dict(prefill=label, steps=r.steps, itl_max_ms=float(r.itl_ms.max()),
+                                               itl_p50_ms=p50, itl_p99_ms=p99,
+                                               long_prompt_ttft_ms=float(1e3 * r.ttft[-1])))
+    return cases

@@ -2,8 +2,8 @@
 time on the step model) and on the engine (the same questions with the cache off and on: tokens computed,
 prefill time, identical replies).
 
-Numbers: `calculators.prefix_cache` (prefix_kv_bytes, prefill_with_prefix_cache, redundant_prefill,
-cacheable_blocks, prefix_prefill_ms), `calculators.explain.explain_prefix_saving`;
+Numbers: `calculators.prefix_cache.prefix_cache_numbers` (prefix_kv_bytes, prefill_with_prefix_cache,
+redundant_prefill, cacheable_blocks, prefix_prefill_ms), `calculators.explain.explain_prefix_saving`;
 measured: `engine.serving_runs.prefix_cache_run` (the Scheduler with prefix_caching=True/False).
 """
 from __future__ import annotations
@@ -13,8 +13,7 @@ import plotly.graph_objects as go
 import streamlit as st
 
 from calculators.explain import explain_prefix_saving
-from calculators.prefix_cache import (cacheable_blocks, prefill_with_prefix_cache, prefix_kv_bytes,
-                                      prefix_prefill_ms, redundant_prefill)
+from calculators.prefix_cache import prefix_cache_numbers
 from calculators.units import fmt_bytes, fmt_num
 from engine.errors import ModelError
 from engine.serving_runs import prefix_cache_run
@@ -38,16 +37,13 @@ def theory(model) -> None:
     if None in (prefix, unique, reqs, block):
         return
     try:
-        P = prefix + unique
-        kv = prefix_kv_bytes(prefix, model.kv_bytes_per_token)
-        saved = prefill_with_prefix_cache(P, prefix)
-        red = redundant_prefill(reqs, prefix, unique)
-        blocks = cacheable_blocks(prefix, block)
-        times = prefix_prefill_ms(model, P, prefix)
-        ex = explain_prefix_saving(P, prefix)
+        nums = prefix_cache_numbers(model, prefix, unique, reqs, block)
+        ex = explain_prefix_saving(nums["prompt_tokens"], prefix)
     except SpecError as e:
         show_error(e)
         return
+    P, kv, saved, red = nums["prompt_tokens"], nums["prefix_kv_bytes"], nums["saved"], nums["redundant"]
+    blocks, times = nums["blocks"], nums["times"]
     c = st.columns(4)
     c[0].metric("KV of the prefix, cached once", fmt_bytes(kv))
     c[1].metric("Tokens left to prefill", f"{saved['tokens_to_prefill']:,} of {P:,}",

@@ -12,9 +12,9 @@ import plotly.graph_objects as go
 import streamlit as st
 
 from calculators.queueing import chunked_prefill, prefill_stall
-from calculators.serving_sim import simulate_continuous, weighted_percentiles
+from calculators.batching import batch_row
+from calculators.serving_sim import prefill_stall_runs
 from calculators.units import fmt_num
-from calculators.workload import Workload
 from engine.errors import ModelError
 from engine.serving_runs import chunked_prefill_run
 from specs.model_config import SpecError
@@ -34,7 +34,7 @@ def theory(model) -> None:
     if None in (streams, ctx, prompt, chunk):
         return
     try:
-        step = model.decode_step_ms(streams, streams * ctx)
+        step = batch_row(model, streams, ctx)["step_ms"]
         pre = model.prefill_ms(prompt)
         stall = prefill_stall(pre, step, streams)
         ch = chunked_prefill(pre, prompt, chunk, step)
@@ -62,27 +62,16 @@ def theory(model) -> None:
 
 def simulated(model, streams: int, ctx: int, prompt: int, chunk: int) -> None:
     st.subheader("Simulated")
-    out = max(64, 2 * -(-prompt // chunk))
-    streams_only = Workload([0.0] * streams, [ctx] * streams, [out] * streams, source="streams")
     try:
-        # the long prompt arrives once every stream decodes (in the chunked run too), ten steps later
-        warm = remembered("chunked.warm", (model, streams, ctx, out, chunk),
-                          lambda: simulate_continuous(model, streams_only, streams + 1, chunk_tokens=chunk))
-        arrive = float(warm.first_token.max()) + 10 * model.decode_step_ms(streams, streams * ctx) / 1e3
-        w = Workload([0.0] * streams + [arrive], [ctx] * streams + [prompt], [out] * streams + [2], source="stall")
-        runs = {label: remembered("chunked.sim", (model, streams, ctx, prompt, c, arrive),
-                                  lambda c=c: simulate_continuous(model, w, streams + 1, chunk_tokens=c))
-                for label, c in (("whole prefill", None), (f"chunks of {chunk:,}", chunk))}
+        cases = remembered("chunked.sim", (model, streams, ctx, prompt, chunk),
+                           lambda: prefill_stall_runs(model, streams, ctx, prompt, chunk))
     except SpecError as e:
         show_error(e)
         return
     fig = go.Figure()
-    rows = []
-    for label, r in runs.items():
-        fig.add_scatter(y=r.itl_ms, mode="lines+markers", name=label)
-        p50, p99 = weighted_percentiles(r.itl_ms, r.itl_weight, (50, 99))
-        rows.append(dict(prefill=label, steps=r.steps, itl_max_ms=float(r.itl_ms.max()), itl_p50_ms=p50,
-                         itl_p99_ms=p99, long_prompt_ttft_ms=float(1e3 * r.ttft[-1])))
+    for label, case in cases.items():
+        fig.add_scatter(y=case["result"].itl_ms, mode="lines+markers", name=label)
+    rows = [case["row"] for case in cases.values()]
     st.plotly_chart(style(fig, f"Step times while {streams:,} streams decode and a {prompt:,}-token prompt "
                           "arrives", "step", "ms until the next token", height=420), key="chunked.sim_fig")
     df_with_download(pd.DataFrame(rows), "chunked_prefill_simulated", column_config={

@@ -9,9 +9,10 @@ import pytest
 
 from calculators.batching import StepModel, step_model_for
 from calculators.cli import main as cli_main
+from calculators.prefix_cache import prefix_cache_numbers
 from calculators.queueing import md1_mean_wait_s, mg1_mean_wait_s
-from calculators.serving_sim import (_decode_lines, littles_law, simulate, simulate_continuous, simulate_static,
-                                     weighted_percentiles)
+from calculators.serving_sim import (_decode_lines, littles_law, prefill_stall_runs, simulate, simulate_continuous,
+                                     simulate_static, weighted_percentiles)
 from calculators.workload import Workload, parse_trace, synthetic_workload, trace_csv
 from specs.devices import load_device
 from specs.model_config import SpecError
@@ -256,3 +257,31 @@ class _nothing:
 
     def __exit__(self, *exc):
         return False
+
+
+# ------------------------------------------------------------------------------------------ page scenarios
+def test_prefill_stall_scenario_chunks_cut_the_worst_gap_and_delay_the_long_prompt():
+    cases = list(prefill_stall_runs(TINY, 32, 300, 1000, 128).values())
+    whole, chunked = cases[0]["row"], cases[1]["row"]
+    # whole: one step carries the 1,000-token prefill plus 32 decode tokens at ≈ 310 tokens of context each;
+    # 2% covers not knowing the decoders' exact context (a few tokens × 32 × 22 KB ≈ 0.1% of the bytes)
+    assert whole["itl_max_ms"] == pytest.approx(
+        TINY.step_ms(1000 + 32, 32 * 300 + 10 * 32, 1000 * 1001 / 2 + 32 * 300 + 10 * 32), rel=0.02)
+    assert chunked["itl_max_ms"] < whole["itl_max_ms"] / 3
+    assert chunked["long_prompt_ttft_ms"] > whole["long_prompt_ttft_ms"]
+
+
+def test_prefix_cache_numbers_reproduce_508_to_8_tokens_and_31_blocks():
+    n = prefix_cache_numbers(TINY, 500, 8, 100, 16)
+    assert n["prompt_tokens"] == 508 and n["saved"]["tokens_to_prefill"] == 8
+    assert round(n["saved"]["percent_saved"]) == 98 and n["blocks"]["full_blocks"] == 31
+    assert round(n["prefix_kv_bytes"] / 1e6) == 11                       # 500 × 22 KB ≈ 11 MB
+    t = n["times"]
+    assert t["cached_ms"] == pytest.approx(TINY.prefill_ms(8, 500)) and t["cached_ms"] < t["full_ms"]
+
+
+@pytest.mark.parametrize("call", [lambda: md1_mean_wait_s(10, 0.1), lambda: md1_mean_wait_s(20, 0.1),
+                                  lambda: mg1_mean_wait_s(10, 0.2, 0.05), lambda: md1_mean_wait_s(0, 0.1)])
+def test_closed_form_queues_refuse_utilisation_of_one_or_more(call):
+    with pytest.raises(SpecError, match="utilization|arrival rate"):
+        call()
