@@ -42,7 +42,7 @@ class FirstFitPool:
         self.segments: list[list] = [[0, self.capacity, None]]          # [start, size, owner or None]
 
     def alloc(self, owner, size: int) -> int | None:
-        """Start of a new segment of `size` in the first hole that holds it, or None."""
+        """Start of a new segment of `size` in the first hole that holds it, or None. One segment per owner."""
         for i, (start, n, who) in enumerate(self.segments):
             if who is None and n >= size:
                 self.segments[i:i + 1] = [[start, size, owner]] + ([[start + size, n - size, None]] if n > size
@@ -51,21 +51,17 @@ class FirstFitPool:
         return None
 
     def free(self, owner) -> int:
-        """Release every segment of `owner`; returns the positions freed."""
-        freed = 0
-        for seg in self.segments:
-            if seg[2] == owner:
-                seg[2] = None
-                freed += seg[1]
-        if not freed:
+        """Release `owner`'s segment (one per owner) and merge it with free neighbours; returns its size."""
+        segs = self.segments
+        i = next((k for k, seg in enumerate(segs) if seg[2] == owner), None)
+        if i is None:
             raise SpecError(f"cannot free {owner!r}: it holds no memory")
-        merged: list[list] = []
-        for seg in self.segments:
-            if merged and merged[-1][2] is None and seg[2] is None:
-                merged[-1][1] += seg[1]
-            else:
-                merged.append(seg)
-        self.segments = merged
+        seg = segs[i]
+        seg[2], freed = None, seg[1]
+        if i + 1 < len(segs) and segs[i + 1][2] is None:
+            seg[1] += segs.pop(i + 1)[1]
+        if i > 0 and segs[i - 1][2] is None:
+            segs[i - 1][1] += segs.pop(i)[1]
         return freed
 
     def grow(self, owner, extra: int) -> bool:
