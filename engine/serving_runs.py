@@ -1,8 +1,10 @@
-"""Small, bounded, measured runs of the serving techniques on a loaded model, for the "Serving many users" pages:
-streams per step, a batch of prompts through the Scheduler, chunked prefill's effect on the decoding streams,
-a repeated system prompt with and without the prefix cache, speculative versus plain greedy decoding.
+"""Real engine runs behind the serving lessons and bench/bench_scheduler.py: each function builds its own
+Scheduler (nothing shared between callers), runs a small workload and returns measured numbers in a dict.
 
-Every run builds its own Scheduler (or caches) for the call: the shared model is only read.
+- `streams_run`: N concurrent greedy streams -> decode tokens/s (weights read once per step for all N).
+- `chunked_prefill_run`: a long prompt arrives while others decode -> the decoders' inter-token latency.
+- `prefix_cache_run`: the same system prompt twice -> prefill tokens and TTFT of the second request.
+- `speculative_run`: plain greedy vs speculative decoding on the same prompt -> α, draft cost, speedup.
 """
 from __future__ import annotations
 
@@ -14,95 +16,83 @@ import numpy as np
 from engine.errors import ModelError
 from engine.model import Model
 from engine.scheduler import Scheduler, StepReport
-from engine.sequence import Request
-from engine.speculative import early_exit_draft, speculative_generate
-
-MAX_STREAMS = 64
-MAX_NEW = 256
+from engine.speculative import speculative_generate
 
 
-def _check(name: str, v, lo: int, hi: int) -> int:
-    if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or not lo <= v <= hi:
-        raise ModelError(f"{name} must be a whole number from {lo} to {hi}, got {v!r}")
-    return int(v)
+def random_prompts(model: Model, n: int, length: int, seed: int = 0) -> list[list[int]]:
+    """n prompts of `length` token ids drawn uniformly (content does not change timing)."""
+    rng = np.random.default_rng(seed)
+    return [[int(t) for t in rng.integers(0, model.config.vocab_size, length)] for _ in range(n)]
 
 
-def run_requests(model: Model, prompts: Sequence[Sequence[int]], max_new_tokens: Sequence[int], *,
-                 block_size: int = 16, num_blocks: int | None = None, max_batch: int | None = None,
-                 chunk_size: int | None = None, prefix_caching: bool = False,
-                 stop_at_eos: bool = False) -> tuple[Scheduler, list[Request], list[StepReport]]:
-    """Submit every prompt (greedy) to one Scheduler and run it to the end."""
-    if not prompts or len(prompts) != len(max_new_tokens):
-        raise ModelError("give one max_new_tokens per prompt, and at least one prompt")
-    sched = Scheduler(model, block_size=block_size, num_blocks=num_blocks, max_batch=max_batch,
-                      chunk_size=chunk_size, prefix_caching=prefix_caching)
-    reqs = [sched.submit(list(p), max_new_tokens=_check("max new tokens", n, 1, MAX_NEW), stop_at_eos=stop_at_eos,
-                         request_id=f"R{i}") for i, (p, n) in enumerate(zip(prompts, max_new_tokens))]
-    return sched, reqs, sched.run()
+def decode_tokens_per_s(reports: Sequence[StepReport]) -> float:
+    """Tokens per second over the steps that only decoded (no prefill chunk in them)."""
+    decode = [r for r in reports if r.decoded and not r.prefilled]
+    seconds = sum(r.seconds for r in decode)
+    if not decode or seconds <= 0:
+        raise ModelError("no decode-only step to measure: ask for at least 2 new tokens")
+    return sum(r.tokens_produced for r in decode) / seconds
 
 
-def stream_throughput(model: Model, streams: int, new_tokens: int, prompt_ids: Sequence[int],
-                      block_size: int = 16) -> dict:
-    """`streams` identical greedy requests decoded together: decode tokens/s (prefill steps excluded) and the
-    mean decode step. One weight read per step serves every stream."""
-    b = _check("streams", streams, 1, MAX_STREAMS)
-    _, _, reports = run_requests(model, [prompt_ids] * b, [new_tokens] * b, block_size=block_size, max_batch=b)
-    dec = [r for r in reports if r.decoded and not r.prefilled]
-    secs = sum(r.seconds for r in dec)
-    toks = sum(r.tokens_produced for r in dec)
-    return dict(streams=b, decode_steps=len(dec), decode_seconds=secs, decode_tokens=toks,
-                decode_tok_s=toks / secs if secs else float("nan"),
-                mean_step_ms=1e3 * secs / len(dec) if dec else float("nan"))
-
-
-def chunked_prefill_run(model: Model, decode_prompts: Sequence[Sequence[int]], long_prompt: Sequence[int],
-                        new_tokens: int, chunk_size: int | None, warmup_steps: int = 2) -> dict:
-    """Requests decoding; after `warmup_steps` a long prompt arrives. The decoding requests' token gaps (ITL)
-    while it is prefilled, whole (chunk_size None) or in chunks, and the long request's TTFT."""
-    sched = Scheduler(model, block_size=16, max_batch=len(decode_prompts) + 1, chunk_size=chunk_size)
-    decoders = [sched.submit(list(p), max_new_tokens=new_tokens, stop_at_eos=False, request_id=f"D{i}")
-                for i, p in enumerate(decode_prompts)]
-    reports = [sched.step() for _ in range(warmup_steps)]
-    long_req = sched.submit(list(long_prompt), max_new_tokens=2, stop_at_eos=False, request_id="LONG")
-    reports += sched.run()
-    gaps = [g for r in decoders for g in r.itl_s]
-    return dict(chunk_size=chunk_size, prefill_steps=sum(1 for r in reports if "LONG" in r.prefilled),
-                itl_max_ms=1e3 * max(gaps), itl_median_ms=1e3 * float(np.median(gaps)),
-                long_ttft_ms=1e3 * long_req.ttft_s, step_ms=[1e3 * r.seconds for r in reports],
-                step_has_prefill=["LONG" in r.prefilled for r in reports],
-                decoder_tokens=[list(r.token_ids) for r in decoders])
-
-
-def prefix_cache_run(model: Model, system_ids: Sequence[int], questions: Sequence[Sequence[int]], new_tokens: int,
-                     prefix_caching: bool, block_size: int = 16) -> dict:
-    """The same system prompt before each question, served one after another by one Scheduler: prompt tokens
-    computed versus served from cached blocks, and the prefill time of each request."""
-    sched = Scheduler(model, block_size=block_size, max_batch=1, prefix_caching=prefix_caching)
-    rows = []
-    for i, q in enumerate(questions):
-        req = sched.submit([*system_ids, *q], max_new_tokens=new_tokens, stop_at_eos=False, request_id=f"Q{i}")
-        reports = sched.run()
-        rows.append(dict(request=req.request_id, prompt_tokens=len(req.prompt_ids),
-                         cached_tokens=req.prefix_cached_tokens,
-                         computed_tokens=len(req.prompt_ids) - req.prefix_cached_tokens,
-                         prefill_ms=1e3 * sum(r.seconds for r in reports if req.request_id in r.prefilled),
-                         ttft_ms=1e3 * req.ttft_s, token_ids=list(req.token_ids)))
-    return dict(prefix_caching=prefix_caching, rows=rows, free_blocks=sched.free_blocks,
-                num_blocks=sched.num_blocks)
-
-
-def speculative_vs_plain(model: Model, prompt_ids: Sequence[int], new_tokens: int, draft_layers: int,
-                         draft_tokens: int) -> dict:
-    """Greedy decoding twice: plain, and with an early-exit draft of `draft_layers` layers proposing
-    `draft_tokens` per verification pass. Same tokens (checked), measured acceptance and wall-time speedup."""
-    n = _check("new tokens", new_tokens, 1, MAX_NEW)
+def streams_run(model: Model, streams: int, prompt_len: int = 8, new_tokens: int = 8) -> dict:
+    s = Scheduler(model, block_size=16, max_batch=streams)
+    for p in random_prompts(model, streams, prompt_len, seed=streams):
+        s.submit(p, max_new_tokens=new_tokens, stop_at_eos=False)
     t0 = time.perf_counter()
-    plain = [g.token_id for g in model.generate(list(prompt_ids), max_new_tokens=n, stop_at_eos=False)]
+    reports = s.run()
+    seconds = time.perf_counter() - t0
+    decode = [r for r in reports if r.decoded and not r.prefilled]
+    return dict(streams=streams, decode_tokens_per_s=decode_tokens_per_s(reports),
+                decode_step_ms=1e3 * sum(r.seconds for r in decode) / len(decode),
+                end_to_end_tokens_per_s=streams * new_tokens / seconds, seconds=seconds)
+
+
+def chunked_prefill_run(model: Model, long_prompt_len: int, chunk_size: int | None, decoders: int = 4,
+                        new_tokens: int = 16) -> dict:
+    """`decoders` requests start decoding; after 3 steps a long prompt arrives. Their ITL, and its TTFT."""
+    s = Scheduler(model, block_size=16, max_batch=decoders + 1, chunk_size=chunk_size)
+    running = [s.submit(p, max_new_tokens=new_tokens, stop_at_eos=False)
+               for p in random_prompts(model, decoders, 8, seed=7)]
+    for _ in range(3):
+        s.step()
+    long_req = s.submit(random_prompts(model, 1, long_prompt_len, seed=99)[0], max_new_tokens=2, stop_at_eos=False)
+    reports = s.run()
+    itl = np.array([x for r in running for x in r.itl_s]) * 1e3
+    return dict(chunk_size=chunk_size, long_prompt_len=long_prompt_len, itl_p50_ms=float(np.median(itl)),
+                itl_p99_ms=float(np.percentile(itl, 99)), itl_max_ms=float(itl.max()),
+                long_prompt_ttft_ms=1e3 * long_req.ttft_s,
+                padded_tokens=sum(r.padded_tokens for r in reports),
+                forward_tokens=sum(r.forward_tokens for r in reports))
+
+
+def prefix_cache_run(model: Model, system_len: int, question_len: int = 8, prefix_caching: bool = True) -> dict:
+    """Two requests sharing a system prompt, one after the other; what the second one had to prefill."""
+    system = random_prompts(model, 1, system_len, seed=11)[0]
+    first, second = (system + q for q in random_prompts(model, 2, question_len, seed=12))
+    s = Scheduler(model, block_size=16, max_batch=2, prefix_caching=prefix_caching)
+    s.submit(first, max_new_tokens=1, stop_at_eos=False)
+    s.run()
+    before = s.prefill_tokens_computed
+    req = s.submit(second, max_new_tokens=1, stop_at_eos=False)
+    s.run()
+    return dict(prefix_caching=prefix_caching, prompt_tokens=len(second),
+                prefill_tokens=s.prefill_tokens_computed - before, cached_tokens=req.prefix_cached_tokens,
+                ttft_ms=1e3 * req.ttft_s)
+
+
+def speculative_run(target: Model, draft: Model, prompt: Sequence[int], max_new_tokens: int = 24,
+                    draft_tokens: int = 4) -> dict:
+    """Plain greedy and speculative decoding of the same prompt, timed back to back. The inputs of the
+    formula's prediction are measured here: α, and the draft's cost per step as a fraction c of a target step."""
+    t0 = time.perf_counter()
+    plain = list(target.generate(prompt, max_new_tokens=max_new_tokens, stop_at_eos=False))
     plain_s = time.perf_counter() - t0
-    spec = speculative_generate(model, early_exit_draft(model, draft_layers), list(prompt_ids), n, draft_tokens,
-                                stop_at_eos=False)
-    return dict(plain_seconds=plain_s, speculative_seconds=spec.seconds, speedup=plain_s / spec.seconds,
-                same_tokens=plain == spec.token_ids, alpha=spec.alpha, acceptance_rate=spec.acceptance_rate,
-                tokens_per_pass=spec.tokens_per_pass, rounds=spec.rounds, draft_seconds=spec.draft_seconds,
-                verify_seconds=spec.verify_seconds, token_ids=spec.token_ids,
-                draft_cost_ratio=draft_layers / model.config.num_layers)
+    step_s = float(np.mean([t.seconds for t in plain[1:]])) if len(plain) > 1 else float("nan")
+    res = speculative_generate(target, draft, prompt, max_new_tokens=max_new_tokens, draft_tokens=draft_tokens,
+                               stop_at_eos=False)
+    return dict(draft_layers=draft.config.num_layers, draft_tokens=draft_tokens,
+                identical=res.token_ids == [t.token_id for t in plain],
+                acceptance_rate=res.acceptance_rate, alpha=res.alpha, tokens_per_pass=res.tokens_per_pass,
+                draft_cost_ratio=(res.draft_seconds / res.draft_steps) / step_s if res.draft_steps else float("nan"),
+                verify_cost_ratio=(res.verify_seconds / res.rounds) / step_s if res.rounds else float("nan"),
+                plain_s=plain_s, speculative_s=res.seconds, speedup_measured=plain_s / res.seconds)

@@ -2,7 +2,7 @@
 and the engine's measured tokens/s for 1, 2, 4, ... streams decoding together.
 
 Numbers: `calculators.batching` (batch_curve, kv_critical_batch, compute_critical_batch, explain_*),
-`engine.serving_runs.stream_throughput` (measured).
+`engine.serving_runs.streams_run` (measured).
 """
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from plotly.subplots import make_subplots
 from calculators.batching import (batch_curve, compute_critical_batch, explain_batch_step,
                                   explain_compute_critical_batch, explain_kv_critical_batch, kv_critical_batch)
 from calculators.units import GB, fmt_num
-from engine.serving_runs import stream_throughput
+from engine.serving_runs import streams_run
 from specs.model_config import SpecError
 from ui import df_with_download, formula_expander, int_field, model_picker, setup_page, show_error
 from ui.serving import FONT, step_model_inputs
@@ -89,10 +89,9 @@ def measured(model) -> None:
     key = (model.source, largest, new, plen)
     store = st.session_state.setdefault(MEASURED_KEY, {})
     if st.button("Measure", key="batching.measure", type="primary", icon=":material/science:"):
-        prompt = [1 + (7 * i) % (model.config.vocab_size - 1) for i in range(plen)]
         with st.spinner("Decoding on the engine …"):
             try:
-                store[key] = [stream_throughput(model, b, new, prompt) for b in batch_points(largest)]
+                store[key] = [streams_run(model, b, prompt_len=plen, new_tokens=new) for b in batch_points(largest)]
             except SpecError as e:
                 show_error(e)
                 return
@@ -101,13 +100,14 @@ def measured(model) -> None:
         st.info("Press Measure to time the engine (a few seconds per stream count on this machine).")
         return
     df = pd.DataFrame(rows)
-    fig = go.Figure(go.Bar(x=df["streams"].astype(str), y=df["decode_tok_s"], text=df["decode_tok_s"].round(1),
+    fig = go.Figure(go.Bar(x=df["streams"].astype(str), y=df["decode_tokens_per_s"],
+                           text=df["decode_tokens_per_s"].round(1),
                            marker_color="#4c78a8"))
     fig.update_layout(title=f"{model.config.name}: decode tokens/s by streams", xaxis_title="streams",
                       yaxis_title="tokens/s", height=380, font=FONT)
     st.plotly_chart(fig)
-    df_with_download(df.rename(columns={"decode_tok_s": "decode tokens/s", "mean_step_ms": "mean step (ms)"}),
-                     "batching_measured")
+    df_with_download(df, "batching_measured", column_config={
+        k: st.column_config.NumberColumn(format="%.4g") for k in df.columns if k != "streams"})
 
 
 def main() -> None:

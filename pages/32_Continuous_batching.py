@@ -2,7 +2,7 @@
 throughput, TTFT/ITL percentiles), then a real run of several prompts through the engine's Scheduler.
 
 Numbers: `calculators.serving_sim` (simulate, SimResult.summary/gantt, explain_summary), `calculators.workload`;
-measured: `engine.serving_runs.run_requests` (the engine's `Scheduler`).
+measured: the engine's `Scheduler` (`ui.serving.serve_prompts`, `engine.scheduler.step_timeline`).
 """
 from __future__ import annotations
 
@@ -12,10 +12,10 @@ import streamlit as st
 from calculators.serving_sim import explain_summary, simulate
 from calculators.units import fmt_num
 from engine.errors import ModelError
-from engine.serving_runs import run_requests
 from specs.model_config import SpecError
 from ui import df_with_download, float_field, formula_expander, int_field, model_picker, setup_page, show_error
-from ui.serving import engine_gantt, gantt_figure, remembered, step_model_inputs, workload_inputs, workload_key
+from ui.serving import (engine_gantt, gantt_figure, remembered, serve_prompts, step_model_inputs, workload_inputs,
+                        workload_key)
 
 POLICIES = ("static", "continuous")
 SUMMARY_ROWS = (("throughput_tok_s", "throughput (tokens/s)"), ("throughput_req_s", "requests/s"),
@@ -97,7 +97,7 @@ def measured(model) -> None:
         try:
             ids = [model.encode_prompt(p) for p in prompts]
             with st.spinner("Running the scheduler …"):
-                _, reqs, reports = run_requests(model, ids, news, block_size=block, max_batch=slots)
+                reqs, reports = serve_prompts(model, ids, news, block_size=block, max_batch=slots)
         except (ModelError, SpecError) as e:
             show_error(e)
             return

@@ -3,7 +3,7 @@
 greedy decoding, measured acceptance and wall-time speedup next to the formula's prediction.
 
 Numbers: `calculators.speculative` (expected_tokens_per_pass, speculative_speedup),
-`calculators.explain.explain_speculative`; measured: `engine.serving_runs.speculative_vs_plain`.
+`calculators.explain.explain_speculative`; measured: `engine.serving_runs.speculative_run` with `engine.speculative.early_exit_draft`.
 """
 from __future__ import annotations
 
@@ -17,7 +17,8 @@ from calculators.explain import explain_speculative
 from calculators.speculative import expected_tokens_per_pass, speculative_speedup
 from calculators.units import fmt_num
 from engine.errors import ModelError
-from engine.serving_runs import speculative_vs_plain
+from engine.serving_runs import speculative_run
+from engine.speculative import early_exit_draft
 from specs.model_config import SpecError
 from ui import df_with_download, float_field, formula_expander, int_field, model_picker, setup_page, show_error
 from ui.serving import style
@@ -81,7 +82,8 @@ def measured(model) -> None:
     if st.button("Run plain and speculative", key="spec.run", type="primary", icon=":material/play_arrow:"):
         try:
             with st.spinner("Decoding twice …"):
-                store[key] = speculative_vs_plain(model, model.encode_prompt(prompt), new, layers, k)
+                store[key] = speculative_run(model, early_exit_draft(model, layers), model.encode_prompt(prompt),
+                                             max_new_tokens=new, draft_tokens=k)
         except (ModelError, SpecError) as e:
             show_error(e)
             return
@@ -89,26 +91,29 @@ def measured(model) -> None:
     if r is None:
         st.info("Press Run to decode the prompt plainly and speculatively.")
         return
-    (st.success if r["same_tokens"] else st.error)(
-        "Same tokens as plain greedy decoding." if r["same_tokens"] else "Tokens differ from plain decoding!")
+    (st.success if r["identical"] else st.error)(
+        "Same tokens as plain greedy decoding." if r["identical"] else "Tokens differ from plain decoding!")
     alpha = r["alpha"]
     ok = not math.isnan(alpha)
     pred_tokens = expected_tokens_per_pass(alpha, k) if ok else float("nan")
-    pred_speed = speculative_speedup(alpha, k, r["draft_cost_ratio"]) if ok else float("nan")
+    pred_speed = speculative_speedup(alpha, k, r["draft_cost_ratio"]) if ok and not math.isnan(
+        r["draft_cost_ratio"]) else float("nan")
     c = st.columns(3)
     c[0].metric("Measured acceptance α", fmt_num(alpha, 3) if ok else "n/a",
                 help=f"accepted / (accepted + rejections); raw accepted/proposed = {fmt_num(r['acceptance_rate'], 3)}")
     c[1].metric("Tokens per pass", fmt_num(r["tokens_per_pass"], 3), delta=f"formula {fmt_num(pred_tokens, 3)}",
                 delta_color="off")
-    c[2].metric("Wall-time speedup", f"{fmt_num(r['speedup'], 3)}×", delta=f"formula {fmt_num(pred_speed, 3)}×",
+    c[2].metric("Wall-time speedup", f"{fmt_num(r['speedup_measured'], 3)}×",
+                delta=f"formula {fmt_num(pred_speed, 3)}×",
                 delta_color="off")
     df_with_download(pd.DataFrame([
         dict(quantity="tokens per target pass", measured=r["tokens_per_pass"], formula=pred_tokens),
-        dict(quantity="speedup", measured=r["speedup"], formula=pred_speed),
-        dict(quantity="plain decoding (s)", measured=r["plain_seconds"], formula=None),
-        dict(quantity="speculative (s)", measured=r["speculative_seconds"], formula=None),
-        dict(quantity="verification passes", measured=r["rounds"], formula=None)]), "speculative_measured")
-    st.caption(f"Formula with the measured α, K = {k} and draft cost = {layers}/{L} layers. On a CPU the "
+        dict(quantity="speedup", measured=r["speedup_measured"], formula=pred_speed),
+        dict(quantity="draft step ÷ target step", measured=r["draft_cost_ratio"], formula=None),
+        dict(quantity="verification pass ÷ target step", measured=r["verify_cost_ratio"], formula=1.0),
+        dict(quantity="plain decoding (s)", measured=r["plain_s"], formula=None),
+        dict(quantity="speculative (s)", measured=r["speculative_s"], formula=None)]), "speculative_measured")
+    st.caption(f"Formula with the measured α, K = {k} and the measured draft cost per step. On a CPU the "
                "verification pass of K + 1 tokens costs more than one decode step, so the measured speedup falls "
                "below the bandwidth-bound formula; random weights accept almost nothing.")
 

@@ -133,43 +133,50 @@ def gantt_figure(rows: list[dict], title: str, x_title: str = "time (s)", start:
 
 
 # ============================================================================================ the engine
+def serve_prompts(model, prompts: list[list[int]], max_new_tokens: list[int], *, block_size: int = 16,
+                  max_batch: int | None = None):
+    """Submit every prompt (greedy, no early stop) to one new Scheduler and run it to the end:
+    (requests, step reports)."""
+    from engine import Scheduler
+    sched = Scheduler(model, block_size=block_size, max_batch=max_batch)
+    reqs = [sched.submit(p, max_new_tokens=n, stop_at_eos=False, request_id=f"R{i}")
+            for i, (p, n) in enumerate(zip(prompts, max_new_tokens))]
+    return reqs, sched.run()
+
+
 def engine_gantt(reports) -> list[dict]:
-    """Gantt rows from a Scheduler's step reports: a display slot per running request (reused when it leaves),
-    consecutive steps of the same phase merged into one bar. x is the step index and the measured seconds."""
-    rows: list[dict] = []
+    """Bars from `engine.scheduler.step_timeline`: a display slot per request (taken at its first step, given
+    back after its last), consecutive steps of one phase merged into one bar; x in steps and measured seconds."""
+    from engine.scheduler import step_timeline
+    rows = step_timeline(reports)
+    last = {}
+    for r in rows:
+        last[r["request_id"]] = r["step"]
+    bars: list[dict] = []
+    open_bar: dict[str, dict] = {}
     slot_of: dict[str, int] = {}
     free: list[int] = []
-    open_bar: dict[str, dict] = {}
-    t = 0.0
-    for rep in reports:
-        for rid in rep.preempted:
-            _close(rid, open_bar, rows)
-            heapq.heappush(free, slot_of.pop(rid))
-        active = [(rid, "prefill") for rid in rep.prefilled] + [(rid, "decode") for rid in rep.decoded]
-        for rid, phase in active:
-            if rid not in slot_of:
-                slot_of[rid] = heapq.heappop(free) if free else len(slot_of) + len(free)
-            bar = open_bar.get(rid)
-            if bar is None or bar["phase"] != phase:
-                _close(rid, open_bar, rows)
-                open_bar[rid] = dict(request=rid, slot=slot_of[rid], phase=phase, start_step=rep.step - 1,
-                                     steps=0, start_s=t, duration_s=0.0)
-            open_bar[rid]["steps"] += 1
-            open_bar[rid]["duration_s"] += rep.seconds
-        t += rep.seconds
-        for rid in rep.finished:
-            _close(rid, open_bar, rows)
-            if rid in slot_of:
-                heapq.heappush(free, slot_of.pop(rid))
-    for rid in list(open_bar):
-        _close(rid, open_bar, rows)
-    return rows
-
-
-def _close(rid: str, open_bar: dict, rows: list) -> None:
-    bar = open_bar.pop(rid, None)
-    if bar is not None:
-        rows.append(bar)
+    leaving: list[int] = []
+    step = None
+    for r in rows:                                       # rows come step by step
+        if r["step"] != step:
+            for slot in leaving:                         # slots of requests whose last step has passed
+                heapq.heappush(free, slot)
+            leaving, step = [], r["step"]
+        rid = r["request_id"]
+        if rid not in slot_of:
+            slot_of[rid] = heapq.heappop(free) if free else len(set(slot_of.values()))
+        bar = open_bar.get(rid)
+        if bar is None or bar["phase"] != r["phase"] or bar["end_step"] != r["step"] - 1:
+            bar = open_bar[rid] = dict(request=rid, slot=slot_of[rid], phase=r["phase"], start_step=r["step"] - 1,
+                                       end_step=r["step"], start_s=r["start_s"], end_s=r["end_s"])
+            bars.append(bar)
+        bar["end_step"], bar["end_s"] = r["step"], r["end_s"]
+        if last[rid] == r["step"]:
+            leaving.append(slot_of[rid])
+    for b in bars:
+        b["steps"], b["duration_s"] = b["end_step"] - b["start_step"], b["end_s"] - b["start_s"]
+    return bars
 
 
 def block_table_rows(sched) -> list[dict]:
