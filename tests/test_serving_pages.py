@@ -198,3 +198,20 @@ def test_queueing_hockey_stick_and_utilisation_of_one_or_more_is_an_error():
     at.number_input(key="queue.rho").set_value(0.5)
     at.number_input(key="queue.n").set_value(10).run()
     assert any("Requests per run" in e for e in errors(at)) and not at.exception
+
+
+# ------------------------------------------------------------------------------------------ the engine Gantt
+def test_engine_gantt_reuses_a_freed_slot_and_merges_consecutive_steps():
+    from engine.scheduler import StepReport
+    from ui.serving import engine_gantt
+    # 2 slots: A and B prefill, decode twice; B leaves after step 2; C takes B's slot from step 3
+    reps = [StepReport(1, prefilled={"A": 5, "B": 3}, seconds=0.5, started_at=10.0),
+            StepReport(2, decoded=["A", "B"], finished=["B"], seconds=0.1, started_at=10.5),
+            StepReport(3, prefilled={"C": 4}, decoded=["A"], seconds=0.3, started_at=10.6),
+            StepReport(4, decoded=["A", "C"], finished=["A", "C"], seconds=0.1, started_at=10.9)]
+    bars = {(b["request"], b["phase"]): b for b in engine_gantt(reps)}
+    assert bars[("A", "decode")]["start_step"] == 1 and bars[("A", "decode")]["steps"] == 3      # steps 2-4 merged
+    assert bars[("A", "decode")]["duration_s"] == pytest.approx(0.5)
+    assert bars[("B", "prefill")]["slot"] == 1 and bars[("C", "prefill")]["slot"] == 1          # C reuses B's slot
+    assert bars[("C", "prefill")]["start_s"] == pytest.approx(0.6)
+    assert {b["slot"] for b in bars.values()} == {0, 1}
