@@ -69,7 +69,8 @@ def load_sweep(model: StepModel, loads, *, n: int, prompt_mean: float, output_me
         r = simulate(model, w, policy, max_batch, chunk_tokens=chunk_tokens)
         s = r.summary()
         g = goodput(r, ttft_slo_ms, tpot_slo_ms)
-        row = dict(load=rho, arrival_rate_rps=rho * cap, capacity_rps=cap, mean_batch_busy=s["mean_batch"], wait_mean_ms=s["wait_mean_ms"],
+        row = dict(load=rho, arrival_rate_rps=rho * cap, capacity_rps=cap, mean_batch_busy=s["mean_batch"],
+                   wait_mean_ms=s["wait_mean_ms"],
                    wait_p99_ms=s["wait_p99_ms"], ttft_p50_ms=s["ttft_p50_ms"], ttft_p99_ms=s["ttft_p99_ms"],
                    tpot_p99_ms=s["tpot_p99_ms"], **g,
                    mm1_wait_factor=queue_wait_factor(rho))

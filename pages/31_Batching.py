@@ -49,10 +49,11 @@ def theory(model, context: int, largest: int) -> None:
                              line=dict(width=3, color="#4c78a8")), secondary_y=False)
     fig.add_trace(go.Scatter(x=df["batch"], y=df["itl_ms"], name="ITL per stream (ms)", mode="lines+markers",
                              line=dict(width=3, color="#e45756", dash="dot")), secondary_y=True)
-    for b, label in ((b_kv, "KV = weights"), (b_c, "compute-bound")):
+    top = float(df["total_tok_s"].max())
+    for b, label, color in ((b_kv, "KV read = weight read", "#9d755d"), (b_c, "compute-bound from here", "#54a24b")):
         if not math.isinf(b) and b <= largest:
-            fig.add_vline(x=b, line_dash="dash", line_color="gray", annotation_text=label,
-                          annotation_font_size=14)
+            fig.add_trace(go.Scatter(x=[b, b], y=[0, top], mode="lines", name=f"{label} (batch {fmt_num(b, 4)})",
+                                     line=dict(dash="dash", color=color, width=2)), secondary_y=False)
     fig.update_xaxes(type="log", title="batch (sequences decoding together)")
     fig.update_yaxes(title="tokens/s, all streams", secondary_y=False)
     fig.update_yaxes(title="ms per token, each stream", secondary_y=True)

@@ -46,9 +46,11 @@ def simulated(model) -> None:
     sums = {p: r.summary() for p, r in runs.items()}
     c = st.columns(3)
     c[0].metric("Throughput, continuous", f"{fmt_num(sums['continuous']['throughput_tok_s'], 4)} tok/s",
-                delta=f"static {fmt_num(sums['static']['throughput_tok_s'], 4)}", delta_color="off")
+                delta=f"static {fmt_num(sums['static']['throughput_tok_s'], 4)}", delta_color="off",
+                delta_arrow="off")
     c[1].metric("TTFT p99, continuous", f"{fmt_num(sums['continuous']['ttft_p99_ms'], 4)} ms",
-                delta=f"static {fmt_num(sums['static']['ttft_p99_ms'], 4)} ms", delta_color="off")
+                delta=f"static {fmt_num(sums['static']['ttft_p99_ms'], 4)} ms", delta_color="off",
+                delta_arrow="off")
     c[2].metric("Padding in static batches", f"{fmt_num(100 * sums['static']['padding_waste'], 3)}%",
                 help="Slot-steps spent on requests that had already finished, waiting for the longest one.")
     for p in POLICIES:

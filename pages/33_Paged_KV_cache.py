@@ -46,7 +46,8 @@ def worked_example() -> None:
     c[2].metric(f"Token {i:,} lives in", f"logical block {blk:,}, slot {off:,}")
     formula_expander("The arithmetic", f"**blocks** `{blocks.symbolic}`: {blocks.formula}\n\n"
                      f"**empty slots** `{empty.symbolic}`: {empty.formula}\n\n"
-                     f"**token {i:,}**: logical block = ⌊{i:,} / {b:,}⌋ = {blk:,}, slot = {i:,} mod {b:,} = {off:,}; "
+                     f"**token {i:,}**: logical block = ⌊{i:,} / {b:,}⌋ = {blk:,}, "
+                     f"slot = {i:,} mod {b:,} = {off:,}; "
                      "the block table turns the logical block into a physical one (003 Detail 16).")
 
 

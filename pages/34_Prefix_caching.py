@@ -44,7 +44,7 @@ def theory(model) -> None:
     c = st.columns(4)
     c[0].metric("KV of the prefix, cached once", fmt_bytes(kv))
     c[1].metric("Tokens left to prefill", f"{saved['tokens_to_prefill']:,} of {P:,}",
-                delta=f"{fmt_num(saved['percent_saved'], 3)}% less", delta_color="off")
+                delta=f"{fmt_num(saved['percent_saved'], 3)}% less", delta_color="off", delta_arrow="off")
     c[2].metric(f"Redundant prefill over {reqs:,} requests", f"{fmt_num(100 * red['redundant_fraction'], 3)}%",
                 help=f"{red['shared_tokens']:,.0f} shared vs {red['unique_tokens']:,.0f} unique prompt tokens")
     c[3].metric("Blocks the prefix fills", f"{blocks['full_blocks']:,} full",

@@ -44,9 +44,10 @@ def theory(model) -> None:
     c = st.columns(3)
     c[0].metric("Normal decode step", f"{fmt_num(step, 3)} ms")
     c[1].metric("Token gap during a whole prefill", f"{fmt_num(stall['stalled_itl_ms'], 3)} ms",
-                delta=f"{fmt_num(stall['spike_ratio'], 3)}× the normal step", delta_color="off")
+                delta=f"{fmt_num(stall['spike_ratio'], 3)}× the normal step", delta_color="off", delta_arrow="off")
     c[2].metric(f"Worst gap with {chunk:,}-token chunks", f"{fmt_num(ch['worst_itl_ms'], 3)} ms",
-                delta=f"{fmt_num(ch['spike_ratio'], 3)}×, over {ch['chunks']:,} steps", delta_color="off")
+                delta=f"{fmt_num(ch['spike_ratio'], 3)}×, over {ch['chunks']:,} steps", delta_color="off",
+                delta_arrow="off")
     formula_expander("The arithmetic", (
         f"Decode step ({streams:,} streams at {ctx:,} tokens) = {fmt_num(step, 4)} ms and a {prompt:,}-token "
         f"prefill = {fmt_num(pre, 4)} ms, both from the step model (`batching.StepModel`).\n\n"

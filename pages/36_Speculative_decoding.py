@@ -3,7 +3,8 @@
 greedy decoding, measured acceptance and wall-time speedup next to the formula's prediction.
 
 Numbers: `calculators.speculative` (expected_tokens_per_pass, speculative_speedup),
-`calculators.explain.explain_speculative`; measured: `engine.serving_runs.speculative_run` with `engine.speculative.early_exit_draft`.
+`calculators.explain.explain_speculative`; measured: `engine.serving_runs.speculative_run` with
+`engine.speculative.early_exit_draft`.
 """
 from __future__ import annotations
 
@@ -102,10 +103,10 @@ def measured(model) -> None:
     c[0].metric("Measured acceptance α", fmt_num(alpha, 3) if ok else "n/a",
                 help=f"accepted / (accepted + rejections); raw accepted/proposed = {fmt_num(r['acceptance_rate'], 3)}")
     c[1].metric("Tokens per pass", fmt_num(r["tokens_per_pass"], 3), delta=f"formula {fmt_num(pred_tokens, 3)}",
-                delta_color="off")
+                delta_color="off", delta_arrow="off")
     c[2].metric("Wall-time speedup", f"{fmt_num(r['speedup_measured'], 3)}×",
                 delta=f"formula {fmt_num(pred_speed, 3)}×",
-                delta_color="off")
+                delta_color="off", delta_arrow="off")
     df_with_download(pd.DataFrame([
         dict(quantity="tokens per target pass", measured=r["tokens_per_pass"], formula=pred_tokens),
         dict(quantity="speedup", measured=r["speedup_measured"], formula=pred_speed),

@@ -90,7 +90,8 @@ def batched(model, n: int, prompt: float, output: float, out_kind: str, ttft_slo
     df = pd.DataFrame(rows)
     fig = go.Figure([go.Scatter(x=df["load"], y=df["ttft_p99_ms"], name="TTFT p99", mode="lines+markers"),
                      go.Scatter(x=df["load"], y=df["ttft_p50_ms"], name="TTFT p50", mode="lines+markers")])
-    fig.add_hline(y=ttft_slo, line_dash="dash", annotation_text="TTFT target", annotation_font_size=14)
+    fig.add_scatter(x=[LOADS[0], LOADS[-1]], y=[ttft_slo, ttft_slo], mode="lines", name="TTFT target",
+                    line=dict(dash="dash", color="gray"))
     fig.update_yaxes(type="log")
     st.plotly_chart(style(fig, f"TTFT against load, batch cap {cap}", "load (fraction of capacity)", "ms",
                           height=420), key="queue.ttft")
@@ -147,7 +148,7 @@ def main() -> None:
     if model is None:
         return
     c = st.columns(4)
-    n = int_field("Requests per run", 1000, 50, 20_000, key="queue.n", where=c[0])
+    n = int_field("Requests per run", 2000, 50, 20_000, key="queue.n", where=c[0])
     prompt = float_field("Prompt tokens", 100, 1, 1e6, key="queue.prompt", where=c[1])
     output = float_field("Output tokens (mean)", 50, 1, 1e6, key="queue.output", where=c[2])
     out_kind = choice_field("Output lengths", LENGTH_KINDS, "fixed", key="queue.kind", where=c[3])
