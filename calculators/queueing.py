@@ -64,11 +64,16 @@ def mm1_mean_wait_s(arrival_rate_per_s: float, service_s: float) -> float:
     return queue_wait_factor(lam * s) * s
 
 
+def md1_wait_factor(utilization: float) -> float:
+    """ρ / (2(1 − ρ)): the M/D/1 mean wait in units of the (fixed) service time, half of M/M/1's."""
+    return queue_wait_factor(utilization) / 2
+
+
 def md1_mean_wait_s(arrival_rate_per_s: float, service_s: float) -> float:
     """M/D/1 (Poisson arrivals, every service exactly S): Wq = ρ/(2(1 − ρ)) · S, half the M/M/1 wait
     (Pollaczek-Khinchine with E[S²] = S²)."""
     lam, s = check_positive("arrival rate", arrival_rate_per_s), check_positive("service time", service_s)
-    return queue_wait_factor(lam * s) * s / 2
+    return md1_wait_factor(lam * s) * s
 
 
 def mg1_mean_wait_s(arrival_rate_per_s: float, mean_service_s: float, second_moment_s2: float) -> float:

@@ -12,7 +12,7 @@ import streamlit as st
 
 from calculators.explain import explain_paging
 from calculators.kv_allocation import POLICIES, compare_allocators
-from calculators.paging import logical_block
+from calculators.paging import logical_block, max_empty_slots
 from calculators.units import fmt_bytes, fmt_num
 from engine import Scheduler
 from engine.errors import ModelError
@@ -42,7 +42,7 @@ def worked_example() -> None:
         return
     c = st.columns(3)
     c[0].metric("Blocks", f"{blocks.value:,.0f}")
-    c[1].metric("Empty slots in the last block", f"{empty.value:,.0f}", help=f"never more than {b - 1}")
+    c[1].metric("Empty slots in the last block", f"{empty.value:,.0f}", help=f"never more than {max_empty_slots(b)}")
     c[2].metric(f"Token {i:,} lives in", f"logical block {blk:,}, slot {off:,}")
     formula_expander("The arithmetic", f"**blocks** `{blocks.symbolic}`: {blocks.formula}\n\n"
                      f"**empty slots** `{empty.symbolic}`: {empty.formula}\n\n"

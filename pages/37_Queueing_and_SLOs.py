@@ -11,7 +11,7 @@ import plotly.graph_objects as go
 import streamlit as st
 
 from calculators.explain import explain_queue_wait
-from calculators.queueing import queue_wait_factor
+from calculators.queueing import md1_wait_factor, queue_wait_factor
 from calculators.slo import batch_cap_sweep, load_sweep
 from calculators.units import fmt_num
 from calculators.workload import LENGTH_KINDS, synthetic_workload
@@ -57,7 +57,7 @@ def one_server(model, n: int, prompt: float, output: float, out_kind: str) -> No
     fig = go.Figure()
     fig.add_scatter(x=CURVE, y=[queue_wait_factor(r) for r in CURVE], name="ρ/(1 − ρ)  (M/M/1)",
                     line=dict(width=3, color="#e45756"))
-    fig.add_scatter(x=CURVE, y=[queue_wait_factor(r) / 2 for r in CURVE], name="ρ/(2(1 − ρ))  (M/D/1)",
+    fig.add_scatter(x=CURVE, y=[md1_wait_factor(r) for r in CURVE], name="ρ/(2(1 − ρ))  (M/D/1)",
                     line=dict(width=3, dash="dot", color="#f58518"))
     fig.add_scatter(x=df["measured_rho"], y=df["mg1_wait_over_service"], mode="markers", name="M/G/1 at the "
                     "measured load", marker=dict(size=11, symbol="x", color="#54a24b"))

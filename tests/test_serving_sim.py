@@ -285,3 +285,11 @@ def test_prefix_cache_numbers_reproduce_508_to_8_tokens_and_31_blocks():
 def test_closed_form_queues_refuse_utilisation_of_one_or_more(call):
     with pytest.raises(SpecError, match="utilization|arrival rate"):
         call()
+
+
+def test_pollaczek_khinchine_gives_md1_for_fixed_and_mm1_for_exponential_service():
+    from calculators.queueing import mm1_mean_wait_s
+    lam, S = 6.0, 0.1                                    # ρ = 0.6
+    assert mg1_mean_wait_s(lam, S, S ** 2) == pytest.approx(md1_mean_wait_s(lam, S))        # E[S²] = S²
+    assert mg1_mean_wait_s(lam, S, 2 * S ** 2) == pytest.approx(mm1_mean_wait_s(lam, S))    # exponential: 2S²
+    assert mm1_mean_wait_s(lam, S) == pytest.approx(0.6 / 0.4 * S)                         # ρ/(1 − ρ)·S = 0.15 s
