@@ -44,6 +44,7 @@ class StepModel:
     peak_flop_s: float                  # peak
     overhead_ms: float = 0.0            # fixed cost per step (kernel launches, scheduling); 0 = the ideal model
     name: str = ""
+    context_tokens: int | None = None   # the model's context window: no request may need more (None = unchecked)
 
     def __post_init__(self):
         for k in ("weight_bytes", "kv_bytes_per_token", "flops_per_token", "attn_flops_per_pair", "overhead_ms"):
@@ -90,7 +91,8 @@ def step_model_for(config: ModelConfig, device: Device, weight_dtype: str = "bf1
                      bandwidth_bytes_per_s=device.memory_bandwidth_bytes_per_s * efficiency.decode_mbu,
                      flops_per_token=f11 - attn, attn_flops_per_pair=attn,
                      peak_flop_s=peak * efficiency.prefill_mfu, overhead_ms=overhead_ms,
-                     name=f"{config.name} on {device.name} ({weight_dtype})")
+                     name=f"{config.name} on {device.name} ({weight_dtype})",
+                     context_tokens=config.max_position_embeddings)
 
 
 # ============================================================================================ batch curve

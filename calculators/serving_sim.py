@@ -220,9 +220,17 @@ def weighted_percentiles(values: np.ndarray, weights: np.ndarray, qs) -> list[fl
 
 
 # ============================================================================================ checks
-def _check(workload: Workload, max_batch: int, kv_capacity_tokens: int | None, chunk_tokens: int | None):
+def _check(workload: Workload, max_batch: int, kv_capacity_tokens: int | None, chunk_tokens: int | None,
+           context_tokens: int | None = None):
     if not isinstance(workload, Workload):
         raise SpecError("expected a Workload (see calculators.workload)")
+    if context_tokens is not None:
+        need = workload.prompt_tokens + workload.output_tokens
+        i = int(np.argmax(need))
+        if need[i] > context_tokens:
+            raise SpecError(f"request {i} needs {int(need[i]):,} tokens (prompt {int(workload.prompt_tokens[i]):,} + "
+                            f"output {int(workload.output_tokens[i]):,}), more than the model's context of "
+                            f"{context_tokens:,}")
     b = check_int("max batch", max_batch, limit=1_000_000)
     if chunk_tokens is not None:
         check_int("chunk size (tokens)", chunk_tokens)
@@ -243,7 +251,7 @@ def simulate_continuous(model: StepModel, workload: Workload, max_batch: int, kv
     """Continuous batching (see the module docstring). `kv_capacity_tokens`: admit only while every admitted
     request's prompt + output fits (reserved at admission, so memory is never over-committed); None = slots
     only. `chunk_tokens`: at most this many prompt tokens per step (chunked prefill); None = whole prompts."""
-    B = _check(workload, max_batch, kv_capacity_tokens, chunk_tokens)
+    B = _check(workload, max_batch, kv_capacity_tokens, chunk_tokens, model.context_tokens)
     arr, P, O = workload.arrival_s, workload.prompt_tokens, workload.output_tokens
     arr_l, P_l, O_l = arr.tolist(), P.tolist(), O.tolist()
     n = len(arr_l)
@@ -347,7 +355,7 @@ def simulate_static(model: StepModel, workload: Workload, max_batch: int, batch_
                     kv_capacity_tokens: int | None = None) -> SimResult:
     """Static batching (see the module docstring). With a KV budget, a batch reserves b × (longest prompt +
     longest output) tokens (every slot padded to the longest) and is cut short to fit."""
-    B = _check(workload, max_batch, kv_capacity_tokens, None)
+    B = _check(workload, max_batch, kv_capacity_tokens, None, model.context_tokens)
     timeout = check_nonneg("batch timeout (s)", batch_timeout_s, limit=1e6)
     arr, P, O = workload.arrival_s, workload.prompt_tokens, workload.output_tokens
     n = len(arr)

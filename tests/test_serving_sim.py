@@ -217,6 +217,8 @@ def test_empty_or_malformed_trace_is_a_clear_error(text, message):
     (lambda: simulate(TINY, synthetic_workload(10, 5, 100, 10), "static", chunk_tokens=8), "continuous"),
     (lambda: simulate(TINY, synthetic_workload(10, 5, 100, 10), "fifo"), "policy"),
     (lambda: workload([0, 1], [10, 0], [5, 5]), "prompt_tokens"),
+    (lambda: simulate(TINY, workload([0, 1], [10, 2040], [5, 9])), "more than the model's context of 2,048"),
+    (lambda: simulate(TINY, workload([0, 1], [10, 3000], [5, 9]), "static"), "context"),
 ])
 def test_bad_rates_lengths_and_sizes_are_clear_errors(call, message):
     with pytest.raises(SpecError, match=message):
