@@ -188,6 +188,8 @@ class Scheduler:
         with self._lock:
             if req.done:
                 return
+            if req not in self.running and req not in self.waiting:
+                raise ModelError(f"request {req.request_id!r} was not submitted to this scheduler")
             self._remove(req)
             req.finish("cancelled")
 

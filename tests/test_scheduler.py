@@ -229,6 +229,10 @@ def test_blocks_return_after_run_cancel_and_errors(model, monkeypatch):
     assert s.free_blocks == initial and not s.running and not s.waiting
     assert all(r.done for r in reqs)
     s.cancel(reqs[0])                                    # cancelling a finished request changes nothing
+    other = Scheduler(model, block_size=4, num_blocks=40)
+    foreign = other.submit(prompt(5), max_new_tokens=2)
+    with pytest.raises(ModelError, match="not submitted to this scheduler"):
+        s.cancel(foreign)                                # never releases blocks of another pool
     assert reqs[0].finish_reason in ("error", "cancelled", "length")
 
 
