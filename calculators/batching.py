@@ -158,3 +158,16 @@ def explain_batch_step(model: StepModel, batch: int, context_tokens: int) -> Exp
     return explain("step_ms", "(W + b * S * kv + b * kv) / BW * 1000", "ms", SOURCE,
                    "memory-bound decode step (the FLOPs side is in the table)", W=model.weight_bytes, b=batch,
                    S=context_tokens, kv=model.kv_bytes_per_token, BW=model.bandwidth_bytes_per_s)
+
+
+# 003 Detail 21's own inputs, as the text rounds them: 2.2 GB of weights, 22 KB (22,000 B) per token, A100
+# 1,555 GB/s, 312 TFLOP/s, ≈ 2 FLOPs per parameter per token. (The TinyLlama preset has 22,528 B per token, so
+# its batch-128 step is 1.97 ms where the text prints 1.96.)
+REFERENCE_003 = StepModel(weight_bytes=2.2e9, kv_bytes_per_token=22e3, bandwidth_bytes_per_s=1555e9,
+                          flops_per_token=2.2e9, attn_flops_per_pair=0.0, peak_flop_s=312e12,
+                          name="003 Detail 21 (TinyLlama on an A100, the text's rounding)")
+
+
+def reference_batch_table() -> list[dict]:
+    """The text's table: batch 1/8/32/128 at 300 tokens -> 1.42/1.45/1.55/1.96 ms, 704/5,517/20,645/65,306 tok/s."""
+    return batch_curve(REFERENCE_003, 300, (1, 8, 32, 128))

@@ -13,9 +13,10 @@ import plotly.graph_objects as go
 import streamlit as st
 from plotly.subplots import make_subplots
 
-from calculators.batching import (batch_curve, compute_critical_batch, explain_batch_step,
-                                  explain_compute_critical_batch, explain_kv_critical_batch, kv_critical_batch)
-from calculators.units import GB, fmt_num
+from calculators.batching import (REFERENCE_003, batch_curve, compute_critical_batch, explain_batch_step,
+                                  explain_compute_critical_batch, explain_kv_critical_batch, kv_critical_batch,
+                                  reference_batch_table)
+from calculators.units import GB, MB, fmt_bytes, fmt_num
 from engine.serving_runs import streams_run
 from specs.model_config import SpecError
 from ui import df_with_download, formula_expander, int_field, model_picker, setup_page, show_error
@@ -71,6 +72,20 @@ def theory(model, context: int, largest: int) -> None:
                           "tokens/s all streams": df["total_tok_s"], "tokens/s per stream": df["per_stream_tok_s"]})
     df_with_download(table, "batching_curve", column_config={
         k: st.column_config.NumberColumn(format="%.4g") for k in table.columns if k not in ("batch", "bound")})
+    with st.expander("The text's table (003 Detail 21), from its own rounded inputs"):
+        ref = pd.DataFrame(reference_batch_table())
+        df_with_download(pd.DataFrame({"batch": ref["batch"], "KV read (MB)": ref["kv_read_bytes"] / MB,
+                                       "total read (GB)": ref["total_bytes"] / GB, "step (ms)": ref["step_ms"],
+                                       "tokens/s all streams": ref["total_tok_s"],
+                                       "tokens/s per stream": ref["per_stream_tok_s"]}), "batching_reference_003",
+                         column_config={"step (ms)": st.column_config.NumberColumn(format="%.2f"),
+                                        "KV read (MB)": st.column_config.NumberColumn(format="%.0f"),
+                                        "total read (GB)": st.column_config.NumberColumn(format="%.2f"),
+                                        "tokens/s all streams": st.column_config.NumberColumn(format="%.0f"),
+                                        "tokens/s per stream": st.column_config.NumberColumn(format="%.0f")})
+        st.caption(f"{REFERENCE_003.name}: {fmt_bytes(REFERENCE_003.weight_bytes)} of weights, "
+                   f"{fmt_bytes(REFERENCE_003.kv_bytes_per_token)} per token, 300 tokens of context. The text divides "
+                   "by the step rounded to 0.01 ms, so its tokens/s differ from these by under 0.4%.")
     st.caption("Ideal step model: datasheet bandwidth and peak FLOP/s, weights read once per step, every sequence "
                "at the same context. Real servers reach 50-70% of peak bandwidth, so absolute times are optimistic; "
                "the shape (flat ITL, linear throughput until the critical batch) is what carries over.")

@@ -5,7 +5,7 @@ import math
 import pytest
 
 from calculators.batching import (StepModel, batch_curve, batch_row, compute_critical_batch, kv_critical_batch,
-                                  step_model_for)
+                                  reference_batch_table, step_model_for)
 from calculators.latency import decode_step_ms
 from calculators.roofline import forward_flops
 from specs.devices import load_device
@@ -34,6 +34,12 @@ def test_reference_batch_table_throughput_704_5517_20645_65306_and_per_stream_70
     assert [round(1e3 / round(r["itl_ms"], 2)) for r in rows] == [704, 690, 645, 510]
     # unrounded: within 0.4% (the rounding of 1.955.. to 1.96 is the largest, 0.25%)
     assert [r["total_tok_s"] for r in rows] == pytest.approx([704, 5517, 20645, 65306], rel=0.004)
+
+
+def test_the_pages_reference_table_is_the_texts():
+    rows = reference_batch_table()
+    assert [round(r["step_ms"], 2) for r in rows] == [1.42, 1.45, 1.55, 1.96]
+    assert [round(r["batch"] / round(r["step_ms"], 2) * 1e3) for r in rows] == [704, 5517, 20645, 65306]
 
 
 def test_kv_critical_batch_is_where_kv_read_first_reaches_the_weight_read():
