@@ -193,8 +193,8 @@ class SimResult:
                      latency_ms=1e3 * float(self.latency[i])) for i in range(len(self.arrival))]
 
     def gantt(self, limit: int = 200) -> list[dict]:
-        """Bars for a slot timeline, first `limit` requests: queue (not in a slot: on the request's own row),
-        prefill (admitted → first token), decode (→ finish) and padding (→ slot released)."""
+        """Bars for a slot timeline, first `limit` requests: prefill (admitted → first token), decode (→ finish)
+        and padding (→ slot released). Time spent queueing holds no slot, so it has no bar (see `wait`)."""
         rows = []
         for i in range(min(limit, len(self.arrival))):
             for phase, a, b in (("prefill", self.admitted[i], self.first_token[i]),

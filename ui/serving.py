@@ -20,7 +20,7 @@ from specs.model_config import SpecError
 from ui.model_source import choice_field, sizing_inputs
 from ui.widgets import float_field, int_field, remember, show_error
 
-PHASE_COLORS = {"queue": "#c7c7c7", "prefill": "#f58518", "decode": "#4c78a8", "padding": "#e45756"}
+PHASE_COLORS = {"prefill": "#f58518", "decode": "#4c78a8", "padding": "#e45756"}
 FONT = dict(size=15)
 POISSON, BURSTS, TRACE = "Poisson", "Bursts", "Trace file (CSV / JSONL)"
 SAMPLE_TRACE = Workload([0.0, 0.0, 0.0, 0.01, 0.05], [10, 10, 10, 40, 200], [50, 120, 20, 30, 60],
