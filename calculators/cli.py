@@ -1,4 +1,5 @@
 """Command line: `python -m calculators memory|floor|roofline|latency --model M --gpu G [...] [--json]`.
+The serving commands (simulate, batching, kv-alloc, queue) live in `cli_serving.py`.
 
 --model takes a preset name (see `specs/models/`) or a path to a Hugging Face config.json; --gpu a device name
 from `specs/devices.json` or "this-machine" (measured for about a second). Bad input prints one line on stderr
@@ -18,6 +19,7 @@ from calculators.latency import Efficiency, bandwidth_floor_ms, decode_step_byte
 from calculators.memory import max_batch, max_context, memory_budget
 from calculators.params import param_breakdown, weight_bytes
 from calculators.roofline import roofline
+from calculators.cli_serving import COMMANDS as SERVING_COMMANDS, main as serving_main
 from calculators.units import KV_DTYPES, WEIGHT_DTYPES, default_kv_dtype, dtype_name, fmt_bytes, fmt_count, \
     fmt_num
 from specs.devices import Device, list_devices, load_device, measure_this_machine
@@ -183,6 +185,9 @@ def render(out: dict) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv and argv[0] in SERVING_COMMANDS:            # simulate, batching, kv-alloc, queue: cli_serving.py
+        return serving_main(argv)
     args = build_parser().parse_args(argv)
     try:
         out = run(args)

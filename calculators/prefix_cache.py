@@ -40,3 +40,25 @@ def cacheable_blocks(prefix_tokens: int, block_size: int = 16) -> dict:
     would need copy-on-write). 500 tokens, blocks of 16 -> 31 full blocks + 4 tokens in a 32nd."""
     t, b = check_int("prefix_tokens", prefix_tokens, minimum=0), check_int("block_size", block_size)
     return dict(full_blocks=t // b, partial_block_tokens=t % b, total_blocks=-(-t // b))
+
+
+def prefix_prefill_ms(step_model, prompt_tokens: int, cached_prefix_tokens: int) -> dict:
+    """Prefill time without and with the cached prefix on a `batching.StepModel`: the whole prompt, versus only
+    the tokens after the prefix (which still attend to the cached ones: start position = the prefix)."""
+    t = prefill_with_prefix_cache(prompt_tokens, cached_prefix_tokens)
+    full = step_model.prefill_ms(prompt_tokens)
+    rest = step_model.prefill_ms(t["tokens_to_prefill"], cached_prefix_tokens) if t["tokens_to_prefill"] else 0.0
+    return dict(full_ms=full, cached_ms=rest, saved_ms=full - rest, saved_percent=100.0 * (full - rest) / full)
+
+
+def prefix_cache_numbers(step_model, prefix_tokens: int, unique_tokens: int, requests: int,
+                         block_size: int = 16) -> dict:
+    """Every number of the prefix-caching lesson for a prompt = shared prefix + unique tail, on a step model:
+    prompt tokens, prefix KV bytes, tokens left to prefill, redundancy over `requests`, cacheable blocks and the
+    prefill time without and with the cache."""
+    p = check_int("prefix_tokens", prefix_tokens, minimum=0) + check_int("unique_tokens", unique_tokens)
+    return dict(prompt_tokens=p, prefix_kv_bytes=prefix_kv_bytes(prefix_tokens, step_model.kv_bytes_per_token),
+                saved=prefill_with_prefix_cache(p, prefix_tokens),
+                redundant=redundant_prefill(requests, prefix_tokens, unique_tokens),
+                blocks=cacheable_blocks(prefix_tokens, block_size), times=prefix_prefill_ms(step_model, p,
+                                                                                           prefix_tokens))

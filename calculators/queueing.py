@@ -55,3 +55,30 @@ def chunked_prefill(prefill_ms: float, prompt_tokens: int, chunk_tokens: int, de
     chunk_ms = p * min(c, n_tok) / n_tok
     return dict(chunks=chunks, chunk_ms=chunk_ms, worst_itl_ms=d + chunk_ms, spike_ratio=(d + chunk_ms) / d,
                 ttft_ms=chunks * d + p)
+
+
+# ------------------------------------------------------------------------------------------ closed-form queues
+def mm1_mean_wait_s(arrival_rate_per_s: float, service_s: float) -> float:
+    """M/M/1 (Poisson arrivals, exponential service, one server): Wq = ρ/(1 − ρ) · S with ρ = λ·S."""
+    lam, s = check_positive("arrival rate", arrival_rate_per_s), check_positive("service time", service_s)
+    return queue_wait_factor(lam * s) * s
+
+
+def md1_wait_factor(utilization: float) -> float:
+    """ρ / (2(1 − ρ)): the M/D/1 mean wait in units of the (fixed) service time, half of M/M/1's."""
+    return queue_wait_factor(utilization) / 2
+
+
+def md1_mean_wait_s(arrival_rate_per_s: float, service_s: float) -> float:
+    """M/D/1 (Poisson arrivals, every service exactly S): Wq = ρ/(2(1 − ρ)) · S, half the M/M/1 wait
+    (Pollaczek-Khinchine with E[S²] = S²)."""
+    lam, s = check_positive("arrival rate", arrival_rate_per_s), check_positive("service time", service_s)
+    return md1_wait_factor(lam * s) * s
+
+
+def mg1_mean_wait_s(arrival_rate_per_s: float, mean_service_s: float, second_moment_s2: float) -> float:
+    """M/G/1, Pollaczek-Khinchine: Wq = λ·E[S²] / (2(1 − ρ)), ρ = λ·E[S] (any service-time distribution)."""
+    lam = check_positive("arrival rate", arrival_rate_per_s)
+    s = check_positive("mean service time", mean_service_s)
+    rho = check_fraction("utilization", lam * s, allow_one=False)
+    return lam * check_positive("second moment of service time", second_moment_s2) / (2 * (1 - rho))

@@ -1,0 +1,152 @@
+"""Batching: throughput and per-stream ITL versus batch size from the step-time model, the two critical batches,
+and the engine's measured tokens/s for 1, 2, 4, ... streams decoding together.
+
+Numbers: `calculators.batching` (batch_curve, kv_critical_batch, compute_critical_batch, explain_*),
+`engine.serving_runs.streams_run` (measured).
+"""
+from __future__ import annotations
+
+import math
+
+import pandas as pd
+import plotly.graph_objects as go
+import streamlit as st
+from plotly.subplots import make_subplots
+
+from calculators.batching import (REFERENCE_003, batch_curve, compute_critical_batch, explain_batch_step,
+                                  explain_compute_critical_batch, explain_kv_critical_batch, kv_critical_batch,
+                                  reference_batch_table)
+from calculators.units import GB, MB, fmt_bytes, fmt_num
+from engine.serving_runs import streams_run
+from specs.model_config import SpecError
+from ui import df_with_download, formula_expander, int_field, model_picker, setup_page, show_error
+from ui.serving import FONT, step_model_inputs
+
+TABLE_BATCHES = (1, 8, 32, 128)
+MEASURED_KEY = "batching.measured"          # per session: {(model, tokens, streams...): rows}
+
+
+def batch_points(largest: int) -> list[int]:
+    """1, 2, 4, ... up to `largest`, plus the table's batches."""
+    pts = {1 << k for k in range(0, max(largest, 1).bit_length())} | {b for b in TABLE_BATCHES if b <= largest}
+    return sorted(pts | {largest})
+
+
+def theory(model, context: int, largest: int) -> None:
+    rows = batch_curve(model, context, batch_points(largest))
+    b_kv, b_c = kv_critical_batch(model, context), compute_critical_batch(model, context)
+    c = st.columns(3)
+    c[0].metric("KV read = weight read at batch", "never" if math.isinf(b_kv) else fmt_num(b_kv, 4),
+                help="Beyond this batch the sequences' KV caches cost more bandwidth than the weights.")
+    c[1].metric("Compute-bound from batch", "never" if math.isinf(b_c) else fmt_num(b_c, 4),
+                help="Beyond this batch a decode step's FLOPs take longer than its memory traffic.")
+    c[2].metric(f"Throughput gain, batch {rows[-1]['batch']:,} vs 1",
+                f"{fmt_num(rows[-1]['gain_vs_first'], 3)}×",
+                help=f"each stream slows from {fmt_num(rows[0]['itl_ms'], 3)} to {fmt_num(rows[-1]['itl_ms'], 3)} "
+                     "ms per token")
+    df = pd.DataFrame(rows)
+    fig = make_subplots(specs=[[{"secondary_y": True}]])
+    fig.add_trace(go.Scatter(x=df["batch"], y=df["total_tok_s"], name="tokens/s, all streams", mode="lines+markers",
+                             line=dict(width=3, color="#4c78a8")), secondary_y=False)
+    fig.add_trace(go.Scatter(x=df["batch"], y=df["itl_ms"], name="ITL per stream (ms)", mode="lines+markers",
+                             line=dict(width=3, color="#e45756", dash="dot")), secondary_y=True)
+    top = float(df["total_tok_s"].max())
+    for b, label, color in ((b_kv, "KV read = weight read", "#9d755d"), (b_c, "compute-bound from here", "#54a24b")):
+        if not math.isinf(b) and b <= largest:
+            fig.add_trace(go.Scatter(x=[b, b], y=[0, top], mode="lines", name=f"{label} (batch {fmt_num(b, 4)})",
+                                     line=dict(dash="dash", color=color, width=2)), secondary_y=False)
+    fig.update_xaxes(type="log", title="batch (sequences decoding together)")
+    fig.update_yaxes(title="tokens/s, all streams", secondary_y=False)
+    fig.update_yaxes(title="ms per token, each stream", secondary_y=True)
+    fig.update_layout(height=460, font=FONT, title=f"{model.name}, {context:,} tokens of context each",
+                      legend=dict(orientation="h", y=-0.25), margin=dict(l=10, r=10, t=60, b=10))
+    st.plotly_chart(fig)
+    formula_expander("The arithmetic", "\n\n".join(
+        f"**{e.name}** `{e.symbolic}`\n\n{e.formula}  \n_{e.source}_" for e in (
+            explain_batch_step(model, 32, context), explain_kv_critical_batch(model, context),
+            explain_compute_critical_batch(model, context))) +
+        "\n\nThe compute side of each step (FLOPs ÷ peak) is in the table; the step takes the larger of the two.")
+    table = pd.DataFrame({"batch": df["batch"], "weights (GB)": df["weight_bytes"] / GB,
+                          "KV read (GB)": df["kv_read_bytes"] / GB, "memory time (ms)": df["memory_ms"],
+                          "compute time (ms)": df["compute_ms"], "step (ms)": df["step_ms"], "bound": df["bound"],
+                          "tokens/s all streams": df["total_tok_s"], "tokens/s per stream": df["per_stream_tok_s"]})
+    df_with_download(table, "batching_curve", column_config={
+        k: st.column_config.NumberColumn(format="%.4g") for k in table.columns if k not in ("batch", "bound")})
+    with st.expander("The text's table (003 Detail 21), from its own rounded inputs"):
+        ref = pd.DataFrame(reference_batch_table())
+        df_with_download(pd.DataFrame({"batch": ref["batch"], "KV read (MB)": ref["kv_read_bytes"] / MB,
+                                       "total read (GB)": ref["total_bytes"] / GB, "step (ms)": ref["step_ms"],
+                                       "tokens/s all streams": ref["total_tok_s"],
+                                       "tokens/s per stream": ref["per_stream_tok_s"]}), "batching_reference_003",
+                         column_config={"step (ms)": st.column_config.NumberColumn(format="%.2f"),
+                                        "KV read (MB)": st.column_config.NumberColumn(format="%.0f"),
+                                        "total read (GB)": st.column_config.NumberColumn(format="%.2f"),
+                                        "tokens/s all streams": st.column_config.NumberColumn(format="%.0f"),
+                                        "tokens/s per stream": st.column_config.NumberColumn(format="%.0f")})
+        st.caption(f"{REFERENCE_003.name}: {fmt_bytes(REFERENCE_003.weight_bytes)} of weights, "
+                   f"{fmt_bytes(REFERENCE_003.kv_bytes_per_token)} per token, 300 tokens of context. The text divides "
+                   "by the step rounded to 0.01 ms, so its tokens/s differ from these by under 0.4%.")
+    st.caption("Ideal step model: datasheet bandwidth and peak FLOP/s, weights read once per step, every sequence "
+               "at the same context. Real servers reach 50-70% of peak bandwidth, so absolute times are optimistic; "
+               "the shape (flat ITL, linear throughput until the critical batch) is what carries over.")
+
+
+def measured(model) -> None:
+    st.subheader("Measured on the engine")
+    st.markdown("The engine's scheduler decodes several identical greedy requests in one forward pass per step. "
+                "Each step reads the weights once for all of them, so tokens/s should grow almost with the number "
+                "of streams while the step time barely moves.")
+    c = st.columns(3)
+    largest = int_field("Most streams", 4, 1, 32, key="batching.streams", where=c[0])
+    new = int_field("Tokens per stream", 4, 2, 64, key="batching.new", where=c[1])
+    plen = int_field("Prompt tokens", 8, 1, 256, key="batching.plen", where=c[2])
+    if None in (largest, new, plen):
+        return
+    key = (model.source, largest, new, plen)
+    store = st.session_state.setdefault(MEASURED_KEY, {})
+    if st.button("Measure", key="batching.measure", type="primary", icon=":material/science:"):
+        with st.spinner("Decoding on the engine …"):
+            try:
+                store[key] = [streams_run(model, b, prompt_len=plen, new_tokens=new) for b in batch_points(largest)]
+            except SpecError as e:
+                show_error(e)
+                return
+    rows = store.get(key)
+    if not rows:
+        st.info("Press Measure to time the engine (a few seconds per stream count on this machine).")
+        return
+    df = pd.DataFrame(rows)
+    fig = go.Figure(go.Bar(x=df["streams"].astype(str), y=df["decode_tokens_per_s"],
+                           text=df["decode_tokens_per_s"].round(1),
+                           marker_color="#4c78a8"))
+    fig.update_layout(title=f"{model.config.name}: decode tokens/s by streams", xaxis_title="streams",
+                      yaxis_title="tokens/s", height=380, font=FONT)
+    st.plotly_chart(fig)
+    df_with_download(df, "batching_measured", column_config={
+        k: st.column_config.NumberColumn(format="%.4g") for k in df.columns if k != "streams"})
+
+
+def main() -> None:
+    setup_page("Batching", icon=":material/stacked_bar_chart:")
+    st.title("Batching")
+    st.markdown(
+        "A decode step streams every weight from memory to produce one token per sequence. Put several "
+        "sequences in the same step and they share that weight read: the step grows only by their own KV "
+        "caches, so total throughput climbs almost in proportion while each user waits barely longer per token. "
+        "The free ride ends where the KV traffic (or the arithmetic) catches up with the weight read.")
+    model = step_model_inputs()
+    if model is not None:
+        c = st.columns(2)
+        context = int_field("Context per sequence (tokens)", 300, 0, 10_000_000, key="batching.context", where=c[0])
+        largest = int_field("Largest batch", 1024, 1, 1_000_000, key="batching.largest", where=c[1])
+        if None not in (context, largest):
+            try:
+                theory(model, context, largest)
+            except SpecError as e:
+                show_error(e)
+    engine_model = model_picker()
+    if engine_model is not None:
+        measured(engine_model)
+
+
+main()

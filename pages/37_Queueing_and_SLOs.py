@@ -1,0 +1,165 @@
+"""Queueing and SLOs: the ρ/(1 − ρ) hockey stick next to the simulator's measured waits, p99 TTFT and goodput
+against load, and the batch cap as the operator's knob.
+
+Numbers: `calculators.queueing` (queue_wait_factor), `calculators.explain.explain_queue_wait`,
+`calculators.slo` (load_sweep, batch_cap_sweep, goodput) on `calculators.serving_sim`.
+"""
+from __future__ import annotations
+
+import pandas as pd
+import plotly.graph_objects as go
+import streamlit as st
+
+from calculators.explain import explain_queue_wait
+from calculators.queueing import md1_wait_factor, queue_wait_factor
+from calculators.slo import batch_cap_sweep, load_sweep
+from calculators.units import fmt_num
+from calculators.workload import LENGTH_KINDS, synthetic_workload
+from specs.model_config import SpecError
+from ui import df_with_download, float_field, formula_expander, int_field, setup_page, show_error
+from ui.model_source import choice_field
+from ui.serving import remembered, step_model_inputs, style
+
+LOADS = (0.1, 0.3, 0.5, 0.7, 0.8, 0.9, 0.95)
+CAPS = (1, 2, 4, 8, 16, 32, 64)
+CURVE = [i / 100 for i in range(1, 97)]
+
+
+def closed_form() -> None:
+    c = st.columns([1, 3])
+    rho = float_field("Utilisation ρ", 0.9, 0.0, 10.0, key="queue.rho", where=c[0],
+                      help="Fraction of the server's capacity in use; the formula only holds below 1.")
+    if rho is None:
+        return
+    try:
+        queue_wait_factor(rho)                   # refuses ρ ≥ 1 (and ρ ≤ 0) with a message
+        ex = explain_queue_wait(rho)
+    except SpecError as e:
+        show_error(f"{e}: at or above full capacity the queue grows without limit, so there is no steady wait.")
+        return
+    c[1].metric("Mean wait, in units of one service time (M/M/1)", fmt_num(ex.value, 3))
+    formula_expander("The formula", f"**{ex.name}** `{ex.symbolic}`: {ex.formula}  \n_{ex.source}_\n\n"
+                     "1 at 50%, 9 at 90%, 19 at 95%. M/M/1: Poisson arrivals, exponential service, one server. "
+                     "With every service equally long (M/D/1) the wait is half that; for any service-time spread, "
+                     "Pollaczek-Khinchine: Wq = λ·E[S²] / (2(1 − ρ)).")
+
+
+def one_server(model, n: int, prompt: float, output: float, out_kind: str) -> None:
+    st.subheader("One request at a time: the simulator against the formulas")
+    try:
+        rows = remembered("queue.one", (model, n, prompt, output, out_kind),
+                          lambda: load_sweep(model, LOADS, n=n, prompt_mean=prompt, output_mean=output, max_batch=1,
+                                             output_kind=out_kind))
+    except SpecError as e:
+        show_error(e)
+        return
+    df = pd.DataFrame(rows)
+    fig = go.Figure()
+    fig.add_scatter(x=CURVE, y=[queue_wait_factor(r) for r in CURVE], name="ρ/(1 − ρ)  (M/M/1)",
+                    line=dict(width=3, color="#e45756"))
+    fig.add_scatter(x=CURVE, y=[md1_wait_factor(r) for r in CURVE], name="ρ/(2(1 − ρ))  (M/D/1)",
+                    line=dict(width=3, dash="dot", color="#f58518"))
+    fig.add_scatter(x=df["measured_rho"], y=df["mg1_wait_over_service"], mode="markers", name="M/G/1 at the "
+                    "measured load", marker=dict(size=11, symbol="x", color="#54a24b"))
+    fig.add_scatter(x=df["measured_rho"], y=df["wait_over_service"], mode="markers", name="simulated",
+                    marker=dict(size=12, color="#4c78a8"))
+    fig.update_yaxes(range=[0, 25])
+    st.plotly_chart(style(fig, f"Mean wait ÷ service time, batch cap 1, output lengths {out_kind}",
+                          "utilisation ρ", "wait ÷ service time", height=460), key="queue.hockey")
+    st.caption("Fixed lengths make every service equally long, so the simulated server is an M/D/1 queue and its "
+               "waits sit on the dotted curve; geometric output lengths spread the service times and move them "
+               "towards (or past) the M/M/1 curve. Either way: near full load the wait explodes. The formulas are "
+               "steady-state averages; near ρ = 1 a queue takes very long to settle, so a run of a few thousand "
+               "requests measures less than the formula there (more requests per run bring it closer).")
+    df_with_download(df, "queue_one_server", column_config={
+        k: st.column_config.NumberColumn(format="%.4g") for k in df.columns})
+
+
+def batched(model, n: int, prompt: float, output: float, out_kind: str, ttft_slo: float, itl_slo: float) -> None:
+    st.subheader("A batched server under load")
+    cap = int_field("Batch cap", 16, 1, 4096, key="queue.cap")
+    if cap is None:
+        return
+    try:
+        rows = remembered("queue.batched", (model, n, prompt, output, out_kind, cap, ttft_slo, itl_slo),
+                          lambda: load_sweep(model, LOADS, n=n, prompt_mean=prompt, output_mean=output, max_batch=cap,
+                                             output_kind=out_kind, ttft_slo_ms=ttft_slo, tpot_slo_ms=itl_slo))
+    except SpecError as e:
+        show_error(e)
+        return
+    df = pd.DataFrame(rows)
+    fig = go.Figure([go.Scatter(x=df["load"], y=df["ttft_p99_ms"], name="TTFT p99", mode="lines+markers"),
+                     go.Scatter(x=df["load"], y=df["ttft_p50_ms"], name="TTFT p50", mode="lines+markers")])
+    fig.add_scatter(x=[LOADS[0], LOADS[-1]], y=[ttft_slo, ttft_slo], mode="lines", name="TTFT target",
+                    line=dict(dash="dash", color="gray"))
+    fig.update_yaxes(type="log")
+    st.plotly_chart(style(fig, f"TTFT against load, batch cap {cap}", "load (fraction of capacity)", "ms",
+                          height=420), key="queue.ttft")
+    fig = go.Figure([go.Bar(x=df["load"].astype(str), y=df["throughput_tok_s"], name="throughput"),
+                     go.Bar(x=df["load"].astype(str), y=df["goodput_tok_s"], name="goodput (within targets)")])
+    fig.update_layout(barmode="group")
+    st.plotly_chart(style(fig, "Throughput and goodput", "load (fraction of capacity)", "tokens/s", height=400),
+                    key="queue.goodput")
+    df_with_download(df, "queue_batched", column_config={k: st.column_config.NumberColumn(format="%.4g")
+                                                         for k in df.columns})
+    st.caption(f"Capacity = {fmt_num(rows[0]['capacity_rps'], 4)} requests/s: the rate the simulator sustains "
+               "with an endless queue at this cap. Goodput counts the throughput of requests meeting both "
+               "targets (TTFT, and mean inter-token latency).")
+
+
+def knob(model, n: int, prompt: float, output: float, out_kind: str, ttft_slo: float, itl_slo: float) -> None:
+    st.subheader("The batch cap as the knob")
+    rate = float_field("Arrival rate (requests/s)", 50.0, 0.001, 1e6, key="queue.rate")
+    if rate is None:
+        return
+    try:
+        w = synthetic_workload(n, rate, prompt, output, output_kind=out_kind)
+        rows = remembered("queue.knob", (model, n, prompt, output, out_kind, rate, ttft_slo, itl_slo),
+                          lambda: batch_cap_sweep(model, w, CAPS, ttft_slo_ms=ttft_slo, tpot_slo_ms=itl_slo))
+    except SpecError as e:
+        show_error(e)
+        return
+    df = pd.DataFrame(rows)
+    fig = go.Figure([go.Scatter(x=df["max_batch"], y=df["throughput_tok_s"], name="throughput", mode="lines+markers"),
+                     go.Scatter(x=df["max_batch"], y=df["goodput_tok_s"], name="goodput", mode="lines+markers")])
+    fig.update_xaxes(type="log")
+    st.plotly_chart(style(fig, f"{rate:g} requests/s: throughput and goodput by batch cap", "batch cap",
+                          "tokens/s", height=420), key="queue.knob")
+    best = max(rows, key=lambda r: r["goodput_tok_s"])
+    st.markdown(f"Best cap for goodput here: **{best['max_batch']}** ({fmt_num(best['goodput_tok_s'], 4)} tokens/s, "
+                f"{fmt_num(100 * best['fraction_meeting_slo'], 3)}% of requests within both targets). Too small a "
+                "cap queues requests (TTFT); a larger one slows every stream (ITL) once the batch passes the "
+                "critical size.")
+    df_with_download(df, "batch_cap_sweep", column_config={k: st.column_config.NumberColumn(format="%.4g")
+                                                           for k in df.columns})
+
+
+def main() -> None:
+    setup_page("Queueing and SLOs", icon=":material/queue:")
+    st.title("Queueing and SLOs")
+    st.markdown(
+        "Requests arrive when users press Enter, not when a slot frees up. Below full capacity the queue is "
+        "usually short, but the wait grows like ρ/(1 − ρ): gently at first, then explosively near 100%. An "
+        "operator therefore cares about the tail (p99 time to first token) and about goodput, the throughput "
+        "that actually meets the latency targets, and tunes the batch cap to trade one user's speed for "
+        "everyone's throughput.")
+    closed_form()
+    model = step_model_inputs()
+    if model is None:
+        return
+    c = st.columns(4)
+    n = int_field("Requests per run", 2000, 50, 20_000, key="queue.n", where=c[0])
+    prompt = float_field("Prompt tokens", 100, 1, 1e6, key="queue.prompt", where=c[1])
+    output = float_field("Output tokens (mean)", 50, 1, 1e6, key="queue.output", where=c[2])
+    out_kind = choice_field("Output lengths", LENGTH_KINDS, "fixed", key="queue.kind", where=c[3])
+    c = st.columns(2)
+    ttft_slo = float_field("TTFT target (ms)", 200.0, 0.001, 1e9, key="queue.ttft_slo", where=c[0])
+    itl_slo = float_field("ITL target (ms per token)", 5.0, 0.001, 1e9, key="queue.itl_slo", where=c[1])
+    if None in (n, prompt, output, ttft_slo, itl_slo):
+        return
+    one_server(model, n, prompt, output, out_kind)
+    batched(model, n, prompt, output, out_kind, ttft_slo, itl_slo)
+    knob(model, n, prompt, output, out_kind, ttft_slo, itl_slo)
+
+
+main()

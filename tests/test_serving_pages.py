@@ -1,0 +1,217 @@
+"""The "Serving many users" pages (31-37) driven headless with AppTest: each runs with its defaults, shows what its
+calculators compute, runs its engine part on a small random model (tiny requests), and turns bad input into an
+st.error, never an exception."""
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pytest
+from streamlit.testing.v1 import AppTest
+
+from calculators.batching import kv_critical_batch, step_model_for
+from calculators.units import fmt_num
+from specs.devices import load_device
+from specs.presets import load_preset
+from ui.model_picker import CHOICE_KEY, random_choice
+
+ROOT = Path(__file__).resolve().parents[1]
+PAGES = {p.stem.split("_", 1)[1]: str(p) for p in sorted((ROOT / "pages").glob("3[0-9]_*.py"))}
+TIMEOUT = 180
+SMALL_RANDOM = random_choice("SmolLM2-135M-Instruct")
+
+
+def page(name: str, **state) -> AppTest:
+    at = AppTest.from_file(PAGES[name], default_timeout=TIMEOUT)
+    at.session_state[CHOICE_KEY] = SMALL_RANDOM
+    for k, v in state.items():
+        at.session_state[k] = v
+    return at.run()
+
+
+def errors(at: AppTest) -> list[str]:
+    return [e.value for e in at.error] + [e.value for e in at.sidebar.error]
+
+
+def metrics(at: AppTest) -> dict:
+    return {m.label: m.value for m in at.metric}
+
+
+def assert_clean(at: AppTest) -> None:
+    assert not at.exception, at.exception
+    assert not errors(at), errors(at)
+
+
+def test_the_seven_serving_pages_exist():
+    assert list(PAGES) == ["Batching", "Continuous_batching", "Paged_KV_cache", "Prefix_caching", "Chunked_prefill",
+                           "Speculative_decoding", "Queueing_and_SLOs"]
+
+
+@pytest.mark.parametrize("name", list(PAGES))
+def test_page_runs_with_defaults_and_every_table_has_a_csv(name):
+    at = page(name, **({"queue.n": 200} if name == "Queueing_and_SLOs" else {}))
+    assert_clean(at)
+    assert at.title[0].value
+    assert len(at.get("download_button")) >= len(at.dataframe) >= 1
+    assert len(at.get("plotly_chart")) >= 1
+
+
+# ------------------------------------------------------------------------------------------ 31 Batching
+def test_batching_critical_batch_follows_the_context_and_the_engine_measures_each_stream_count():
+    at = page("Batching")
+    m = step_model_for(load_preset("TinyLlama-1.1B"), load_device("A100 SXM 40GB"), "fp16")
+    assert metrics(at)["KV read = weight read at batch"] == fmt_num(kv_critical_batch(m, 300), 4) == "325.5"
+    at.number_input(key="batching.context").set_value(1000).run()
+    assert metrics(at)["KV read = weight read at batch"] == fmt_num(kv_critical_batch(m, 1000), 4)
+    at.number_input(key="batching.streams").set_value(2)
+    at.number_input(key="batching.new").set_value(2)
+    at.number_input(key="batching.plen").set_value(3).run()
+    at.button(key="batching.measure").click().run()
+    assert_clean(at)
+    measured = at.dataframe[-1].value
+    assert list(measured["streams"]) == [1, 2] and (measured["decode_tokens_per_s"] > 0).all()
+    at.number_input(key="batching.context").set_value(-1).run()
+    assert any("Context per sequence" in e for e in errors(at)) and not at.exception
+
+
+# ------------------------------------------------------------------------------------------ 32 Continuous batching
+def test_continuous_batching_beats_static_and_the_engine_serves_every_prompt():
+    at = page("Continuous_batching")
+    table = at.dataframe[0].value.set_index("metric")
+    assert table.loc["throughput (tokens/s)", "continuous"] > table.loc["throughput (tokens/s)", "static"]
+    assert table.loc["padding waste (slot-steps)", "continuous"] == 0 < table.loc["padding waste (slot-steps)",
+                                                                                   "static"]
+    at.text_area(key="cb.prompts").set_value("a\nb\nc")
+    at.text_input(key="cb.lengths").set_value("2, 3, 1").run()
+    at.button(key="cb.run").click().run()
+    assert_clean(at)
+    reqs = next(d.value for d in at.dataframe if "reply" in d.value.columns)
+    assert list(reqs["generated"]) == [2, 3, 1] and set(reqs["finish"]) == {"length"}
+    assert len(at.get("plotly_chart")) == 4                       # two simulated Gantts + the engine's two views
+
+
+@pytest.mark.parametrize("key, value, message", [("cb.rate", 0.0, "Arrival rate"), ("cb.n", 0, "Requests"),
+                                                 ("cb.slots", 0, "Batch slots")])
+def test_continuous_batching_bad_numbers_are_errors(key, value, message):
+    at = page("Continuous_batching")
+    at.number_input(key=key).set_value(value).run()
+    assert any(message in e for e in errors(at)) and not at.exception
+
+
+def test_continuous_batching_engine_needs_one_count_per_prompt():
+    at = page("Continuous_batching")
+    at.text_input(key="cb.lengths").set_value("2, x").run()
+    assert any("whole numbers" in e for e in errors(at))
+    at.text_input(key="cb.lengths").set_value("2, 3").run()
+    assert any("one token count per prompt" in e for e in errors(at)) and not at.exception
+
+
+# ------------------------------------------------------------------------------------------ 33 Paged KV cache
+def test_paged_live_block_tables_then_every_block_returns_to_the_free_list():
+    at = page("Paged_KV_cache")
+    assert metrics(at)["Blocks"] == "4" and metrics(at)["Empty slots in the last block"] == "14"   # 50 tokens
+    at.text_area(key="paged.prompts").set_value("one two three four five\nsix seven")
+    at.number_input(key="paged.new").set_value(2).run()
+    at.button(key="paged.start").click().run()
+    at.button(key="paged.step").click().run()
+    assert_clean(at)
+    tables = next(d.value for d in at.dataframe if "block_table" in d.value.columns)
+    blocks = [int(b) for t in tables["block_table"] for b in t.split()]
+    assert len(blocks) == len(set(blocks)) >= 2                  # each request its own blocks
+    assert metrics(at)["Free blocks"] == f"{48 - len(blocks)} of 48"
+    at.button(key="paged.finish").click().run()
+    assert metrics(at)["Free blocks"] == "48 of 48"              # nothing leaked
+    assert at.success and "back on the free list" in at.success[0].value
+
+
+@pytest.mark.parametrize("key, value, message", [("alloc.block", 0, "Block size"),
+                                                 ("alloc.pool", 100, "too small for one")])
+def test_paged_allocation_bad_sizes_are_errors(key, value, message):
+    at = page("Paged_KV_cache")
+    at.number_input(key=key).set_value(value).run()
+    assert any(message in e for e in errors(at)) and not at.exception
+
+
+def test_paged_allocation_summary_ranks_paging_first():
+    at = page("Paged_KV_cache")
+    s = next(d.value for d in at.dataframe if "policy" in d.value.columns).set_index("policy")
+    assert s.loc["paged", "max_batch"] >= s.loc["contiguous", "max_batch"] > s.loc["reserve", "max_batch"]
+    assert s.loc["paged", "max_slack_per_sequence"] <= 15
+
+
+# ------------------------------------------------------------------------------------------ 34 Prefix caching
+def test_prefix_caching_reference_numbers_and_the_engine_reuses_the_shared_blocks():
+    at = page("Prefix_caching")
+    m = metrics(at)
+    assert m["Tokens left to prefill"] == "8 of 508" and m["Blocks the prefix fills"] == "31 full"
+    assert m["KV of the prefix, cached once"] == "11.3 MB"          # 500 × 22,528 B (the text: ≈ 11 MB)
+    at.number_input(key="prefix.system_len").set_value(20)
+    at.number_input(key="prefix.question_len").set_value(3).run()
+    at.button(key="prefix.run").click().run()
+    assert_clean(at)
+    df = next(d.value for d in at.dataframe if "cached_tokens" in d.value.columns).set_index("cache")
+    assert df.loc["off", "cached_tokens"] == 0 and df.loc["off", "prefill_tokens"] == 23
+    assert df.loc["on", "cached_tokens"] == 16 and df.loc["on", "prefill_tokens"] == 23 - 16   # one full block
+    at.number_input(key="prefix.unique").set_value(0).run()
+    assert any("Unique tokens" in e for e in errors(at)) and not at.exception
+
+
+# ------------------------------------------------------------------------------------------ 35 Chunked prefill
+def test_chunked_prefill_theory_simulator_and_engine():
+    at = page("Chunked_prefill")
+    sim = at.dataframe[0].value.set_index("prefill")
+    assert sim["itl_max_ms"].iloc[1] < sim["itl_max_ms"].iloc[0]            # chunks shrink the worst gap
+    at.number_input(key="chunked.long").set_value(12)
+    at.number_input(key="chunked.engine_chunk").set_value(5)
+    at.number_input(key="chunked.n_dec").set_value(1)
+    at.number_input(key="chunked.new").set_value(4).run()
+    at.button(key="chunked.run").click().run()
+    assert_clean(at)
+    eng = at.dataframe[-1].value
+    assert list(eng["prefill"]) == ["whole", "chunks of 5"] and (eng["long_prompt_ttft_ms"] > 0).all()
+    at.number_input(key="chunked.chunk").set_value(0).run()
+    assert any("Chunk (tokens)" in e for e in errors(at)) and not at.exception
+
+
+# ------------------------------------------------------------------------------------------ 36 Speculative decoding
+def test_speculative_formula_and_engine_run_give_the_same_tokens_as_plain_greedy():
+    at = page("Speculative_decoding")
+    assert metrics(at)["Tokens per target pass"] == "3.36"                   # α 0.8, K 4: the text's ≈ 3.4
+    at.number_input(key="spec.new").set_value(2).run()
+    at.button(key="spec.run").click().run()
+    assert_clean(at)
+    assert "Same tokens" in at.success[0].value
+    assert at.dataframe[-1].value.set_index("quantity").loc["tokens per target pass", "measured"] >= 1
+    at.number_input(key="spec.alpha").set_value(1.5).run()
+    assert any("Acceptance" in e for e in errors(at)) and not at.exception
+
+
+# ------------------------------------------------------------------------------------------ 37 Queueing and SLOs
+def test_queueing_hockey_stick_and_utilisation_of_one_or_more_is_an_error():
+    at = page("Queueing_and_SLOs", **{"queue.n": 200})
+    assert metrics(at)["Mean wait, in units of one service time (M/M/1)"] == "9.00"       # ρ = 0.9
+    one = at.dataframe[0].value
+    assert list(one["load"]) == [0.1, 0.3, 0.5, 0.7, 0.8, 0.9, 0.95]
+    assert one["wait_over_service"].is_monotonic_increasing
+    at.number_input(key="queue.rho").set_value(1.0).run()
+    assert any("(0, 1)" in e and "without limit" in e for e in errors(at)) and not at.exception
+    at.number_input(key="queue.rho").set_value(0.5)
+    at.number_input(key="queue.n").set_value(10).run()
+    assert any("Requests per run" in e for e in errors(at)) and not at.exception
+
+
+# ------------------------------------------------------------------------------------------ the engine Gantt
+def test_engine_gantt_reuses_a_freed_slot_and_merges_consecutive_steps():
+    from engine.scheduler import StepReport
+    from ui.serving import engine_gantt
+    # 2 slots: A and B prefill, decode twice; B leaves after step 2; C takes B's slot from step 3
+    reps = [StepReport(1, prefilled={"A": 5, "B": 3}, seconds=0.5, started_at=10.0),
+            StepReport(2, decoded=["A", "B"], finished=["B"], seconds=0.1, started_at=10.5),
+            StepReport(3, prefilled={"C": 4}, decoded=["A"], seconds=0.3, started_at=10.6),
+            StepReport(4, decoded=["A", "C"], finished=["A", "C"], seconds=0.1, started_at=10.9)]
+    bars = {(b["request"], b["phase"]): b for b in engine_gantt(reps)}
+    assert bars[("A", "decode")]["start_step"] == 1 and bars[("A", "decode")]["steps"] == 3      # steps 2-4 merged
+    assert bars[("A", "decode")]["duration_s"] == pytest.approx(0.5)
+    assert bars[("B", "prefill")]["slot"] == 1 and bars[("C", "prefill")]["slot"] == 1          # C reuses B's slot
+    assert bars[("C", "prefill")]["start_s"] == pytest.approx(0.6)
+    assert {b["slot"] for b in bars.values()} == {0, 1}
