@@ -320,6 +320,45 @@ def fit_verdict(config: ModelConfig, device: Device, mesh: Mesh, context_tokens:
         advice = fit_advice(config, device, mesh, context_tokens, batch, weight_dtype, kv_dtype, **kw)
         text = (f"Does NOT fit: {batch:,} × {context_tokens:,} tokens on {where} need "
                 f"{fmt_bytes(mem['per_gpu_needed_bytes'])} per GPU but only {fmt_bytes(mem['usable_bytes'])} is "
-                f"usable: {fmt_bytes(mem['short_by_bytes'])} short. Would fit with: {'; or '.join(advice)}. "
-                "Latency and cost below are for a setup that cannot run.")
+                f"usable: {fmt_bytes(mem['short_by_bytes'])} short. Would fit with: {'; or '.join(advice)}.")
     return dict(fits=mem["fits"], text=text, advice=advice, memory=mem)
+
+
+def generation_latency_parallel(config: ModelConfig, device: Device, mesh: Mesh, prompt_tokens: int,
+                                output_tokens: int, batch: int = 1, weight_dtype: str = "bf16",
+                                kv_dtype: str | None = None, efficiency: Efficiency | None = None,
+                                link: Link | None = None, embeddings_16bit: bool = True) -> dict:
+    """`latency.generation_latency` on a mesh: ideal and realistic TTFT, ITL (at the reply's mean context),
+    total, tokens/s (all replicas) and cost per request and per 1M input / output tokens (`calculators.cost`),
+    with the all-reduce time of each phase."""
+    from calculators.cost import cost_per_request
+    eff = efficiency or Efficiency()
+    P, N = check_int("prompt_tokens", prompt_tokens), check_int("output_tokens", output_tokens)
+    mean_ctx = P + max(N - 1, 0) // 2 + 1
+    out = {}
+    for label, e in (("ideal", IDEAL), ("realistic", eff)):
+        pre = prefill_parallel(config, device, mesh, P, batch, weight_dtype, kv_dtype, e, link, embeddings_16bit)
+        dec = decode_step_parallel(config, device, mesh, mean_ctx, batch, weight_dtype, kv_dtype, e, link,
+                                   embeddings_16bit=embeddings_16bit)
+        row = dict(ttft_ms=pre["prefill_ms"], prefill_ms=pre["prefill_ms"], prefill_bound=pre["bound"],
+                   itl_ms=dec["itl_ms"], decode_bound=dec["bound"],
+                   total_ms=pre["prefill_ms"] + dec["itl_ms"] * (N - 1), per_stream_tok_s=1e3 / dec["itl_ms"],
+                   total_tok_s=dec["total_tok_s"], allreduce_ms_per_token=dec["allreduce_ms_per_token"],
+                   allreduce_ms_prefill=pre["allreduce_ms_prefill"], decode_comm_fraction=dec["comm_fraction"])
+        if device.price_usd_per_hour:
+            row.update(cost_per_request(device.price_usd_per_hour, mesh.gpus_per_replica, pre["prefill_ms"],
+                                        dec["itl_ms"], batch, P, N))
+        out[label] = row
+    out["mean_context_tokens"] = mean_ctx
+    return out
+
+
+def max_context_per_replica(config: ModelConfig, device: Device, mesh: Mesh, batch: int = 1,
+                            weight_dtype: str = "bf16", kv_dtype: str | None = None, **kw) -> int:
+    """Longest context (capped at the model's window) for which `batch` sequences fit per replica; 0 if the
+    weights alone do not fit."""
+    def ok(t):
+        return per_gpu_memory(config, device, mesh, t, batch, weight_dtype, kv_dtype, **kw)["fits"]
+    if not ok(0):
+        return 0
+    return _largest(lambda t: t == 0 or ok(t), config.max_position_embeddings)
