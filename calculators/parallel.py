@@ -117,9 +117,10 @@ def context_parallel_kv(num_layers: int, num_kv_heads: int, head_dim: int, token
     cp, tp = check_int("cp", cp), check_int("tp", tp)
     per_layer = 2.0 * h * d * t * bytes_per_element(bytes_per_elem)
     total = per_layer * L
-    return dict(bytes_per_layer=per_layer, bytes_total=total,
-                bytes_per_device=total / (cp * tp) * kv_head_replication(h, tp),
-                tokens_per_device=t / cp, kv_head_copies=kv_head_replication(h, tp))
+    per_device = total / (cp * tp) * kv_head_replication(h, tp)
+    return dict(bytes_per_layer=per_layer, bytes_total=total, bytes_per_device=per_device,
+                tokens_per_device=t / cp, kv_head_copies=kv_head_replication(h, tp),
+                bytes_per_token_per_device=per_device / (t / cp) if t else 0.0)
 
 
 def ring_attention(tokens: int, cp: int, kv_bytes_per_token_per_device: float, link: Link,
