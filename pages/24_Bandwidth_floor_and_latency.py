@@ -19,8 +19,8 @@ from calculators.units import GB, KV_DTYPES, WEIGHT_DTYPES, default_kv_dtype, fm
 from specs.devices import Device
 from specs.model_config import ModelConfig, SpecError
 from ui import df_with_download, float_field, formula_expander, int_field, setup_page, show_error
-from ui.model_source import choice_field, device_multiselect, sizing_inputs
-from ui.multi_gpu import MultiGPU, multi_gpu_sidebar, show_fit_verdict
+from ui.model_source import choice_field, device_multiselect
+from ui.multi_gpu import MultiGPU, show_fit_verdict, sizing_with_gpus
 from calculators.cost import cost_per_request
 from calculators.tensor_parallel import (Mesh, decode_step_parallel, generation_latency_parallel, per_gpu_memory,
                                          prefill_parallel)
@@ -239,13 +239,10 @@ def main() -> None:
         "Generating one token means streaming every weight (and the conversation's KV cache) from memory, so "
         "memory bandwidth sets a hard lower limit on the time between tokens. The first token is different: "
         "the prompt's tokens share each weight read, so prefill is limited by compute instead.")
-    chosen = sizing_inputs()
+    chosen = sizing_with_gpus()
     if chosen is None:
         return
-    config, device = chosen
-    setup = multi_gpu_sidebar(config, device)
-    if setup is None:
-        return
+    config, device, setup = chosen
     cols = st.columns(5)
     wd = choice_field("Weight precision", WEIGHT_DTYPES, "bf16", key="lat.wd", where=cols[0])
     kd = choice_field("KV precision", KV_DTYPES, default_kv_dtype(wd), key="lat.kd", where=cols[1])

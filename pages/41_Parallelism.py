@@ -23,8 +23,8 @@ from calculators.units import GB, KV_DTYPES, WEIGHT_DTYPES, default_kv_dtype, fm
 from specs.devices import Device
 from specs.model_config import ModelConfig, SpecError
 from ui import df_with_download, formula_expander, int_field, setup_page, show_error
-from ui.model_source import choice_field, sizing_inputs
-from ui.multi_gpu import MultiGPU, multi_gpu_sidebar, show_fit_verdict
+from ui.model_source import choice_field
+from ui.multi_gpu import MultiGPU, show_fit_verdict, sizing_with_gpus
 
 TPS = (1, 2, 4, 8, 16)
 PPS = (1, 2, 4, 8)
@@ -182,13 +182,10 @@ def main() -> None:
     st.markdown("When a model or its traffic outgrows one GPU, there are four ways to cut the work: by matrix "
                 "(tensor), by layer (pipeline), by sequence (context) and by expert. Each buys something different "
                 "and pays for it in communication; the numbers below say how much.")
-    chosen = sizing_inputs()
+    chosen = sizing_with_gpus()
     if chosen is None:
         return
-    config, device = chosen
-    setup = multi_gpu_sidebar(config, device)
-    if setup is None:
-        return
+    config, device, setup = chosen
     cols = st.columns(4)
     wd = choice_field("Weight precision", WEIGHT_DTYPES, "fp16", key="par.wd", where=cols[0])
     kd = choice_field("KV precision", KV_DTYPES, default_kv_dtype(wd), key="par.kd", where=cols[1])

@@ -16,8 +16,8 @@ from calculators.calibration import calibrate, read_csv, read_vllm_json
 from calculators.units import KV_DTYPES, WEIGHT_DTYPES, default_kv_dtype
 from specs.model_config import SpecError
 from ui import df_with_download, formula_expander, int_field, remember, setup_page, show_error
-from ui.model_source import choice_field, sizing_inputs
-from ui.multi_gpu import multi_gpu_sidebar
+from ui.model_source import choice_field
+from ui.multi_gpu import sizing_with_gpus
 
 EXAMPLE_CSV = """prompt_tokens,output_tokens,batch,ttft_ms,itl_ms,tp
 128,128,1,9.0,2.6,1
@@ -32,11 +32,10 @@ def main() -> None:
     st.markdown("Predictions use datasheet peaks scaled by efficiency knobs. Measure your own server, paste the "
                 "results here, and the knobs are fitted to them: the table then says how far each prediction is "
                 "from what you measured.")
-    chosen = sizing_inputs()
+    chosen = sizing_with_gpus()
     if chosen is None:
         return
-    config, device = chosen
-    setup = multi_gpu_sidebar(config, device)
+    config, device, setup = chosen
     cols = st.columns(3)
     wd = choice_field("Weight precision", WEIGHT_DTYPES, "fp16", key="cal.wd", where=cols[0])
     kd = choice_field("KV precision", KV_DTYPES, default_kv_dtype(wd), key="cal.kd", where=cols[1])

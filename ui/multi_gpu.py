@@ -186,3 +186,14 @@ def custom_device_form(box: Any, key: str) -> Device | None:
     except (SpecError, StopIteration) as e:
         show_error(e if str(e) else "choose an interconnect type", box)
         return None
+
+
+def sizing_with_gpus() -> tuple[ModelConfig, Device, MultiGPU] | None:
+    """`ui.model_source.sizing_inputs` plus this sidebar: (model, device, layout), or None with the reason shown."""
+    from ui.model_source import sizing_inputs
+    chosen = sizing_inputs()
+    if chosen is None:
+        return None
+    config, device = chosen
+    setup = multi_gpu_sidebar(config, device)
+    return None if setup is None else (config, device, setup)
