@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import inspect
 import json
+from dataclasses import replace
 
 import pandas as pd
 import plotly.express as px
@@ -16,7 +17,7 @@ import calculators.planner as planner_module
 from calculators.latency import Efficiency
 from calculators.planner import SearchSpace, Workload, plan, plan_rows, rejected_rows
 from calculators.units import GB
-from specs.devices import list_devices, load_device
+from specs.devices import device_documents, list_devices, load_device
 from specs.model_config import SpecError
 from ui import df_with_download, float_field, formula_expander, int_field, remember, setup_page, show_error
 from ui.model_source import model_source, units_note
@@ -60,7 +61,34 @@ def search_inputs() -> tuple[list, SearchSpace] | None:
     if not chosen or not wds or not kds:
         show_error("Choose at least one device, one weight precision and one KV precision.")
         return None
-    return [load_device(n) for n in chosen], SearchSpace(weight_dtypes=tuple(wds), kv_dtypes=tuple(kds))
+    devices = priced_devices([load_device(n) for n in chosen])
+    if devices is None:
+        return None
+    return devices, SearchSpace(weight_dtypes=tuple(wds), kv_dtypes=tuple(kds))
+
+
+def priced_devices(devices: list) -> list | None:
+    """Each device's hourly price, editable (defaults: specs/devices.json with the year they were read)."""
+    docs = {d["name"]: d for d in device_documents()}
+    df = pd.DataFrame({"device": [d.name for d in devices],
+                       "$ per GPU-hour": [d.price_usd_per_hour for d in devices],
+                       "price read in": [docs.get(d.name, {}).get("price_date", "") for d in devices],
+                       "price source": [d.price_note for d in devices]})
+    edited = st.data_editor(df, key="plan.prices", hide_index=True, disabled=["device", "price read in",
+                                                                             "price source"],
+                            column_config={"$ per GPU-hour": st.column_config.NumberColumn(min_value=0.0,
+                                                                                           format="%.3f")})
+    out = []
+    for d, p in zip(devices, edited["$ per GPU-hour"]):
+        if p is not None and not pd.isna(p) and not 0 < float(p) < 1e4:
+            show_error(f"{d.name}: the price must be between 0 and 10,000 $ per hour (leave it empty if unknown).")
+            return None
+        price = None if p is None or pd.isna(p) else float(p)
+        out.append(replace(d, price_usd_per_hour=price, price_note=d.price_note if price == d.price_usd_per_hour
+                           else "edited on the planner page"))
+    st.caption("Prices are typical on-demand rates and assumptions; edit them to your own. A device without a "
+               "price is searched but never ranked.")
+    return out
 
 
 def results(res, wl: Workload) -> None:

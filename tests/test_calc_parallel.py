@@ -104,3 +104,19 @@ def test_bad_parallel_inputs():
         pipeline_bubble_fraction(0, 4)
     with pytest.raises(SpecError):
         tp_bandwidth_floor_ms(1e9, 1e12, 0)
+
+
+def test_every_device_interconnect_names_a_sourced_link_and_is_half_its_bidirectional_total():
+    from specs.devices import all_devices, all_links, device_documents
+    keys = {lk.key for lk in all_links()}
+    assert {"nvlink4", "pcie5", "ib_ndr", "roce_400gbe", "eth_100gbe"} <= keys     # the four link families
+    for lk in all_links():
+        assert lk.source and lk.alpha_base_s > 0 and lk.alpha_per_hop_s > 0
+    for doc in device_documents():
+        ic = doc["interconnect"]
+        if ic.get("link") is None:
+            continue
+        assert ic["link"] in keys
+        if ic["link"] not in ("roce_gaudi",):              # Gaudi's figure is quoted per direction already
+            assert ic["bandwidth_gb_s_per_direction"] * 2 == ic["bandwidth_gb_s_total"]
+    assert all(d.interconnect_bytes_per_s is None or d.interconnect_link for d in all_devices())
