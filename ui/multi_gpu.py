@@ -20,7 +20,7 @@ from calculators.tensor_parallel import Mesh, fit_verdict, mesh_problem
 from calculators.units import GiB, fmt_num
 from specs.devices import Device, Link, all_links, custom_device, device_link, load_link
 from specs.model_config import ModelConfig, SpecError
-from ui.widgets import float_field, int_field, remember, show_error
+from ui.widgets import _SHADOW, float_field, int_field, remember, show_error
 
 OWN_LINK = "The device's own interconnect"
 NODES = {                          # label -> (GPUs, TP, PP, link key or None for the device's own)
@@ -68,11 +68,11 @@ def _apply_node() -> None:
         g, tp, pp, link = NODES[choice]
         for key, v in (("gpus", g), ("tp", tp), ("pp", pp), ("ep", 1)):
             ss[K + key] = v
-            ss["_remember." + K + key] = v
+            ss[_SHADOW + K + key] = v
         lk = OWN_LINK if link is None else load_link(link).name
         ss[K + "link"] = lk
-        ss["_remember." + K + "link"] = lk
-    ss["_remember." + K + "node"] = choice
+        ss[_SHADOW + K + "link"] = lk
+    ss[_SHADOW + K + "node"] = choice
 
 
 def multi_gpu_sidebar(config: ModelConfig | None, device: Device | None, where: Any = None) -> MultiGPU | None:
