@@ -202,7 +202,9 @@ def parallel_fields(args, c: ModelConfig, dev: Device, tokens: int, B: int, wd: 
     e16 = kw["embeddings_16bit"]
     dec = decode_step_parallel(c, dev, mesh, tokens, B, wd, kd, eff, embeddings_16bit=e16)
     pre = prefill_parallel(c, dev, mesh, tokens, B, wd, kd, eff, embeddings_16bit=e16)
-    out.update(allreduce_ms_per_token=dec["allreduce_ms_per_token"], allreduce_ms_prefill=pre["allreduce_ms_prefill"],
+    floor = decode_step_parallel(c, dev, mesh, tokens, B, wd, kd, embeddings_16bit=e16)      # IDEAL: the floor
+    out.update(per_gpu_bandwidth_floor_ms=floor["memory_ms"],
+               allreduce_ms_per_token=dec["allreduce_ms_per_token"], allreduce_ms_prefill=pre["allreduce_ms_prefill"],
                parallel_itl_ms=dec["itl_ms"], parallel_prefill_ms=pre["prefill_ms"],
                parallel_total_tok_s=dec["total_tok_s"])
     if args.command in ("floor", "latency"):

@@ -28,6 +28,20 @@ def test_parallel_json_fields(capsys, command):
     assert d["allreduce_ms_per_token"] == pytest.approx(160 * one)
 
 
+def test_floor_per_gpu_is_the_busiest_gpus_bytes_over_bandwidth(capsys):
+    # 003's TP rule (weights / tp / bandwidth) on the real Llama-2-70B preset at INT4 on A100s (1,555 GB/s);
+    # --quantize-embeddings makes every weight 4-bit, one token of context keeps the KV read at 2·8·128·80·2 B
+    from calculators.params import total_params
+    from specs.presets import load_preset
+    n = total_params(load_preset("llama-2-70b"))
+    for tp in (2, 4, 8):
+        code, out, _ = run(capsys, "floor", "--model", "llama-2-70b", "--gpu", "a100", "--weight-dtype", "int4",
+                           "--tokens", "1", "--tp", str(tp), "--quantize-embeddings", "--json")
+        d = json.loads(out)
+        assert d["per_gpu_bandwidth_floor_ms"] == pytest.approx(
+            (n * 0.5 / tp + 2 * 8 * 128 * 80 * 2 / tp) / 1555e9 * 1e3, rel=1e-9)
+
+
 def test_data_parallel_replicas_and_one_gpu_default(capsys):
     code, out, _ = run(capsys, "latency", "--model", "tinyllama", "--gpus", "4", "--tp", "2", "--json")
     d = json.loads(out)
