@@ -13,7 +13,8 @@ Constraints: memory, ITL target (bound by bandwidth, compute or communication, w
 TTFT p99 target (compute, or queueing when the wait dominates), ρ < 1 and concurrency (queueing).
 A plan's binding constraint is the one with the least slack (used / limit closest to 1).
 Cost at the load: every GPU is paid, busy or not: $/1M = gpus × price / (rate × tokens per request × 3,600) × 10^6.
-Not searched: expert parallelism (EP = 1), context parallelism, speculative decoding, prefix caching.
+MoE models are also tried with expert parallelism over each TP group (EP = TP). Not searched: context
+parallelism, speculative decoding, prefix caching.
 """
 from __future__ import annotations
 
@@ -72,6 +73,7 @@ class SearchSpace:
     batch_caps: tuple[int, ...] = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024)
     weight_dtypes: tuple[str, ...] = ("bf16", "fp8", "int4")
     kv_dtypes: tuple[str, ...] = ("bf16", "fp8")
+    expert_parallel: bool = True          # MoE models: also try EP = TP (two all-to-alls instead of an all-reduce)
 
 
 @dataclass
@@ -129,12 +131,14 @@ def _model_scalars(c: ModelConfig, wl: Workload, kv_dtypes, weight_dtypes, batch
 
 
 def _grid(devices, space: SearchSpace, c: ModelConfig):
-    """Cartesian product of the choices as flat arrays (mesh-invalid TP/PP kept, marked)."""
-    di, g, tp, pp, B, wd, kd = np.meshgrid(np.arange(len(devices)), np.array(space.gpu_counts),
-                                           np.array(space.tp), np.array(space.pp), np.array(space.batch_caps),
-                                           np.arange(len(space.weight_dtypes)), np.arange(len(space.kv_dtypes)),
-                                           indexing="ij")
-    return [a.ravel() for a in (di, g, tp, pp, B, wd, kd)]
+    """Cartesian product of the choices as flat arrays (mesh-invalid TP/PP kept, marked). For an MoE model each
+    layout is tried with and without expert parallelism over its TP group (EP = TP)."""
+    ep_opts = np.array([False, True] if arch.is_moe(c) and space.expert_parallel else [False])
+    di, g, tp, pp, B, wd, kd, ep_on = np.meshgrid(
+        np.arange(len(devices)), np.array(space.gpu_counts), np.array(space.tp), np.array(space.pp),
+        np.array(space.batch_caps), np.arange(len(space.weight_dtypes)), np.arange(len(space.kv_dtypes)), ep_opts,
+        indexing="ij")
+    return [a.ravel() for a in (di, g, tp, pp, B, wd, kd, ep_on)]
 
 
 def plan(config: ModelConfig, devices: list[Device], workload: Workload, space: SearchSpace = SearchSpace(),
@@ -153,16 +157,17 @@ def plan(config: ModelConfig, devices: list[Device], workload: Workload, space: 
         notes.append(f"TP {', '.join(map(str, bad_tp))} cannot split {c.name}'s heads "
                      f"({c.num_heads} query, {c.num_kv_heads} KV)")
     S = _model_scalars(c, wl, space.kv_dtypes, space.weight_dtypes, space.batch_caps, space.pp)
-    di, g, tp, pp, B, wdi, kdi = _grid(devices, space, c)
+    di, g, tp, pp, B, wdi, kdi, ep_on = _grid(devices, space, c)
+    ep = np.where(ep_on, tp, 1)
     p = S["params"]
     L, D, d, hkv, V = c.num_layers, c.hidden_size, c.head_dim, c.num_kv_heads, c.vocab_size
     mla = arch.is_mla(c)
     tpf, ppf, Bf = tp.astype(float), pp.astype(float), B.astype(float)
 
     # ---- mesh validity (the scalar rule, once per (tp, pp) pair)
-    valid = {(t, q): mesh_problem(c, Mesh(tp=int(t), pp=int(q), gpus=int(t * q))) is None
-             for t in space.tp for q in space.pp}
-    mesh_ok = np.array([valid[(t, q)] for t, q in zip(tp, pp)]) & (g % (tp * pp) == 0)
+    valid = {(t, q, e): mesh_problem(c, Mesh(tp=int(t), pp=int(q), ep=int(t) if e else 1, gpus=int(t * q))) is None
+             for t in space.tp for q in space.pp for e in (False, True)}
+    mesh_ok = np.array([valid[(t, q, e)] for t, q, e in zip(tp, pp, ep_on)]) & (g % (tp * pp) == 0)
     replicas = np.where(mesh_ok, g // np.maximum(tp * pp, 1), 0)
 
     # ---- per-GPU memory (tensor_parallel.per_gpu_memory, vectorised)
@@ -208,6 +213,16 @@ def plan(config: ModelConfig, devices: list[Device], workload: Workload, space: 
         t = (a0 + 2 * (tpf - 1) * a1 + 2 * (tpf - 1) / tpf * msg / lbw) * 1e3
         return np.where(tp > 1, t, 0.0)
 
+    moe_share = arch.moe_layer_count(c) / L if arch.is_moe(c) else 0.0
+    k_top = c.num_experts_per_tok or 0
+
+    def layer_comm_ms(rows):
+        """Per layer: the attention all-reduce, then the FFN's all-reduce or (MoE layers under EP) two all-to-alls."""
+        ar = allreduce_ms(rows)
+        a2a = np.where(tp > 1, (a0 + (tpf - 1) * a1 + (tpf - 1) / tpf * rows * k_top * D * 2.0 / lbw) * 1e3, 0.0)
+        ffn = np.where(ep_on, (1 - moe_share) * ar + moe_share * 2 * a2a, ar)
+        return ar + ffn
+
     def p2p(rows):
         return np.where(pp > 1, (a0 + a1 + rows * D * 2.0 / lbw) * 1e3, 0.0)
 
@@ -217,7 +232,7 @@ def plan(config: ModelConfig, devices: list[Device], workload: Workload, space: 
     ratio = np.array([S["read_ratio"][int(r)] for r in rows])
     mem_ms = (w_gpu * ratio + kv_seq * rows) / (bw * efficiency.decode_mbu) * 1e3
     comp_ms = S["decode_flops_per_row"] * rows * share / tpf / (peak * efficiency.decode_mfu) * 1e3
-    comm_ms = stage * 2 * allreduce_ms(rows)
+    comm_ms = stage * layer_comm_ms(rows)
     stage_ms = np.maximum(mem_ms, comp_ms) + comm_ms
     itl = np.maximum(m, pp) * stage_ms + (pp - 1) * p2p(rows)
 
@@ -226,7 +241,7 @@ def plan(config: ModelConfig, devices: list[Device], workload: Workload, space: 
         kv_p = np.array([kv_cache_bytes(c, P, 1, k) for k in space.kv_dtypes])[kdi] * share * kv_div
         cm = S["prefill_flops"][P] * share / tpf / (peak * efficiency.prefill_mfu) * 1e3
         mm = (w_gpu * S["read_ratio_prefill"][P] + kv_p) / (bw * efficiency.prefill_mbu) * 1e3
-        st = np.maximum(cm, mm) + stage * 2 * allreduce_ms(float(P))
+        st = np.maximum(cm, mm) + stage * layer_comm_ms(float(P))
         return ppf * st + (pp - 1) * p2p(float(P)), cm
     pre_mean, _ = prefill(wl.prompt_tokens)
     pre_p99, pre_comp = prefill(wl.p99_prompt)
@@ -265,7 +280,7 @@ def plan(config: ModelConfig, devices: list[Device], workload: Workload, space: 
     binding = kinds[which, np.arange(len(tp))]
     worst = ratios_clean[which, np.arange(len(tp))]
 
-    cols = dict(device=np.array([dv.name for dv in devices], dtype=object)[di], gpus=g, tp=tp, pp=pp,
+    cols = dict(device=np.array([dv.name for dv in devices], dtype=object)[di], gpus=g, tp=tp, pp=pp, ep=ep,
                 replicas=replicas, batch_cap=B, weight_dtype=np.array(space.weight_dtypes, dtype=object)[wdi],
                 kv_dtype=np.array(space.kv_dtypes, dtype=object)[kdi], per_gpu_weight_bytes=w_gpu,
                 per_gpu_kv_bytes=kv_gpu, per_gpu_needed_bytes=needed, usable_bytes=usable, itl_ms=itl,
@@ -320,7 +335,7 @@ def brute_force_cheapest(config: ModelConfig, devices: list[Device], workload: W
 
 def plan_rows(res: PlanResult, top: int = 20) -> list[dict]:
     """Ranked feasible plans as plain dicts with the columns a reader needs (JSON/CSV export)."""
-    keep = ("device", "gpus", "tp", "pp", "replicas", "batch_cap", "weight_dtype", "kv_dtype", "per_gpu_weight_bytes",
+    keep = ("device", "gpus", "tp", "pp", "ep", "replicas", "batch_cap", "weight_dtype", "kv_dtype", "per_gpu_weight_bytes",
             "per_gpu_kv_bytes", "per_gpu_needed_bytes", "usable_bytes", "prefill_ms", "ttft_p99_ms", "itl_ms",
             "utilisation", "usd_per_million_tokens", "usd_per_million_input_tokens", "usd_per_million_output_tokens",
             "binding", "why")
@@ -328,7 +343,7 @@ def plan_rows(res: PlanResult, top: int = 20) -> list[dict]:
 
 
 def rejected_rows(res: PlanResult, top: int = 50) -> list[dict]:
-    keep = ("device", "gpus", "tp", "pp", "batch_cap", "weight_dtype", "kv_dtype", "reason", "why")
+    keep = ("device", "gpus", "tp", "pp", "ep", "batch_cap", "weight_dtype", "kv_dtype", "reason", "why")
     return [{k: r[k] for k in keep} for r in res.rejected(top)]
 
 

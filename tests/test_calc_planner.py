@@ -22,7 +22,7 @@ SMALL = SearchSpace(gpu_counts=(1, 2, 4), tp=(1, 2, 4), pp=(1, 2), batch_caps=(1
 
 
 def _scalar(c, dev, row, wl):
-    mesh = Mesh(tp=row["tp"], pp=row["pp"], gpus=row["gpus"])
+    mesh = Mesh(tp=row["tp"], pp=row["pp"], ep=row.get("ep", 1), gpus=row["gpus"])
     mean_ctx = wl.prompt_tokens + (wl.output_tokens - 1) // 2 + 1
     mem = per_gpu_memory(c, dev, mesh, wl.prompt_tokens + wl.output_tokens, row["batch_cap"], row["weight_dtype"],
                          row["kv_dtype"])
@@ -46,6 +46,19 @@ def test_vectorised_numbers_equal_the_scalar_calculators():
         assert row["per_gpu_needed_bytes"] == pytest.approx(mem["per_gpu_needed_bytes"], rel=1e-12)
         assert row["itl_ms"] == pytest.approx(dec["itl_ms"], rel=1e-9)
         assert row["prefill_ms"] == pytest.approx(pre["prefill_ms"], rel=1e-9)
+
+
+def test_moe_plans_with_expert_parallelism_equal_the_scalar_calculators():
+    mix = load_preset("mixtral-8x7b")
+    res = plan(mix, [H100], WL, SMALL)
+    ep_rows = [i for i in range(res.n_candidates) if res.columns["ep"][i] > 1 and res.columns["reason"][i] != "mesh"]
+    assert ep_rows
+    for i in ep_rows[::7]:
+        row = res.plan(i)
+        mem, dec, pre, _ = _scalar(mix, H100, row, WL)
+        assert row["itl_ms"] == pytest.approx(dec["itl_ms"], rel=1e-9)
+        assert row["prefill_ms"] == pytest.approx(pre["prefill_ms"], rel=1e-9)
+        assert row["per_gpu_needed_bytes"] == pytest.approx(mem["per_gpu_needed_bytes"], rel=1e-12)
 
 
 def test_every_ranked_plan_respects_the_constraints_it_claims():
