@@ -167,7 +167,10 @@ def plan(config: ModelConfig, devices: list[Device], workload: Workload, space: 
     # ---- mesh validity (the scalar rule, once per (tp, pp) pair)
     valid = {(t, q, e): mesh_problem(c, Mesh(tp=int(t), pp=int(q), ep=int(t) if e else 1, gpus=int(t * q))) is None
              for t in space.tp for q in space.pp for e in (False, True)}
-    mesh_ok = np.array([valid[(t, q, e)] for t, q, e in zip(tp, pp, ep_on)]) & (g % (tp * pp) == 0)
+    ok_table = np.array([[[valid[(t, q, e)] for e in (False, True)] for q in space.pp] for t in space.tp])
+    mesh_ok = ok_table[np.searchsorted(space.tp, tp, sorter=np.argsort(space.tp)).clip(0, len(space.tp) - 1),
+                       np.searchsorted(space.pp, pp, sorter=np.argsort(space.pp)).clip(0, len(space.pp) - 1),
+                       ep_on.astype(int)] & (g % (tp * pp) == 0)
     replicas = np.where(mesh_ok, g // np.maximum(tp * pp, 1), 0)
 
     # ---- per-GPU memory (tensor_parallel.per_gpu_memory, vectorised)
@@ -229,7 +232,8 @@ def plan(config: ModelConfig, devices: list[Device], workload: Workload, space: 
     # ---- decode at the batch cap (tensor_parallel.decode_step_parallel, vectorised)
     m = np.minimum(B, pp)
     rows = np.ceil(Bf / m)
-    ratio = np.array([S["read_ratio"][int(r)] for r in rows])
+    uniq, inv = np.unique(rows, return_inverse=True)
+    ratio = np.array([S["read_ratio"][int(r)] for r in uniq])[inv.ravel()]
     mem_ms = (w_gpu * ratio + kv_seq * rows) / (bw * efficiency.decode_mbu) * 1e3
     comp_ms = S["decode_flops_per_row"] * rows * share / tpf / (peak * efficiency.decode_mfu) * 1e3
     comm_ms = stage * layer_comm_ms(rows)
@@ -266,19 +270,25 @@ def plan(config: ModelConfig, devices: list[Device], workload: Workload, space: 
     ok = {"mesh": mesh_ok & link_ok, "memory": mem_r <= 1, "itl": itl_r <= 1, "utilisation": rho < 1,
           "concurrency": conc_r <= 1, "ttft": ttft_r <= 1, "no price": ~np.isnan(price)}
     feasible = np.logical_and.reduce(list(ok.values()))
-    reason = np.full(len(tp), "feasible", dtype=object)
-    for name in reversed(list(ok)):                     # the first failing check in `ok`'s order names the reason
-        reason[~ok[name]] = name
-    itl_kind = np.where(comm_ms * np.maximum(m, pp) >= np.maximum(mem_ms, comp_ms) * np.maximum(m, pp),
-                        "communication", np.where(mem_ms >= comp_ms, "bandwidth", "compute"))
-    ttft_kind = np.where(wait_ms > pre_p99, "queueing", "compute")
+    code = np.zeros(len(tp), dtype=np.int8)              # index into REASONS; the first failing check wins
+    names = list(ok)
+    for name in reversed(names):
+        code[~ok[name]] = REASONS.index(name)
+    reason = np.array(REASONS, dtype=object)[code]
+    k = {n: i for i, n in enumerate(CONSTRAINTS)}         # constraint codes, named once at the end
+    itl_kind = np.where(comm_ms >= np.maximum(mem_ms, comp_ms), k["communication"],
+                        np.where(mem_ms >= comp_ms, k["bandwidth"], k["compute"]))
+    ttft_kind = np.where(wait_ms > pre_p99, k["queueing"], k["compute"])
     ratios = np.stack([mem_r, itl_r, ttft_r, rho, conc_r])
-    kinds = np.stack([np.full(len(tp), "memory", dtype=object), itl_kind, ttft_kind,
-                      np.full(len(tp), "queueing", dtype=object), np.full(len(tp), "queueing", dtype=object)])
+    n_all = len(tp)
+    kinds = np.stack([np.full(n_all, k["memory"]), itl_kind, ttft_kind, np.full(n_all, k["queueing"]),
+                      np.full(n_all, k["queueing"])])
     ratios_clean = np.where(np.isfinite(ratios), ratios, np.inf)
     which = np.argmax(ratios_clean, axis=0)
-    binding = kinds[which, np.arange(len(tp))]
-    worst = ratios_clean[which, np.arange(len(tp))]
+    label = np.array(CONSTRAINTS, dtype=object)
+    binding = label[kinds[which, np.arange(n_all)]]
+    worst = ratios_clean[which, np.arange(n_all)]
+    itl_kind, ttft_kind = label[itl_kind], label[ttft_kind]
 
     cols = dict(device=np.array([dv.name for dv in devices], dtype=object)[di], gpus=g, tp=tp, pp=pp, ep=ep,
                 replicas=replicas, batch_cap=B, weight_dtype=np.array(space.weight_dtypes, dtype=object)[wdi],
