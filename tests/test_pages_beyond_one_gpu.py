@@ -74,3 +74,23 @@ def test_custom_device_takes_fp8_peak_interconnect_and_price():
     assert not at.exception and not texts(at.error)
     at.number_input(key="device.custom.tflops.fp8").set_value(-1.0).run()
     assert not at.exception and any("between" in e for e in texts(at.sidebar.error))
+
+
+def test_kv_page_on_an_8_gpu_node_sizes_the_busiest_gpu():
+    one = page("22_")
+    eight = page("22_", **{"mg.node": "8-GPU node (HGX/DGX)", "mg.gpus": 8, "mg.tp": 8})
+    assert not one.exception and not eight.exception
+
+    def needed(at):
+        number, unit = next(m.value for m in at.metric if m.label == "Needed per GPU").split()
+        return float(number.replace(",", "")) * {"KB": 1e3, "MB": 1e6, "GB": 1e9, "TB": 1e12}[unit]
+    assert any("8 × A100" in s for s in texts(eight.success))
+    assert needed(eight) < needed(one)                         # the weights and KV are split eight ways
+
+
+def test_quantization_page_checks_the_fit_per_precision():
+    at = page("26_")
+    assert not at.exception
+    table = next(d.value for d in at.dataframe if "precision" in d.value.columns)
+    fit_cols = [c for c in table.columns if c.startswith("fits on")]
+    assert fit_cols and table[fit_cols[0]].all()               # TinyLlama fits one A100 at every precision
