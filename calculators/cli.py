@@ -185,7 +185,8 @@ def run(args) -> dict:
 
 def parallel_fields(args, c: ModelConfig, dev: Device, tokens: int, B: int, wd: str, kd: str) -> dict:
     """Per-GPU memory and the TP/PP communication for --gpus/--tp/--pp/--ep (one GPU when none is given)."""
-    from calculators.tensor_parallel import Mesh, decode_step_parallel, fit_verdict, prefill_parallel
+    from calculators.tensor_parallel import (Mesh, decode_step_parallel, fit_verdict, max_batch_per_replica,
+                                             prefill_parallel)
     mesh = Mesh(tp=args.tp, pp=args.pp, ep=args.ep, gpus=args.gpus)
     kw = dict(usable_fraction=args.gpu_memory_utilization, embeddings_16bit=not args.quantize_embeddings)
     v = fit_verdict(c, dev, mesh, tokens, B, wd, kd, **kw)
@@ -196,8 +197,11 @@ def parallel_fields(args, c: ModelConfig, dev: Device, tokens: int, B: int, wd: 
                per_gpu_activation_bytes=mem["per_gpu_activation_bytes"], overhead_bytes=mem["overhead_bytes"],
                per_gpu_needed_bytes=mem["per_gpu_needed_bytes"], usable_bytes=mem["usable_bytes"],
                fits=mem["fits"], fit_verdict=v["text"])
-    if args.command == "memory" and mesh.gpus_per_replica == 1:
-        return out
+    if mesh.gpus_per_replica == 1:
+        if args.command == "memory":
+            return out
+    else:
+        out["max_batch_per_replica"] = max_batch_per_replica(c, dev, mesh, tokens, wd, kd, **kw)
     eff = Efficiency()
     e16 = kw["embeddings_16bit"]
     dec = decode_step_parallel(c, dev, mesh, tokens, B, wd, kd, eff, embeddings_16bit=e16)

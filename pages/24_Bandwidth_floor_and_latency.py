@@ -137,7 +137,7 @@ def multi_gpu_headline(config: ModelConfig, device: Device, setup: MultiGPU, P: 
     c[0].metric("TTFT", ms(real["ttft_ms"]), help=f"ideal {ms(ideal['ttft_ms'])}; {real['prefill_bound']}-bound")
     c[1].metric("ITL", ms(real["itl_ms"]), help=f"ideal {ms(ideal['itl_ms'])}; {real['decode_bound']}-bound")
     c[2].metric("All-reduce per token", ms(real["allreduce_ms_per_token"]),
-                help=f"{fmt_num(100 * real['decode_comm_fraction'], 3)}% of the ITL")
+                help=f"{real['decode_comm_fraction']:.1%} of the ITL")
     c[3].metric("All-reduce in the prefill", ms(real["allreduce_ms_prefill"]))
     c = st.columns(3)
     c[0].metric(f"Total for {N:,} tokens", ms(real["total_ms"]))
