@@ -14,12 +14,14 @@ import plotly.graph_objects as go
 import streamlit as st
 
 from calculators import arch
+from calculators.explain import explain_context_parallel_kv
 from calculators.latency import Efficiency
 from calculators.parallel import context_parallel_kv, expert_parallel, ring_allreduce_ms, ring_attention
 from calculators.pipeline import bubble_table, pp_scaling
 from calculators.sharding import layer_sharding
 from calculators.tensor_parallel import tp_scaling
-from calculators.units import GB, KV_DTYPES, WEIGHT_DTYPES, default_kv_dtype, fmt_bytes, fmt_num
+from calculators.units import (GB, KV_DTYPES, WEIGHT_DTYPES, bytes_per_element, default_kv_dtype, fmt_bytes,
+                               fmt_num)
 from specs.devices import Device
 from specs.model_config import ModelConfig, SpecError
 from ui import df_with_download, formula_expander, int_field, setup_page, show_error
@@ -122,7 +124,10 @@ def cp_section(config: ModelConfig, setup: MultiGPU, kd: str) -> None:
                    f"({fmt_num(plain['transfer_ms'], 3)} ms on {setup.link.name}, hidden behind compute when it is "
                    f"shorter); a contiguous split leaves the busiest GPU {fmt_num(plain['causal_imbalance'], 3)}× "
                    f"the mean work, a zig-zag split 1×.")
-    formula_expander("Formula: context-parallel KV", inspect.getdoc(context_parallel_kv))
+    f = explain_context_parallel_kv(config.num_layers, config.num_kv_heads, config.head_dim, tokens,
+                                    bytes_per_element(kd), cp, setup.mesh.tp)
+    formula_expander("Formula: context-parallel KV per GPU", f"`{f.symbolic}`\n\n{f.formula}\n\n"
+                     f"{inspect.getdoc(context_parallel_kv)}\n\nSource: {f.source}")
 
 
 def ep_section(config: ModelConfig, setup: MultiGPU) -> None:

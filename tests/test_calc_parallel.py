@@ -120,3 +120,10 @@ def test_every_device_interconnect_names_a_sourced_link_and_is_half_its_bidirect
         if ic["link"] not in ("roce_gaudi",):              # Gaudi's figure is quoted per direction already
             assert ic["bandwidth_gb_s_per_direction"] * 2 == ic["bandwidth_gb_s_total"]
     assert all(d.interconnect_bytes_per_s is None or d.interconnect_link for d in all_devices())
+
+
+def test_the_context_parallel_formula_text_gives_the_same_bytes():
+    from calculators.explain import explain_context_parallel_kv
+    for cp, tp in ((1, 8), (8, 1), (2, 16)):
+        e = explain_context_parallel_kv(80, 8, 128, 1_000_000, 2, cp, tp)
+        assert e.value == pytest.approx(context_parallel_kv(80, 8, 128, 1_000_000, 2, cp, tp)["bytes_per_device"])
