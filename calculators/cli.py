@@ -243,7 +243,8 @@ def render_plan(out: dict) -> str:
     if out["no_feasible_plan"]:
         lines.append(f"  {out['no_feasible_plan']}")
     for i, r in enumerate(out["plans"], 1):
-        lines.append(f"  {i:>2}. {r['gpus']} × {r['device']} TP {r['tp']} PP {r['pp']} batch<= {r['batch_cap']} "
+        ep = f" EP {r['ep']}" if r.get("ep", 1) > 1 else ""
+        lines.append(f"  {i:>2}. {r['gpus']} × {r['device']} TP {r['tp']} PP {r['pp']}{ep} batch<= {r['batch_cap']} "
                      f"{r['weight_dtype']}/{r['kv_dtype']} KV: ${r['usd_per_million_tokens']:.3f}/1M tokens, "
                      f"ITL {r['itl_ms']:.1f} ms, TTFT p99 {r['ttft_p99_ms']:.0f} ms; binding: {r['binding']}")
     for r in out.get("nearest_rejected", []):

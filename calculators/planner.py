@@ -138,7 +138,8 @@ def _grid(devices, space: SearchSpace, c: ModelConfig):
         np.arange(len(devices)), np.array(space.gpu_counts), np.array(space.tp), np.array(space.pp),
         np.array(space.batch_caps), np.arange(len(space.weight_dtypes)), np.arange(len(space.kv_dtypes)), ep_opts,
         indexing="ij")
-    return [a.ravel() for a in (di, g, tp, pp, B, wd, kd, ep_on)]
+    keep = ~(ep_on & (tp == 1)).ravel()                    # EP over a 1-GPU TP group is the plain layout again
+    return [a.ravel()[keep] for a in (di, g, tp, pp, B, wd, kd, ep_on)]
 
 
 def plan(config: ModelConfig, devices: list[Device], workload: Workload, space: SearchSpace = SearchSpace(),

@@ -108,7 +108,8 @@ def results(res, wl: Workload) -> None:
         c[2].metric("ITL / TTFT p99", f"{best['itl_ms']:.1f} / {best['ttft_p99_ms']:.0f} ms")
         c[3].metric("Binding constraint", best["binding"], help=best["why"])
         df = pd.DataFrame(rows)
-        df["plan"] = [f"{r['gpus']}× {r['device']} TP{r['tp']} PP{r['pp']} b≤{r['batch_cap']} {r['weight_dtype']}/"
+        df["plan"] = [f"{r['gpus']}× {r['device']} TP{r['tp']} PP{r['pp']}{' EP' + str(r['ep']) if r['ep'] > 1 else ''} "
+                      f"b≤{r['batch_cap']} {r['weight_dtype']}/"
                       f"{r['kv_dtype']}" for r in rows]
         fig = px.bar(df.head(15), x="usd_per_million_tokens", y="plan", color="binding", orientation="h",
                      color_discrete_map=BINDING_COLORS, title="Cheapest feasible plans, coloured by what binds them")
