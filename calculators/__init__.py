@@ -9,8 +9,12 @@ Modules (each function's docstring gives its formula and source):
 - latency         bandwidth floor, prefill/TTFT, ITL, total latency, batching table, $ per 1M tokens
 - flash_attention unfused vs tiled attention HBM traffic
 - quantization    size and floor per precision; NumPy symmetric INT8/INT4 quantize/dequantize
-- paging, speculative, prefix_cache, queueing, parallel   the serving-curriculum numbers
+- paging, speculative, prefix_cache, queueing   the serving-curriculum numbers
+- parallel        collectives (alpha-beta ring), pipeline bubble, context and expert parallelism
+- tensor_parallel per-GPU memory, decode and prefill on a TP/PP/EP mesh, fit verdict and advice
+- pipeline, sharding, cost, planner, calibration   stages; one layer on a mesh; $/request; capacity planner;
+                  fitting MBU/MFU/alpha to measurements
 - explain         the formula behind every number (value, unit, formula with numbers, source)
-- cli             `python -m calculators memory|floor|roofline|latency ...`
+- cli             `python -m calculators memory|floor|roofline|latency|plan ...`
 Units: bytes, seconds (or ms where the name says so), FLOPs; MB/GB are decimal (see `units`).
 """

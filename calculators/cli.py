@@ -16,7 +16,7 @@ from pathlib import Path
 from calculators import explain as ex
 from calculators.kv_cache import kv_bytes_per_token, kv_cache_bytes
 from calculators.latency import Efficiency, bandwidth_floor_ms, decode_step_bytes, generation_latency
-from calculators.memory import max_batch, max_context, memory_budget
+from calculators.memory import DEFAULT_GPU_MEMORY_UTILIZATION, max_batch, max_context, memory_budget
 from calculators.params import param_breakdown, weight_bytes
 from calculators.roofline import roofline
 from calculators.cli_serving import COMMANDS as SERVING_COMMANDS, main as serving_main
@@ -26,7 +26,7 @@ from specs.devices import Device, list_devices, load_device, measure_this_machin
 from specs.model_config import ModelConfig, SpecError
 from specs.presets import list_presets, load_preset
 
-COMMANDS = ("memory", "floor", "roofline", "latency")
+COMMANDS = ("memory", "floor", "roofline", "latency", "plan")
 THIS_MACHINE = {"this", "this-machine", "thismachine", "local", "measure"}
 
 
@@ -75,7 +75,45 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--output-tokens", type=_positive_int, default=200, help="tokens generated (latency)")
     p.add_argument("--phase", choices=("decode", "prefill"), default="decode", help="roofline step (default decode)")
     p.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    add_parallel_args(p)
+    add_plan_args(p)
     return p
+
+
+def _nonneg_float(s: str) -> float:
+    try:
+        v = float(s)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {s!r}") from None
+    if not math.isfinite(v) or v < 0:
+        raise argparse.ArgumentTypeError(f"must be a finite number >= 0, got {s}")
+    return v
+
+
+def add_parallel_args(p: argparse.ArgumentParser) -> None:
+    """--gpus/--tp/--pp/--ep and the memory budget, for memory, floor and latency (calculators.tensor_parallel)."""
+    g = p.add_argument_group("multi-GPU (memory, floor, latency)")
+    g.add_argument("--gpus", type=_positive_int, default=None, help="GPUs in all (default tp × pp; the rest are "
+                   "data-parallel replicas)")
+    g.add_argument("--tp", type=_positive_int, default=1, help="tensor-parallel degree (default 1)")
+    g.add_argument("--pp", type=_positive_int, default=1, help="pipeline-parallel stages (default 1)")
+    g.add_argument("--ep", type=_positive_int, default=1, help="expert-parallel degree, MoE only (default 1)")
+    g.add_argument("--gpu-memory-utilization", type=_nonneg_float, default=DEFAULT_GPU_MEMORY_UTILIZATION,
+                   help=f"vLLM's meaning: fraction of each GPU's memory the server may use (default "
+                        f"{DEFAULT_GPU_MEMORY_UTILIZATION})")
+    g.add_argument("--quantize-embeddings", action="store_true", help="store the embedding and LM head at the "
+                   "weight precision too (default: 16-bit, as FP8/INT4 checkpoints ship them)")
+
+
+def add_plan_args(p: argparse.ArgumentParser) -> None:
+    """The workload and targets of `plan` (calculators.planner). --gpu may list several devices, comma-separated."""
+    g = p.add_argument_group("plan")
+    g.add_argument("--rate", type=_nonneg_float, default=1.0, help="requests per second (default 1)")
+    g.add_argument("--prompt-tokens", type=_positive_int, default=None, help="mean prompt (default --tokens)")
+    g.add_argument("--prompt-p99", type=_positive_int, default=None, help="p99 prompt length (default the mean)")
+    g.add_argument("--ttft-ms", type=_nonneg_float, default=2000.0, help="TTFT p99 target in ms (default 2000)")
+    g.add_argument("--itl-ms", type=_nonneg_float, default=50.0, help="ITL target in ms (default 50)")
+    g.add_argument("--top", type=_positive_int, default=10, help="plans to print (default 10)")
 
 
 def load_model(spec: str) -> ModelConfig:
@@ -94,6 +132,8 @@ def load_gpu(spec: str) -> Device:
 
 
 def run(args) -> dict:
+    if args.command == "plan":
+        return run_plan(args)
     c, dev = load_model(args.model), load_gpu(args.gpu)
     tokens = args.tokens or min(2048, c.max_position_embeddings)
     wd, kd, B = args.weight_dtype, args.kv_dtype or default_kv_dtype(args.weight_dtype), args.batch
@@ -107,12 +147,14 @@ def run(args) -> dict:
                 "kv_bytes_per_token": ex.explain_kv_bytes_per_token(c, kd).formula,
                 "kv_bytes": ex.explain_kv_cache_bytes(c, tokens, B, kd).formula}
     if args.command == "memory":
-        m = memory_budget(c, dev, tokens, B, wd, kd)
-        out.update(activation_bytes=m["activation_bytes"], total_bytes=m["total_bytes"],
+        kw = dict(usable_fraction=args.gpu_memory_utilization, embeddings_16bit=not args.quantize_embeddings)
+        m = memory_budget(c, dev, tokens, B, wd, kd, **kw)
+        out.update(resident_weight_bytes=m["weights_bytes"], activation_bytes=m["activation_bytes"], total_bytes=m["total_bytes"],
                    device_bytes=m["device_bytes"], fits=m["fits"], headroom_bytes=m["headroom_bytes"],
-                   max_batch=max_batch(c, dev, tokens, wd, kd), max_context=max_context(c, dev, B, wd, kd))
+                   max_batch=max_batch(c, dev, tokens, wd, kd, **kw), max_context=max_context(c, dev, B, wd, kd, **kw))
     if args.command in ("floor", "latency"):
-        out["fits_in_memory"] = memory_budget(c, dev, tokens, B, wd, kd)["fits"]     # on ONE device
+        out["fits_in_memory"] = memory_budget(c, dev, tokens, B, wd, kd, usable_fraction=args.gpu_memory_utilization,
+                                              embeddings_16bit=not args.quantize_embeddings)["fits"]
         by = decode_step_bytes(c, tokens, B, wd, kd)
         floor = bandwidth_floor_ms(by["total"], dev.memory_bandwidth_bytes_per_s)
         out.update(step_bytes=by["total"], bandwidth_floor_ms=floor, total_tok_s_at_floor=B / floor * 1e3)
@@ -137,8 +179,80 @@ def run(args) -> dict:
                    ridge_flop_per_byte=rf["ridge_flop_per_byte"], totals=rf["totals"], layer=first,
                    layer_rows=rf["layers"][first])
         formulas["ridge_flop_per_byte"] = ex.explain_ridge_point(dev, rf["precision"]).formula
+    if args.command in ("memory", "floor", "latency"):
+        out.update(parallel_fields(args, c, dev, tokens, B, wd, kd))
     out["formulas"] = formulas
     return out
+
+
+def parallel_fields(args, c: ModelConfig, dev: Device, tokens: int, B: int, wd: str, kd: str) -> dict:
+    """Per-GPU memory and the TP/PP communication for --gpus/--tp/--pp/--ep (one GPU when none is given)."""
+    from calculators.tensor_parallel import (Mesh, decode_step_parallel, fit_verdict, max_batch_per_replica,
+                                             prefill_parallel)
+    mesh = Mesh(tp=args.tp, pp=args.pp, ep=args.ep, gpus=args.gpus)
+    kw = dict(usable_fraction=args.gpu_memory_utilization, embeddings_16bit=not args.quantize_embeddings)
+    v = fit_verdict(c, dev, mesh, tokens, B, wd, kd, **kw)
+    mem = v["memory"]
+    out = dict(gpus=mesh.total_gpus, tp=mesh.tp, pp=mesh.pp, ep=mesh.ep, replicas=mesh.replicas,
+               gpu_memory_utilization=args.gpu_memory_utilization,
+               per_gpu_weight_bytes=mem["per_gpu_weight_bytes"], per_gpu_kv_bytes=mem["per_gpu_kv_bytes"],
+               per_gpu_activation_bytes=mem["per_gpu_activation_bytes"], overhead_bytes=mem["overhead_bytes"],
+               per_gpu_needed_bytes=mem["per_gpu_needed_bytes"], usable_bytes=mem["usable_bytes"],
+               fits=mem["fits"], fit_verdict=v["text"])
+    if mesh.gpus_per_replica == 1:
+        if args.command == "memory":
+            return out
+    else:
+        out["max_batch_per_replica"] = max_batch_per_replica(c, dev, mesh, tokens, wd, kd, **kw)
+    eff = Efficiency()
+    e16 = kw["embeddings_16bit"]
+    dec = decode_step_parallel(c, dev, mesh, tokens, B, wd, kd, eff, embeddings_16bit=e16)
+    pre = prefill_parallel(c, dev, mesh, tokens, B, wd, kd, eff, embeddings_16bit=e16)
+    floor = decode_step_parallel(c, dev, mesh, tokens, B, wd, kd, embeddings_16bit=e16)      # IDEAL: the floor
+    out.update(per_gpu_bandwidth_floor_ms=floor["memory_ms"],
+               allreduce_ms_per_token=dec["allreduce_ms_per_token"], allreduce_ms_prefill=pre["allreduce_ms_prefill"],
+               parallel_itl_ms=dec["itl_ms"], parallel_prefill_ms=pre["prefill_ms"],
+               parallel_total_tok_s=dec["total_tok_s"])
+    if args.command in ("floor", "latency"):
+        out["fits_in_memory"] = mem["fits"]
+    return out
+
+
+def run_plan(args) -> dict:
+    """`plan`: ranked plans with their binding constraint, or the reason none is feasible."""
+    from calculators.planner import SearchSpace, Workload, plan, plan_rows, rejected_rows
+    c = load_model(args.model)
+    devices = [load_gpu(g) for g in args.gpu.split(",") if g.strip()]
+    prompt = args.prompt_tokens or args.tokens or min(2048, c.max_position_embeddings)
+    out = dict(command="plan", model=c.name, device=", ".join(d.name for d in devices), rate=args.rate,
+               prompt_tokens=prompt, output_tokens=args.output_tokens, ttft_p99_ms=args.ttft_ms,
+               itl_ms=args.itl_ms)
+    try:
+        wl = Workload(args.rate, prompt, args.output_tokens, args.ttft_ms, args.itl_ms, args.prompt_p99).check()
+        res = plan(c, devices, wl, SearchSpace(), usable_fraction=args.gpu_memory_utilization,
+                   embeddings_16bit=not args.quantize_embeddings)
+    except SpecError as e:
+        out.update(candidates=0, plans=[], no_feasible_plan=f"no feasible plan: {e}")
+        return out
+    out.update(candidates=res.n_candidates, plans=plan_rows(res, args.top), rejected_by_reason=res.reasons,
+               nearest_rejected=rejected_rows(res, 5), no_feasible_plan=res.no_plan_reason())
+    return out
+
+
+def render_plan(out: dict) -> str:
+    lines = [f"plan: {out['model']} on {out['device']}, {out['rate']:g} req/s, prompt {out['prompt_tokens']:,}, "
+             f"output {out['output_tokens']:,}, TTFT p99 <= {out['ttft_p99_ms']:g} ms, ITL <= {out['itl_ms']:g} ms"]
+    if out["no_feasible_plan"]:
+        lines.append(f"  {out['no_feasible_plan']}")
+    for i, r in enumerate(out["plans"], 1):
+        ep = f" EP {r['ep']}" if r.get("ep", 1) > 1 else ""
+        lines.append(f"  {i:>2}. {r['gpus']} × {r['device']} TP {r['tp']} PP {r['pp']}{ep} batch<= {r['batch_cap']} "
+                     f"{r['weight_dtype']}/{r['kv_dtype']} KV: ${r['usd_per_million_tokens']:.3f}/1M tokens, "
+                     f"ITL {r['itl_ms']:.1f} ms, TTFT p99 {r['ttft_p99_ms']:.0f} ms; binding: {r['binding']}")
+    for r in out.get("nearest_rejected", []):
+        lines.append(f"  rejected: {r['gpus']} × {r['device']} TP {r['tp']} PP {r['pp']} batch<= {r['batch_cap']} "
+                     f"{r['weight_dtype']}/{r['kv_dtype']}: {r['why']}")
+    return "\n".join(lines)
 
 
 def _fmt(key: str, v) -> str:
@@ -160,6 +274,8 @@ def _fmt(key: str, v) -> str:
 
 
 def render(out: dict) -> str:
+    if out["command"] == "plan":
+        return render_plan(out)
     lines = []
     skip = {"formulas", "layer_rows", "totals", "efficiency", "command"}
     width = max(len(k) for k in out)
@@ -199,4 +315,4 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps(out, indent=2, default=float) if args.json else render(out))
     except BrokenPipeError:        # e.g. piped into `head`
         pass
-    return 0
+    return 1 if out.get("no_feasible_plan") else 0

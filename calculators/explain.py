@@ -346,7 +346,7 @@ def explain_prefix_saving(prompt_tokens: int, cached_tokens: int) -> Explained:
 
 
 def explain_context_parallel_kv(num_layers: int, num_kv_heads: int, head_dim: int, tokens: int,
-                                bytes_per_elem: float = 2, devices: int = 1) -> Explained:
-    return explain("kv_bytes_per_device", "2 * h_kv * d * T * b * L / n", "bytes", "003 Detail 22",
-                   h_kv=num_kv_heads, d=head_dim, T=tokens, b=bytes_per_elem, L=num_layers, n=devices)
-
+                                bytes_per_elem: float = 2, cp: int = 1, tp: int = 1) -> Explained:
+    return explain("kv_bytes_per_device", "2 * h_kv * d * T * b * L / (cp * tp) * max(1, tp / h_kv)", "bytes",
+                   "003 Detail 22; KV heads replicated once TP exceeds them", h_kv=num_kv_heads, d=head_dim,
+                   T=tokens, b=bytes_per_elem, L=num_layers, cp=cp, tp=tp)

@@ -6,14 +6,60 @@ chunk a step processes (a prefill chunk, or the decode batch), plus the fp32 log
 """
 from __future__ import annotations
 
+from dataclasses import asdict, dataclass
+
 from calculators import arch
 from calculators.kv_cache import kv_cache_bytes
-from calculators.params import total_params, bytes_per_param
-from calculators.units import bytes_per_element, check_fraction, check_int, default_kv_dtype
+from calculators.params import bytes_per_param, param_breakdown
+from calculators.units import GiB, bytes_per_element, check_fraction, check_int, check_nonneg, default_kv_dtype
 from specs.devices import Device
 from specs.model_config import ModelConfig
 
 DEFAULT_PREFILL_CHUNK = 4096     # 004: max_prefill_chunk default
+# vLLM's `gpu_memory_utilization` (default 0.9, vllm/engine/arg_utils.py): the fraction of the WHOLE device memory
+# this server may use for everything (weights, activations, CUDA context, NCCL buffers, CUDA graphs, and the KV
+# cache, which gets what is left). The CLI and every page use this one default.
+DEFAULT_GPU_MEMORY_UTILIZATION = 0.9
+
+
+@dataclass(frozen=True)
+class RuntimeOverheads:
+    """Memory a real server holds besides weights, KV cache and activations, per GPU (stated, editable):
+    - cuda_context_bytes 0.5 GiB: the CUDA context, cuBLAS/cuDNN workspaces and the framework's allocator slack;
+      vLLM's start-up profile reports this "non-torch memory" at roughly 0.3-0.7 GiB on A100/H100.
+    - comm_buffer_bytes 0.25 GiB, only with 2+ GPUs: NCCL's channel buffers (NCCL_BUFFSIZE 4 MiB × channels ×
+      peers) and custom all-reduce buffers; NVLink SHARP (NVLS) on H100 can take more.
+    - cuda_graph_bytes 0.5 GiB: vLLM captures decode CUDA graphs for batch sizes up to 512 and logs about
+      0.3-1 GiB for them.
+    The activation workspace is computed, not assumed (`activation_bytes`)."""
+    cuda_context_bytes: float = 0.5 * GiB
+    comm_buffer_bytes: float = 0.25 * GiB
+    cuda_graph_bytes: float = 0.5 * GiB
+
+    def __post_init__(self):
+        for k, v in asdict(self).items():
+            check_nonneg(k, v)
+
+    def total_bytes(self, gpus: int = 1) -> float:
+        """Context + graphs, plus the communication buffers when more than one GPU serves the model."""
+        return self.cuda_context_bytes + self.cuda_graph_bytes + \
+            (self.comm_buffer_bytes if check_int("gpus", gpus) > 1 else 0.0)
+
+
+NO_OVERHEADS = RuntimeOverheads(0.0, 0.0, 0.0)
+
+
+def resident_weight_bytes(config: ModelConfig, weight_dtype: str = "bf16", group_size: int | None = None,
+                          embeddings_16bit: bool = True) -> float:
+    """Bytes of every weight as a checkpoint stores them. Quantized checkpoints (FP8 from llm-compressor/ModelOpt,
+    GPTQ/AWQ INT4) keep the token embedding and the LM head in 16-bit: with `embeddings_16bit` those two tables
+    count 2 bytes per parameter whenever the weight format is narrower; everything else at `weight_dtype`.
+    Llama-3-8B FP8: 7.50e9 × 1 B + 1.05e9 × 2 B = 9.6 GB instead of 8.0 GB."""
+    b = param_breakdown(config)
+    bpp = bytes_per_param(weight_dtype, group_size)
+    tables = b.embedding + b.lm_head
+    wide = 2.0 if embeddings_16bit and bpp < 2.0 else bpp
+    return (b.total - tables) * bpp + tables * wide
 
 
 def prefill_scratch_bytes(seq_len: int, dim: int, q_dim: int, kv_dim: int, ffn_dim: int,
@@ -73,18 +119,23 @@ def activation_bytes(config: ModelConfig, context_tokens: int, batch: int = 1, a
 
 def memory_budget(config: ModelConfig, device: Device, context_tokens: int, batch: int = 1,
                   weight_dtype: str = "bf16", kv_dtype: str | None = None, act_dtype: str = "bf16",
-                  prefill_chunk: int = DEFAULT_PREFILL_CHUNK, usable_fraction: float = 1.0,
-                  group_size: int | None = None) -> dict:
-    """Weights + KV cache (batch × context) + activations vs `usable_fraction` of the device memory.
-    All experts of an MoE model are resident, so weights count every parameter."""
-    w = total_params(config) * bytes_per_param(weight_dtype, group_size)
+                  prefill_chunk: int = DEFAULT_PREFILL_CHUNK,
+                  usable_fraction: float = DEFAULT_GPU_MEMORY_UTILIZATION, group_size: int | None = None,
+                  overheads: RuntimeOverheads = RuntimeOverheads(), embeddings_16bit: bool = True) -> dict:
+    """Weights + KV cache (batch × context) + activations + runtime overheads vs `usable_fraction` of the device
+    memory (vLLM's gpu_memory_utilization). All experts of an MoE model are resident, so weights count every
+    parameter (`resident_weight_bytes`). `total_bytes` is the model's own need (weights + KV + activations, 003's
+    "Systems Picture"); `needed_bytes` adds the overheads, and `fits` compares that with the usable memory."""
+    w = resident_weight_bytes(config, weight_dtype, group_size, embeddings_16bit)
     kv = kv_cache_bytes(config, context_tokens, batch, kv_dtype or default_kv_dtype(weight_dtype))
     act = activation_bytes(config, context_tokens, batch, act_dtype, prefill_chunk)
     usable = device.memory_bytes * check_fraction("usable_fraction", usable_fraction)
     total = w + kv + act
-    return dict(weights_bytes=w, kv_bytes=kv, activation_bytes=act, total_bytes=total,
-                device_bytes=device.memory_bytes, usable_bytes=usable, fits=total <= usable,
-                headroom_bytes=usable - total)
+    over = overheads.total_bytes(1)
+    needed = total + over
+    return dict(weights_bytes=w, kv_bytes=kv, activation_bytes=act, total_bytes=total, overhead_bytes=over,
+                needed_bytes=needed, device_bytes=device.memory_bytes, usable_bytes=usable, fits=needed <= usable,
+                headroom_bytes=usable - needed)
 
 
 def _largest(ok, hi: int) -> int:
@@ -100,7 +151,8 @@ def _largest(ok, hi: int) -> int:
 
 
 def max_batch(config: ModelConfig, device: Device, context_tokens: int, weight_dtype: str = "bf16",
-              kv_dtype: str | None = None, usable_fraction: float = 1.0, limit: int = 1 << 20, **kw) -> int:
+              kv_dtype: str | None = None, usable_fraction: float = DEFAULT_GPU_MEMORY_UTILIZATION,
+              limit: int = 1 << 20, **kw) -> int:
     """Most sequences of `context_tokens` that fit with the weights (0 if even one does not)."""
     def ok(b):
         return b == 0 or memory_budget(config, device, context_tokens, b, weight_dtype, kv_dtype,
@@ -109,7 +161,8 @@ def max_batch(config: ModelConfig, device: Device, context_tokens: int, weight_d
 
 
 def max_context(config: ModelConfig, device: Device, batch: int = 1, weight_dtype: str = "bf16",
-                kv_dtype: str | None = None, usable_fraction: float = 1.0, limit: int | None = None, **kw) -> int:
+                kv_dtype: str | None = None, usable_fraction: float = DEFAULT_GPU_MEMORY_UTILIZATION,
+                limit: int | None = None, **kw) -> int:
     """Longest context (tokens per sequence, capped at the model's max_position_embeddings or `limit`) for which
     `batch` sequences fit; 0 if the weights alone do not fit."""
     cap = limit or config.max_position_embeddings
@@ -123,7 +176,8 @@ def max_context(config: ModelConfig, device: Device, batch: int = 1, weight_dtyp
 
 
 def fit_grid(config: ModelConfig, device: Device, contexts: list[int], batches: list[int],
-             weight_dtype: str = "bf16", kv_dtype: str | None = None, usable_fraction: float = 1.0) -> list[dict]:
+             weight_dtype: str = "bf16", kv_dtype: str | None = None,
+             usable_fraction: float = DEFAULT_GPU_MEMORY_UTILIZATION) -> list[dict]:
     """Rows (context, batch, total bytes, fits) for a batch × context heat map."""
     rows = []
     for t in contexts:

@@ -15,6 +15,8 @@ from calculators.roofline import op_row, step_ops
 from calculators.units import MB, WEIGHT_DTYPES, fmt_bytes, fmt_count
 from specs.model_config import ModelConfig, SpecError
 from ui import df_with_download, formula_expander, int_field, setup_page, show_error
+from calculators.tensor_parallel import per_gpu_weight_bytes
+from ui.multi_gpu import multi_gpu_sidebar
 from ui.model_source import choice_field, fmt_si, model_source, table_height, units_note
 
 LABELS = {"embedding_params": "Embedding", "attention_params": "Attention", "ffn_params": "FFN (dense)",
@@ -93,6 +95,7 @@ def main() -> None:
         "its parameters sit and which tensor shapes one forward pass multiplies, for a whole prompt and for one "
         "new token.")
     config = model_source()
+    setup = multi_gpu_sidebar(config, None)
     if config is None:
         st.info("Choose a model to size in the sidebar.")
         return
@@ -105,6 +108,10 @@ def main() -> None:
     units_note()
     try:
         parameters_section(config, dtype)
+        if setup is not None and setup.mesh.gpus_per_replica > 1:
+            w = per_gpu_weight_bytes(config, setup.mesh, dtype, embeddings_16bit=setup.embeddings_16bit)
+            st.info(f"Split over {setup.label()}: the busiest GPU holds {fmt_bytes(w)} of these weights "
+                    "(calculators.tensor_parallel.per_gpu_weight_bytes; see Beyond one GPU → Parallelism).")
     except SpecError as e:
         show_error(e)
         return

@@ -17,19 +17,20 @@ import streamlit as st
 from calculators.arch import LINEAR, SLIDING, kind_counts
 from calculators.explain import explain_kv_bytes_per_token, explain_kv_cache_bytes, explain_weight_bytes
 from calculators.kv_cache import kv_bytes_per_token, kv_cache_bytes, kv_reduction
-from calculators.memory import activation_bytes, max_batch, max_context, memory_budget
+from calculators.memory import RuntimeOverheads, activation_bytes
+from calculators.tensor_parallel import max_batch_per_replica, max_context_per_replica, per_gpu_memory
 from calculators.units import GB, KV_DTYPES, MB, WEIGHT_DTYPES, default_kv_dtype, fmt_bytes
 from specs.devices import Device
 from specs.model_config import ModelConfig, SpecError
 from specs.presets import list_presets, load_preset
-from ui import df_with_download, float_field, formula_expander, int_field, remember, setup_page, show_error
+from ui import df_with_download, formula_expander, int_field, remember, setup_page, show_error
 from ui.model_source import (attention_label, choice_field, device_picker, model_source, table_height,
                              units_note)
+from ui.multi_gpu import MultiGPU, multi_gpu_sidebar, show_fit_verdict
 
 COMPARE_DEFAULT = ["Llama-2-7B", "Llama-3-8B", "Mistral-7B", "Gemma-3-27B", "DeepSeek-V2", "Qwen3-Next-80B-A3B"]
 MHA, MQA, SWA = "MHA (every query head keeps its own K/V)", "MQA (one K/V head)", "Sliding window on every layer"
 RATIO = "× smaller than published fp16"
-USABLE_DEFAULT = 0.9     # vLLM's default gpu_memory_utilization: the rest is left to the runtime and CUDA context
 
 
 def what_if(c: ModelConfig, variant: str, window: int) -> ModelConfig:
@@ -173,60 +174,56 @@ def levers_section(config: ModelConfig, tokens: int, window: int | None) -> None
                      f"`{seq.symbolic}`\n\n{seq.formula}\n\n{seq.description}\n\nSource: {seq.source}")
 
 
-def fit_section(config: ModelConfig, device: Device, tokens: int, batch: int) -> None:
-    st.subheader(f"What fits on {device.name}")
-    cols = st.columns(3)
+def fit_section(config: ModelConfig, device: Device, setup: MultiGPU, tokens: int, batch: int) -> None:
+    st.subheader(f"What fits on {setup.label()} × {device.name}")
+    cols = st.columns(2)
     wd = choice_field("Weight precision", WEIGHT_DTYPES, "bf16", key="kv.fit.wd", where=cols[0])
     kd = choice_field("KV precision", KV_DTYPES, default_kv_dtype(wd), key="kv.fit.kd", where=cols[1])
-    usable = float_field("Usable fraction of memory", USABLE_DEFAULT, 0.01, 1.0, key="kv.fit.usable", step=0.05,
-                         where=cols[2], help="The rest is left to the runtime (vLLM's default "
-                                             "gpu_memory_utilization is 0.9).")
-    if usable is None:
-        return
-    m = memory_budget(config, device, tokens, batch, wd, kd, usable_fraction=usable)
-    mb = max_batch(config, device, tokens, wd, kd, usable_fraction=usable)
-    mc = max_context(config, device, batch, wd, kd, usable_fraction=usable)
+    mesh, kw = setup.mesh, setup.memory_kw()
+    m = per_gpu_memory(config, device, mesh, tokens, batch, wd, kd, **kw)
+    mb = max_batch_per_replica(config, device, mesh, tokens, wd, kd, **kw)
+    mc = max_context_per_replica(config, device, mesh, batch, wd, kd, **kw)
     c = st.columns(4)
-    c[0].metric("Needed", fmt_bytes(m["total_bytes"]), help=f"{m['total_bytes']:,.0f} bytes")
-    c[1].metric("Usable", fmt_bytes(m["usable_bytes"]), help=f"{m['usable_bytes']:,.0f} bytes")
-    c[2].metric(f"Max batch at {tokens:,} tokens", f"{mb:,}")
+    c[0].metric("Needed per GPU", fmt_bytes(m["per_gpu_needed_bytes"]), help=f"{m['per_gpu_needed_bytes']:,.0f} bytes")
+    c[1].metric("Usable per GPU", fmt_bytes(m["usable_bytes"]),
+                help=f"gpu_memory_utilization {setup.usable_fraction:g} × {fmt_bytes(m['device_bytes'])}")
+    c[2].metric(f"Max batch at {tokens:,} tokens", f"{mb:,}", help="per replica")
     c[3].metric(f"Max context at batch {batch:,}", f"{mc:,}",
                 help=f"capped at the model's context window ({config.max_position_embeddings:,})")
-    if m["fits"]:
-        st.success(f"{batch:,} × {tokens:,} tokens fit, with {fmt_bytes(m['headroom_bytes'])} to spare.")
-    else:
-        st.warning(f"{batch:,} × {tokens:,} tokens do not fit: {fmt_bytes(-m['headroom_bytes'])} short.")
+    show_fit_verdict(config, device, setup, tokens, batch, wd, kd, numbers_follow=False)
     fig = go.Figure()
-    for label, key, color in (("weights", "weights_bytes", "#4C78A8"), ("KV cache", "kv_bytes", "#F58518"),
-                              ("activations", "activation_bytes", "#54A24B")):
-        fig.add_bar(y=["memory"], x=[m[key] / GB], name=f"{label} ({fmt_bytes(m[key])})", orientation="h",
+    for label, key, color in (("weights", "per_gpu_weight_bytes", "#4C78A8"), ("KV cache", "per_gpu_kv_bytes", "#F58518"),
+                              ("activations", "per_gpu_activation_bytes", "#54A24B"),
+                              ("runtime overheads", "overhead_bytes", "#B279A2")):
+        fig.add_bar(y=["per GPU"], x=[m[key] / GB], name=f"{label} ({fmt_bytes(m[key])})", orientation="h",
                     marker_color=color)
     fig.add_vline(x=m["usable_bytes"] / GB, line_dash="dash", line_color="red",
                   annotation_text=f"usable {fmt_bytes(m['usable_bytes'])}", annotation_position="bottom left")
     fig.add_vline(x=m["device_bytes"] / GB, line_color="gray",
                   annotation_text=f"device {fmt_bytes(m['device_bytes'])}", annotation_position="top left")
-    fig.update_layout(barmode="stack", height=260, xaxis_title="GB", yaxis_visible=False,
+    fig.update_layout(barmode="stack", height=280, xaxis_title="GB", yaxis_visible=False, font=dict(size=14),
                       margin=dict(l=10, r=10, t=60, b=10), legend=dict(orientation="h", y=-0.4, traceorder="normal"),
-                      title=dict(text="Memory needed vs available", font=dict(size=14)))
+                      title=dict(text="Memory needed vs available, busiest GPU", font=dict(size=16)))
     st.plotly_chart(fig)
     w = explain_weight_bytes(config, wd)
     kv = explain_kv_cache_bytes(config, tokens, batch, kd)
-    formula_expander("Formula: weights + KV cache + activations",
-                     f"**Weights**: `{w.symbolic}` = {w.formula}\n\n**KV cache**: `{kv.symbolic}` = {kv.formula}"
-                     f"\n\n**Activations** (`calculators.memory.activation_bytes`): "
-                     f"{inspect.getdoc(activation_bytes)}\n\n**Max batch / context**: the largest value for "
-                     f"which the sum stays within the usable memory (`calculators.memory.max_batch`, "
-                     f"`max_context`, a binary search).")
+    formula_expander("Formula: weights + KV cache + activations + overheads, per GPU",
+                     f"**Weights (one GPU, all parameters)**: `{w.symbolic}` = {w.formula}\n\n**KV cache (one GPU)**: "
+                     f"`{kv.symbolic}` = {kv.formula}\n\n**Per GPU** (`calculators.tensor_parallel`): "
+                     f"{inspect.getdoc(per_gpu_memory)}\n\n**Activations** (`calculators.memory.activation_bytes`): "
+                     f"{inspect.getdoc(activation_bytes)}\n\n**Overheads**: {inspect.getdoc(RuntimeOverheads)}"
+                     f"\n\n**Max batch / context**: the largest value for which the sum stays within the usable "
+                     f"memory (a binary search).")
     contexts = sorted({t for t in (128, 256, 512, 1024, 2048, 4096, 8192, 16384, 32768, 65536, 131072, 262144, tokens)
                        if t <= config.max_position_embeddings})
     df = pd.DataFrame({
         "context tokens": contexts,
-        "max batch": [max_batch(config, device, t, wd, kd, usable_fraction=usable) for t in contexts],
+        "max batch": [max_batch_per_replica(config, device, mesh, t, wd, kd, **kw) for t in contexts],
         "KV per sequence (MB)": [kv_cache_bytes(config, t, 1, kd) / MB for t in contexts],
     })
     fig = px.line(df, x="context tokens", y="max batch", markers=True, log_x=True, log_y=True,
-                  title=f"Most sequences that fit on {device.name}, by context length")
-    fig.update_layout(height=360, margin=dict(l=10, r=10, t=50, b=10))
+                  title=f"Most sequences that fit per replica on {setup.label()} × {device.name}, by context length")
+    fig.update_layout(height=360, margin=dict(l=10, r=10, t=50, b=10), font=dict(size=14))
     fig.update_xaxes(tickvals=contexts, tickformat="~s")
     fig.update_yaxes(tickformat="~s")
     st.plotly_chart(fig)
@@ -243,6 +240,7 @@ def main() -> None:
         "and that decides how many conversations fit next to the weights.")
     config = model_source()
     device = device_picker()
+    setup = multi_gpu_sidebar(config, device)
     units_note()
     if config is None:
         st.info("Choose a model to size in the sidebar.")
@@ -263,7 +261,10 @@ def main() -> None:
         if device is None:
             st.info("Choose a device in the sidebar to see what fits.")
             return
-        fit_section(config, device, tokens, batch)
+        if setup is None:
+            st.info("Fix the GPU layout in the sidebar to see what fits.")
+            return
+        fit_section(config, device, setup, tokens, batch)
     except SpecError as e:
         show_error(e)
 

@@ -17,6 +17,7 @@ from calculators.units import MB, WEIGHT_DTYPES, fmt_bytes, fmt_num
 from specs.devices import Device
 from specs.model_config import SpecError
 from ui import df_with_download, formula_expander, int_field, setup_page, show_error
+from ui.multi_gpu import multi_gpu_sidebar, show_fit_verdict
 from ui.model_source import choice_field, fmt_si, sizing_inputs, table_height
 
 PHASE_SYMBOL = {"prefill": "circle", "decode": "diamond"}
@@ -112,6 +113,7 @@ def main() -> None:
     if chosen is None:
         return
     config, device = chosen
+    setup = multi_gpu_sidebar(config, device)
     cols = st.columns(3)
     wd = choice_field("Weight precision", WEIGHT_DTYPES, "bf16", key="roof.wd", where=cols[0],
                       help="Also sets the compute precision: fp8 weights use the fp8 peak, int8/int4 weight-only "
@@ -120,8 +122,12 @@ def main() -> None:
                   config.max_position_embeddings, key="roof.tokens", where=cols[1],
                   help="Prefill runs s new tokens; decode runs 1 new token attending to s keys.")
     batch = int_field("Batch B", 1, 1, 1 << 16, key="roof.batch", where=cols[2])
-    if s is None or batch is None:
+    if s is None or batch is None or setup is None:
         return
+    show_fit_verdict(config, device, setup, s, batch, wd, None)
+    if setup.mesh.gpus_per_replica > 1:
+        st.caption(f"The roofline below is one GPU's view of the whole model; on {setup.label()} each GPU runs "
+                   f"1/{setup.mesh.tp} of every matmul of its stage (Beyond one GPU → Parallelism).")
     try:
         reports = {"prefill": roofline(config, device, s, s, batch, wd),
                    "decode": roofline(config, device, 1, s, batch, wd)}

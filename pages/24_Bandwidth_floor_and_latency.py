@@ -6,6 +6,8 @@ Numbers: `calculators.latency` (generation_latency, batch_table_for, Efficiency)
 """
 from __future__ import annotations
 
+import inspect
+
 import pandas as pd
 import plotly.express as px
 import streamlit as st
@@ -17,14 +19,19 @@ from calculators.units import GB, KV_DTYPES, WEIGHT_DTYPES, default_kv_dtype, fm
 from specs.devices import Device
 from specs.model_config import ModelConfig, SpecError
 from ui import df_with_download, float_field, formula_expander, int_field, setup_page, show_error
-from ui.model_source import choice_field, device_multiselect, sizing_inputs
+from ui.model_source import choice_field, device_multiselect
+from ui.multi_gpu import MultiGPU, show_fit_verdict, sizing_with_gpus
+from calculators.cost import cost_per_request
+from calculators.tensor_parallel import (Mesh, decode_step_parallel, generation_latency_parallel, per_gpu_memory,
+                                         prefill_parallel)
 
 COMPARE_DEFAULT = ["RTX 4090", "A100 SXM 40GB", "H100 SXM", "H200", "MI300X", "L4"]
 BATCHES = (1, 8, 32, 128)
 KNOBS = (("decode_mbu", "Decode MBU", "Fraction of peak memory bandwidth a decode step reaches (model bandwidth "
           "utilisation). Databricks/MosaicML (2023) report about 50-70% at small batch on A100/H100."),
          ("prefill_mfu", "Prefill MFU", "Fraction of peak FLOP/s a prefill reaches (model FLOP/s utilisation). "
-          "Pope et al. 2022 reach up to 76% on large prefills; 40-60% is common."),
+          "Large cuBLAS GEMMs reach 70-80% of the dense peak on A100/H100 and Pope et al. 2022 reach 76% on large "
+          "prefills; the default 0.7 leaves room for attention and launch gaps (was 0.5, which ran 1.4-1.6× slow)."),
          ("prefill_mbu", "Prefill MBU", "Bandwidth fraction while a prefill streams the weights in large GEMM "
           "tiles (only matters for very short prompts)."),
          ("decode_mfu", "Decode MFU", "Compute fraction in decode (only matters at very large batch)."))
@@ -53,12 +60,15 @@ def efficiency_knobs() -> Efficiency | None:
     return Efficiency(**values)
 
 
-def headline(config: ModelConfig, device: Device, P: int, N: int, B: int, wd: str, kd: str,
+def headline(config: ModelConfig, device: Device, setup: MultiGPU, P: int, N: int, B: int, wd: str, kd: str,
              eff: Efficiency) -> None:
+    st.subheader(f"{config.name} on {setup.label()} × {device.name}")
+    show_fit_verdict(config, device, setup, P + N, B, wd, kd)
+    if setup.mesh.gpus_per_replica > 1:
+        return multi_gpu_headline(config, device, setup, P, N, B, wd, kd, eff)
     g = generation_latency(config, device, P, N, B, wd, kd, eff)
     ideal, real = g["ideal"], g["realistic"]
     floor = explain_decode_floor(config, device, P, B, wd, kd)
-    st.subheader(f"{config.name} on {device.name}")
     c = st.columns(3)
     c[0].metric("Bandwidth floor per token", ms(floor.value), help="Weights + KV cache streamed once at peak "
                 "bandwidth: no decode step can be faster.")
@@ -70,7 +80,7 @@ def headline(config: ModelConfig, device: Device, P: int, N: int, B: int, wd: st
     c[0].metric(f"Total for {N:,} tokens", ms(real["total_ms"]), help=f"ideal {ms(ideal['total_ms'])}")
     c[1].metric("Tokens/s, all streams", fmt_num(real["total_tok_s"], 4),
                 help=f"per stream {fmt_num(real['per_stream_tok_s'], 4)}; ideal {fmt_num(ideal['total_tok_s'], 4)}")
-    c[2].metric("$ per 1M tokens", usd(real["usd_per_million_tokens"]),
+    c[2].metric("$ per 1M output tokens (decode time)", usd(real["usd_per_million_tokens"]),
                 help=f"ideal {usd(ideal['usd_per_million_tokens'])}; price: {device.price_note or 'unknown'}")
     st.caption("The floor is the ideal limit; the other metrics are the realistic estimate (efficiency knobs "
                "above; hover a metric for its ideal value). The ITL is taken at the mean context of the reply "
@@ -91,16 +101,63 @@ def headline(config: ModelConfig, device: Device, P: int, N: int, B: int, wd: st
     formula_expander("Formulas behind these numbers (realistic case)", text)
     rows = [("Prefill (ms)", "prefill_ms"), ("TTFT (ms)", "ttft_ms"), ("ITL (ms)", "itl_ms"),
             ("Total latency (ms)", "total_ms"), ("Tokens/s per stream", "per_stream_tok_s"),
-            ("Tokens/s all streams", "total_tok_s"), ("$ per 1M tokens", "usd_per_million_tokens")]
+            ("Tokens/s all streams", "total_tok_s"), ("$ per 1M output tokens", "usd_per_million_tokens")]
     df = pd.DataFrame({"quantity": [r[0] for r in rows], "ideal": [ideal[r[1]] for r in rows],
                        "realistic": [real[r[1]] for r in rows]})
     df_with_download(df, "latency_ideal_vs_realistic", column_config={
         "ideal": st.column_config.NumberColumn(format="%.4g"),
         "realistic": st.column_config.NumberColumn(format="%.4g")})
     st.caption(f"Realistic prefill is {real['prefill_bound']}-bound and decode {real['decode_bound']}-bound.")
+    cost_split(config, device, setup, P, N, B, wd, kd, eff)
 
 
-def batching(config: ModelConfig, device: Device, wd: str, kd: str) -> None:
+def cost_split(config: ModelConfig, device: Device, setup: MultiGPU, P: int, N: int, B: int, wd: str, kd: str,
+               eff: Efficiency) -> None:
+    """$ per request and per 1M input and output tokens: prefill time prices the prompt, decode the reply."""
+    g = generation_latency_parallel(config, device, setup.mesh, P, N, B, wd, kd, eff, setup.link,
+                                    setup.embeddings_16bit)["realistic"]
+    if "usd_per_request" not in g:
+        st.caption("No hourly price for this device: enter one (custom device) to see the cost split.")
+        return
+    c = st.columns(3)
+    c[0].metric("$ per 1M input tokens", usd(g["usd_per_million_input_tokens"]),
+                help="The prompt's share: prefill time × GPUs × price.")
+    c[1].metric("$ per 1M output tokens", usd(g["usd_per_million_output_tokens"]),
+                help="The reply's share: output tokens × ITL / batch × GPUs × price.")
+    c[2].metric("$ per request", usd(g["usd_per_request"]), help=f"price: {device.price_note or 'unknown'}")
+    formula_expander("Formula: cost per request (calculators.cost)", inspect.getdoc(cost_per_request))
+
+
+def multi_gpu_headline(config: ModelConfig, device: Device, setup: MultiGPU, P: int, N: int, B: int, wd: str,
+                       kd: str, eff: Efficiency) -> None:
+    g = generation_latency_parallel(config, device, setup.mesh, P, N, B, wd, kd, eff, setup.link,
+                                    setup.embeddings_16bit)
+    ideal, real = g["ideal"], g["realistic"]
+    c = st.columns(4)
+    c[0].metric("TTFT", ms(real["ttft_ms"]), help=f"ideal {ms(ideal['ttft_ms'])}; {real['prefill_bound']}-bound")
+    c[1].metric("ITL", ms(real["itl_ms"]), help=f"ideal {ms(ideal['itl_ms'])}; {real['decode_bound']}-bound")
+    c[2].metric("All-reduce per token", ms(real["allreduce_ms_per_token"]),
+                help=f"{real['decode_comm_fraction']:.1%} of the ITL")
+    c[3].metric("All-reduce in the prefill", ms(real["allreduce_ms_prefill"]))
+    c = st.columns(3)
+    c[0].metric(f"Total for {N:,} tokens", ms(real["total_ms"]))
+    c[1].metric("Tokens/s, all replicas", fmt_num(real["total_tok_s"], 4))
+    c[2].metric("$ per 1M tokens (in + out)", usd(real.get("usd_per_million_tokens")))
+    rows = [("TTFT (ms)", "ttft_ms"), ("ITL (ms)", "itl_ms"), ("Total latency (ms)", "total_ms"),
+            ("All-reduce per token (ms)", "allreduce_ms_per_token"), ("All-reduce in prefill (ms)",
+                                                                      "allreduce_ms_prefill"),
+            ("Tokens/s all replicas", "total_tok_s")]
+    df = pd.DataFrame({"quantity": [r[0] for r in rows], "ideal": [ideal[r[1]] for r in rows],
+                       "realistic": [real[r[1]] for r in rows]})
+    df_with_download(df, "multi_gpu_latency", column_config={
+        "ideal": st.column_config.NumberColumn(format="%.4g"),
+        "realistic": st.column_config.NumberColumn(format="%.4g")})
+    formula_expander("How the multi-GPU numbers are computed (calculators.tensor_parallel)",
+                     inspect.getdoc(decode_step_parallel) + "\n\n" + inspect.getdoc(prefill_parallel))
+    cost_split(config, device, setup, P, N, B, wd, kd, eff)
+
+
+def batching(config: ModelConfig, device: Device, setup: MultiGPU, wd: str, kd: str) -> None:
     st.subheader("Batching: one weight read, many tokens")
     st.markdown(
         "A decode step reads the weights once whatever the batch, plus every sequence's own KV cache. Adding "
@@ -119,20 +176,23 @@ def batching(config: ModelConfig, device: Device, wd: str, kd: str) -> None:
         "step (ms)": [r["step_ms"] for r in rows],
         "tokens/s all streams": [r["total_tok_s"] for r in rows],
         "tokens/s per stream": [r["per_stream_tok_s"] for r in rows],
-        "$ per 1M tokens": [r["usd_per_million_tokens"] for r in rows],
+        "$ per 1M output tokens": [r["usd_per_million_tokens"] for r in rows],
+        "fits on 1 GPU": [per_gpu_memory(config, device, Mesh(), ctx, r["batch"], wd, kd,
+                                         **setup.memory_kw())["fits"] for r in rows],
     })
     f3 = st.column_config.NumberColumn(format="%.3f")
     df_with_download(df, "batching_table", column_config={
         "weights (GB)": f3, "KV read (GB)": f3, "total read (GB)": f3, "step (ms)": f3,
         "tokens/s all streams": st.column_config.NumberColumn(format="localized"),
         "tokens/s per stream": st.column_config.NumberColumn(format="%.0f"),
-        "$ per 1M tokens": st.column_config.NumberColumn(format="%.4f")})
-    st.caption("Ideal numbers (peak bandwidth, `calculators.latency.batch_table`): step = (weights + batch × "
+        "$ per 1M output tokens": st.column_config.NumberColumn(format="%.4f")})
+    st.caption("One GPU, ideal numbers (peak bandwidth, `calculators.latency.batch_table`); a row that does not "
+               "fit on one GPU cannot run there. Step = (weights + batch × "
                "KV per sequence) / bandwidth; tokens/s = batch / step. Weights count every parameter once per "
                "step (an MoE step counts the experts its tokens touch).")
 
 
-def compare(config: ModelConfig, primary: Device, P: int, N: int, B: int, wd: str, kd: str,
+def compare(config: ModelConfig, primary: Device, setup: MultiGPU, P: int, N: int, B: int, wd: str, kd: str,
             eff: Efficiency) -> None:
     st.subheader("Compare devices")
     devices = device_multiselect("lat.compare", COMPARE_DEFAULT)
@@ -142,31 +202,35 @@ def compare(config: ModelConfig, primary: Device, P: int, N: int, B: int, wd: st
     for d in devices:
         try:
             g = generation_latency(config, d, P, N, B, wd, kd, eff)
+            fits = per_gpu_memory(config, d, Mesh(), P + N, B, wd, kd, **setup.memory_kw())["fits"]
         except SpecError as e:
             errors.append(f"{d.name}: {e}")
             continue
         for case in ("ideal", "realistic"):
             r = g[case]
-            rows.append({"device": d.name, "case": case, "TTFT (ms)": r["ttft_ms"], "ITL (ms)": r["itl_ms"],
+            rows.append({"device": d.name if fits else f"{d.name} (does NOT fit)", "fits on 1 GPU": fits,
+                         "case": case, "TTFT (ms)": r["ttft_ms"], "ITL (ms)": r["itl_ms"],
                          "total latency (ms)": r["total_ms"], "tokens/s all streams": r["total_tok_s"],
-                         "$ per 1M tokens": r["usd_per_million_tokens"]})
+                         "$ per 1M output tokens": r["usd_per_million_tokens"]})
     for e in errors:
         show_error(e)
     if not rows:
         return
     df = pd.DataFrame(rows)
     metric = st.radio("Compare", ["ITL (ms)", "TTFT (ms)", "total latency (ms)", "tokens/s all streams",
-                                  "$ per 1M tokens"], horizontal=True, key="lat.compare_metric")
+                                  "$ per 1M output tokens"], horizontal=True, key="lat.compare_metric")
     fig = px.bar(df, x="device", y=metric, color="case", barmode="group", text_auto=",.3~r",
                  color_discrete_map={"ideal": "#9ecae9", "realistic": "#4C78A8"},
                  title=f"{metric}: {config.name}, prompt {P:,}, reply {N:,}, batch {B:,}")
     fig.update_layout(height=440, margin=dict(l=10, r=10, t=50, b=10))
     st.plotly_chart(fig)
-    if metric == "$ per 1M tokens":
+    if metric == "$ per 1M output tokens":
         st.caption("Devices without an hourly price (Apple, some accelerators) have no cost bar. Prices are "
                    "typical on-demand rates and assumptions (specs/devices.json).")
     df_with_download(df, "device_comparison", column_config={
-        c: st.column_config.NumberColumn(format="%.4g") for c in df.columns if c not in ("device", "case")})
+        c: st.column_config.NumberColumn(format="%.4g") for c in df.columns
+        if c not in ("device", "case", "fits on 1 GPU")})
+    st.caption("Each device alone (one GPU); a bar marked 'does NOT fit' is for a setup that cannot run.")
 
 
 def main() -> None:
@@ -176,10 +240,10 @@ def main() -> None:
         "Generating one token means streaming every weight (and the conversation's KV cache) from memory, so "
         "memory bandwidth sets a hard lower limit on the time between tokens. The first token is different: "
         "the prompt's tokens share each weight read, so prefill is limited by compute instead.")
-    chosen = sizing_inputs()
+    chosen = sizing_with_gpus()
     if chosen is None:
         return
-    config, device = chosen
+    config, device, setup = chosen
     cols = st.columns(5)
     wd = choice_field("Weight precision", WEIGHT_DTYPES, "bf16", key="lat.wd", where=cols[0])
     kd = choice_field("KV precision", KV_DTYPES, default_kv_dtype(wd), key="lat.kd", where=cols[1])
@@ -190,9 +254,9 @@ def main() -> None:
     eff = efficiency_knobs()
     if None in (P, N, B) or eff is None:
         return
-    for section in (lambda: headline(config, device, P, N, B, wd, kd, eff),
-                    lambda: batching(config, device, wd, kd),
-                    lambda: compare(config, device, P, N, B, wd, kd, eff)):
+    for section in (lambda: headline(config, device, setup, P, N, B, wd, kd, eff),
+                    lambda: batching(config, device, setup, wd, kd),
+                    lambda: compare(config, device, setup, P, N, B, wd, kd, eff)):
         try:
             section()
         except SpecError as e:

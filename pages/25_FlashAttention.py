@@ -17,6 +17,7 @@ from calculators.flash_attention import flash_attention_report, tiled_attention_
 from calculators.units import GB, MB, bytes_per_element, fmt_bytes, fmt_num
 from specs.model_config import SpecError
 from ui import df_with_download, formula_expander, int_field, setup_page, show_error
+from ui.multi_gpu import multi_gpu_sidebar
 from ui.model_source import choice_field, fmt_si, sizing_inputs, table_height
 
 DTYPES = ("fp32", "bf16", "fp16", "fp8")
@@ -37,6 +38,7 @@ def main() -> None:
     if chosen is None:
         return
     config, device = chosen
+    multi_gpu_sidebar(config, device)         # attention traffic per head does not depend on the layout
     cols = st.columns(6)
     N = int_field("Sequence length N", min(2048, config.max_position_embeddings), 1, 1 << 20, key="fa.seq",
                   where=cols[0], help="Tokens in the prompt (prefill): S and P are N × N per head.")

@@ -19,6 +19,8 @@ from engine.quantize import Scheme, measure_quantization
 from specs.model_config import ModelConfig, SpecError
 from ui import (df_with_download, float_field, formula_expander, int_field, model_picker, remember, setup_page,
                 show_error)
+from calculators.tensor_parallel import per_gpu_memory
+from ui.multi_gpu import MultiGPU, multi_gpu_sidebar
 from ui.model_source import choice_field, device_picker, model_source, units_note
 
 DTYPES = ("fp32", "bf16", "fp8", "int8", "int4")
@@ -32,7 +34,7 @@ RESULTS_KEY = "quant.results"             # {(model source, scheme labels, lm_he
 
 
 # ============================================================================================ calculated
-def size_section(config: ModelConfig, device) -> None:
+def size_section(config: ModelConfig, device, setup: MultiGPU | None = None) -> None:
     st.subheader(f"Calculated: {config.name} at each precision on {device.name}")
     cols = st.columns([1, 3])
     g = int_field("Scale group size (0 = no scales)", 0, 0, 1 << 20, key="quant.group", where=cols[0],
@@ -47,6 +49,10 @@ def size_section(config: ModelConfig, device) -> None:
         "weights (GB)": [r["weight_bytes"] / GB for r in rows],
         "bandwidth floor (ms/token)": [r["bandwidth_floor_ms"] for r in rows],
     })
+    if setup is not None:
+        df[f"fits on {setup.label()}, 1 × 2,048 tokens"] = [
+            per_gpu_memory(config, device, setup.mesh, min(2048, config.max_position_embeddings), 1, r["dtype"],
+                           None, **setup.memory_kw())["fits"] for r in rows]
     fig = px.bar(df, x="precision", y="weights (GB)", text=[f"{fmt_bytes(r['weight_bytes'])} · "
                                                             f"{fmt_num(r['bandwidth_floor_ms'], 3)} ms/token"
                                                             for r in rows],
@@ -61,7 +67,9 @@ def size_section(config: ModelConfig, device) -> None:
                      f"**Size** `{int4.symbolic}`\n\n{int4.formula}\n\n**Floor** `{floor.symbolic}`\n\n"
                      f"{floor.formula}\n\nSources: {int4.source}; {floor.source}")
     df_with_download(df, "precision_table", column_config={
-        c: st.column_config.NumberColumn(format="%.4g") for c in df.columns[1:]})
+        c: st.column_config.NumberColumn(format="%.4g") for c in df.columns[1:5]})
+    st.caption("Floors are for one GPU reading all the weights; the last column checks memory for the layout in "
+               "the sidebar (weights + one 2,048-token sequence + overheads).")
 
 
 def walkthrough_section() -> None:
@@ -187,12 +195,13 @@ def main() -> None:
     model = model_picker()
     config = model_source(engine=model)
     device = device_picker()
+    setup = multi_gpu_sidebar(config, device)
     units_note()
     if config is None or device is None:
         st.info("Choose a model to size and a device in the sidebar.")
     else:
         try:
-            size_section(config, device)
+            size_section(config, device, setup)
         except SpecError as e:
             show_error(e)
     for section in (walkthrough_section, granularity_section, lambda: measured_section(model)):

@@ -58,7 +58,8 @@ class Device:
     peak_flops: dict                          # precision -> dense FLOP/s (OP/s for integers)
     peak_flops_sparse: dict = field(default_factory=dict)  # precision -> 2:4 sparse FLOP/s (vendor headline)
     interconnect_name: str = ""
-    interconnect_bytes_per_s: float | None = None
+    interconnect_bytes_per_s: float | None = None    # ONE direction of the peer links (what a ring runs at)
+    interconnect_link: str | None = None             # key of a `links` entry in devices.json (its alpha)
     price_usd_per_hour: float | None = None   # typical on-demand price (an assumption)
     price_note: str = ""
     vendor: str = ""
@@ -98,13 +99,14 @@ class Device:
 
 def _from_doc(d: dict) -> Device:
     ic = d.get("interconnect") or {}
-    ic_bw = ic.get("bandwidth_gb_s")
+    ic_bw = ic.get("bandwidth_gb_s_per_direction")
     return Device(
         name=d["name"], memory_bytes=float(d["memory_gb"]) * GiB,
         memory_bandwidth_bytes_per_s=float(d["memory_bandwidth_gb_s"]) * 1e9,
         peak_flops={k: float(v) * 1e12 for k, v in d.get("peak_tflops_dense", {}).items()},
         peak_flops_sparse={k: float(v) * 1e12 for k, v in d.get("peak_tflops_sparse", {}).items()},
         interconnect_name=ic.get("name", ""), interconnect_bytes_per_s=None if ic_bw is None else float(ic_bw) * 1e9,
+        interconnect_link=ic.get("link"),
         price_usd_per_hour=d.get("price_usd_per_hour"), price_note=d.get("price_source", ""),
         vendor=d.get("vendor", ""), kind=d.get("kind", "gpu"), source=d.get("source", ""),
         notes=d.get("notes", ""), aliases=tuple(d.get("aliases", ())))
@@ -114,6 +116,51 @@ def _from_doc(d: dict) -> Device:
 def _devices() -> tuple[Device, ...]:
     doc = json.loads(DEVICES_FILE.read_text(encoding="utf-8"))
     return tuple(_from_doc(d) for d in doc["devices"])
+
+
+@dataclass(frozen=True)
+class Link:
+    """One interconnect type (devices.json `links`): bandwidth per direction and the alpha-beta latency terms.
+    A ring collective over n devices costs alpha_base + steps x alpha_per_hop (NCCL's tuning model)."""
+    key: str
+    name: str
+    kind: str                                  # NVLink, PCIe, InfiniBand, Ethernet, ...
+    bytes_per_s: float | None                  # one direction; None where it depends on the device
+    alpha_base_s: float
+    alpha_per_hop_s: float
+    source: str
+
+
+@lru_cache(maxsize=None)
+def _links() -> dict:
+    doc = json.loads(DEVICES_FILE.read_text(encoding="utf-8"))
+    return {k: Link(key=k, name=v["name"], kind=v["kind"],
+                    bytes_per_s=None if v.get("per_direction_gb_s") is None else float(v["per_direction_gb_s"]) * 1e9,
+                    alpha_base_s=float(v["alpha_base_us"]) * 1e-6, alpha_per_hop_s=float(v["alpha_per_hop_us"]) * 1e-6,
+                    source=v["source"]) for k, v in doc.get("links", {}).items()}
+
+
+def all_links() -> list[Link]:
+    """Every interconnect type of devices.json, in file order."""
+    return list(_links().values())
+
+
+def load_link(key: str) -> Link:
+    """A link type by key ('nvlink4', 'pcie5', 'ib_ndr', 'roce_400gbe', 'eth_100gbe', ...)."""
+    links = _links()
+    if key not in links:
+        raise SpecError(f"unknown interconnect {key!r}; choose one of: {', '.join(links)}")
+    return links[key]
+
+
+def device_link(device: "Device") -> Link | None:
+    """The device's own interconnect with its per-direction bandwidth (None if it has no peer links)."""
+    if not device.interconnect_link or device.interconnect_bytes_per_s is None:
+        return None
+    base = load_link(device.interconnect_link)
+    return Link(key=base.key, name=device.interconnect_name or base.name, kind=base.kind,
+                bytes_per_s=device.interconnect_bytes_per_s, alpha_base_s=base.alpha_base_s,
+                alpha_per_hop_s=base.alpha_per_hop_s, source=base.source)
 
 
 def device_documents() -> list[dict]:
@@ -148,10 +195,11 @@ def is_device(name: str) -> bool:
 
 def custom_device(name: str, memory_gb: float, bandwidth_gb_s: float, peak_tflops: float | dict,
                   interconnect_gb_s: float | None = None, price_usd_per_hour: float | None = None,
-                  source: str = "user input") -> Device:
+                  source: str = "user input", interconnect_link: str | None = None) -> Device:
     """A device from your own numbers. `peak_tflops` is a dense TFLOP/s figure (taken as BF16 and FP16) or a
-    dict precision -> TFLOP/s. `memory_gb` is read as GiB, like the datasheet entries. Validated: every number
-    must be positive, finite and plausible."""
+    dict precision -> TFLOP/s (fp8/int8/int4 included). `memory_gb` is read as GiB, like the datasheet entries.
+    `interconnect_gb_s` is per direction; `interconnect_link` a `links` key whose alpha applies (default: the
+    PCIe Gen5 entry when a bandwidth is given). Validated: every number must be positive, finite and plausible."""
     if not isinstance(name, str) or not name.strip():
         raise SpecError("a custom device needs a name")
     mem = _positive("memory_gb", memory_gb, 1e6)
@@ -164,9 +212,11 @@ def custom_device(name: str, memory_gb: float, bandwidth_gb_s: float, peak_tflop
         t = _positive("peak_tflops", peak_tflops, 1e6) * 1e12
         peaks = {"bf16": t, "fp16": t}
     ic = None if interconnect_gb_s is None else _positive("interconnect_gb_s", interconnect_gb_s, 1e6) * 1e9
+    link = None if ic is None else load_link(interconnect_link or "pcie5").key
     price = None if price_usd_per_hour is None else _positive("price_usd_per_hour", price_usd_per_hour, 1e6)
     return Device(name=name.strip(), memory_bytes=mem * GiB, memory_bandwidth_bytes_per_s=bw * 1e9,
-                  peak_flops=peaks, interconnect_bytes_per_s=ic, price_usd_per_hour=price,
+                  peak_flops=peaks, interconnect_bytes_per_s=ic, interconnect_link=link,
+                  interconnect_name="" if link is None else load_link(link).name, price_usd_per_hour=price,
                   price_note="user input" if price is not None else "", kind="custom", source=source)
 
 

@@ -1,8 +1,9 @@
 """What fits, and reference 004's scratch-buffer numbers."""
 import pytest
 
-from calculators.memory import (activation_buffer_bytes, fit_grid, gemm_tile_memory_bytes, max_batch, max_context,
-                                memory_budget, prefill_scratch_bytes, prefill_scratch_bytes_for)
+from calculators.memory import (NO_OVERHEADS, RuntimeOverheads, activation_buffer_bytes, fit_grid,
+                                gemm_tile_memory_bytes, max_batch, max_context, memory_budget, prefill_scratch_bytes,
+                                prefill_scratch_bytes_for, resident_weight_bytes)
 from specs.devices import custom_device, load_device
 from specs.model_config import SpecError
 from specs.presets import load_preset
@@ -51,7 +52,8 @@ def test_max_batch_and_context_are_the_largest_that_fit():
     b = max_batch(TINY, dev, 2048, "fp16")
     assert memory_budget(TINY, dev, 2048, b, "fp16")["fits"]
     assert not memory_budget(TINY, dev, 2048, b + 1, "fp16")["fits"]
-    small = custom_device("3 GB", memory_gb=2.4, bandwidth_gb_s=100, peak_tflops=10)
+    # 3.8 GiB × 0.9 usable − 1 GiB overheads leaves ≈ 0.4 GB past the 2.2 GB of weights: 8 × 2,048 tokens do not fit
+    small = custom_device("3.8 GB", memory_gb=3.8, bandwidth_gb_s=100, peak_tflops=10)
     t = max_context(TINY, small, batch=8, weight_dtype="fp16")
     assert 0 < t < 2048
     assert memory_budget(TINY, small, t, 8, "fp16")["fits"] and not memory_budget(TINY, small, t + 1, 8, "fp16")["fits"]
@@ -70,3 +72,24 @@ def test_bad_memory_inputs():
         memory_budget(TINY, load_device("a100"), 2048, 1, usable_fraction=1.5)
     with pytest.raises(SpecError):
         prefill_scratch_bytes(4096, 0, 1, 1, 1)
+
+
+def test_overheads_are_stated_terms_inside_the_gpu_memory_utilization_budget():
+    a100 = load_device("a100")
+    bare = memory_budget(TINY, a100, 2048, 1, "fp16", usable_fraction=1.0, overheads=NO_OVERHEADS)
+    real = memory_budget(TINY, a100, 2048, 1, "fp16")
+    # vLLM's meaning: usable = 0.9 × the whole device (40 GiB), and context + graphs (0.5 + 0.5 GiB) come out of it
+    assert real["usable_bytes"] == 0.9 * 40 * 2 ** 30 and bare["usable_bytes"] == 40 * 2 ** 30
+    assert real["overhead_bytes"] == 2 ** 30 and bare["overhead_bytes"] == 0
+    assert real["needed_bytes"] - real["total_bytes"] == 2 ** 30
+    assert real["headroom_bytes"] == pytest.approx(bare["headroom_bytes"] - 0.1 * 40 * 2 ** 30 - 2 ** 30)
+    assert RuntimeOverheads().total_bytes(2) - RuntimeOverheads().total_bytes(1) == 0.25 * 2 ** 30
+
+
+def test_fp8_checkpoints_keep_embedding_and_lm_head_in_16_bit_as_an_option():
+    c = load_preset("llama-3-8b")                    # V 128,256 × D 4,096, untied: two tables of 525,336,576
+    tables = 2 * 128_256 * 4096
+    with16 = resident_weight_bytes(c, "fp8", embeddings_16bit=True)
+    all8 = resident_weight_bytes(c, "fp8", embeddings_16bit=False)
+    assert with16 - all8 == tables                   # one more byte for each table entry
+    assert resident_weight_bytes(c, "bf16", embeddings_16bit=True) == resident_weight_bytes(c, "bf16", None, False)

@@ -45,7 +45,9 @@ def test_memory_json_says_what_fits(capsys):
                             "int4", "--tokens", "4096", "--batch", "2", "--json")
     d = json.loads(out)
     assert code == 0 and d["fits"] is True and d["max_batch"] >= 2 and d["kv_dtype"] == "bf16"
-    assert d["total_bytes"] == pytest.approx(d["weight_bytes"] + d["kv_bytes"] + d["activation_bytes"])
+    assert d["total_bytes"] == pytest.approx(d["resident_weight_bytes"] + d["kv_bytes"] + d["activation_bytes"])
+    # INT4 checkpoint: the two 32,000 × 8,192 tables stay 16-bit, 1.5 B more per entry than the 0.5 B of INT4
+    assert d["resident_weight_bytes"] - d["weight_bytes"] == pytest.approx(2 * 32_000 * 8192 * 1.5)
 
 
 def test_roofline_json_has_a_layer_table_and_totals(capsys):

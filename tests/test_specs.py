@@ -15,8 +15,8 @@ REQUIRED_MODELS = ["TinyLlama-1.1B", "SmolLM2-135M", "Llama-2-7B", "Llama-2-13B"
                    "Llama-3-70B", "Llama-3.1-405B", "Mistral-7B", "Qwen2.5-7B", "Gemma-2-9B", "Gemma-3-27B",
                    "DeepSeek-V2", "DeepSeek-V3", "Qwen3-Next-80B-A3B", "Mixtral-8x7B"]
 REQUIRED_DEVICES = ["A100 SXM 40GB", "A100 SXM 80GB", "H100 SXM", "H100 PCIe", "H200", "B200", "GB200", "MI300X",
-                    "MI325X", "L4", "L40S", "RTX 4090", "RTX 3090", "A10G", "T4", "Apple M2 Ultra", "Apple M3 Max",
-                    "Apple M4 Max", "TPU v5e", "TPU v5p", "Gaudi 3"]
+                    "MI325X", "L4", "L40S", "RTX 4090", "RTX 3090", "A10G", "T4", "Apple M1 Ultra", "Apple M2 Ultra",
+                    "Apple M3 Max", "Apple M4 Max", "TPU v5e", "TPU v5p", "Gaudi 3"]
 
 
 # --- presets ---------------------------------------------------------------------------------------------------
@@ -217,6 +217,7 @@ def test_reference_bandwidths():
     assert load_device("H100 SXM").memory_bandwidth_bytes_per_s == 3350e9
     assert load_device("H100 PCIe").memory_bandwidth_bytes_per_s == 2039e9
     assert load_device("RTX 4090").memory_bandwidth_bytes_per_s == 1008e9
+    assert load_device("m1-ultra").memory_bandwidth_bytes_per_s == 800e9   # Apple, M1 Ultra launch (March 2022)
 
 
 def test_device_lookup_by_alias_and_unknown_device():

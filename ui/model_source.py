@@ -21,10 +21,10 @@ from urllib.parse import urlparse
 import streamlit as st
 
 from calculators.units import fmt_bytes, fmt_num
-from specs.devices import Device, custom_device, list_devices, load_device, measure_this_machine
+from specs.devices import Device, list_devices, load_device, measure_this_machine
 from specs.model_config import ModelConfig, SpecError
 from specs.presets import list_presets, load_preset
-from ui.widgets import float_field, remember, show_error
+from ui.widgets import remember, show_error
 
 # ============================================================================================ keys and labels
 PRESET, ENGINE, CONFIG_JSON = "Preset", "Engine model (loaded)", "Hugging Face config.json"
@@ -337,20 +337,9 @@ def device_picker(where: Any = None, *, key: str = "device", label: str = "Devic
 
 
 def _custom_device(box: Any, key: str) -> Device | None:
-    """Your own device: every number validated (positive, finite, plausible)."""
-    store = remember(f"{key}.custom.name", "My accelerator")
-    name = box.text_input("Name", key=f"{key}.custom.name", on_change=store)
-    mem = float_field("Memory (GB, read as GiB)", 80.0, 0.001, 1e6, key=f"{key}.custom.memory_gb", where=box)
-    bw = float_field("Memory bandwidth (GB/s)", 2000.0, 0.001, 1e6, key=f"{key}.custom.bandwidth_gb_s", where=box)
-    peak = float_field("Peak dense TFLOP/s (16-bit)", 500.0, 0.001, 1e6, key=f"{key}.custom.tflops", where=box)
-    price = float_field("Price ($ per hour, 0 = unknown)", 0.0, 0.0, 1e6, key=f"{key}.custom.price", where=box)
-    if None in (mem, bw, peak, price):
-        return None
-    try:
-        return custom_device(name, mem, bw, peak, price_usd_per_hour=price or None)
-    except SpecError as e:
-        show_error(e, box)
-        return None
+    """Your own device: every precision's peak, interconnect and price (`ui.multi_gpu.custom_device_form`)."""
+    from ui.multi_gpu import custom_device_form
+    return custom_device_form(box, key)
 
 
 def device_multiselect(key: str, default: list[str], label: str = "Devices to compare",

@@ -1,0 +1,116 @@
+"""Published measurements next to the calculators' predictions (README table).
+
+Every published figure is in bench/published_measurements.csv with its source URL and exact settings (model,
+quantisation, batch, prompt/generation length, hardware, software build). Predictions for each row:
+- decode at batch 1: the bandwidth floor over (weights + KV at the mean context) / datasheet bandwidth (ideal),
+  and the same divided by the default decode MBU (realistic); on a TP mesh `decode_step_parallel` (with its
+  all-reduces);
+- prefill: `prefill_ms` (or `prefill_parallel` on a TP mesh) with ideal and with default efficiencies.
+A figure is tokens/s (`tok_s`) or a time (`ttft_ms`, `itl_ms`); `error` compares speeds: predicted speed /
+published speed - 1, so + means the calculator is too optimistic, whatever the unit. `published / ideal` is the
+fraction of the datasheet roof the measurement reached (achieved MBU for decode, achieved MFU for prefill).
+
+    python bench/bench_published.py            # prints a Markdown table
+"""
+from __future__ import annotations
+
+import csv
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from calculators.kv_cache import kv_cache_bytes  # noqa: E402
+from calculators.latency import IDEAL, Efficiency, bandwidth_floor_ms, prefill_ms, step_weight_bytes  # noqa: E402
+from calculators.tensor_parallel import Mesh, decode_step_parallel, prefill_parallel  # noqa: E402
+from calculators.units import default_kv_dtype  # noqa: E402
+from specs.devices import load_device  # noqa: E402
+from specs.presets import load_preset  # noqa: E402
+
+DATA = Path(__file__).with_name("published_measurements.csv")
+TIME_METRICS = ("ttft_ms", "itl_ms")
+
+
+def load_rows(path: Path = DATA) -> list[dict]:
+    """The published rows, as read from the CSV (strings)."""
+    with path.open(newline="") as f:
+        return list(csv.DictReader(f))
+
+
+def decode_context(row: dict) -> int:
+    """Mean context a decode step sees: the prompt plus half of the generated tokens."""
+    return int(row["prompt_tokens"]) + int(row["generated_tokens"]) // 2
+
+
+def _decode_ms(row: dict, eff: Efficiency) -> float:
+    c, dev, w, tp = load_preset(row["model"]), load_device(row["device"]), row["weights"], int(row["tp"])
+    ctx = decode_context(row)
+    if tp > 1:
+        return decode_step_parallel(c, dev, Mesh(tp=tp), ctx, 1, w, efficiency=eff)["itl_ms"]
+    g = int(row["group_size"]) if row["group_size"] else None
+    step = step_weight_bytes(c, w, 1, g) + kv_cache_bytes(c, ctx, 1, default_kv_dtype(w))
+    return bandwidth_floor_ms(step, dev.memory_bandwidth_bytes_per_s) / eff.decode_mbu
+
+
+def _prefill_ms(row: dict, eff: Efficiency) -> float:
+    c, dev, w, tp = load_preset(row["model"]), load_device(row["device"]), row["weights"], int(row["tp"])
+    n = int(row["prompt_tokens"])
+    if tp > 1:
+        return prefill_parallel(c, dev, Mesh(tp=tp), n, 1, w, efficiency=eff)["prefill_ms"]
+    return prefill_ms(c, dev, n, 1, w, efficiency=eff)["prefill_ms"]
+
+
+def predict_ms(row: dict, eff: Efficiency) -> float:
+    """Predicted time of the row's unit of work: one decode step, or the whole prefill, in ms."""
+    return _decode_ms(row, eff) if row["phase"] == "decode" else _prefill_ms(row, eff)
+
+
+def in_metric(row: dict, ms: float) -> float:
+    """A predicted time expressed in the row's published unit (tokens/s or ms)."""
+    if row["metric"] in TIME_METRICS:
+        return ms
+    tokens = 1 if row["phase"] == "decode" else int(row["prompt_tokens"])
+    return tokens / ms * 1e3
+
+
+def speed_ratio(row: dict, predicted: float) -> float:
+    """Predicted speed / published speed (> 1: the prediction is too optimistic)."""
+    published = float(row["published"])
+    return published / predicted if row["metric"] in TIME_METRICS else predicted / published
+
+
+def compare(row: dict, efficiency: Efficiency | None = None) -> dict:
+    """One row: published figure, ideal and realistic predictions in its unit, error, fraction of the roof."""
+    ideal = in_metric(row, predict_ms(row, IDEAL))
+    real = in_metric(row, predict_ms(row, efficiency or Efficiency()))
+    return dict(published=float(row["published"]), ideal=ideal, realistic=real,
+                error=speed_ratio(row, real) - 1, of_ideal=1 / speed_ratio(row, ideal))
+
+
+def error_band(row: dict) -> float | None:
+    """The documented |error| band of a row as a fraction, or None where the calculator is not expected to fit
+    (README: "Where the model is off"); every row must still stay under its ideal roof."""
+    return float(row["error_band_pct"]) / 100 if row["error_band_pct"] else None
+
+
+def band_label(row: dict) -> str:
+    b = error_band(row)
+    return "roof only" if b is None else f"±{100 * b:.0f}%"
+
+
+def main() -> None:
+    rows = load_rows()
+    print("| device | model, settings | phase | unit | published | predicted ideal | predicted realistic | "
+          "error | band | published / ideal | source |")
+    print("|---|---|---|---|---:|---:|---:|---:|---:|---:|---|")
+    for r in rows:
+        x = compare(r)
+        print(f"| {load_device(r['device']).name}{' ×' + r['tp'] if int(r['tp']) > 1 else ''} | {r['settings']} | "
+              f"{r['phase']} | {r['metric']} | {x['published']:,.2f} | {x['ideal']:,.1f} | {x['realistic']:,.1f} | "
+              f"{100 * x['error']:+.0f}% | {band_label(r)} | {x['of_ideal']:.2f} | {r['url']} |")
+    print(f"\nRealistic = default {Efficiency()}. Error = predicted speed / published speed − 1 "
+          "(+ = the calculator is too optimistic).")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,141 @@
+"""Calibration: fit the efficiency knobs (decode MBU, prefill MFU, per-call communication latency) to measured
+serving results, and show predicted vs measured with the error.
+
+Inputs: vLLM's `benchmarks/benchmark_serving.py --save-result` JSON (keys `mean_ttft_ms`, `mean_itl_ms` or
+`mean_tpot_ms`, `total_input_tokens`, `total_output_tokens`, `completed`, `max_concurrency`,
+`output_throughput`), or a CSV with one measured setting per row:
+    prompt_tokens, output_tokens, batch, ttft_ms, itl_ms[, tp][, throughput_tok_s]
+The model and device are stated by the caller (neither file records the hardware).
+
+The fit is linear least squares on the ideal components `calculators.tensor_parallel` computes at 100% efficiency:
+    ITL_measured  ≈ memory_ms_ideal / MBU + calls_per_token × alpha_ms       (alpha only when some row has TP > 1)
+    TTFT_measured ≈ compute_ms_ideal / MFU
+so 1/MBU, alpha and 1/MFU are the coefficients (Numpy `lstsq`; through the origin).
+"""
+from __future__ import annotations
+
+import csv
+import io
+import json
+from dataclasses import dataclass
+
+import numpy as np
+
+from calculators.latency import IDEAL, Efficiency
+from calculators.tensor_parallel import Mesh, decode_step_parallel, prefill_parallel, stage_layers
+from calculators.units import check_int, check_positive
+from specs.devices import Device, Link
+from specs.model_config import ModelConfig, SpecError
+
+CSV_COLUMNS = ("prompt_tokens", "output_tokens", "batch", "ttft_ms", "itl_ms")
+
+
+@dataclass(frozen=True)
+class Measurement:
+    """One measured setting: shapes and the measured mean TTFT and ITL."""
+    prompt_tokens: int
+    output_tokens: int
+    batch: int
+    ttft_ms: float
+    itl_ms: float
+    tp: int = 1
+    throughput_tok_s: float | None = None
+
+
+def _num(row: dict, key: str, cast=float):
+    try:
+        return cast(float(row[key]))
+    except (KeyError, TypeError, ValueError):
+        raise SpecError(f"missing or non-numeric {key!r} (got {row.get(key)!r})") from None
+
+
+def read_vllm_json(text: str, tp: int = 1) -> list[Measurement]:
+    """One measurement from a vLLM benchmark_serving result: mean prompt and output lengths from the token totals
+    over completed requests; batch = max_concurrency (or 1); ITL = mean_itl_ms (else mean_tpot_ms)."""
+    try:
+        d = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise SpecError(f"not valid JSON: {e.msg} at line {e.lineno}") from None
+    docs = d if isinstance(d, list) else [d]
+    out = []
+    for doc in docs:
+        if not isinstance(doc, dict):
+            raise SpecError("expected vLLM benchmark result objects")
+        n = _num(doc, "completed", int)
+        if n <= 0:
+            raise SpecError("the benchmark completed no requests")
+        itl_key = "mean_itl_ms" if "mean_itl_ms" in doc else "mean_tpot_ms"
+        out.append(Measurement(
+            prompt_tokens=max(1, round(_num(doc, "total_input_tokens") / n)),
+            output_tokens=max(1, round(_num(doc, "total_output_tokens") / n)),
+            batch=int(doc.get("max_concurrency") or 1), ttft_ms=_num(doc, "mean_ttft_ms"), itl_ms=_num(doc, itl_key),
+            tp=tp, throughput_tok_s=doc.get("output_throughput")))
+    return out
+
+
+def read_csv(text: str) -> list[Measurement]:
+    """Rows of measured settings; the header must name prompt_tokens, output_tokens, batch, ttft_ms, itl_ms."""
+    rows = list(csv.DictReader(io.StringIO(text)))
+    if not rows:
+        raise SpecError("the CSV has no data rows")
+    missing = [c for c in CSV_COLUMNS if c not in rows[0]]
+    if missing:
+        raise SpecError(f"the CSV lacks column(s) {', '.join(missing)}; expected {', '.join(CSV_COLUMNS)}")
+    out = []
+    for i, r in enumerate(rows, 2):
+        try:
+            m = Measurement(prompt_tokens=_num(r, "prompt_tokens", int), output_tokens=_num(r, "output_tokens", int),
+                            batch=_num(r, "batch", int), ttft_ms=_num(r, "ttft_ms"), itl_ms=_num(r, "itl_ms"),
+                            tp=_num(r, "tp", int) if r.get("tp") not in (None, "") else 1,
+                            throughput_tok_s=float(r["throughput_tok_s"]) if r.get("throughput_tok_s") else None)
+            for k in ("prompt_tokens", "output_tokens", "batch", "tp"):
+                check_int(k, getattr(m, k))
+            check_positive("ttft_ms", m.ttft_ms)
+            check_positive("itl_ms", m.itl_ms)
+        except SpecError as e:
+            raise SpecError(f"CSV line {i}: {e}") from None
+        out.append(m)
+    return out
+
+
+def _ideal_parts(config: ModelConfig, device: Device, m: Measurement, weight_dtype: str, kv_dtype: str | None,
+                 link: Link | None) -> dict:
+    mesh = Mesh(tp=m.tp)
+    mean_ctx = m.prompt_tokens + max(m.output_tokens - 1, 0) // 2 + 1
+    dec = decode_step_parallel(config, device, mesh, mean_ctx, m.batch, weight_dtype, kv_dtype, IDEAL, link)
+    pre = prefill_parallel(config, device, mesh, m.prompt_tokens, 1, weight_dtype, kv_dtype, IDEAL, link)
+    calls = 2 * stage_layers(config, 1) if m.tp > 1 else 0
+    return dict(mem_ms=dec["memory_ms"], comp_ms=pre["compute_ms"], calls=calls,
+                decode_comm_ms=dec["comm_ms_per_stage"], prefill_comm_ms=pre["allreduce_ms_prefill"])
+
+
+def calibrate(config: ModelConfig, device: Device, measurements: list[Measurement], weight_dtype: str = "bf16",
+              kv_dtype: str | None = None, link: Link | None = None) -> dict:
+    """Fit MBU, MFU and (with TP rows) the per-call latency; return them with each row's predicted vs measured."""
+    if not measurements:
+        raise SpecError("no measurements to calibrate against")
+    parts = [_ideal_parts(config, device, m, weight_dtype, kv_dtype, link) for m in measurements]
+    itl = np.array([m.itl_ms for m in measurements])
+    ttft = np.array([m.ttft_ms for m in measurements])
+    mem = np.array([p["mem_ms"] for p in parts])
+    calls = np.array([p["calls"] for p in parts], dtype=float)
+    comp = np.array([p["comp_ms"] for p in parts])
+    if calls.any():
+        (inv_mbu, alpha_ms), *_ = np.linalg.lstsq(np.stack([mem, calls], axis=1), itl, rcond=None)
+    else:
+        inv_mbu, alpha_ms = float(mem @ itl / (mem @ mem)), 0.0
+    inv_mfu = float(comp @ ttft / (comp @ comp))
+    mbu, mfu = min(1.0, 1 / max(inv_mbu, 1e-9)), min(1.0, 1 / max(inv_mfu, 1e-9))
+    alpha_ms = max(0.0, float(alpha_ms))
+    rows = []
+    for m, p in zip(measurements, parts):
+        pi = p["mem_ms"] / mbu + p["calls"] * alpha_ms
+        pt = p["comp_ms"] / mfu
+        rows.append(dict(prompt_tokens=m.prompt_tokens, output_tokens=m.output_tokens, batch=m.batch, tp=m.tp,
+                         measured_itl_ms=m.itl_ms, predicted_itl_ms=pi, itl_error_percent=100 * (pi - m.itl_ms) / m.itl_ms,
+                         measured_ttft_ms=m.ttft_ms, predicted_ttft_ms=pt,
+                         ttft_error_percent=100 * (pt - m.ttft_ms) / m.ttft_ms))
+    return dict(decode_mbu=mbu, prefill_mfu=mfu, alpha_ms_per_call=alpha_ms,
+                efficiency=Efficiency(decode_mbu=max(mbu, 1e-3), prefill_mfu=max(mfu, 1e-3)), rows=rows,
+                itl_mean_abs_error_percent=float(np.mean([abs(r["itl_error_percent"]) for r in rows])),
+                ttft_mean_abs_error_percent=float(np.mean([abs(r["ttft_error_percent"]) for r in rows])))

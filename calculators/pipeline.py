@@ -1,0 +1,64 @@
+"""Pipeline parallelism: layers per stage, the bubble, stage-boundary transfers and latency with microbatches
+(GPipe, Huang et al. 2018; 003 Detail 22).
+
+A pipeline splits the layers into p stages on p devices. One request still visits every stage in turn, so its
+latency is the whole model's time plus the sends between stages: PP adds memory (capacity) and, with enough
+microbatches in flight, throughput, but never single-request speed. With m microbatches a pass takes
+(m + p − 1) stage-times instead of m·p / p: the idle share is the bubble (p − 1)/(m + p − 1).
+"""
+from __future__ import annotations
+
+from calculators.parallel import p2p_ms, pipeline_bubble_fraction, tp_allreduce_bytes
+from calculators.units import check_int, check_nonneg
+from specs.devices import Link
+from specs.model_config import SpecError
+
+
+def layers_per_stage(num_layers: int, stages: int) -> list[int]:
+    """Balanced split of L layers over p stages, the first stages taking the remainder: 80 over 3 -> 27, 27, 26."""
+    L, p = check_int("num_layers", num_layers), check_int("stages", stages)
+    if p > L:
+        raise SpecError(f"{p} stages for {L} layers: a stage needs at least one layer")
+    return [L // p + (1 if i < L % p else 0) for i in range(p)]
+
+
+def pipeline_pass_ms(stage_ms: float, stages: int, microbatches: int) -> float:
+    """Time for m microbatches to pass p stages of `stage_ms` each: (m + p − 1) × stage_ms (GPipe schedule)."""
+    p, m = check_int("stages", stages), check_int("microbatches", microbatches)
+    return (m + p - 1) * check_nonneg("stage_ms", stage_ms)
+
+
+def bubble_table(stages: int, microbatches: tuple[int, ...] = (1, 4, 16, 64)) -> list[dict]:
+    """003 Detail 22's table: p = 4 stages, m = 1, 4, 16, 64 -> 75%, 43%, 16%, ≈ 4% idle."""
+    return [dict(stages=stages, microbatches=m, bubble_percent=100 * pipeline_bubble_fraction(stages, m),
+                 pass_stage_times=m + stages - 1) for m in microbatches]
+
+
+def stage_boundary_ms(hidden_size: int, tokens: int, link: Link, act_bytes: float | str = 2) -> dict:
+    """One activation handed to the next stage: a [tokens, D] tensor, alpha + bytes / bandwidth (per direction).
+    Decode of one token of a 70B (D 8,192) in bf16: 16,384 bytes."""
+    b = tp_allreduce_bytes(hidden_size, tokens, act_bytes)
+    return dict(bytes=b, ms=p2p_ms(b, link))
+
+
+def pp_scaling(config, device, pps: tuple[int, ...], context_tokens: int, weight_dtype: str = "bf16",
+               kv_dtype: str | None = None, efficiency=None, link=None) -> list[dict]:
+    """One row per PP degree: layers on the busiest stage, per-GPU weights, the ITL of ONE request (batch 1: it
+    visits every stage in turn, so no faster) and the tokens/s with pp sequences in flight (one per stage)."""
+    from calculators.latency import IDEAL
+    from calculators.tensor_parallel import Mesh, decode_step_parallel, mesh_problem, per_gpu_weight_bytes
+    eff = efficiency or IDEAL
+    rows = []
+    for pp in pps:
+        mesh = Mesh(pp=pp)
+        problem = mesh_problem(config, mesh)
+        if problem:
+            rows.append(dict(pp=pp, problem=problem))
+            continue
+        one = decode_step_parallel(config, device, mesh, context_tokens, 1, weight_dtype, kv_dtype, eff, link)
+        full = decode_step_parallel(config, device, mesh, context_tokens, pp, weight_dtype, kv_dtype, eff, link)
+        rows.append(dict(pp=pp, problem=None, stage_layers=max(layers_per_stage(config.num_layers, pp)),
+                         per_gpu_weight_bytes=per_gpu_weight_bytes(config, mesh, weight_dtype),
+                         single_request_itl_ms=one["itl_ms"], tok_s_batch_1=one["total_tok_s"],
+                         tok_s_pp_in_flight=full["total_tok_s"], bubble_batch_1=one["bubble_fraction"]))
+    return rows

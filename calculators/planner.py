@@ -1,0 +1,362 @@
+"""Capacity planner: which device, how many, split how, at what batch cap and precision, to serve a workload
+within its latency targets, ranked by $ per 1M tokens, each plan naming the constraint that binds it.
+
+Search space: device × GPU count × TP × PP × batch cap × weight precision × KV precision. Every candidate is
+evaluated at once with NumPy arrays, using the same formulas as `calculators.tensor_parallel` (the tests check the
+two agree): per-GPU memory against vLLM's gpu_memory_utilization budget, decode ITL at the batch cap, prefill
+time of a p99-length prompt, and queueing at the requested rate:
+    replica busy time per request  S = prefill(mean prompt) + output × ITL / batch_cap
+    utilisation                    ρ = rate / replicas × S                    (must stay below 1)
+    concurrency a replica needs    rate / replicas × (prefill + output × ITL)  (must fit in the batch cap)
+    TTFT p99                       prefill(p99 prompt) + ln(100·ρ) × S / (1 − ρ)   (M/M/1 waiting-time tail)
+Constraints: memory, ITL target (bound by bandwidth, compute or communication, whichever dominates the step),
+TTFT p99 target (compute, or queueing when the wait dominates), ρ < 1 and concurrency (queueing).
+A plan's binding constraint is the one with the least slack (used / limit closest to 1).
+Cost at the load: every GPU is paid, busy or not: $/1M = gpus × price / (rate × tokens per request × 3,600) × 10^6.
+MoE models are also tried with expert parallelism over each TP group (EP = TP). Not searched: context
+parallelism, speculative decoding, prefix caching.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from calculators import arch
+from calculators.kv_cache import kv_cache_bytes
+from calculators.latency import Efficiency, step_weight_bytes
+from calculators.memory import DEFAULT_GPU_MEMORY_UTILIZATION, RuntimeOverheads, ffn_width
+from calculators.params import bytes_per_param, param_breakdown
+from calculators.roofline import compute_precision_for, forward_flops
+from calculators.tensor_parallel import Mesh, mesh_problem
+from calculators.units import bytes_per_element, check_fraction, check_int, check_positive
+from specs.devices import Device, Link, device_link
+from specs.model_config import ModelConfig, SpecError
+
+CONSTRAINTS = ("memory", "bandwidth", "compute", "communication", "queueing")
+REASONS = ("feasible", "mesh", "memory", "itl", "utilisation", "concurrency", "ttft", "no price")
+
+
+@dataclass(frozen=True)
+class Workload:
+    """The load to serve: request rate, prompt and output lengths (mean, and the p99 prompt for TTFT), targets."""
+    requests_per_s: float
+    prompt_tokens: int
+    output_tokens: int
+    ttft_p99_ms: float
+    itl_ms: float
+    prompt_tokens_p99: int | None = None
+
+    def check(self) -> "Workload":
+        check_positive("request rate (requests/s)", self.requests_per_s, limit=1e7)
+        check_int("prompt tokens", self.prompt_tokens, limit=1 << 24)
+        check_int("output tokens", self.output_tokens, limit=1 << 24)
+        check_positive("TTFT p99 target (ms)", self.ttft_p99_ms)
+        check_positive("ITL target (ms)", self.itl_ms)
+        if self.prompt_tokens_p99 is not None and check_int("p99 prompt tokens", self.prompt_tokens_p99,
+                                                            limit=1 << 24) < self.prompt_tokens:
+            raise SpecError("the p99 prompt length cannot be shorter than the mean")
+        return self
+
+    @property
+    def p99_prompt(self) -> int:
+        return self.prompt_tokens_p99 or self.prompt_tokens
+
+
+@dataclass(frozen=True)
+class SearchSpace:
+    """What the planner may choose. TP degrees that do not divide the model's heads are dropped (and said)."""
+    gpu_counts: tuple[int, ...] = (1, 2, 4, 8, 16, 32, 64)
+    tp: tuple[int, ...] = (1, 2, 4, 8)
+    pp: tuple[int, ...] = (1, 2, 4, 8)
+    batch_caps: tuple[int, ...] = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024)
+    weight_dtypes: tuple[str, ...] = ("bf16", "fp8", "int4")
+    kv_dtypes: tuple[str, ...] = ("bf16", "fp8")
+    expert_parallel: bool = True          # MoE models: also try EP = TP (two all-to-alls instead of an all-reduce)
+
+
+@dataclass
+class PlanResult:
+    """All candidates as columns (NumPy arrays), plus which are feasible, ranked."""
+    columns: dict
+    feasible_order: np.ndarray          # indices of feasible candidates, cheapest first
+    reasons: dict = field(default_factory=dict)     # reason -> count of rejected candidates
+    notes: list = field(default_factory=list)
+    workload: Workload | None = None
+
+    @property
+    def n_candidates(self) -> int:
+        return len(self.columns["tp"])
+
+    def plan(self, i: int) -> dict:
+        """One candidate as plain Python values, with the sentence saying why it passes or fails."""
+        row = {k: (v[i].item() if hasattr(v[i], "item") else v[i]) for k, v in self.columns.items()}
+        row["why"] = _sentence(self.columns, i, self.workload)
+        return row
+
+    def ranked(self, top: int = 20) -> list[dict]:
+        return [self.plan(int(i)) for i in self.feasible_order[:top]]
+
+    def rejected(self, top: int = 50) -> list[dict]:
+        """Rejected candidates nearest to feasible first (smallest worst over-limit ratio), with their reason."""
+        bad = np.flatnonzero(~self.columns["feasible"])
+        order = bad[np.lexsort((self.columns["worst_ratio"][bad], self.columns["reason"][bad] == "mesh"))]
+        return [self.plan(int(i)) for i in order[:top]]
+
+    def no_plan_reason(self) -> str | None:
+        if len(self.feasible_order):
+            return None
+        parts = [f"{n:,} × {r}" for r, n in sorted(self.reasons.items(), key=lambda kv: -kv[1]) if n]
+        return "no feasible plan among {:,} candidates: {}".format(self.n_candidates, "; ".join(parts) or "none") + \
+            ("" if not self.notes else " (" + "; ".join(self.notes) + ")")
+
+
+def _model_scalars(c: ModelConfig, wl: Workload, kv_dtypes, weight_dtypes, batch_caps, pp_values) -> dict:
+    """Everything that depends on the model and the workload only: computed once, by the scalar calculators."""
+    b = param_breakdown(c)
+    mean_ctx = wl.prompt_tokens + max(wl.output_tokens - 1, 0) // 2 + 1
+    kv_seq = {kd: kv_cache_bytes(c, mean_ctx, 1, kd) for kd in kv_dtypes}
+    mem_ctx = wl.prompt_tokens + wl.output_tokens
+    kv_seq_mem = {kd: kv_cache_bytes(c, mem_ctx, 1, kd) for kd in kv_dtypes}
+    rows_needed = sorted({math.ceil(B / min(B, p)) for B in batch_caps for p in pp_values})
+    full = step_weight_bytes(c, "bf16", rows=1 << 30)
+    ratio = {r: step_weight_bytes(c, "bf16", rows=r) / full for r in rows_needed}
+    ratio_prefill = {P: step_weight_bytes(c, "bf16", rows=P) / full for P in (wl.prompt_tokens, wl.p99_prompt)}
+    return dict(params=b, mean_ctx=mean_ctx, kv_seq=kv_seq, mem_ctx=mem_ctx, kv_seq_mem=kv_seq_mem, read_ratio=ratio,
+                read_ratio_prefill=ratio_prefill,
+                decode_flops_per_row=forward_flops(c, 1, mean_ctx, 1),
+                prefill_flops={P: forward_flops(c, P, P, 1) for P in (wl.prompt_tokens, wl.p99_prompt)},
+                ffn=ffn_width(c))
+
+
+def _grid(devices, space: SearchSpace, c: ModelConfig):
+    """Cartesian product of the choices as flat arrays (mesh-invalid TP/PP kept, marked). For an MoE model each
+    layout is tried with and without expert parallelism over its TP group (EP = TP)."""
+    ep_opts = np.array([False, True] if arch.is_moe(c) and space.expert_parallel else [False])
+    di, g, tp, pp, B, wd, kd, ep_on = np.meshgrid(
+        np.arange(len(devices)), np.array(space.gpu_counts), np.array(space.tp), np.array(space.pp),
+        np.array(space.batch_caps), np.arange(len(space.weight_dtypes)), np.arange(len(space.kv_dtypes)), ep_opts,
+        indexing="ij")
+    keep = ~(ep_on & (tp == 1)).ravel()                    # EP over a 1-GPU TP group is the plain layout again
+    return [a.ravel()[keep] for a in (di, g, tp, pp, B, wd, kd, ep_on)]
+
+
+def plan(config: ModelConfig, devices: list[Device], workload: Workload, space: SearchSpace = SearchSpace(),
+         efficiency: Efficiency = Efficiency(), usable_fraction: float = DEFAULT_GPU_MEMORY_UTILIZATION,
+         overheads: RuntimeOverheads = RuntimeOverheads(), embeddings_16bit: bool = True,
+         link: Link | None = None) -> PlanResult:
+    """Evaluate every candidate of `space` on `devices` for `workload`; feasible plans ranked by $/1M tokens at
+    the load (then by ITL). Bad input raises SpecError; an empty result carries `no_plan_reason()`."""
+    c, wl = config, workload.check()
+    if not devices:
+        raise SpecError("choose at least one device")
+    check_fraction("gpu_memory_utilization", usable_fraction)
+    notes = []
+    bad_tp = [t for t in space.tp if mesh_problem(c, Mesh(tp=t)) is not None]
+    if bad_tp:
+        notes.append(f"TP {', '.join(map(str, bad_tp))} cannot split {c.name}'s heads "
+                     f"({c.num_heads} query, {c.num_kv_heads} KV)")
+    S = _model_scalars(c, wl, space.kv_dtypes, space.weight_dtypes, space.batch_caps, space.pp)
+    di, g, tp, pp, B, wdi, kdi, ep_on = _grid(devices, space, c)
+    ep = np.where(ep_on, tp, 1)
+    p = S["params"]
+    L, D, d, hkv, V = c.num_layers, c.hidden_size, c.head_dim, c.num_kv_heads, c.vocab_size
+    mla = arch.is_mla(c)
+    tpf, ppf, Bf = tp.astype(float), pp.astype(float), B.astype(float)
+
+    # ---- mesh validity (the scalar rule, once per (tp, pp) pair)
+    valid = {(t, q, e): mesh_problem(c, Mesh(tp=int(t), pp=int(q), ep=int(t) if e else 1, gpus=int(t * q))) is None
+             for t in space.tp for q in space.pp for e in (False, True)}
+    ok_table = np.array([[[valid[(t, q, e)] for e in (False, True)] for q in space.pp] for t in space.tp])
+    mesh_ok = ok_table[np.searchsorted(space.tp, tp, sorter=np.argsort(space.tp)).clip(0, len(space.tp) - 1),
+                       np.searchsorted(space.pp, pp, sorter=np.argsort(space.pp)).clip(0, len(space.pp) - 1),
+                       ep_on.astype(int)] & (g % (tp * pp) == 0)
+    replicas = np.where(mesh_ok, g // np.maximum(tp * pp, 1), 0)
+
+    # ---- per-GPU memory (tensor_parallel.per_gpu_memory, vectorised)
+    bpp = np.array([bytes_per_param(w) for w in space.weight_dtypes])[wdi]
+    kvb = np.array([bytes_per_element(k) for k in space.kv_dtypes])[kdi]
+    tbl = np.where(embeddings_16bit & (bpp < 2), 2.0, bpp)
+    layers_bytes = (p.total - p.embedding - p.lm_head) * bpp
+    stage = np.ceil(L / ppf)
+    share = stage / L
+    emb, head = p.embedding * tbl, p.lm_head * tbl
+    tables = np.where(pp == 1, emb + head, np.maximum(emb, head if p.lm_head else emb))
+    extra = 0.0 if mla else np.where(tpf > hkv, 2 * D * d * bpp * (1 - hkv / tpf) * stage, 0.0)
+    w_gpu = layers_bytes * share / tpf + extra + tables / tpf
+    rep = 1.0 if mla else np.maximum(1.0, tpf / hkv)
+    kv_div = 1.0 if mla else rep / tpf
+    kv_seq = np.array([S["kv_seq"][k] for k in space.kv_dtypes])[kdi] * share * kv_div
+    kv_gpu = np.array([S["kv_seq_mem"][k] for k in space.kv_dtypes])[kdi] * share * kv_div * Bf
+    rows_act = np.maximum(min(S["mem_ctx"], 4096), Bf)
+    kv_w = c.kv_dim if mla else np.maximum(c.kv_dim // tp, d)
+    act = rows_act * (5 * D + 2 * np.maximum(c.q_dim // tp, 1) + 2 * np.maximum(kv_w, 1)
+                      + 3 * np.maximum(S["ffn"] // tp, 1)) * 2.0 + Bf * V / tpf * 4.0
+    over = overheads.cuda_context_bytes + overheads.cuda_graph_bytes + \
+        np.where(tp * pp > 1, overheads.comm_buffer_bytes, 0.0)
+    mem_bytes = np.array([dv.memory_bytes for dv in devices])[di]
+    usable = mem_bytes * usable_fraction
+    needed = w_gpu + kv_gpu + act + over
+
+    # ---- device and link numbers per candidate
+    bw = np.array([dv.memory_bandwidth_bytes_per_s for dv in devices])[di]
+    peak_tab = np.array([[dv.flops_for(compute_precision_for(w))[0] for w in space.weight_dtypes]
+                         for dv in devices])
+    peak = peak_tab[di, wdi]
+    links = [link if link is not None else device_link(dv) for dv in devices]
+    has_link = np.array([lk is not None for lk in links])[di]
+    lbw = np.array([lk.bytes_per_s if lk is not None else 1.0 for lk in links])[di]
+    a0 = np.array([lk.alpha_base_s if lk is not None else 0.0 for lk in links])[di]
+    a1 = np.array([lk.alpha_per_hop_s if lk is not None else 0.0 for lk in links])[di]
+    price = np.array([dv.price_usd_per_hour if dv.price_usd_per_hour else np.nan for dv in devices])[di]
+    link_ok = has_link | (tp * pp == 1)
+
+    def allreduce_ms(rows):
+        msg = rows * D * 2.0
+        t = (a0 + 2 * (tpf - 1) * a1 + 2 * (tpf - 1) / tpf * msg / lbw) * 1e3
+        return np.where(tp > 1, t, 0.0)
+
+    moe_share = arch.moe_layer_count(c) / L if arch.is_moe(c) else 0.0
+    k_top = c.num_experts_per_tok or 0
+
+    def layer_comm_ms(rows):
+        """Per layer: the attention all-reduce, then the FFN's all-reduce or (MoE layers under EP) two all-to-alls."""
+        ar = allreduce_ms(rows)
+        a2a = np.where(tp > 1, (a0 + (tpf - 1) * a1 + (tpf - 1) / tpf * rows * k_top * D * 2.0 / lbw) * 1e3, 0.0)
+        ffn = np.where(ep_on, (1 - moe_share) * ar + moe_share * 2 * a2a, ar)
+        return ar + ffn
+
+    def p2p(rows):
+        return np.where(pp > 1, (a0 + a1 + rows * D * 2.0 / lbw) * 1e3, 0.0)
+
+    # ---- decode at the batch cap (tensor_parallel.decode_step_parallel, vectorised)
+    m = np.minimum(B, pp)
+    rows = np.ceil(Bf / m)
+    uniq, inv = np.unique(rows, return_inverse=True)
+    ratio = np.array([S["read_ratio"][int(r)] for r in uniq])[inv.ravel()]
+    mem_ms = (w_gpu * ratio + kv_seq * rows) / (bw * efficiency.decode_mbu) * 1e3
+    comp_ms = S["decode_flops_per_row"] * rows * share / tpf / (peak * efficiency.decode_mfu) * 1e3
+    comm_ms = stage * layer_comm_ms(rows)
+    stage_ms = np.maximum(mem_ms, comp_ms) + comm_ms
+    itl = np.maximum(m, pp) * stage_ms + (pp - 1) * p2p(rows)
+
+    # ---- prefill of one prompt (tensor_parallel.prefill_parallel, vectorised), mean and p99 length
+    def prefill(P):
+        kv_p = np.array([kv_cache_bytes(c, P, 1, k) for k in space.kv_dtypes])[kdi] * share * kv_div
+        cm = S["prefill_flops"][P] * share / tpf / (peak * efficiency.prefill_mfu) * 1e3
+        mm = (w_gpu * S["read_ratio_prefill"][P] + kv_p) / (bw * efficiency.prefill_mbu) * 1e3
+        st = np.maximum(cm, mm) + stage * layer_comm_ms(float(P))
+        return ppf * st + (pp - 1) * p2p(float(P)), cm
+    pre_mean, _ = prefill(wl.prompt_tokens)
+    pre_p99, pre_comp = prefill(wl.p99_prompt)
+
+    # ---- queueing and cost
+    lam = wl.requests_per_s / np.maximum(replicas, 1)
+    service_s = (pre_mean + wl.output_tokens * itl / Bf) / 1e3
+    rho = lam * service_s
+    concurrency = lam * (pre_mean + wl.output_tokens * itl) / 1e3
+    with np.errstate(divide="ignore", invalid="ignore"):
+        wait_ms = np.where(rho < 1, np.maximum(0.0, np.log(np.maximum(100 * rho, 1e-300))) * service_s
+                           / (1 - rho) * 1e3, np.inf)
+    ttft = pre_p99 + wait_ms
+    usd_per_m = g * price / (wl.requests_per_s * (wl.prompt_tokens + wl.output_tokens) * 3600.0) * 1e6
+    pre_share = np.where(service_s > 0, pre_mean / 1e3 / service_s, 0)
+    usd_in = usd_per_m * (wl.prompt_tokens + wl.output_tokens) * pre_share / wl.prompt_tokens
+    usd_out = usd_per_m * (wl.prompt_tokens + wl.output_tokens) * (1 - pre_share) / wl.output_tokens
+
+    # ---- verdicts
+    mem_r, itl_r, ttft_r = needed / usable, itl / wl.itl_ms, ttft / wl.ttft_p99_ms
+    conc_r = concurrency / Bf
+    ok = {"mesh": mesh_ok & link_ok, "memory": mem_r <= 1, "itl": itl_r <= 1, "utilisation": rho < 1,
+          "concurrency": conc_r <= 1, "ttft": ttft_r <= 1, "no price": ~np.isnan(price)}
+    feasible = np.logical_and.reduce(list(ok.values()))
+    code = np.zeros(len(tp), dtype=np.int8)              # index into REASONS; the first failing check wins
+    names = list(ok)
+    for name in reversed(names):
+        code[~ok[name]] = REASONS.index(name)
+    reason = np.array(REASONS, dtype=object)[code]
+    k = {n: i for i, n in enumerate(CONSTRAINTS)}         # constraint codes, named once at the end
+    itl_kind = np.where(comm_ms >= np.maximum(mem_ms, comp_ms), k["communication"],
+                        np.where(mem_ms >= comp_ms, k["bandwidth"], k["compute"]))
+    ttft_kind = np.where(wait_ms > pre_p99, k["queueing"], k["compute"])
+    ratios = np.stack([mem_r, itl_r, ttft_r, rho, conc_r])
+    n_all = len(tp)
+    kinds = np.stack([np.full(n_all, k["memory"]), itl_kind, ttft_kind, np.full(n_all, k["queueing"]),
+                      np.full(n_all, k["queueing"])])
+    ratios_clean = np.where(np.isfinite(ratios), ratios, np.inf)
+    which = np.argmax(ratios_clean, axis=0)
+    label = np.array(CONSTRAINTS, dtype=object)
+    binding = label[kinds[which, np.arange(n_all)]]
+    worst = ratios_clean[which, np.arange(n_all)]
+    itl_kind, ttft_kind = label[itl_kind], label[ttft_kind]
+
+    cols = dict(device=np.array([dv.name for dv in devices], dtype=object)[di], gpus=g, tp=tp, pp=pp, ep=ep,
+                replicas=replicas, batch_cap=B, weight_dtype=np.array(space.weight_dtypes, dtype=object)[wdi],
+                kv_dtype=np.array(space.kv_dtypes, dtype=object)[kdi], per_gpu_weight_bytes=w_gpu,
+                per_gpu_kv_bytes=kv_gpu, per_gpu_needed_bytes=needed, usable_bytes=usable, itl_ms=itl,
+                prefill_ms=pre_mean, ttft_p99_ms=ttft, utilisation=rho, concurrency_per_replica=concurrency,
+                usd_per_million_tokens=usd_per_m, usd_per_million_input_tokens=usd_in,
+                usd_per_million_output_tokens=usd_out, feasible=feasible, binding=binding, worst_ratio=worst,
+                reason=reason, itl_kind=itl_kind, ttft_kind=ttft_kind)
+    idx = np.flatnonzero(feasible)
+    order = idx[np.lexsort((itl[idx], usd_per_m[idx]))]
+    counts = {r: int(np.sum(reason == r)) for r in REASONS if r != "feasible"}
+    if not np.isfinite(price).any():
+        notes.append("no chosen device has an hourly price: enter one")
+    return PlanResult(columns=cols, feasible_order=order, reasons=counts, notes=notes, workload=wl)
+
+
+def _sentence(col: dict, i: int, wl: Workload) -> str:
+    """Why candidate i passes or fails, in one sentence (built only for rows that are shown)."""
+    r = col["reason"][i]
+    if r == "feasible":
+        return f"meets every target; binding: {col['binding'][i]} ({col['worst_ratio'][i]:.0%} of its limit)"
+    if r == "mesh":
+        return "TP × PP does not divide the GPU count or the model's heads/layers, or no interconnect"
+    if r == "memory":
+        return (f"memory: needs {col['per_gpu_needed_bytes'][i] / 1e9:.1f} GB per GPU, "
+                f"{col['usable_bytes'][i] / 1e9:.1f} GB usable")
+    if r == "itl":
+        return f"ITL {col['itl_ms'][i]:.2f} ms > target {wl.itl_ms:g} ms ({col['itl_kind'][i]}-bound)"
+    if r == "ttft":
+        return (f"TTFT p99 {col['ttft_p99_ms'][i]:.0f} ms > target {wl.ttft_p99_ms:g} ms "
+                f"({col['ttft_kind'][i]})")
+    if r == "utilisation":
+        return f"queueing: utilisation {col['utilisation'][i]:.2f} ≥ 1, the rate exceeds what the replicas serve"
+    if r == "concurrency":
+        return (f"queueing: needs {col['concurrency_per_replica'][i]:.0f} concurrent sequences per replica, "
+                f"batch cap {col['batch_cap'][i]}")
+    return "no hourly price for this device: enter one"
+
+
+def brute_force_cheapest(config: ModelConfig, devices: list[Device], workload: Workload, space: SearchSpace,
+                         **kw) -> dict | None:
+    """The cheapest feasible plan by a plain loop over `plan`'s own candidates (for tests): min over feasible of
+    ($/1M, ITL)."""
+    res = plan(config, devices, workload, space, **kw)
+    best = None
+    for i in range(res.n_candidates):
+        if res.columns["feasible"][i]:
+            key = (res.columns["usd_per_million_tokens"][i], res.columns["itl_ms"][i])
+            if best is None or key < best[0]:
+                best = (key, i)
+    return None if best is None else res.plan(best[1])
+
+
+def plan_rows(res: PlanResult, top: int = 20) -> list[dict]:
+    """Ranked feasible plans as plain dicts with the columns a reader needs (JSON/CSV export)."""
+    keep = ("device", "gpus", "tp", "pp", "ep", "replicas", "batch_cap", "weight_dtype", "kv_dtype", "per_gpu_weight_bytes",
+            "per_gpu_kv_bytes", "per_gpu_needed_bytes", "usable_bytes", "prefill_ms", "ttft_p99_ms", "itl_ms",
+            "utilisation", "usd_per_million_tokens", "usd_per_million_input_tokens", "usd_per_million_output_tokens",
+            "binding", "why")
+    return [{k: r[k] for k in keep} for r in res.ranked(top)]
+
+
+def rejected_rows(res: PlanResult, top: int = 50) -> list[dict]:
+    keep = ("device", "gpus", "tp", "pp", "ep", "batch_cap", "weight_dtype", "kv_dtype", "reason", "why")
+    return [{k: r[k] for k in keep} for r in res.rejected(top)]
+
+
+__all__ = ["Workload", "SearchSpace", "PlanResult", "plan", "plan_rows", "rejected_rows", "brute_force_cheapest",
+           "CONSTRAINTS"]

@@ -1,0 +1,393 @@
+"""A model on several GPUs: per-GPU memory (fit verdict), decode and prefill time with communication, for a layout
+of tensor (tp), pipeline (pp) and expert (ep) parallelism, replicated `gpus / (tp·pp)` times (data parallel).
+
+Rules (Megatron-LM, Shoeybi et al. 2019; vLLM's sharded layers):
+- TP splits every projection by heads / FFN columns: a GPU holds 1/tp of each layer's matrices and the
+  vocabulary-parallel embedding and LM head. K/V projections and the KV cache cannot split below one KV head:
+  past tp = h_kv they are replicated, max(1, tp / h_kv) copies. MLA's latent cache is replicated on every TP rank.
+- PP places ceil(L / pp) layers on the heaviest stage; the first stage also holds the embedding, the last the head.
+- EP places whole experts on devices (bytes per GPU as under TP); it swaps the MoE layers' all-reduce for two
+  all-to-alls (dispatch, combine).
+- Communication is not overlapped with compute (an upper bound, as the peer tools assume by default).
+Each stage's time is the roofline max(bytes / (bandwidth·MBU), FLOPs / (peak·MFU)) on its share, plus its
+collectives (`calculators.parallel`, alpha-beta over the link's per-direction bandwidth).
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from calculators import arch
+from calculators.kv_cache import kv_cache_bytes
+from calculators.latency import IDEAL, Efficiency, step_weight_bytes
+from calculators.memory import (DEFAULT_GPU_MEMORY_UTILIZATION, DEFAULT_PREFILL_CHUNK, RuntimeOverheads,
+                                _largest, ffn_width, prefill_scratch_bytes, resident_weight_bytes)
+from calculators.parallel import (expert_parallel, kv_head_replication, p2p_ms, ring_allreduce_ms,
+                                  tp_allreduce_bytes)
+from calculators.params import bytes_per_param, param_breakdown
+from calculators.roofline import compute_precision_for, forward_flops
+from calculators.units import bytes_per_element, check_fraction, check_int, default_kv_dtype
+from specs.devices import Device, Link, device_link
+from specs.model_config import ModelConfig, SpecError
+
+
+@dataclass(frozen=True)
+class Mesh:
+    """A parallel layout: `tp` × `pp` GPUs serve one copy of the model; `ep` of the tp GPUs hold disjoint
+    experts; `gpus` in all (a multiple of tp·pp: the rest are data-parallel replicas)."""
+    tp: int = 1
+    pp: int = 1
+    ep: int = 1
+    gpus: int | None = None
+
+    @property
+    def gpus_per_replica(self) -> int:
+        return self.tp * self.pp
+
+    @property
+    def total_gpus(self) -> int:
+        return self.gpus or self.gpus_per_replica
+
+    @property
+    def replicas(self) -> int:
+        return self.total_gpus // self.gpus_per_replica
+
+
+def mesh_problem(config: ModelConfig, mesh: Mesh) -> str | None:
+    """Why this layout cannot run this model (None if it can): TP must divide the query heads and split the KV
+    heads evenly (or replicate them evenly), PP at most the layer count, EP only for MoE and dividing both the
+    expert count and TP, the GPU count a multiple of tp·pp."""
+    c = config
+    try:
+        tp, pp, ep = check_int("tp", mesh.tp, limit=4096), check_int("pp", mesh.pp, limit=4096), \
+            check_int("ep", mesh.ep, limit=4096)
+        gpus = check_int("gpus", mesh.total_gpus, limit=1 << 20)
+    except SpecError as e:
+        return str(e)
+    if c.num_heads % tp:
+        return (f"TP {tp} does not divide {c.name}'s {c.num_heads} attention heads: choose TP among "
+                f"{', '.join(str(d) for d in range(1, c.num_heads + 1) if c.num_heads % d == 0 and d <= 64)}")
+    if not arch.is_mla(c) and c.num_kv_heads % tp and tp % c.num_kv_heads:
+        return f"TP {tp} cannot split or evenly replicate {c.num_kv_heads} KV heads"
+    if pp > c.num_layers:
+        return f"PP {pp} exceeds the {c.num_layers} layers: a stage needs at least one layer"
+    if ep > 1:
+        if not arch.is_moe(c):
+            return f"EP {ep} needs a mixture-of-experts model; {c.name} is dense"
+        if c.num_experts % ep or tp % ep:
+            return f"EP {ep} must divide the {c.num_experts} experts and the TP degree {tp}"
+    if gpus % (tp * pp):
+        return f"{gpus} GPUs are not a multiple of TP {tp} × PP {pp} = {tp * pp}"
+    return None
+
+
+def check_mesh(config: ModelConfig, mesh: Mesh) -> Mesh:
+    """`mesh` if valid, else SpecError with `mesh_problem`'s reason."""
+    problem = mesh_problem(config, mesh)
+    if problem:
+        raise SpecError(problem)
+    return mesh
+
+
+def stage_layers(config: ModelConfig, pp: int) -> int:
+    """Layers on the heaviest pipeline stage: ceil(L / pp). 80 layers over 4 stages: 20."""
+    return math.ceil(config.num_layers / check_int("pp", pp))
+
+
+def per_gpu_weight_bytes(config: ModelConfig, mesh: Mesh, weight_dtype: str = "bf16",
+                         group_size: int | None = None, embeddings_16bit: bool = True) -> float:
+    """Weights resident on the busiest GPU: (layer weights × stage_layers / L) / tp + the KV-projection copies
+    past tp = h_kv + the embedding or head table(s) of that stage / tp."""
+    check_mesh(config, mesh)
+    c, tp, pp = config, mesh.tp, mesh.pp
+    b = param_breakdown(c)
+    bpp = bytes_per_param(weight_dtype, group_size)
+    total = resident_weight_bytes(c, weight_dtype, group_size, embeddings_16bit)
+    tbl_bpp = 2.0 if embeddings_16bit and bpp < 2 else bpp
+    emb, head = b.embedding * tbl_bpp, b.lm_head * tbl_bpp
+    layers_bytes = total - emb - head
+    share = stage_layers(c, pp) / c.num_layers
+    if pp == 1:
+        tables = emb + head
+    else:                                  # first stage: embedding; last: head (a tied model keeps a copy there)
+        tables = max(emb, head if b.lm_head else emb)
+    extra = 0.0
+    if not arch.is_mla(c) and tp > c.num_kv_heads:
+        per_layer_kv_proj = 2 * c.hidden_size * c.head_dim * bpp          # one KV head's k and v projections
+        extra = per_layer_kv_proj * (1 - c.num_kv_heads / tp) * stage_layers(c, pp)
+    return layers_bytes * share / tp + extra + tables / tp
+
+
+def per_gpu_kv_bytes(config: ModelConfig, mesh: Mesh, context_tokens: int, batch: int = 1,
+                     kv_dtype: str = "bf16") -> float:
+    """KV cache on the busiest GPU: total × (stage_layers / L) / tp × max(1, tp / h_kv); MLA's latent is not
+    split by heads, so every TP rank keeps the whole latent of its layers."""
+    check_mesh(config, mesh)
+    c = config
+    kv = kv_cache_bytes(c, context_tokens, batch, kv_dtype) * stage_layers(c, mesh.pp) / c.num_layers
+    if arch.is_mla(c):
+        return kv
+    return kv / mesh.tp * kv_head_replication(c.num_kv_heads, mesh.tp)
+
+
+def per_gpu_activation_bytes(config: ModelConfig, mesh: Mesh, context_tokens: int, batch: int = 1,
+                             act_dtype: str = "bf16", prefill_chunk: int = DEFAULT_PREFILL_CHUNK) -> float:
+    """004's scratch formula with the head- and FFN-sharded widths divided by tp (the residual stream is not),
+    plus this GPU's slice of the fp32 logits."""
+    c, tp = config, mesh.tp
+    rows = max(min(check_int("context_tokens", context_tokens, minimum=0, limit=1 << 40),
+                   check_int("prefill_chunk", prefill_chunk)), check_int("batch", batch, limit=1 << 30))
+    kv_w = c.kv_dim if arch.is_mla(c) else max(c.kv_dim // tp, c.head_dim)
+    scratch = prefill_scratch_bytes(rows, c.hidden_size, max(c.q_dim // tp, 1), max(kv_w, 1),
+                                    max(ffn_width(c) // tp, 1), bytes_per_element(act_dtype))
+    return scratch + batch * c.vocab_size / tp * 4.0
+
+
+def per_gpu_memory(config: ModelConfig, device: Device, mesh: Mesh, context_tokens: int, batch: int = 1,
+                   weight_dtype: str = "bf16", kv_dtype: str | None = None,
+                   usable_fraction: float = DEFAULT_GPU_MEMORY_UTILIZATION,
+                   overheads: RuntimeOverheads = RuntimeOverheads(), embeddings_16bit: bool = True,
+                   group_size: int | None = None) -> dict:
+    """The busiest GPU's memory: weights + KV (`batch` sequences of `context_tokens`, spread over the replicas'
+    pipelines as they are) + activations + runtime overheads vs usable = device × gpu_memory_utilization.
+    `batch` is the number of sequences ONE replica holds."""
+    kd = kv_dtype or default_kv_dtype(weight_dtype)
+    w = per_gpu_weight_bytes(config, mesh, weight_dtype, group_size, embeddings_16bit)
+    kv = per_gpu_kv_bytes(config, mesh, context_tokens, batch, kd)
+    act = per_gpu_activation_bytes(config, mesh, context_tokens, batch)
+    over = overheads.total_bytes(mesh.gpus_per_replica)
+    usable = device.memory_bytes * check_fraction("usable_fraction", usable_fraction)
+    needed = w + kv + act + over
+    return dict(per_gpu_weight_bytes=w, per_gpu_kv_bytes=kv, per_gpu_activation_bytes=act, overhead_bytes=over,
+                per_gpu_needed_bytes=needed, usable_bytes=usable, device_bytes=device.memory_bytes,
+                fits=needed <= usable, headroom_bytes=usable - needed, short_by_bytes=max(0.0, needed - usable),
+                stage_layers=stage_layers(config, mesh.pp),
+                kv_head_copies=1.0 if arch.is_mla(config) else kv_head_replication(config.num_kv_heads, mesh.tp))
+
+
+def max_batch_per_replica(config: ModelConfig, device: Device, mesh: Mesh, context_tokens: int,
+                          weight_dtype: str = "bf16", kv_dtype: str | None = None, limit: int = 1 << 16,
+                          **kw) -> int:
+    """Most sequences of `context_tokens` one replica holds (0 if the weights alone do not fit)."""
+    def ok(b):
+        return b == 0 or per_gpu_memory(config, device, mesh, context_tokens, b, weight_dtype, kv_dtype, **kw)["fits"]
+    return _largest(ok, limit)
+
+
+def _link_for(device: Device, link: Link | None) -> Link | None:
+    return link if link is not None else device_link(device)
+
+
+def _need_link(mesh: Mesh, link: Link | None, device: Device) -> None:
+    if mesh.gpus_per_replica > 1 and link is None:
+        raise SpecError(f"{device.name} has no interconnect in specs/devices.json: choose one (NVLink, PCIe, "
+                        "InfiniBand, Ethernet) to cost the communication")
+
+
+def _weight_read_ratio(config: ModelConfig, weight_dtype: str, rows: int) -> float:
+    """Share of resident weights one step reads (1 for dense; the touched experts for MoE)."""
+    return step_weight_bytes(config, weight_dtype, rows=rows) / step_weight_bytes(config, weight_dtype, rows=1 << 30)
+
+
+def _comm_per_stage_ms(config: ModelConfig, mesh: Mesh, rows: int, link: Link | None) -> float:
+    """Collectives one stage runs for `rows` tokens: an all-reduce after attention in each of its layers; after
+    the FFN an all-reduce (dense, or MoE without EP) or dispatch + combine all-to-alls (MoE with EP)."""
+    c, tp = config, mesh.tp
+    if tp == 1 or link is None:
+        return 0.0
+    n_layers = stage_layers(c, mesh.pp)
+    share_moe = arch.moe_layer_count(c) / c.num_layers if mesh.ep > 1 else 0.0
+    ar = ring_allreduce_ms(tp_allreduce_bytes(c.hidden_size, rows), tp, link)
+    ffn = ar
+    if share_moe:
+        ffn = (1 - share_moe) * ar + share_moe * expert_parallel(
+            c.num_experts, c.num_experts_per_tok, c.hidden_size, rows, mesh.ep, link)["ms_per_layer"]
+    return n_layers * (ar + ffn)
+
+
+def decode_step_parallel(config: ModelConfig, device: Device, mesh: Mesh, context_tokens: int, batch: int = 1,
+                         weight_dtype: str = "bf16", kv_dtype: str | None = None,
+                         efficiency: Efficiency = IDEAL, link: Link | None = None, microbatches: int | None = None,
+                         embeddings_16bit: bool = True) -> dict:
+    """One decode step of `batch` sequences on one replica. The batch runs as m = min(batch, pp) microbatches;
+    a stage's time is the roofline of its share for batch/m rows plus its collectives; a token of one sequence
+    waits for every stage and every microbatch: ITL = max(m, pp) × stage + (pp − 1) × stage-boundary send.
+    Why PP does not speed up one request: max(1, pp) × (a stage with 1/pp of the layers) = the whole model."""
+    check_mesh(config, mesh)
+    c = config
+    kd = kv_dtype or default_kv_dtype(weight_dtype)
+    B = check_int("batch", batch, limit=1 << 30)
+    link = _link_for(device, link)
+    _need_link(mesh, link, device)
+    m = min(B, mesh.pp) if microbatches is None else check_int("microbatches", microbatches)
+    rows = math.ceil(B / m)
+    share = stage_layers(c, mesh.pp) / c.num_layers
+    w = per_gpu_weight_bytes(c, mesh, weight_dtype, None, embeddings_16bit) * _weight_read_ratio(c, weight_dtype, rows)
+    kv = per_gpu_kv_bytes(c, mesh, context_tokens, rows, kd)
+    flops = forward_flops(c, 1, context_tokens, rows) * share / mesh.tp
+    peak, prec = device.flops_for(compute_precision_for(weight_dtype))
+    mem_ms = (w + kv) / (device.memory_bandwidth_bytes_per_s * efficiency.decode_mbu) * 1e3
+    comp_ms = flops / (peak * efficiency.decode_mfu) * 1e3
+    comm_ms = _comm_per_stage_ms(c, mesh, rows, link)
+    stage_ms = max(mem_ms, comp_ms) + comm_ms
+    send_ms = p2p_ms(tp_allreduce_bytes(c.hidden_size, rows), link) if mesh.pp > 1 else 0.0
+    itl = max(m, mesh.pp) * stage_ms + (mesh.pp - 1) * send_ms
+    return dict(itl_ms=itl, stage_ms=stage_ms, memory_ms=mem_ms, compute_ms=comp_ms, comm_ms_per_stage=comm_ms,
+                allreduce_ms_per_token=mesh.pp * comm_ms, pp_send_ms=send_ms, microbatches=m,
+                bubble_fraction=max(0, mesh.pp - m) / mesh.pp, total_tok_s=B / itl * 1e3 * mesh.replicas,
+                replica_tok_s=B / itl * 1e3, bound="memory" if mem_ms >= comp_ms else "compute",
+                comm_fraction=max(m, mesh.pp) * comm_ms / itl if itl else 0.0,
+                bytes_per_gpu=w + kv, flops_per_gpu=flops, precision=prec)
+
+
+def prefill_parallel(config: ModelConfig, device: Device, mesh: Mesh, prompt_tokens: int, batch: int = 1,
+                     weight_dtype: str = "bf16", kv_dtype: str | None = None, efficiency: Efficiency = IDEAL,
+                     link: Link | None = None, embeddings_16bit: bool = True) -> dict:
+    """Prefill of `batch` prompts of `prompt_tokens` on one replica: each stage runs its share of the FLOPs
+    (/tp) or of the bytes, whichever is slower, plus 2 all-reduces per layer of a [batch·P, D] activation; the
+    stages run one after the other for a single prompt: TTFT = pp × stage + (pp − 1) × boundary send."""
+    check_mesh(config, mesh)
+    c = config
+    kd = kv_dtype or default_kv_dtype(weight_dtype)
+    P, B = check_int("prompt_tokens", prompt_tokens), check_int("batch", batch, limit=1 << 30)
+    link = _link_for(device, link)
+    _need_link(mesh, link, device)
+    share = stage_layers(c, mesh.pp) / c.num_layers
+    w = per_gpu_weight_bytes(c, mesh, weight_dtype, None, embeddings_16bit) * _weight_read_ratio(c, weight_dtype, B * P)
+    kv = per_gpu_kv_bytes(c, mesh, P, B, kd)
+    flops = forward_flops(c, P, P, B) * share / mesh.tp
+    peak, prec = device.flops_for(compute_precision_for(weight_dtype))
+    comp_ms = flops / (peak * efficiency.prefill_mfu) * 1e3
+    mem_ms = (w + kv) / (device.memory_bandwidth_bytes_per_s * efficiency.prefill_mbu) * 1e3
+    comm_ms = _comm_per_stage_ms(c, mesh, B * P, link)
+    stage_ms = max(comp_ms, mem_ms) + comm_ms
+    send_ms = p2p_ms(tp_allreduce_bytes(c.hidden_size, B * P), link) if mesh.pp > 1 else 0.0
+    ttft = mesh.pp * stage_ms + (mesh.pp - 1) * send_ms
+    return dict(prefill_ms=ttft, stage_ms=stage_ms, compute_ms=comp_ms, memory_ms=mem_ms,
+                allreduce_ms_prefill=mesh.pp * comm_ms, pp_send_ms=send_ms,
+                bound="compute" if comp_ms > mem_ms else "memory", flops_per_gpu=flops, precision=prec,
+                comm_fraction=mesh.pp * comm_ms / ttft if ttft else 0.0)
+
+
+def fit_advice(config: ModelConfig, device: Device, mesh: Mesh, context_tokens: int, batch: int = 1,
+               weight_dtype: str = "bf16", kv_dtype: str | None = None, **kw) -> list[str]:
+    """What would make a setup fit, each checked: a larger TP (same precision), fewer sequences, FP8 KV cache,
+    8-bit or 4-bit weights. Empty when it already fits."""
+    mem = per_gpu_memory(config, device, mesh, context_tokens, batch, weight_dtype, kv_dtype, **kw)
+    if mem["fits"]:
+        return []
+    out = []
+    for tp in (2, 4, 8, 16, 32, 64):
+        m2 = Mesh(tp=tp, pp=mesh.pp, ep=1)
+        if tp > mesh.tp and mesh_problem(config, m2) is None and \
+                per_gpu_memory(config, device, m2, context_tokens, batch, weight_dtype, kv_dtype, **kw)["fits"]:
+            out.append(f"TP {tp} ({tp * mesh.pp} GPUs per replica)")
+            break
+    for pp in (2, 4, 8, 16):
+        m2 = Mesh(tp=mesh.tp, pp=pp, ep=mesh.ep)
+        if pp > mesh.pp and mesh_problem(config, m2) is None and \
+                per_gpu_memory(config, device, m2, context_tokens, batch, weight_dtype, kv_dtype, **kw)["fits"]:
+            out.append(f"PP {pp} ({mesh.tp * pp} GPUs per replica)")
+            break
+    b = max_batch_per_replica(config, device, mesh, context_tokens, weight_dtype, kv_dtype, limit=batch, **kw)
+    if 0 < b < batch:
+        out.append(f"at most {b:,} sequences of {context_tokens:,} tokens per replica")
+    kd = kv_dtype or default_kv_dtype(weight_dtype)
+    if bytes_per_element(kd) > 1 and per_gpu_memory(config, device, mesh, context_tokens, batch, weight_dtype,
+                                                    "fp8", **kw)["fits"]:
+        out.append("an FP8 KV cache")
+    for wd in ("fp8", "int4"):
+        if bytes_per_element(wd) < bytes_per_element(weight_dtype) and per_gpu_memory(
+                config, device, mesh, context_tokens, batch, wd, kd, **kw)["fits"]:
+            out.append(f"{wd.upper()} weights")
+            break
+    return out or ["nothing within TP 64 / PP 16, FP8 KV and INT4 weights: a device with more memory"]
+
+
+def fit_verdict(config: ModelConfig, device: Device, mesh: Mesh, context_tokens: int, batch: int = 1,
+                weight_dtype: str = "bf16", kv_dtype: str | None = None, **kw) -> dict:
+    """The per-GPU memory check in words, for every page that shows a latency or a cost: fits (with headroom),
+    or short by how much and what would make it fit."""
+    from calculators.units import fmt_bytes
+    mem = per_gpu_memory(config, device, mesh, context_tokens, batch, weight_dtype, kv_dtype, **kw)
+    where = f"{mesh.total_gpus} × {device.name} (TP {mesh.tp}, PP {mesh.pp}" + \
+        (f", EP {mesh.ep}" if mesh.ep > 1 else "") + ")"
+    if mem["fits"]:
+        text = (f"Fits: {batch:,} × {context_tokens:,} tokens on {where} need {fmt_bytes(mem['per_gpu_needed_bytes'])}"
+                f" per GPU of {fmt_bytes(mem['usable_bytes'])} usable ({fmt_bytes(mem['headroom_bytes'])} spare).")
+        advice = []
+    else:
+        advice = fit_advice(config, device, mesh, context_tokens, batch, weight_dtype, kv_dtype, **kw)
+        text = (f"Does NOT fit: {batch:,} × {context_tokens:,} tokens on {where} need "
+                f"{fmt_bytes(mem['per_gpu_needed_bytes'])} per GPU but only {fmt_bytes(mem['usable_bytes'])} is "
+                f"usable: {fmt_bytes(mem['short_by_bytes'])} short. Would fit with: {'; or '.join(advice)}.")
+    return dict(fits=mem["fits"], text=text, advice=advice, memory=mem)
+
+
+def generation_latency_parallel(config: ModelConfig, device: Device, mesh: Mesh, prompt_tokens: int,
+                                output_tokens: int, batch: int = 1, weight_dtype: str = "bf16",
+                                kv_dtype: str | None = None, efficiency: Efficiency | None = None,
+                                link: Link | None = None, embeddings_16bit: bool = True) -> dict:
+    """`latency.generation_latency` on a mesh: ideal and realistic TTFT, ITL (at the reply's mean context),
+    total, tokens/s (all replicas) and cost per request and per 1M input / output tokens (`calculators.cost`),
+    with the all-reduce time of each phase."""
+    from calculators.cost import cost_per_request
+    eff = efficiency or Efficiency()
+    P, N = check_int("prompt_tokens", prompt_tokens), check_int("output_tokens", output_tokens)
+    mean_ctx = P + max(N - 1, 0) // 2 + 1
+    out = {}
+    for label, e in (("ideal", IDEAL), ("realistic", eff)):
+        pre = prefill_parallel(config, device, mesh, P, batch, weight_dtype, kv_dtype, e, link, embeddings_16bit)
+        dec = decode_step_parallel(config, device, mesh, mean_ctx, batch, weight_dtype, kv_dtype, e, link,
+                                   embeddings_16bit=embeddings_16bit)
+        row = dict(ttft_ms=pre["prefill_ms"], prefill_ms=pre["prefill_ms"], prefill_bound=pre["bound"],
+                   itl_ms=dec["itl_ms"], decode_bound=dec["bound"],
+                   total_ms=pre["prefill_ms"] + dec["itl_ms"] * (N - 1), per_stream_tok_s=1e3 / dec["itl_ms"],
+                   total_tok_s=dec["total_tok_s"], allreduce_ms_per_token=dec["allreduce_ms_per_token"],
+                   allreduce_ms_prefill=pre["allreduce_ms_prefill"], decode_comm_fraction=dec["comm_fraction"])
+        if device.price_usd_per_hour:
+            row.update(cost_per_request(device.price_usd_per_hour, mesh.gpus_per_replica, pre["prefill_ms"],
+                                        dec["itl_ms"], batch, P, N))
+        out[label] = row
+    out["mean_context_tokens"] = mean_ctx
+    return out
+
+
+def max_context_per_replica(config: ModelConfig, device: Device, mesh: Mesh, batch: int = 1,
+                            weight_dtype: str = "bf16", kv_dtype: str | None = None, **kw) -> int:
+    """Longest context (capped at the model's window) for which `batch` sequences fit per replica; 0 if the
+    weights alone do not fit."""
+    def ok(t):
+        return per_gpu_memory(config, device, mesh, t, batch, weight_dtype, kv_dtype, **kw)["fits"]
+    if not ok(0):
+        return 0
+    return _largest(lambda t: t == 0 or ok(t), config.max_position_embeddings)
+
+
+def tp_scaling(config: ModelConfig, device: Device, tps: tuple[int, ...], context_tokens: int, batch: int = 1,
+               weight_dtype: str = "bf16", kv_dtype: str | None = None, efficiency: Efficiency = IDEAL,
+               link: Link | None = None, **memory_kw) -> list[dict]:
+    """One row per TP degree: per-GPU weights and KV, the weights-only floor per GPU (003's weights / tp /
+    bandwidth), the decode step split into memory, compute and all-reduce time, the speed-up over TP 1 and the
+    fit verdict. Where the all-reduce column overtakes the memory column, communication eats the gain."""
+    from calculators.parallel import tp_bandwidth_floor_ms
+    rows, base = [], None
+    for tp in tps:
+        mesh = Mesh(tp=tp)
+        problem = mesh_problem(config, mesh)
+        if problem:
+            rows.append(dict(tp=tp, problem=problem))
+            continue
+        mem = per_gpu_memory(config, device, mesh, context_tokens, batch, weight_dtype, kv_dtype, **memory_kw)
+        d = decode_step_parallel(config, device, mesh, context_tokens, batch, weight_dtype, kv_dtype, efficiency,
+                                 link, embeddings_16bit=memory_kw.get("embeddings_16bit", True))
+        base = base or d["itl_ms"]
+        rows.append(dict(tp=tp, problem=None, per_gpu_weight_bytes=mem["per_gpu_weight_bytes"],
+                         per_gpu_kv_bytes=mem["per_gpu_kv_bytes"], fits=mem["fits"],
+                         weights_floor_ms=tp_bandwidth_floor_ms(resident_weight_bytes(
+                             config, weight_dtype, None, memory_kw.get("embeddings_16bit", True)),
+                             device.memory_bandwidth_bytes_per_s, tp),
+                         memory_ms=d["memory_ms"], compute_ms=d["compute_ms"],
+                         allreduce_ms=d["allreduce_ms_per_token"], itl_ms=d["itl_ms"], speedup=base / d["itl_ms"],
+                         comm_fraction=d["comm_fraction"]))
+    return rows

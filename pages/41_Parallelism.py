@@ -1,0 +1,216 @@
+"""Parallelism: tensor, pipeline, context and expert parallelism, each with the numbers that say what it buys and
+what it costs, and a sharding view of one layer on any device mesh.
+
+Numbers: `calculators.tensor_parallel` (tp_scaling, per-GPU memory, fit verdict), `calculators.pipeline`
+(pp_scaling, bubble_table), `calculators.parallel` (context_parallel_kv, ring_attention, expert_parallel),
+`calculators.sharding` (layer_sharding).
+"""
+from __future__ import annotations
+
+import inspect
+
+import pandas as pd
+import plotly.graph_objects as go
+import streamlit as st
+
+from calculators import arch
+from calculators.explain import explain_context_parallel_kv
+from calculators.latency import Efficiency
+from calculators.parallel import context_parallel_kv, expert_parallel, ring_allreduce_ms, ring_attention
+from calculators.pipeline import bubble_table, pp_scaling
+from calculators.sharding import layer_sharding
+from calculators.tensor_parallel import tp_scaling
+from calculators.units import (GB, KV_DTYPES, WEIGHT_DTYPES, bytes_per_element, default_kv_dtype, fmt_bytes,
+                               fmt_num)
+from specs.devices import Device
+from specs.model_config import ModelConfig, SpecError
+from ui import df_with_download, formula_expander, int_field, setup_page, show_error
+from ui.model_source import choice_field
+from ui.multi_gpu import MultiGPU, show_fit_verdict, sizing_with_gpus
+
+TPS = (1, 2, 4, 8, 16)
+PPS = (1, 2, 4, 8)
+FONT = dict(size=15)
+
+
+def tp_section(config: ModelConfig, device: Device, setup: MultiGPU, ctx: int, batch: int, wd: str, kd: str) -> None:
+    st.subheader("Tensor parallelism: every GPU reads a slice of every layer")
+    st.markdown("Splitting each weight matrix over several GPUs lets them stream their slices at the same time, so "
+                "the memory time of a decode step falls with the TP degree. The price is two all-reduces per "
+                "layer, and each one costs a fixed few microseconds however small the message: at some degree the "
+                "communication grows faster than the reading shrinks.")
+    rows = tp_scaling(config, device, TPS, ctx, batch, wd, kd, Efficiency(), setup.link, **setup.memory_kw())
+    ok = [r for r in rows if r["problem"] is None]
+    for r in rows:
+        if r["problem"]:
+            st.caption(f"TP {r['tp']}: {r['problem']}")
+    if not ok:
+        return
+    fig = go.Figure()
+    for key, name, color in (("memory_ms", "reading weights + KV", "#4C78A8"), ("compute_ms", "compute", "#54A24B"),
+                             ("allreduce_ms", "all-reduces", "#E45756")):
+        fig.add_bar(x=[f"TP {r['tp']}" for r in ok], y=[r[key] for r in ok], name=name, marker_color=color,
+                    text=[fmt_num(r[key], 3) for r in ok], textposition="inside")
+    fig.update_layout(barmode="stack", height=400, font=FONT, yaxis_title="ms per decode step",
+                      title=f"Decode step of {config.name} by TP degree ({setup.link.name if setup.link else 'no link'})",
+                      margin=dict(l=10, r=10, t=60, b=10), legend=dict(orientation="h", y=-0.2))
+    st.plotly_chart(fig)
+    st.caption("Stacked parts are added, not overlapped (an upper bound); compute and memory overlap inside a "
+               "step, so the step takes the larger of the two, which is the bar's lower part here.")
+    df = pd.DataFrame({"TP": [r["tp"] for r in ok],
+                       "weights per GPU (GB)": [r["per_gpu_weight_bytes"] / GB for r in ok],
+                       "KV per GPU (GB)": [r["per_gpu_kv_bytes"] / GB for r in ok],
+                       "weights-only floor (ms)": [r["weights_floor_ms"] for r in ok],
+                       "all-reduce (ms)": [r["allreduce_ms"] for r in ok], "ITL (ms)": [r["itl_ms"] for r in ok],
+                       "speed-up vs TP 1": [r["speedup"] for r in ok], "fits": [r["fits"] for r in ok]})
+    df_with_download(df, "tp_scaling", column_config={c: st.column_config.NumberColumn(format="%.3f")
+                                                      for c in df.columns if c not in ("TP", "fits")})
+    formula_expander("Formulas: per-GPU memory, decode step, ring all-reduce",
+                     inspect.getdoc(tp_scaling) + "\n\n" + inspect.getdoc(ring_allreduce_ms))
+
+
+def pp_section(config: ModelConfig, device: Device, setup: MultiGPU, ctx: int, wd: str, kd: str) -> None:
+    st.subheader("Pipeline parallelism: more memory, more throughput, no faster reply")
+    st.markdown("A pipeline hands each GPU a run of consecutive layers. One request still walks through every "
+                "stage in turn, so it is no quicker; the gain is room for a bigger model and, with one sequence per "
+                "stage in flight, more tokens per second. Stages wait for each other at the start and end of a "
+                "pass: that idle time is the bubble.")
+    cols = st.columns(2)
+    rows = bubble_table(4)
+    df = pd.DataFrame({"microbatches m": [r["microbatches"] for r in rows],
+                       "bubble (%)": [r["bubble_percent"] for r in rows]})
+    fig = go.Figure(go.Bar(x=[str(m) for m in df["microbatches m"]], y=df["bubble (%)"], marker_color="#F58518",
+                           text=[f"{v:.0f}%" for v in df["bubble (%)"]], textposition="outside"))
+    fig.update_layout(height=330, font=FONT, xaxis_title="microbatches in flight (4 stages)",
+                      yaxis_title="idle share (%)", title="Bubble (p − 1)/(m + p − 1)", margin=dict(l=10, r=10, t=60, b=10))
+    cols[0].plotly_chart(fig)
+    pr = [r for r in pp_scaling(config, device, PPS, ctx, wd, kd, Efficiency(), setup.link) if r["problem"] is None]
+    dfp = pd.DataFrame({"PP": [r["pp"] for r in pr], "layers on busiest stage": [r["stage_layers"] for r in pr],
+                        "weights per GPU (GB)": [r["per_gpu_weight_bytes"] / GB for r in pr],
+                        "ITL of one request (ms)": [r["single_request_itl_ms"] for r in pr],
+                        "tokens/s, one request": [r["tok_s_batch_1"] for r in pr],
+                        "tokens/s, one per stage in flight": [r["tok_s_pp_in_flight"] for r in pr]})
+    with cols[1]:
+        df_with_download(dfp, "pp_scaling", column_config={c: st.column_config.NumberColumn(format="%.3f")
+                                                           for c in dfp.columns[2:]})
+    df_with_download(df, "pipeline_bubble")
+    formula_expander("Formulas: bubble and pipelined decode", inspect.getdoc(pp_scaling))
+
+
+def cp_section(config: ModelConfig, setup: MultiGPU, kd: str) -> None:
+    st.subheader("Context parallelism: one very long sequence over several GPUs")
+    st.markdown("A million-token context holds more KV cache than any GPU. Context parallelism gives each GPU a "
+                "block of the sequence and passes the KV blocks around a ring while attention runs. Causal masking "
+                "makes late blocks busier than early ones unless the blocks are dealt out in a zig-zag.")
+    if arch.is_mla(config) or config.num_kv_heads < 1:
+        st.caption("This model caches an MLA latent, not K/V heads; the per-GPU split below uses its K/V heads "
+                   "count only for GQA models.")
+        return
+    cols = st.columns(2)
+    tokens = int_field("Context (tokens)", 1_000_000, 1, 1 << 30, key="par.cp.tokens", where=cols[0])
+    cp = int_field("CP degree", 8, 1, 1024, key="par.cp.n", where=cols[1])
+    if tokens is None or cp is None:
+        return
+    kv = context_parallel_kv(config.num_layers, config.num_kv_heads, config.head_dim, tokens, kd, cp, setup.mesh.tp)
+    c = st.columns(4)
+    c[0].metric("KV per layer", fmt_bytes(kv["bytes_per_layer"]))
+    c[1].metric("KV, all layers", fmt_bytes(kv["bytes_total"]))
+    c[2].metric(f"Per GPU (CP {cp} × TP {setup.mesh.tp})", fmt_bytes(kv["bytes_per_device"]),
+                help=f"KV heads kept {kv['kv_head_copies']:g}× (replicated once TP exceeds the KV heads)")
+    c[3].metric("Tokens per GPU", f"{kv['tokens_per_device']:,.0f}")
+    if setup.link is not None and cp > 1:
+        plain = ring_attention(tokens, cp, kv["bytes_per_token_per_device"], setup.link, load_balanced=False)
+        st.caption(f"Ring attention: {plain['passes']} passes of {fmt_bytes(plain['block_bytes'])} each "
+                   f"({fmt_num(plain['transfer_ms'], 3)} ms on {setup.link.name}, hidden behind compute when it is "
+                   f"shorter); a contiguous split leaves the busiest GPU {fmt_num(plain['causal_imbalance'], 3)}× "
+                   f"the mean work, a zig-zag split 1×.")
+    f = explain_context_parallel_kv(config.num_layers, config.num_kv_heads, config.head_dim, tokens,
+                                    bytes_per_element(kd), cp, setup.mesh.tp)
+    formula_expander("Formula: context-parallel KV per GPU", f"`{f.symbolic}`\n\n{f.formula}\n\n"
+                     f"{inspect.getdoc(context_parallel_kv)}\n\nSource: {f.source}")
+
+
+def ep_section(config: ModelConfig, setup: MultiGPU) -> None:
+    if not arch.is_moe(config):
+        return
+    st.subheader("Expert parallelism: whole experts per GPU")
+    st.markdown("A mixture-of-experts layer sends each token to a few experts. Expert parallelism puts whole "
+                "experts on different GPUs and moves the tokens instead: one all-to-all to send them out, one to "
+                "bring the results back.")
+    ep = int_field("EP degree", min(8, config.num_experts), 1, config.num_experts, key="par.ep")
+    tokens = int_field("Tokens in the step", 1, 1, 1 << 20, key="par.ep.tokens")
+    if ep is None or tokens is None or setup.link is None:
+        return
+    try:
+        e = expert_parallel(config.num_experts, config.num_experts_per_tok, config.hidden_size, tokens, ep, setup.link)
+    except SpecError as err:
+        show_error(err)
+        return
+    c = st.columns(3)
+    c[0].metric("Experts per GPU", f"{e['experts_per_device']:,}")
+    c[1].metric("All-to-all message", fmt_bytes(e["all_to_all_bytes"]))
+    c[2].metric("Dispatch + combine per layer", f"{fmt_num(e['ms_per_layer'], 3)} ms")
+    formula_expander("Formula: expert parallelism", inspect.getdoc(expert_parallel))
+
+
+def sharding_section(config: ModelConfig, setup: MultiGPU) -> None:
+    st.subheader("One layer on a device mesh")
+    st.markdown("Lay the GPUs out as a grid. Columns split the heads and the FFN; rows split the hidden dimension, "
+                "so each product is a partial sum its column must add up. The table is what ONE device holds and "
+                "which collective follows each matmul (reference 001 runs Llama 3 70B on a 4 × 8 grid).")
+    cols = st.columns(3)
+    r = int_field("Mesh rows (split D)", 4, 1, 64, key="par.mesh.rows", where=cols[0])
+    c = int_field("Mesh columns (split heads, FFN)", 8, 1, 128, key="par.mesh.cols", where=cols[1])
+    t = int_field("Tokens (prefill prompt or decode batch)", 2048, 1, 1 << 20, key="par.mesh.tokens", where=cols[2])
+    if None in (r, c, t) or setup.link is None:
+        return
+    try:
+        rows = layer_sharding(config, r, c, t, setup.link)
+    except SpecError as e:
+        show_error(e)
+        return
+    df = pd.DataFrame({"step": [x["step"] for x in rows], "op": [x["op"] for x in rows],
+                       "weight shard": [str(x["weight_shard"]) for x in rows],
+                       "input shard": [str(x["input_shard"]) for x in rows],
+                       "output shard": [str(x["output_shard"]) for x in rows],
+                       "collective": [x["collective"] for x in rows],
+                       "message (MB)": [x["message_bytes"] / 1e6 for x in rows], "time (ms)": [x["ms"] for x in rows]})
+    df_with_download(df, "layer_sharding", column_config={"message (MB)": st.column_config.NumberColumn(format="%.3f"),
+                                                          "time (ms)": st.column_config.NumberColumn(format="%.4f")})
+    st.caption(f"{r * c} devices; times on {setup.link.name}, alpha-beta ring model.")
+    formula_expander("The sharding rule", inspect.getdoc(layer_sharding))
+
+
+def main() -> None:
+    setup_page("Parallelism", icon=":material/hub:")
+    st.title("Parallelism")
+    st.markdown("When a model or its traffic outgrows one GPU, there are four ways to cut the work: by matrix "
+                "(tensor), by layer (pipeline), by sequence (context) and by expert. Each buys something different "
+                "and pays for it in communication; the numbers below say how much.")
+    chosen = sizing_with_gpus()
+    if chosen is None:
+        return
+    config, device, setup = chosen
+    cols = st.columns(4)
+    wd = choice_field("Weight precision", WEIGHT_DTYPES, "fp16", key="par.wd", where=cols[0])
+    kd = choice_field("KV precision", KV_DTYPES, default_kv_dtype(wd), key="par.kd", where=cols[1])
+    ctx = int_field("Context (tokens)", min(300, config.max_position_embeddings), 1, config.max_position_embeddings,
+                    key="par.ctx", where=cols[2])
+    batch = int_field("Batch", 1, 1, 1 << 16, key="par.batch", where=cols[3])
+    if ctx is None or batch is None:
+        return
+    if setup.link is None:
+        st.info(f"{device.name} lists no interconnect: choose one in the sidebar to cost the communication.")
+        return
+    show_fit_verdict(config, device, setup, ctx, batch, wd, kd)
+    for section in (lambda: tp_section(config, device, setup, ctx, batch, wd, kd),
+                    lambda: pp_section(config, device, setup, ctx, wd, kd),
+                    lambda: cp_section(config, setup, kd), lambda: ep_section(config, setup),
+                    lambda: sharding_section(config, setup)):
+        try:
+            section()
+        except SpecError as e:
+            show_error(e)
+
+
+main()

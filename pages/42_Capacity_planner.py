@@ -1,0 +1,163 @@
+"""Capacity planner: model + precision choices + devices + workload and targets -> every plan searched, the feasible
+ones ranked by $ per 1M tokens with the constraint that binds each, and why the others fail.
+
+Numbers: `calculators.planner` (plan, plan_rows, rejected_rows; vectorised over the whole search space).
+"""
+from __future__ import annotations
+
+import inspect
+import json
+from dataclasses import replace
+
+import pandas as pd
+import plotly.express as px
+import streamlit as st
+
+import calculators.planner as planner_module
+from calculators.latency import Efficiency
+from calculators.planner import SearchSpace, Workload, plan, plan_rows, rejected_rows
+from calculators.units import GB
+from specs.devices import device_documents, list_devices, load_device
+from specs.model_config import SpecError
+from ui import df_with_download, float_field, formula_expander, int_field, remember, setup_page, show_error
+from ui.model_source import model_source, units_note
+from ui.multi_gpu import multi_gpu_sidebar
+
+DEFAULT_DEVICES = ["H100 SXM", "A100 SXM 80GB", "H200", "L40S"]
+DEFAULT_MODEL = "Llama-3-70B"
+BINDING_COLORS = {"memory": "#4C78A8", "bandwidth": "#F58518", "compute": "#54A24B", "communication": "#E45756",
+                  "queueing": "#B279A2"}
+
+
+def workload_inputs(max_ctx: int) -> Workload | None:
+    st.subheader("Workload and targets")
+    c = st.columns(3)
+    rate = float_field("Requests per second", 1.0, 0.0, 1e6, key="plan.rate", where=c[0], step=0.5)
+    prompt = int_field("Mean prompt (tokens)", min(2000, max_ctx // 2), 1, max_ctx, key="plan.prompt", where=c[1])
+    p99 = int_field("p99 prompt (tokens)", min(8000, max_ctx // 2), 1, max_ctx, key="plan.p99", where=c[2],
+                    help="The long prompts set the TTFT tail.")
+    c = st.columns(3)
+    out = int_field("Mean output (tokens)", 300, 1, max_ctx, key="plan.output", where=c[0])
+    ttft = float_field("TTFT p99 target (ms)", 2000.0, 0.0, 1e7, key="plan.ttft", where=c[1], step=100.0)
+    itl = float_field("ITL target (ms)", 50.0, 0.0, 1e5, key="plan.itl", where=c[2], step=5.0)
+    if None in (rate, prompt, p99, out, ttft, itl):
+        return None
+    return Workload(rate, prompt, out, ttft, itl, max(p99, prompt))
+
+
+def search_inputs() -> tuple[list, SearchSpace] | None:
+    st.subheader("What the planner may choose")
+    names = list_devices()
+    store = remember("plan.devices", [d for d in DEFAULT_DEVICES if d in names])
+    st.session_state["plan.devices"] = [d for d in st.session_state.get("plan.devices", []) if d in names]
+    chosen = st.multiselect("Devices", names, key="plan.devices", on_change=store,
+                            help="Prices and link numbers from specs/devices.json (editable there or as a custom "
+                                 "device on the sizing pages).")
+    c = st.columns(2)
+    store = remember("plan.wds", ["bf16", "fp8", "int4"])
+    wds = c[0].multiselect("Weight precisions", ["bf16", "fp8", "int8", "int4"], key="plan.wds", on_change=store)
+    store = remember("plan.kds", ["bf16", "fp8"])
+    kds = c[1].multiselect("KV precisions", ["bf16", "fp8", "int8"], key="plan.kds", on_change=store)
+    if not chosen or not wds or not kds:
+        show_error("Choose at least one device, one weight precision and one KV precision.")
+        return None
+    devices = priced_devices([load_device(n) for n in chosen])
+    if devices is None:
+        return None
+    return devices, SearchSpace(weight_dtypes=tuple(wds), kv_dtypes=tuple(kds))
+
+
+def priced_devices(devices: list) -> list | None:
+    """Each device's hourly price, editable (defaults: specs/devices.json with the year they were read)."""
+    docs = {d["name"]: d for d in device_documents()}
+    df = pd.DataFrame({"device": [d.name for d in devices],
+                       "$ per GPU-hour": [d.price_usd_per_hour for d in devices],
+                       "price read in": [docs.get(d.name, {}).get("price_date", "") for d in devices],
+                       "price source": [d.price_note for d in devices]})
+    edited = st.data_editor(df, key="plan.prices", hide_index=True, disabled=["device", "price read in",
+                                                                             "price source"],
+                            column_config={"$ per GPU-hour": st.column_config.NumberColumn(min_value=0.0,
+                                                                                           format="%.3f")})
+    out = []
+    for d, p in zip(devices, edited["$ per GPU-hour"]):
+        if p is not None and not pd.isna(p) and not 0 < float(p) < 1e4:
+            show_error(f"{d.name}: the price must be between 0 and 10,000 $ per hour (leave it empty if unknown).")
+            return None
+        price = None if p is None or pd.isna(p) else float(p)
+        out.append(replace(d, price_usd_per_hour=price, price_note=d.price_note if price == d.price_usd_per_hour
+                           else "edited on the planner page"))
+    st.caption("Prices are typical on-demand rates and assumptions; edit them to your own. A device without a "
+               "price is searched but never ranked.")
+    return out
+
+
+def results(res, wl: Workload) -> None:
+    reason = res.no_plan_reason()
+    st.caption(f"{res.n_candidates:,} candidate plans searched (device × GPUs × TP × PP × batch cap × precisions).")
+    if reason:
+        st.warning(reason.replace("no feasible plan", "**No feasible plan**", 1))
+    else:
+        rows = plan_rows(res, 30)
+        best = rows[0]
+        c = st.columns(4)
+        c[0].metric("Cheapest plan", f"{best['gpus']} × {best['device']}",
+                    help=f"TP {best['tp']}, PP {best['pp']}, batch cap {best['batch_cap']}")
+        c[1].metric("$ per 1M tokens", f"${best['usd_per_million_tokens']:.3f}",
+                    help=f"input ${best['usd_per_million_input_tokens']:.3f}, output "
+                         f"${best['usd_per_million_output_tokens']:.3f} per 1M")
+        c[2].metric("ITL / TTFT p99", f"{best['itl_ms']:.1f} / {best['ttft_p99_ms']:.0f} ms")
+        c[3].metric("Binding constraint", best["binding"], help=best["why"])
+        df = pd.DataFrame(rows)
+        df["plan"] = [f"{r['gpus']}× {r['device']} TP{r['tp']} PP{r['pp']}{' EP' + str(r['ep']) if r['ep'] > 1 else ''} "
+                      f"b≤{r['batch_cap']} {r['weight_dtype']}/"
+                      f"{r['kv_dtype']}" for r in rows]
+        fig = px.bar(df.head(15), x="usd_per_million_tokens", y="plan", color="binding", orientation="h",
+                     color_discrete_map=BINDING_COLORS, title="Cheapest feasible plans, coloured by what binds them")
+        fig.update_layout(height=520, font=dict(size=14), yaxis=dict(autorange="reversed"),
+                          xaxis_title="$ per 1M tokens at this load", yaxis_title="",
+                          margin=dict(l=10, r=10, t=60, b=10))
+        st.plotly_chart(fig)
+        show = df.assign(**{"per-GPU need (GB)": df["per_gpu_needed_bytes"] / GB}).drop(
+            columns=["per_gpu_weight_bytes", "per_gpu_kv_bytes", "per_gpu_needed_bytes", "usable_bytes", "plan"])
+        df_with_download(show, "feasible_plans", column_config={
+            c: st.column_config.NumberColumn(format="%.4g") for c in show.columns if show[c].dtype.kind == "f"})
+        st.download_button("Download plans (JSON)", json.dumps(rows, indent=2, default=float), "plans.json",
+                           "application/json", key="plan.json", on_click="ignore")
+    st.subheader("Why the others fail")
+    counts = pd.DataFrame({"reason": list(res.reasons), "rejected plans": list(res.reasons.values())})
+    df_with_download(counts, "rejections_by_reason")
+    df_with_download(pd.DataFrame(rejected_rows(res, 40)), "nearest_rejected_plans")
+    st.caption("Nearest misses first (the smallest over-limit ratio). 'mesh' rows are layouts the model or the GPU "
+               "count cannot take (TP not dividing the heads, TP × PP not dividing the GPUs).")
+
+
+def main() -> None:
+    setup_page("Capacity planner", icon=":material/price_check:")
+    st.title("Capacity planner")
+    st.markdown("Say what you serve and how fast it must answer; the planner tries every device, GPU count, "
+                "split, batch cap and precision, keeps the plans that meet the targets, and ranks them by what a "
+                "million tokens costs at your load. Each plan names the wall it is closest to.")
+    config = model_source(default_preset=DEFAULT_MODEL)
+    setup = multi_gpu_sidebar(config, None)
+    units_note()
+    st.sidebar.caption("The planner searches GPU counts, TP and PP itself; from the section above it takes the "
+                       "memory budget only.")
+    if config is None or setup is None:
+        st.info("Choose a model (and a valid memory budget) in the sidebar.")
+        return
+    wl = workload_inputs(config.max_position_embeddings)
+    space = search_inputs()
+    if wl is None or space is None:
+        return
+    devices, sp = space
+    try:
+        res = plan(config, devices, wl, sp, Efficiency(), usable_fraction=setup.usable_fraction,
+                   overheads=setup.overheads, embeddings_16bit=setup.embeddings_16bit)
+    except SpecError as e:
+        st.warning(f"**No feasible plan**: {e}")
+        return
+    results(res, wl)
+    formula_expander("How plans are evaluated (calculators.planner)", inspect.getdoc(planner_module))
+
+
+main()

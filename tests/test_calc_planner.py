@@ -1,0 +1,143 @@
+"""Capacity planner: the vectorised search agrees with the scalar calculators, every plan keeps the constraints it
+claims, the cheapest plan is the brute-force minimum, and bad input gives a reason instead of a traceback."""
+import itertools
+import math
+
+import numpy as np
+import pytest
+
+from calculators.latency import Efficiency
+from calculators.planner import SearchSpace, Workload, plan, plan_rows, rejected_rows
+from calculators.tensor_parallel import Mesh, decode_step_parallel, mesh_problem, per_gpu_memory, prefill_parallel
+from specs.devices import custom_device, load_device
+from specs.model_config import SpecError
+from specs.presets import load_preset
+
+L8, L70 = load_preset("llama-3-8b"), load_preset("llama-3-70b")
+H100, A100 = load_device("h100"), load_device("a100-80gb")
+WL = Workload(requests_per_s=3.0, prompt_tokens=1000, output_tokens=200, ttft_p99_ms=1500, itl_ms=40,
+              prompt_tokens_p99=3000)
+SMALL = SearchSpace(gpu_counts=(1, 2, 4), tp=(1, 2, 4), pp=(1, 2), batch_caps=(1, 8, 64), weight_dtypes=("bf16", "fp8"),
+                    kv_dtypes=("bf16", "fp8"))
+
+
+def _scalar(c, dev, row, wl):
+    mesh = Mesh(tp=row["tp"], pp=row["pp"], ep=row.get("ep", 1), gpus=row["gpus"])
+    mean_ctx = wl.prompt_tokens + (wl.output_tokens - 1) // 2 + 1
+    mem = per_gpu_memory(c, dev, mesh, wl.prompt_tokens + wl.output_tokens, row["batch_cap"], row["weight_dtype"],
+                         row["kv_dtype"])
+    dec = decode_step_parallel(c, dev, mesh, mean_ctx, row["batch_cap"], row["weight_dtype"], row["kv_dtype"],
+                               Efficiency())
+    pre = prefill_parallel(c, dev, mesh, wl.prompt_tokens, 1, row["weight_dtype"], row["kv_dtype"], Efficiency())
+    pre99 = prefill_parallel(c, dev, mesh, wl.p99_prompt, 1, row["weight_dtype"], row["kv_dtype"], Efficiency())
+    return mem, dec, pre, pre99
+
+
+def test_vectorised_numbers_equal_the_scalar_calculators():
+    res = plan(L70, [H100, A100], WL, SMALL)
+    rng = np.random.default_rng(0)
+    valid = [i for i in range(res.n_candidates) if res.columns["reason"][i] != "mesh"]
+    for i in rng.choice(valid, 40, replace=False):
+        row = res.plan(int(i))
+        dev = H100 if row["device"] == H100.name else A100
+        mem, dec, pre, _ = _scalar(L70, dev, row, WL)
+        assert row["per_gpu_weight_bytes"] == pytest.approx(mem["per_gpu_weight_bytes"], rel=1e-12)
+        assert row["per_gpu_kv_bytes"] == pytest.approx(mem["per_gpu_kv_bytes"], rel=1e-12)
+        assert row["per_gpu_needed_bytes"] == pytest.approx(mem["per_gpu_needed_bytes"], rel=1e-12)
+        assert row["itl_ms"] == pytest.approx(dec["itl_ms"], rel=1e-9)
+        assert row["prefill_ms"] == pytest.approx(pre["prefill_ms"], rel=1e-9)
+
+
+def test_moe_plans_with_expert_parallelism_equal_the_scalar_calculators():
+    mix = load_preset("mixtral-8x7b")
+    res = plan(mix, [H100], WL, SMALL)
+    ep_rows = [i for i in range(res.n_candidates) if res.columns["ep"][i] > 1 and res.columns["reason"][i] != "mesh"]
+    assert ep_rows
+    for i in ep_rows[::7]:
+        row = res.plan(i)
+        mem, dec, pre, _ = _scalar(mix, H100, row, WL)
+        assert row["itl_ms"] == pytest.approx(dec["itl_ms"], rel=1e-9)
+        assert row["prefill_ms"] == pytest.approx(pre["prefill_ms"], rel=1e-9)
+        assert row["per_gpu_needed_bytes"] == pytest.approx(mem["per_gpu_needed_bytes"], rel=1e-12)
+
+
+def test_every_ranked_plan_respects_the_constraints_it_claims():
+    res = plan(L70, [H100, A100], WL, SMALL)
+    rows = plan_rows(res, 1000)
+    assert rows
+    for r in rows:
+        dev = H100 if r["device"] == H100.name else A100
+        mem, dec, pre, pre99 = _scalar(L70, dev, r, WL)
+        lam = WL.requests_per_s / r["replicas"]
+        service_s = (pre["prefill_ms"] + WL.output_tokens * dec["itl_ms"] / r["batch_cap"]) / 1e3
+        rho = lam * service_s
+        wait_ms = max(0.0, math.log(100 * rho)) * service_s / (1 - rho) * 1e3       # M/M/1 p99 wait
+        assert mem["fits"] and dec["itl_ms"] <= WL.itl_ms and rho < 1
+        assert pre99["prefill_ms"] + wait_ms <= WL.ttft_p99_ms * (1 + 1e-9)
+        assert lam * (pre["prefill_ms"] + WL.output_tokens * dec["itl_ms"]) / 1e3 <= r["batch_cap"]
+        assert r["binding"] in ("memory", "bandwidth", "compute", "communication", "queueing")
+    costs = [r["usd_per_million_tokens"] for r in rows]
+    assert costs == sorted(costs)
+
+
+def test_cheapest_plan_is_the_brute_force_minimum_over_the_same_space():
+    """A plain loop with the scalar calculators over every candidate finds the same cheapest plan."""
+    res = plan(L8, [H100, A100], WL, SMALL)
+    best = None
+    for dev, g, tp, pp, B, wd, kd in itertools.product([H100, A100], SMALL.gpu_counts, SMALL.tp, SMALL.pp,
+                                                       SMALL.batch_caps, SMALL.weight_dtypes, SMALL.kv_dtypes):
+        if g % (tp * pp) or mesh_problem(L8, Mesh(tp=tp, pp=pp)):
+            continue
+        row = dict(tp=tp, pp=pp, gpus=g, batch_cap=B, weight_dtype=wd, kv_dtype=kd)
+        mem, dec, pre, pre99 = _scalar(L8, dev, row, WL)
+        lam = WL.requests_per_s / (g // (tp * pp))
+        service_s = (pre["prefill_ms"] + WL.output_tokens * dec["itl_ms"] / B) / 1e3
+        rho = lam * service_s
+        if not (mem["fits"] and dec["itl_ms"] <= WL.itl_ms and rho < 1):
+            continue
+        if lam * (pre["prefill_ms"] + WL.output_tokens * dec["itl_ms"]) / 1e3 > B:
+            continue
+        if pre99["prefill_ms"] + max(0.0, math.log(100 * rho)) * service_s / (1 - rho) * 1e3 > WL.ttft_p99_ms:
+            continue
+        cost = g * dev.price_usd_per_hour / (WL.requests_per_s * 1200 * 3600) * 1e6
+        key = (round(cost, 12), round(dec["itl_ms"], 9))
+        if best is None or key < best[0]:
+            best = (key, dev.name, g, tp, pp, B, wd, kd)
+    top = plan_rows(res, 1)[0]
+    assert best is not None
+    assert (top["device"], top["gpus"], top["tp"], top["pp"], top["batch_cap"], top["weight_dtype"],
+            top["kv_dtype"]) == best[1:]
+    assert top["usd_per_million_tokens"] == pytest.approx(best[0][0])
+
+
+def test_default_space_searches_more_than_10_000_candidates():
+    res = plan(L70, [H100, A100, load_device("h200")], WL)
+    assert res.n_candidates >= 10_000
+    assert sum(res.reasons.values()) + len(res.feasible_order) == res.n_candidates
+
+
+def test_zero_rate_and_impossible_targets_give_a_reason():
+    with pytest.raises(SpecError, match="rate"):
+        plan(L8, [H100], Workload(0, 100, 100, 1000, 50))
+    res = plan(L8, [H100], Workload(1, 100, 100, 1000, 0.001), SMALL)             # 1 µs ITL: nothing can
+    assert not len(res.feasible_order) and "itl" in res.no_plan_reason()
+    assert res.rejected(1)[0]["why"].startswith("ITL")
+
+
+def test_a_model_that_fits_nowhere_says_memory():
+    t4 = load_device("t4")
+    res = plan(load_preset("llama-3.1-405b"), [t4], WL, SearchSpace(gpu_counts=(1, 2, 4), tp=(1, 2, 4), pp=(1,)))
+    reason = res.no_plan_reason()
+    assert reason.startswith("no feasible plan") and "memory" in reason
+    assert all(r["reason"] in ("memory", "mesh") for r in rejected_rows(res, 100))
+
+
+def test_a_tp_degree_that_does_not_divide_the_heads_is_named():
+    res = plan(L8, [H100], WL, SearchSpace(gpu_counts=(3,), tp=(3,), pp=(1,)))
+    assert "TP 3" in res.notes[0] and "mesh" in res.no_plan_reason()
+
+
+def test_a_device_without_a_price_is_not_ranked():
+    free = custom_device("no price", 80, 3350, {"bf16": 989, "fp8": 1979}, interconnect_gb_s=450)
+    res = plan(L8, [free], WL, SMALL)
+    assert not len(res.feasible_order) and res.reasons["no price"] > 0

@@ -1,0 +1,90 @@
+"""Pages 41-43 (Parallelism, Capacity planner, Calibration) and the shared multi-GPU sidebar on the sizing pages,
+driven headless: main interaction, a bad input -> a message (never an exception)."""
+from __future__ import annotations
+
+from pathlib import Path
+
+from streamlit.testing.v1 import AppTest
+
+from ui.model_picker import CHOICE_KEY, random_choice
+from ui.model_source import CUSTOM
+
+ROOT = Path(__file__).resolve().parents[1]
+TIMEOUT = 60
+
+
+def page(name: str, **state) -> AppTest:
+    at = AppTest.from_file(str(next((ROOT / "pages").glob(f"{name}*.py"))), default_timeout=TIMEOUT)
+    at.session_state[CHOICE_KEY] = random_choice("SmolLM2-135M-Instruct")     # a fast random engine model
+    for k, v in state.items():
+        at.session_state[k] = v
+    return at.run()
+
+
+def texts(elements) -> list[str]:
+    return [e.value for e in elements]
+
+
+def test_parallelism_page_shows_tp_floors_bubble_and_the_mesh_view():
+    at = page("41_")
+    assert not at.exception and not texts(at.error)
+    tp = at.dataframe[0].value                     # TinyLlama fp16 on A100 (defaults): 003's TP floors
+    assert [round(v, 2) for v in tp["weights-only floor (ms)"][:3]] == [1.41, 0.71, 0.35]
+    bubble = next(d.value for d in at.dataframe if "bubble (%)" in d.value.columns)
+    assert [round(v) for v in bubble["bubble (%)"]] == [75, 43, 16, 4]
+    at.number_input(key="par.mesh.cols").set_value(3).run()      # 3 columns cannot split 32 heads
+    assert not at.exception and any("do not divide" in e for e in texts(at.error))
+
+
+def test_capacity_planner_ranks_plans_and_explains_no_feasible_plan():
+    at = page("42_")
+    assert not at.exception and not texts(at.error)
+    assert any(m.label == "Binding constraint" for m in at.metric)
+    at.number_input(key="plan.rate").set_value(0.0).run()
+    assert not at.exception and any("No feasible plan" in w and "rate" in w for w in texts(at.warning))
+    at.number_input(key="plan.rate").set_value(1.0).run()
+    at.number_input(key="plan.itl").set_value(0.001).run()
+    assert any("No feasible plan" in w and "itl" in w for w in texts(at.warning))
+
+
+def test_calibration_page_fits_the_example_and_rejects_a_bad_csv():
+    at = page("43_")
+    assert not at.exception and not texts(at.error)
+    assert any(m.label == "Decode MBU (fitted)" for m in at.metric)
+    at.text_area(key="cal.text").set_value("a,b\n1,2\n").run()
+    assert not at.exception and any("lacks" in e for e in texts(at.error))
+
+
+def test_latency_page_on_an_8_gpu_node_shows_allreduce_and_the_fit_verdict():
+    at = page("24_")
+    at.selectbox(key="mg.node").set_value("8-GPU node (HGX/DGX)").run()
+    assert not at.exception
+    assert any(m.label == "All-reduce per token" for m in at.metric)
+    assert any("Fits" in s and "8 × A100" in s for s in texts(at.success))
+    at.number_input(key="mg.tp").set_value(3).run()                # 3 does not divide TinyLlama's 32 heads
+    assert not at.exception and any("does not divide" in e for e in texts(at.sidebar.error))
+
+
+def test_latency_page_warns_when_the_setup_does_not_fit():
+    at = page("24_", **{"size.preset": "DeepSeek-V2"})
+    assert not at.exception
+    assert any("Does NOT fit" in w and "short" in w for w in texts(at.warning))
+
+
+def test_custom_device_takes_fp8_peak_interconnect_and_price():
+    at = page("24_", device=CUSTOM)
+    assert not at.exception and not texts(at.error)
+    at.number_input(key="device.custom.tflops.fp8").set_value(-1.0).run()
+    assert not at.exception and any("between" in e for e in texts(at.sidebar.error))
+
+
+def test_kv_page_on_an_8_gpu_node_sizes_the_busiest_gpu():
+    one = page("22_")
+    eight = page("22_", **{"mg.node": "8-GPU node (HGX/DGX)", "mg.gpus": 8, "mg.tp": 8})
+    assert not one.exception and not eight.exception
+
+    def needed(at):
+        number, unit = next(m.value for m in at.metric if m.label == "Needed per GPU").split()
+        return float(number.replace(",", "")) * {"KB": 1e3, "MB": 1e6, "GB": 1e9, "TB": 1e12}[unit]
+    assert any("8 × A100" in s for s in texts(eight.success))
+    assert needed(eight) < needed(one)                         # the weights and KV are split eight ways
