@@ -164,6 +164,7 @@ def attention(q: np.ndarray, K: np.ndarray, V: np.ndarray, li: int, p: Pass) -> 
         if p.hooks:
             p.hooks.attention(li, "hook_pattern", pattern, s, e)
         out[:, :, :, s:e] = ops.gqa_attention_output(pattern, V)
+        del scores, pattern                                                          # before the next block exists
     return out
 
 
@@ -175,7 +176,7 @@ def feed_forward(x: np.ndarray, lw, li: int, p: Pass) -> np.ndarray:
     if p.trace:
         p.trace.add("ffn_norm", li, weight_bytes=D * 4, shape=f"[{B}, {T}, {D}]")
     gu = linear(h, lw.w_gate_up, "gate_up_proj", li, p)                              # [B, T, 2F]
-    act = ops.silu(gu[..., :F]) * gu[..., F:]                                        # [B, T, F]
+    act = ops.swiglu(gu[..., :F], gu[..., F:])                                       # [B, T, F] SiLU(gate)·up
     if p.hooks:
         p.hooks(f"blocks.{li}.mlp.hook_act", act)
     return linear(act, lw.w_down, "down_proj", li, p)                                # [B, T, D]
