@@ -129,14 +129,15 @@ def bench_memory(tokens: int) -> None:
     model = load_model()
     c = model.config
     ids = [int(t) for t in np.random.default_rng(0).integers(3, c.vocab_size, tokens)]
-    print(f"\n[peak memory, {model.name}, {tokens}-token prompt, query block {fwd.QUERY_BLOCK}] "
-          f"weights {model.weights.nbytes() / 2**20:.0f} MiB, KV cache {2 * c.num_layers * c.kv_dim * tokens * 4 / 2**20:.0f} MiB "
-          f"(not counted below)")
     cache = model.new_cache(1, tokens)
     for a in cache.k + cache.v:
         a.fill(0.0)                                                      # touch the pages before tracing
+    print(f"\n[peak memory, {model.name}, {tokens}-token prompt, query block {fwd.QUERY_BLOCK}] "
+          f"weights {model.weights.nbytes() / 2**20:.0f} MiB, KV cache {cache.bytes_reserved() / 2**20:.0f} MiB "
+          f"(not counted below)")
     scores_block = c.num_heads * fwd.QUERY_BLOCK * tokens * 4
-    print(f"  one block of scores: {c.num_heads} heads x {fwd.QUERY_BLOCK} x {tokens} x 4 B = {scores_block / 2**20:.0f} MiB")
+    print(f"  one block of scores: {c.num_heads} heads x {fwd.QUERY_BLOCK} x {tokens} x 4 B = "
+          f"{scores_block / 2**20:.0f} MiB")
     def hooked(**selection):
         acts = ActivationCache(("blocks.*.attn.hook_pattern",), **selection)
         return model.prefill(ids, cache, hooks=acts.hooks), acts
