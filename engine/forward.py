@@ -57,7 +57,7 @@ class Pass:
             raise ModelError(f"token id out of range [0, {config.vocab_size})")
         cache.check_room(n_valid)
         if hooks:
-            hooks.check(config, T)
+            hooks.begin_pass(config, T)
         start = cache.lengths.copy()
         positions = start[:, None] + np.arange(T)[None, :]
         n_keys = int((start + n_valid).max())

@@ -68,6 +68,7 @@ class Hooks:
         self.head_ids: np.ndarray | None = None
         self.row_ids: np.ndarray | None = None      # selected rows among the T new tokens
         self.block_rows: np.ndarray | None = None   # during an attention hook: rows of the array it gets
+        self.passes = 0                             # forward passes these hooks were given so far
 
     def add(self, pattern: str, fn: HookFn) -> "Hooks":
         self._fns.append((pattern, fn))
@@ -103,6 +104,11 @@ class Hooks:
         if self.row_ids is None:
             self.row_ids = np.arange(new_tokens)
 
+    def begin_pass(self, config, new_tokens: int) -> None:
+        """Called by the forward pass before its first step."""
+        self.check(config, new_tokens)
+        self.passes += 1
+
     def attention(self, layer: int, point: str, scores: np.ndarray, start: int, end: int) -> None:
         """Report the selected heads/rows of one block of scores.   scores [B, h_kv, G, t, S], rows start..end-1"""
         name = f"blocks.{layer}.attn.{point}"
@@ -137,6 +143,9 @@ class ActivationCache(dict):
             self.hooks.add(p, self._record)
 
     def _record(self, name: str, x: np.ndarray) -> None:
+        if self.hooks.passes > 1:
+            raise ModelError("an ActivationCache holds ONE forward pass: use run_with_cache, or a new "
+                             "ActivationCache (or your own Hooks) for each pass")
         rows = self.hooks.block_rows
         if rows is None:
             self[name] = np.array(x[0], copy=True)

@@ -308,3 +308,12 @@ def test_capture_size_is_predicted_exactly_and_bounded(model):
     assert acts.nbytes() == want == capture_bytes(c, 12, acts.hooks)
     with pytest.raises(ModelError, match="over the 0 MiB limit"):
         run_with_cache(model, ids(12), names=names, max_bytes=1000)
+
+
+def test_an_activation_cache_refuses_a_second_pass(model):
+    acts = ActivationCache(("hook_embed",))
+    cache = model.new_cache(1)
+    model.prefill(ids(4), cache, hooks=acts.hooks)
+    assert acts["hook_embed"].shape == (4, CFG.hidden_size)
+    with pytest.raises(ModelError, match="ONE forward pass"):
+        model.decode_step(5, cache, hooks=acts.hooks)
