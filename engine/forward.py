@@ -142,7 +142,7 @@ def attention_block(x: np.ndarray, lw, li: int, p: Pass) -> np.ndarray:
 
 def linear(x: np.ndarray, W: np.ndarray, op: str, li: int, p: Pass) -> np.ndarray:
     """y = x · Wᵀ (W kept [out, in]): 2·rows·in·out FLOPs, one read of W.   [B, T, in] -> [B, T, out]"""
-    y = x @ W.T
+    y = ops.matmul_t(x, W)                                                           # one BLAS call for the batch
     if p.trace is not None:
         B, T, n_in = x.shape
         p.trace.add(op, li, flops=2.0 * p.rows * n_in * W.shape[0], weight_bytes=W.nbytes,
@@ -196,7 +196,7 @@ def lm_head(x: np.ndarray, w, p: Pass, all_logits: bool = False) -> np.ndarray:
     if p.trace is not None:
         p.trace.add("final_norm", None, weight_bytes=c.hidden_size * 4,
                     shape=f"[{B}, {x.shape[1]}, {c.hidden_size}]")
-    logits = x @ w.lm_head.T                                                         # [B, T', V]
+    logits = ops.matmul_t(x, w.lm_head)                                             # [B, T', V]
     if p.trace is not None:
         out_rows = p.rows if all_logits else B
         p.trace.add("lm_head", None, flops=2.0 * out_rows * c.hidden_size * c.vocab_size,

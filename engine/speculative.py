@@ -18,7 +18,6 @@ from typing import Sequence
 
 import numpy as np
 
-from engine.batched_weights import batched_view
 from engine.errors import ModelError
 from engine.generate import _check_max_new
 from engine.kv_cache import KVCache
@@ -94,7 +93,6 @@ def speculative_generate(target: Model, draft: Model, prompt: str | Sequence[int
     eos = set(tok.eos_token_ids) if tok is not None else set(target.config.eos_token_ids)
     out = SpeculativeResult([], "", draft_tokens)
     t_start = time.perf_counter()
-    target, draft = batched_view(target), batched_view(draft)   # same arrays; a [K+1]-token pass as one product
     t_cache, d_cache = target.new_cache(1, ctx), draft.new_cache(1, ctx)
     seq = list(ids)                                          # every token so far; t_cache holds all but the last
 

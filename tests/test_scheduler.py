@@ -1,4 +1,6 @@
 """Continuous batching: per request the scheduler's output equals the request run alone, and no block leaks."""
+from types import SimpleNamespace
+
 import numpy as np
 import pytest
 
@@ -142,7 +144,7 @@ def test_one_forward_pass_per_step_with_ragged_rows(model, monkeypatch):
         calls.append((tokens.shape, list(n_valid)))
         return real(tokens, cache, n_valid=n_valid, **kw)
 
-    monkeypatch.setattr(s.runner, "forward", counting)
+    s.runner = SimpleNamespace(forward=counting)           # the shared model itself is never patched
     s.submit(prompt(3), max_new_tokens=5, stop_at_eos=False)
     s.step()
     s.submit(prompt(10, seed=1), max_new_tokens=2, stop_at_eos=False)
@@ -187,7 +189,7 @@ def test_a_long_prompt_next_to_decodes_runs_in_several_rows_with_identical_resul
         calls.append((tokens.shape, list(n_valid), out.copy()))
         return out
 
-    s.runner.forward = recording
+    s.runner = SimpleNamespace(forward=recording)          # the shared model itself is never patched
     short = [s.submit(prompt(3, seed=i), max_new_tokens=6, stop_at_eos=False) for i in range(2)]
     s.step()
     long_ids = prompt(40, seed=9)
@@ -219,7 +221,7 @@ def test_blocks_return_after_run_cancel_and_errors(model, monkeypatch):
     def broken(*a, **kw):
         raise MemoryError("simulated failure inside the forward pass")
 
-    monkeypatch.setattr(s.runner, "forward", broken)
+    s.runner = SimpleNamespace(forward=broken)             # the shared model itself is never patched
     with pytest.raises(MemoryError):
         s.step()
     monkeypatch.undo()
