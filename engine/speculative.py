@@ -34,7 +34,6 @@ def early_exit_draft(model: Model, num_layers: int) -> Model:
     draft = copy.copy(model)                      # shallow: tokenizer and RoPE tables shared
     draft.config = c.replace(num_layers=num_layers, layer_types=types, name=f"{c.name} (first {num_layers} layers)")
     draft.weights = replace(w, layers=w.layers[:num_layers])
-    draft.hooks = None
     return draft
 
 

@@ -164,7 +164,7 @@ def show_result(result: GenerationResult, model: Model) -> None:
         with st.expander(f"The prompt as the model sees it ({result.prompt_tokens:,} tokens)"):
             st.code(result.prompt_text, language=None, wrap_lines=True)
     c = st.columns(4)
-    c[0].metric("TTFT", _ms(nums["ttft_ms"]), help="Time to first token: the prefill forward pass.")
+    c[0].metric("TTFT", _ms(nums["ttft_ms"]), help="Time to first token: the prefill forward pass plus sampling the first token.")
     c[1].metric("Mean ITL", _ms(nums["mean_itl_ms"]), help="Mean inter-token latency: one decode step.")
     rate = nums["decode_tokens_per_s"]
     c[2].metric("Tokens/s", "–" if not np.isfinite(rate) else f"{rate:,.1f}", help="Decode speed: 1 / mean ITL.")
