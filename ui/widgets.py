@@ -180,6 +180,12 @@ def remember(key: str, default: Any = None) -> Callable[[], None]:
     return store
 
 
+def set_remembered(key: str, value: Any) -> None:
+    """Change a remembered widget's value from code (e.g. a Next button's callback), here and on every page."""
+    st.session_state[key] = value
+    st.session_state[_SHADOW + key] = value
+
+
 def catch_spec_errors(fn: Callable[..., Any], *args: Any, where: Any = None, **kwargs: Any) -> Any:
     """Call `fn`; a `SpecError` (ModelError included) becomes an st.error and the call returns None."""
     try:

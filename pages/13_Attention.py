@@ -1,0 +1,203 @@
+"""Attention: the real attention pattern of the teacher's prompt, head by head, layer by layer; which query heads
+share a K/V head; what each head mostly looks at; one row rebuilt from q and k (dot product, 1/√d, softmax); and
+RoPE, with its relative-position property checked on the model's own q and k.
+
+Numbers: `engine.run_with_cache` (hook_pattern, hook_scores, hook_q, hook_k of one layer), `engine.readout`
+(head_summary, gqa_groups, attention_row_steps, rope_angles, rope_relative_check).
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pandas as pd
+import plotly.graph_objects as go
+import streamlit as st
+from plotly.subplots import make_subplots
+
+from engine import Model
+from engine.readout import attention_row_steps, gqa_groups, head_summary, rope_angles, rope_relative_check
+from specs.model_config import SpecError
+from ui import df_with_download, formula_expander, model_picker, setup_page, show_error
+from ui.charts import style
+from ui.inside import Prompt, index_field, layer_attention, piece_label, teacher_prompt
+
+MAX_TOKENS = 96          # tokens drawn in a heatmap (more rows cannot be read on a screen)
+RELATIVE_SHIFTS = (0, 7, 50, 300)
+
+
+def labels(model: Model, ids) -> list[str]:
+    tok = model.tokenizer
+    pieces = tok.token_strings(list(ids)) if tok is not None else [f"#{i}" for i in ids]
+    return [piece_label(i, p) for i, p in enumerate(pieces)]
+
+
+def heatmap(z: np.ndarray, names: list[str], title: str, height: int) -> go.Figure:
+    fig = go.Figure(go.Heatmap(z=z, x=names, y=names, colorscale="Blues", zmin=0, zmax=float(max(z.max(), 1e-9)),
+                               colorbar=dict(title="weight"), hovertemplate="query %{y}<br>key %{x}<br>%{z:.3f}"))
+    fig.update_layout(title=title, xaxis_title="key (the token looked at)", yaxis_title="query (the token looking)",
+                      yaxis_autorange="reversed", height=height)
+    fig.update_xaxes(tickangle=-60, type="category")
+    fig.update_yaxes(type="category")
+    return fig
+
+
+def pattern_section(model: Model, names: list[str], pattern: np.ndarray, layer: int, head: int) -> None:
+    T = pattern.shape[1]
+    p = pattern[head][:, :T]
+    st.subheader(f"1 · Layer {layer}, head {head}: who looks at whom")
+    fig = heatmap(p, names, f"Attention weights, layer {layer}, head {head}", height=max(420, 16 * T + 200))
+    st.plotly_chart(style(fig, legend_top=False), width="stretch")
+    upper = p[np.triu_indices(T, k=1)]
+    st.caption(f"Each row adds up to 1 (largest deviation here: {np.abs(p.sum(axis=1) - 1).max():.1e}). Everything "
+               f"above the diagonal is exactly 0 ({int((upper == 0).sum()):,} of {upper.size:,} entries): a token "
+               "may only look back, never at tokens that come after it.")
+    formula_expander("Attention weights", "weights = softmax(q·Kᵀ / √d + mask), one row per query token; the mask "
+                     "is −∞ above the diagonal, so those weights are exactly 0 (causal attention). Captured at "
+                     "`blocks.{l}.attn.hook_pattern`.\n\nSource: 003 Detail 4")
+
+
+def head_grid(pattern: np.ndarray, layer: int, config) -> None:
+    h, T = pattern.shape[0], pattern.shape[1]
+    cols = min(h, 6)
+    rows = math.ceil(h / cols)
+    groups = gqa_groups(config)
+    kv_of = {q: kv for kv, qs in enumerate(groups) for q in qs}
+    fig = make_subplots(rows=rows, cols=cols, subplot_titles=[f"head {i} · KV {kv_of[i]}" for i in range(h)],
+                        horizontal_spacing=0.02, vertical_spacing=0.08)
+    for i in range(h):
+        fig.add_trace(go.Heatmap(z=pattern[i][:, :T], colorscale="Blues", zmin=0, zmax=1, showscale=False),
+                      row=i // cols + 1, col=i % cols + 1)
+    fig.update_xaxes(showticklabels=False)
+    fig.update_yaxes(showticklabels=False, autorange="reversed")
+    fig.update_layout(title=f"Every head of layer {layer} (rows = query, columns = key)",
+                      height=int(260 * rows + 80))
+    st.plotly_chart(style(fig, legend_top=False), width="stretch")
+
+
+def gqa_section(model: Model) -> None:
+    c = model.config
+    groups = gqa_groups(c)
+    st.markdown(f"**Grouped-query attention:** {c.num_heads} query heads share {c.num_kv_heads} K/V heads, "
+                f"{c.group_size} query heads per K/V head. Heads that share a K/V head read the same keys and "
+                "values but ask with their own queries, so their patterns can still differ.")
+    df_with_download(pd.DataFrame({"K/V head": range(len(groups)),
+                                   "query heads reading it": [", ".join(map(str, g)) for g in groups]}),
+                     "gqa_groups")
+    formula_expander("Which K/V head", f"query head h reads K/V head ⌊h ÷ G⌋, G = h_q ÷ h_kv = {c.num_heads} ÷ "
+                     f"{c.num_kv_heads} = {c.group_size}.\n\nSource: 003 Detail 6")
+
+
+def summary_section(pattern: np.ndarray, layer: int) -> None:
+    s = head_summary(pattern)
+    heads = [f"head {i}" for i in range(pattern.shape[0])]
+    fig = go.Figure()
+    for name, color in zip(s, ("#f59e0b", "#10b981", "#6366f1")):
+        fig.add_bar(name=name, x=heads, y=s[name], marker_color=color)
+    fig.update_layout(barmode="group", xaxis_title=f"head of layer {layer}",
+                      yaxis_title="mean attention weight", yaxis_tickformat=".0%", height=400)
+    st.plotly_chart(style(fig, height=400), width="stretch")
+    df_with_download(pd.DataFrame({"head": range(len(heads)), **{k: np.round(v, 4) for k, v in s.items()}}),
+                     f"head_summary_layer_{layer}")
+    formula_expander("Per-head summary", "For each head, the mean over query rows t of: the weight on position 0 "
+                     "(the first token), on position t − 1 (the previous token, rows t ≥ 1) and on position t "
+                     "(itself) (`engine.readout.head_summary`). Many heads park most of their weight on the first "
+                     "token when nothing else matters.")
+
+
+def row_section(model: Model, names: list[str], acts: dict, layer: int, head: int) -> None:
+    T = acts["hook_pattern"].shape[1]
+    st.subheader("3 · One row, step by step")
+    t = index_field("Query position", T, key="attn.query", default=T - 1,
+                    help="Which token's row to rebuild from its query and the keys before it.")
+    if t is None:
+        return
+    r = attention_row_steps(acts["hook_q"], acts["hook_k"], t, head, model.config.group_size)
+    captured = acts["hook_pattern"][head, t, :t + 1]
+    x = names[:t + 1]
+    fig = make_subplots(rows=1, cols=3, subplot_titles=("q·k (dot product)", f"× 1/√d = × {r['scale']:.4f}",
+                                                        "softmax (adds up to 1)"))
+    for j, key in enumerate(("dot", "scaled", "softmax")):
+        fig.add_bar(x=x, y=r[key], showlegend=False, row=1, col=j + 1,
+                    marker_color=("#94a3b8", "#64748b", "#2563eb")[j])
+    fig.update_xaxes(tickangle=-60, type="category")
+    fig.update_layout(height=430)
+    st.plotly_chart(style(fig, height=430, legend_top=False), width="stretch")
+    diff = float(np.abs(r["softmax"] - captured).max())
+    st.caption(f"Rebuilt from the model's own q (head {head}) and k (K/V head {head // model.config.group_size}); "
+               f"the largest difference from the weights the model used is {diff:.1e}.")
+    formula_expander("Scores before and after softmax",
+                     f"score_j = q_t · k_j ÷ √d, d = {model.config.head_dim} → ÷ {math.sqrt(model.config.head_dim):.2f}"
+                     "; weight_j = exp(score_j) ÷ Σ exp(score). Dividing by √d keeps the scores' spread about the "
+                     "same whatever the head size, so softmax does not saturate on one key.\n\nSource: 003 Detail 4")
+
+
+def rope_section(model: Model, acts: dict, head: int) -> None:
+    st.subheader("4 · RoPE: position as a rotation")
+    c = model.config
+    d = c.head_dim
+    st.markdown(f"Before q and k meet, each of their {d // 2} pairs of numbers is turned by an angle proportional "
+                "to the token's position. Fast pairs spin quickly, slow pairs barely move; the score of two tokens "
+                "then depends on how far apart they are, not on where they are.")
+    positions = np.arange(0, 64)
+    pairs = sorted({0, d // 8, d // 4, d // 2 - 1})
+    ang = rope_angles(c, positions, pairs)                                  # [P, pairs]
+    fig = go.Figure()
+    for j, pr in enumerate(pairs):
+        fig.add_scatter(x=np.cos(ang[:, j]) * (1 + 0.25 * j), y=np.sin(ang[:, j]) * (1 + 0.25 * j),
+                        mode="lines+markers", name=f"pair {pr}", marker_size=5)
+    fig.update_layout(title="Positions 0…63 on the circle, one ring per dimension pair",
+                      xaxis=dict(title="cos(angle)", scaleanchor="y"), yaxis_title="sin(angle)", height=480)
+    st.plotly_chart(style(fig, height=480), width="stretch")
+    T = acts["hook_q"].shape[0]
+    m, n = T - 1, max(T - 4, 0)
+    q = acts["hook_q"][m, head]
+    k = acts["hook_k"][n, head // c.group_size]
+    rows = rope_relative_check(model, q, k, m, n, RELATIVE_SHIFTS)
+    df = pd.DataFrame(rows)
+    spread = float(df["q·k"].max() - df["q·k"].min())
+    st.markdown(f"**Checked on this model:** the query of token {m} and the key of token {n} (head {head}), moved "
+                f"together to other positions. The score changes by at most {spread:.1e} (float32 rounding):")
+    df_with_download(df.round(6), "rope_relative_check")
+    formula_expander("RoPE", "pair i of a vector at position p is turned by the angle p · θ^(−2i/d) "
+                     f"(θ = {c.rope_theta:g}, d = {d}). Turning q by angle a and k by b gives a dot product that "
+                     "depends only on a − b, hence only on the distance between the tokens "
+                     "(`engine.readout.rope_relative_check`).\n\nSource: 003 Detail 7")
+
+
+def page() -> None:
+    setup_page("Attention", icon=":material/visibility:")
+    st.title("Attention")
+    st.markdown("In every layer, each token builds a query and compares it with the keys of all tokens up to "
+                "itself. The comparison becomes a set of weights that add up to 1, and the token takes that mix of "
+                "the others' values. Below are those weights as the model computed them on your prompt.")
+    model = model_picker()
+    prompt = teacher_prompt(model)
+    if model is None or prompt is None:
+        return
+    c = model.config
+    cols = st.columns(2)
+    layer = index_field("Layer", c.num_layers, key="attn.layer", where=cols[0],
+                        help=f"0 to {c.num_layers - 1}")
+    head = index_field("Head", c.num_heads, key="attn.head", where=cols[1], help=f"0 to {c.num_heads - 1}")
+    if layer is None or head is None:
+        return
+    if len(prompt.ids) > MAX_TOKENS:
+        st.info(f"The prompt has {len(prompt.ids):,} tokens; the maps show its first {MAX_TOKENS}.")
+    try:
+        acts = layer_attention(model, prompt, layer, MAX_TOKENS)
+    except SpecError as e:
+        show_error(e)
+        return
+    names = labels(model, prompt.ids[:MAX_TOKENS])
+    pattern = acts["hook_pattern"]                                          # [h, T, T]
+    pattern_section(model, names, pattern, layer, head)
+    st.subheader("2 · Every head of the layer")
+    head_grid(pattern, layer, c)
+    gqa_section(model)
+    summary_section(pattern, layer)
+    row_section(model, names, acts, layer, head)
+    rope_section(model, acts, head)
+
+
+page()
