@@ -17,8 +17,8 @@ from engine.readout import record_timeline, token_table
 from specs.model_config import SpecError
 from ui import model_picker, setup_page, show_error
 from ui.charts import style
-from ui.inside import (Prompt, layer_attention, piece_label, pieces_html, run_settings, step_texts, stepper,
-                       teacher_prompt, teacher_run)
+from ui.inside import (Prompt, deeper_link, layer_attention, piece_label, pieces_html, run_settings, step_texts,
+                       stepper, teacher_prompt, teacher_run)
 
 STEP_KEY = "walk.step"
 HEATMAP_TOKENS = 40
@@ -38,7 +38,7 @@ def step_tokens(model: Model, prompt: Prompt, rec, texts: list[str]) -> None:
         st.markdown(pieces_html(token_table(model.tokenizer, list(prompt.ids))), unsafe_allow_html=True)
     else:
         st.code(" ".join(map(str, prompt.ids)))
-    st.page_link("pages/11_Tokens.py", label="Go deeper: Tokens", icon=":material/arrow_forward:")
+    deeper_link("pages/11_Tokens.py", "Go deeper: Tokens")
 
 
 def step_embeddings(model: Model, prompt: Prompt, rec, texts: list[str]) -> None:
@@ -50,8 +50,7 @@ def step_embeddings(model: Model, prompt: Prompt, rec, texts: list[str]) -> None
     fig = go.Figure(go.Heatmap(z=vec[None, :], colorscale="RdBu", zmid=0, showscale=False))
     fig.update_layout(xaxis_title=f"{c.hidden_size} numbers", yaxis=dict(showticklabels=False), height=170)
     st.plotly_chart(style(fig, height=170, legend_top=False), width="stretch")
-    st.page_link("pages/12_Embeddings_and_the_next_token.py", label="Go deeper: Embeddings and the next token",
-                 icon=":material/arrow_forward:")
+    deeper_link("pages/12_Embeddings_and_the_next_token.py", "Go deeper: Embeddings and the next token")
 
 
 def step_attention(model: Model, prompt: Prompt, rec, texts: list[str]) -> None:
@@ -69,7 +68,7 @@ def step_attention(model: Model, prompt: Prompt, rec, texts: list[str]) -> None:
     fig.update_xaxes(type="category", tickangle=-60)
     fig.update_yaxes(type="category")
     st.plotly_chart(style(fig, legend_top=False), width="stretch")
-    st.page_link("pages/13_Attention.py", label="Go deeper: Attention", icon=":material/arrow_forward:")
+    deeper_link("pages/13_Attention.py", "Go deeper: Attention")
 
 
 def step_next_token(model: Model, prompt: Prompt, rec, texts: list[str]) -> None:
@@ -85,8 +84,7 @@ def step_next_token(model: Model, prompt: Prompt, rec, texts: list[str]) -> None
     fig.update_xaxes(type="category")
     st.plotly_chart(style(fig, height=360, legend_top=False), width="stretch")
     st.markdown(f"It picked **`{texts[0]}`**.")
-    st.page_link("pages/12_Embeddings_and_the_next_token.py", label="Go deeper: the next token",
-                 icon=":material/arrow_forward:")
+    deeper_link("pages/12_Embeddings_and_the_next_token.py", "Go deeper: the next token")
 
 
 def step_one_at_a_time(model: Model, prompt: Prompt, rec, texts: list[str]) -> None:
@@ -114,8 +112,7 @@ def step_kv_cache(model: Model, prompt: Prompt, rec, texts: list[str]) -> None:
                     line=dict(color="#2563eb"))
     fig.update_layout(xaxis_title="step", yaxis_title="KV cache (bytes)", height=360)
     st.plotly_chart(style(fig, height=360), width="stretch")
-    st.page_link("pages/14_KV_cache_step_by_step.py", label="Go deeper: KV cache, step by step",
-                 icon=":material/arrow_forward:")
+    deeper_link("pages/14_KV_cache_step_by_step.py", "Go deeper: KV cache, step by step")
 
 
 def step_two_speeds(model: Model, prompt: Prompt, rec, texts: list[str]) -> None:
@@ -130,8 +127,7 @@ def step_two_speeds(model: Model, prompt: Prompt, rec, texts: list[str]) -> None
                     marker_color="#2563eb", marker_line=dict(color="white", width=2))
     fig.update_layout(barmode="overlay", xaxis_title="time (ms)", height=230)
     st.plotly_chart(style(fig, height=230), width="stretch")
-    st.page_link("pages/15_Prefill_and_decode_measured.py", label="Go deeper: Prefill and decode, measured",
-                 icon=":material/arrow_forward:")
+    deeper_link("pages/15_Prefill_and_decode_measured.py", "Go deeper: Prefill and decode, measured")
 
 
 STEPS = [("Your prompt and its reply", step_prompt), ("Text becomes tokens", step_tokens),

@@ -213,3 +213,13 @@ def stepper(label: str, count: int, *, key: str, default: int = 0, first: int = 
     v = int_field(label, first + min(default, count - 1), first, last, key=key, where=cols[2],
                   help=f"{first} to {last}")
     return None if v is None else v - first
+
+
+def deeper_link(page_path: str, label: str) -> None:
+    """A link to the page that goes deeper; as plain text when the page runs outside the app's navigation
+    (a page file run on its own, as tests do, has no other pages to link to)."""
+    from streamlit.errors import StreamlitAPIException
+    try:
+        st.page_link(page_path, label=label, icon=":material/arrow_forward:")
+    except StreamlitAPIException:
+        st.caption(f"→ {label}")
