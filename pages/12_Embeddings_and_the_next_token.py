@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import numpy as np
 import pandas as pd
-import plotly.graph_objects as go
 import streamlit as st
 
 from calculators.params import embedding_bytes
@@ -18,7 +17,7 @@ from engine import Model
 from engine.readout import embedding_row, logit_lens, nearest_tokens, softmax, top_k
 from engine.sampling import sampling_probs
 from ui import df_with_download, float_field, formula_expander, int_field, model_picker, setup_page
-from ui.charts import style
+from ui.charts import figure, font_px, style
 from ui.inside import Prompt, index_field, prompt_readout, session_cached, teacher_prompt
 
 SHOW_TOP = 12           # bars in the next-token chart
@@ -53,18 +52,17 @@ def embedding_section(model: Model, prompt: Prompt) -> None:
     vec = embedding_row(model.weights.embed, tid)
     st.markdown(f"Token at position {pos}: **`{piece(model, tid)}`** (id {tid}). Its row of the table, "
                 f"{c.hidden_size} numbers, one colour each:")
-    fig = go.Figure(go.Heatmap(z=vec[None, :], colorscale="RdBu", zmid=0, showscale=True,
-                               colorbar=dict(title="value")))
-    fig.update_layout(xaxis_title="dimension (0 … D−1)", yaxis=dict(showticklabels=False), height=170)
+    fig = figure(dict(type="heatmap", z=vec[None, :], colorscale="RdBu", zmid=0,
+                      colorbar=dict(title=dict(text="value"))),
+                 xaxis=dict(title="dimension (0 … D−1)"), yaxis=dict(showticklabels=False))
     st.plotly_chart(style(fig, height=170, legend_top=False), width="stretch")
     ids, cos = session_cached("neighbours", (model.source, tid),
                               lambda: nearest_tokens(model.weights.embed, tid, NEIGHBOURS))
     df = pd.DataFrame({"token": [piece(model, i) for i in ids], "token_id": ids, "cosine": np.round(cos, 4)})
     left, right = st.columns([3, 2])
-    fig = go.Figure(go.Bar(x=cos, y=df["token"], orientation="h", text=[f"{x:.2f}" for x in cos],
-                           textposition="auto"))
-    fig.update_layout(xaxis_title="cosine similarity", yaxis=dict(autorange="reversed", title="nearest tokens"),
-                      height=380)
+    fig = figure(dict(type="bar", x=cos, y=list(df["token"]), orientation="h", text=[f"{x:.2f}" for x in cos],
+                      textposition="auto"),
+                 xaxis=dict(title="cosine similarity"), yaxis=dict(autorange="reversed", title="nearest tokens"))
     left.plotly_chart(style(fig, height=380, legend_top=False), width="stretch")
     with right:
         df_with_download(df, "nearest_tokens")
@@ -93,13 +91,13 @@ def next_token_section(model: Model, prompt: Prompt, logits: np.ndarray) -> None
     shaped = sampling_probs(logits, temperature, k, p)                            # [V] what the sampler draws from
     top_ids, _ = top_k(base, SHOW_TOP)
     labels = [f"{piece(model, i)}" for i in top_ids]
-    fig = go.Figure()
-    fig.add_bar(name="model (softmax, T = 1)", x=labels, y=base[top_ids], marker_color="#94a3b8",
-                text=[f"{x:.1%}" for x in base[top_ids]], textposition="outside")
-    fig.add_bar(name="after your temperature / top-k / top-p", x=labels, y=shaped[top_ids], marker_color="#2563eb",
-                text=[f"{x:.1%}" for x in shaped[top_ids]], textposition="outside")
-    fig.update_layout(barmode="group", xaxis_title="next token (the model's 12 most likely)",
-                      yaxis_title="probability", yaxis_tickformat=".0%", height=430)
+    fig = figure(dict(type="bar", name="model (softmax, T = 1)", x=labels, y=base[top_ids],
+                      marker=dict(color="#94a3b8"), text=[f"{x:.1%}" for x in base[top_ids]], textposition="outside"),
+                 dict(type="bar", name="after your temperature / top-k / top-p", x=labels, y=shaped[top_ids],
+                      marker=dict(color="#2563eb"), text=[f"{x:.1%}" for x in shaped[top_ids]],
+                      textposition="outside"),
+                 barmode="group", xaxis=dict(title=f"next token (the model's {SHOW_TOP} most likely)", type="category"),
+                 yaxis=dict(title="probability", tickformat=".0%"))
     st.plotly_chart(style(fig, height=430), width="stretch")
     greedy = int(np.argmax(logits))
     rng = np.random.default_rng(seed)
@@ -128,11 +126,14 @@ def logit_lens_section(model: Model, prompt: Prompt, resid: np.ndarray) -> None:
                                 lambda: logit_lens(model.weights, model.config, resid))
     layers = np.arange(len(ids))
     labels = [piece(model, i) for i in ids]
-    fig = go.Figure(go.Scatter(x=layers, y=probs, mode="lines+markers+text", text=labels,
-                               textposition="top center", cliponaxis=False))
-    fig.update_layout(xaxis_title="after layer", yaxis_title="probability of that layer's top token",
-                      yaxis_tickformat=".0%", yaxis_range=[0, 1.15], height=420)
-    st.plotly_chart(style(fig, height=420, legend_top=False), width="stretch")
+    fig = session_cached("lens_chart", (model.source, prompt.ids, font_px()),
+                         lambda: style(figure(dict(type="scatter", x=layers, y=probs, mode="lines+markers+text",
+                                                   text=labels, textposition="top center", cliponaxis=False),
+                                              xaxis=dict(title="after layer"),
+                                              yaxis=dict(title="probability of that layer's top token",
+                                                         tickformat=".0%", range=[0, 1.15])),
+                                       height=420, legend_top=False))
+    st.plotly_chart(fig, width="stretch")
     df_with_download(pd.DataFrame({"layer": layers, "top token": labels, "token_id": ids,
                                    "probability": np.round(probs, 6)}), "logit_lens")
     formula_expander("Logit lens", "top token after layer l = argmax softmax(RMSNorm(x_l) · W_outᵀ): the model's "

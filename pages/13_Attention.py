@@ -13,14 +13,13 @@ import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
 import streamlit as st
-from plotly.subplots import make_subplots
 
 from engine import Model
 from engine.readout import attention_row_steps, gqa_groups, head_summary, rope_angles, rope_relative_check
 from specs.model_config import SpecError
 from ui import df_with_download, formula_expander, model_picker, setup_page, show_error
-from ui.charts import style
-from ui.inside import Prompt, index_field, layer_attention, piece_label, teacher_prompt
+from ui.charts import figure, font_px, style
+from ui.inside import Prompt, index_field, layer_attention, piece_label, session_cached, teacher_prompt
 
 MAX_TOKENS = 96          # tokens drawn in a heatmap (more rows cannot be read on a screen)
 RELATIVE_SHIFTS = (0, 7, 50, 300)
@@ -32,14 +31,13 @@ def labels(model: Model, ids) -> list[str]:
     return [piece_label(i, p) for i, p in enumerate(pieces)]
 
 
-def heatmap(z: np.ndarray, names: list[str], title: str, height: int) -> go.Figure:
-    fig = go.Figure(go.Heatmap(z=z, x=names, y=names, colorscale="Blues", zmin=0, zmax=float(max(z.max(), 1e-9)),
-                               colorbar=dict(title="weight"), hovertemplate="query %{y}<br>key %{x}<br>%{z:.3f}"))
-    fig.update_layout(title=title, xaxis_title="key (the token looked at)", yaxis_title="query (the token looking)",
-                      yaxis_autorange="reversed", height=height)
-    fig.update_xaxes(tickangle=-60, type="category")
-    fig.update_yaxes(type="category")
-    return fig
+def heatmap(z: np.ndarray, names: list[str], title: str, height: int) -> dict:
+    return figure(
+        dict(type="heatmap", z=z, x=names, y=names, colorscale="Blues", zmin=0, zmax=float(max(z.max(), 1e-9)),
+             colorbar=dict(title=dict(text="weight")), hovertemplate="query %{y}<br>key %{x}<br>%{z:.3f}<extra></extra>"),
+        title=title, height=height,
+        xaxis=dict(title="key (the token looked at)", tickangle=-60, type="category"),
+        yaxis=dict(title="query (the token looking)", autorange="reversed", type="category"))
 
 
 def pattern_section(model: Model, names: list[str], pattern: np.ndarray, layer: int, head: int) -> None:
@@ -57,22 +55,25 @@ def pattern_section(model: Model, names: list[str], pattern: np.ndarray, layer: 
                      "`blocks.{l}.attn.hook_pattern`.\n\nSource: 003 Detail 4")
 
 
-def head_grid(pattern: np.ndarray, layer: int, config) -> None:
+def head_grid_figure(pattern: np.ndarray, layer: int, config) -> go.Figure:
+    """Every head of the layer as one mosaic heatmap (one trace draws much faster than a grid of subplots)."""
     h, T = pattern.shape[0], pattern.shape[1]
     cols = min(h, 6)
     rows = math.ceil(h / cols)
-    groups = gqa_groups(config)
-    kv_of = {q: kv for kv, qs in enumerate(groups) for q in qs}
-    fig = make_subplots(rows=rows, cols=cols, subplot_titles=[f"head {i} · KV {kv_of[i]}" for i in range(h)],
-                        horizontal_spacing=0.02, vertical_spacing=0.08)
+    gap = max(2, T // 10)
+    z = np.full((rows * (T + gap), cols * (T + gap)), np.nan, np.float32)
+    kv_of = {q: kv for kv, qs in enumerate(gqa_groups(config)) for q in qs}
+    notes = []
     for i in range(h):
-        fig.add_trace(go.Heatmap(z=pattern[i][:, :T], colorscale="Blues", zmin=0, zmax=1, showscale=False),
-                      row=i // cols + 1, col=i % cols + 1)
-    fig.update_xaxes(showticklabels=False)
-    fig.update_yaxes(showticklabels=False, autorange="reversed")
-    fig.update_layout(title=f"Every head of layer {layer} (rows = query, columns = key)",
-                      height=int(260 * rows + 80))
-    st.plotly_chart(style(fig, legend_top=False), width="stretch")
+        r, c = divmod(i, cols)
+        z[r * (T + gap):r * (T + gap) + T, c * (T + gap):c * (T + gap) + T] = pattern[i][:, :T]
+        notes.append(dict(x=c * (T + gap) + T / 2, y=r * (T + gap) - 0.5, text=f"head {i} · KV {kv_of[i]}",
+                          showarrow=False, yanchor="bottom"))
+    fig = go.Figure(go.Heatmap(z=z, colorscale="Blues", zmin=0, zmax=1, showscale=False, hoverongaps=False))
+    fig.update_layout(title=f"Every head of layer {layer} (in each square: rows = query, columns = key)",
+                      annotations=notes, xaxis=dict(visible=False), yaxis=dict(visible=False, autorange="reversed"),
+                      height=int(300 * rows + 60))
+    return style(fig, legend_top=False)
 
 
 def gqa_section(model: Model) -> None:
@@ -88,15 +89,20 @@ def gqa_section(model: Model) -> None:
                      f"{c.num_kv_heads} = {c.group_size}.\n\nSource: 003 Detail 6")
 
 
-def summary_section(pattern: np.ndarray, layer: int) -> None:
+def summary_figure(s: dict, layer: int) -> dict:
+    heads = [f"head {i}" for i in range(len(next(iter(s.values()))))]
+    bars = [dict(type="bar", name=name, x=heads, y=s[name], marker=dict(color=color))
+            for name, color in zip(s, ("#f59e0b", "#10b981", "#6366f1"))]
+    return style(figure(*bars, barmode="group", xaxis=dict(title=f"head of layer {layer}"),
+                        yaxis=dict(title="mean attention weight", tickformat=".0%")), height=400)
+
+
+def summary_section(model: Model, prompt: Prompt, pattern: np.ndarray, layer: int) -> None:
     s = head_summary(pattern)
     heads = [f"head {i}" for i in range(pattern.shape[0])]
-    fig = go.Figure()
-    for name, color in zip(s, ("#f59e0b", "#10b981", "#6366f1")):
-        fig.add_bar(name=name, x=heads, y=s[name], marker_color=color)
-    fig.update_layout(barmode="group", xaxis_title=f"head of layer {layer}",
-                      yaxis_title="mean attention weight", yaxis_tickformat=".0%", height=400)
-    st.plotly_chart(style(fig, height=400), width="stretch")
+    fig = session_cached("head_summary", (model.source, prompt.ids, layer, font_px()),
+                         lambda: summary_figure(s, layer))
+    st.plotly_chart(fig, width="stretch")
     df_with_download(pd.DataFrame({"head": range(len(heads)), **{k: np.round(v, 4) for k, v in s.items()}}),
                      f"head_summary_layer_{layer}")
     formula_expander("Per-head summary", "For each head, the mean over query rows t of: the weight on position 0 "
@@ -115,14 +121,12 @@ def row_section(model: Model, names: list[str], acts: dict, layer: int, head: in
     r = attention_row_steps(acts["hook_q"], acts["hook_k"], t, head, model.config.group_size)
     captured = acts["hook_pattern"][head, t, :t + 1]
     x = names[:t + 1]
-    fig = make_subplots(rows=1, cols=3, subplot_titles=("q·k (dot product)", f"× 1/√d = × {r['scale']:.4f}",
-                                                        "softmax (adds up to 1)"))
+    cols = st.columns(3)
+    titles = ("q·k (dot product)", f"÷ √d (× {r['scale']:.4f})", "softmax (adds up to 1)")
     for j, key in enumerate(("dot", "scaled", "softmax")):
-        fig.add_bar(x=x, y=r[key], showlegend=False, row=1, col=j + 1,
-                    marker_color=("#94a3b8", "#64748b", "#2563eb")[j])
-    fig.update_xaxes(tickangle=-60, type="category")
-    fig.update_layout(height=430)
-    st.plotly_chart(style(fig, height=430, legend_top=False), width="stretch")
+        fig = figure(dict(type="bar", x=x, y=r[key], marker=dict(color=("#94a3b8", "#64748b", "#2563eb")[j])),
+                     title=titles[j], xaxis=dict(type="category", tickangle=-60))
+        cols[j].plotly_chart(style(fig, height=400, legend_top=False), width="stretch")
     diff = float(np.abs(r["softmax"] - captured).max())
     st.caption(f"Rebuilt from the model's own q (head {head}) and k (K/V head {head // model.config.group_size}); "
                f"the largest difference from the weights the model used is {diff:.1e}.")
@@ -132,13 +136,8 @@ def row_section(model: Model, names: list[str], acts: dict, layer: int, head: in
                      "same whatever the head size, so softmax does not saturate on one key.\n\nSource: 003 Detail 4")
 
 
-def rope_section(model: Model, acts: dict, head: int) -> None:
-    st.subheader("4 · RoPE: position as a rotation")
-    c = model.config
+def rope_circle_figure(c) -> go.Figure:
     d = c.head_dim
-    st.markdown(f"Before q and k meet, each of their {d // 2} pairs of numbers is turned by an angle proportional "
-                "to the token's position. Fast pairs spin quickly, slow pairs barely move; the score of two tokens "
-                "then depends on how far apart they are, not on where they are.")
     positions = np.arange(0, 64)
     pairs = sorted({0, d // 8, d // 4, d // 2 - 1})
     ang = rope_angles(c, positions, pairs)                                  # [P, pairs]
@@ -148,7 +147,18 @@ def rope_section(model: Model, acts: dict, head: int) -> None:
                         mode="lines+markers", name=f"pair {pr}", marker_size=5)
     fig.update_layout(title="Positions 0…63 on the circle, one ring per dimension pair",
                       xaxis=dict(title="cos(angle)", scaleanchor="y"), yaxis_title="sin(angle)", height=480)
-    st.plotly_chart(style(fig, height=480), width="stretch")
+    return style(fig, height=480)
+
+
+def rope_section(model: Model, acts: dict, head: int) -> None:
+    st.subheader("4 · RoPE: position as a rotation")
+    c = model.config
+    d = c.head_dim
+    st.markdown(f"Before q and k meet, each of their {d // 2} pairs of numbers is turned by an angle proportional "
+                "to the token's position. Fast pairs spin quickly, slow pairs barely move; the score of two tokens "
+                "then depends on how far apart they are, not on where they are.")
+    circle = session_cached("rope_circle", (model.source, font_px()), lambda: rope_circle_figure(c))
+    st.plotly_chart(circle, width="stretch")
     T = acts["hook_q"].shape[0]
     m, n = T - 1, max(T - 4, 0)
     q = acts["hook_q"][m, head]
@@ -193,9 +203,11 @@ def page() -> None:
     pattern = acts["hook_pattern"]                                          # [h, T, T]
     pattern_section(model, names, pattern, layer, head)
     st.subheader("2 · Every head of the layer")
-    head_grid(pattern, layer, c)
+    grid = session_cached("head_grid", (model.source, prompt.ids, layer, font_px()),
+                          lambda: head_grid_figure(pattern, layer, c))
+    st.plotly_chart(grid, width="stretch")
     gqa_section(model)
-    summary_section(pattern, layer)
+    summary_section(model, prompt, pattern, layer)
     row_section(model, names, acts, layer, head)
     rope_section(model, acts, head)
 

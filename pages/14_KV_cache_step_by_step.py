@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import numpy as np
 import pandas as pd
-import plotly.graph_objects as go
 import streamlit as st
 
 from calculators.kv_cache import kv_cache_bytes
@@ -20,7 +19,7 @@ from engine import Model
 from engine.readout import kv_cache_shape, kv_rows_read
 from specs.model_config import SpecError
 from ui import df_with_download, formula_expander, model_picker, setup_page, show_error
-from ui.charts import style
+from ui.charts import figure, style
 from ui.inside import Prompt, index_field, run_settings, step_texts, stepper, teacher_prompt, teacher_run
 
 ENGINE_KV_DTYPE = "fp32"          # the engine keeps K and V in float32
@@ -28,15 +27,16 @@ ENGINE_KV_DTYPE = "fp32"          # the engine keeps K and V in float32
 
 def growth_chart(model: Model, rec, step: int) -> None:
     tokens = [s.cache_tokens for s in rec.steps]
+    x = list(range(len(tokens)))
     measured = [s.kv_bytes for s in rec.steps]
     predicted = [kv_cache_bytes(model.config, t, kv_dtype=ENGINE_KV_DTYPE) for t in tokens]
-    fig = go.Figure()
-    fig.add_scatter(x=list(range(len(tokens))), y=predicted, name="calculators' prediction", mode="lines",
-                    line=dict(width=8, color="#cbd5e1"))
-    fig.add_scatter(x=list(range(len(tokens))), y=measured, name="engine's record", mode="lines+markers",
-                    line=dict(color="#2563eb"))
-    fig.add_vline(x=step, line_dash="dot", line_color="#f59e0b")
-    fig.update_layout(xaxis_title="step (0 = the prefill)", yaxis_title="KV cache (bytes)", height=380)
+    fig = figure(dict(type="scatter", x=x, y=predicted, name="calculators' prediction", mode="lines",
+                      line=dict(width=8, color="#cbd5e1")),
+                 dict(type="scatter", x=x, y=measured, name="engine's record", mode="lines+markers",
+                      line=dict(color="#2563eb")),
+                 shapes=[dict(type="line", x0=step, x1=step, y0=0, y1=1, yref="paper",
+                              line=dict(dash="dot", color="#f59e0b"))],
+                 xaxis=dict(title="step (0 = the prefill)"), yaxis=dict(title="KV cache (bytes)"))
     st.plotly_chart(style(fig, height=380), width="stretch")
 
 
@@ -49,9 +49,9 @@ def new_rows_chart(model: Model, step_rec, layer: int) -> None:
     z = np.concatenate([k[:, -1, :], v[:, -1, :]], axis=0)                   # [2·h_kv, d]
     h_kv = k.shape[0]
     names = [f"K head {i}" for i in range(h_kv)] + [f"V head {i}" for i in range(h_kv)]
-    fig = go.Figure(go.Heatmap(z=z, y=names, colorscale="RdBu", zmid=0, colorbar=dict(title="value")))
-    fig.update_layout(title=f"Layer {layer}: the K and V rows appended for this token ({z.shape[1]} numbers each)",
-                      xaxis_title="dimension", yaxis_autorange="reversed", height=120 + 40 * len(names))
+    fig = figure(dict(type="heatmap", z=z, y=names, colorscale="RdBu", zmid=0, colorbar=dict(title=dict(text="value"))),
+                 title=f"Layer {layer}: the K and V rows appended for this token ({z.shape[1]} numbers each)",
+                 xaxis=dict(title="dimension"), yaxis=dict(autorange="reversed"), height=120 + 40 * len(names))
     st.plotly_chart(style(fig, legend_top=False), width="stretch")
     if k.shape[1] > 1:
         st.caption(f"Step 0 is the prefill: it appended {k.shape[1]} rows at once (one per prompt token) to every "
@@ -69,19 +69,17 @@ def qkv_section(model: Model, rec, step: int, layer: int, texts: list[str]) -> N
         f"layers.")
     row = s.attention.get((layer, 0)) if s.attention else None
     if row is not None:
-        labels = [f"{i}" for i in range(len(row))]
-        fig = go.Figure(go.Bar(x=labels, y=row, marker_color="#6366f1"))
-        fig.update_layout(title=f"The query of `{texts[step]}` scoring every cached key (layer {layer}, head 0)",
-                          xaxis_title="cached position", yaxis_title="attention weight", height=330)
-        fig.update_xaxes(type="category", nticks=30)
+        fig = figure(dict(type="bar", x=[str(i) for i in range(len(row))], y=row, marker=dict(color="#6366f1")),
+                     title=f"The query that produced `{texts[step]}` scoring every cached key (layer {layer}, head 0)",
+                     xaxis=dict(title="cached position", type="category", nticks=30),
+                     yaxis=dict(title="attention weight"))
         st.plotly_chart(style(fig, height=330, legend_top=False), width="stretch")
     reads = kv_rows_read(rec)
-    fig = go.Figure()
-    fig.add_bar(x=list(range(len(reads["written"]))), y=reads["written"], name="K/V rows written (per layer)",
-                marker_color="#10b981")
-    fig.add_bar(x=list(range(len(reads["read"]))), y=reads["read"], name="K/V rows read (per layer)",
-                marker_color="#94a3b8")
-    fig.update_layout(barmode="group", xaxis_title="step", yaxis_title="rows", yaxis_type="log", height=340)
+    x = list(range(len(reads["written"])))
+    fig = figure(dict(type="bar", x=x, y=reads["written"], name="K/V rows written (per layer)",
+                      marker=dict(color="#10b981")),
+                 dict(type="bar", x=x, y=reads["read"], name="K/V rows read (per layer)", marker=dict(color="#94a3b8")),
+                 barmode="group", xaxis=dict(title="step"), yaxis=dict(title="rows", type="log"))
     st.plotly_chart(style(fig, height=340), width="stretch")
     st.caption("Written once, read at every later step: that re-reading is what makes long contexts expensive.")
 
@@ -90,10 +88,10 @@ def counterfactual_section(model: Model, tokens: int) -> None:
     st.subheader("The same model as MHA or MQA")
     rows = kv_variant_rows(model.config, tokens, ENGINE_KV_DTYPE)
     df = pd.DataFrame(rows)
-    fig = go.Figure(go.Bar(x=df["variant"], y=df["cache_bytes"], text=[fmt_bytes(b) for b in df["cache_bytes"]],
-                           textposition="outside", marker_color=["#f87171", "#2563eb", "#10b981"][:len(df)]))
-    fig.update_layout(xaxis_title="attention variant", yaxis_title=f"KV cache at {tokens:,} tokens (bytes)",
-                      height=360)
+    fig = figure(dict(type="bar", x=list(df["variant"]), y=list(df["cache_bytes"]),
+                      text=[fmt_bytes(b) for b in df["cache_bytes"]], textposition="outside",
+                      marker=dict(color=["#f87171", "#2563eb", "#10b981"][:len(df)])),
+                 xaxis=dict(title="attention variant"), yaxis=dict(title=f"KV cache at {tokens:,} tokens (bytes)"))
     st.plotly_chart(style(fig, height=360, legend_top=False), width="stretch")
     df_with_download(df, "kv_variants")
     c = model.config

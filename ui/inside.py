@@ -23,7 +23,7 @@ from ui.widgets import float_field, int_field, parse_number, remember, set_remem
 
 CHAT_KEY = "inside.chat"                  # checkbox: wrap the prompt in the chat template
 RESULTS_KEY = "_inside.results"           # OrderedDict[(name, key)] -> value, this session only
-MAX_RESULTS = 12                          # a session keeps at most this many computed results (bounded memory)
+MAX_RESULTS = 32                          # a session keeps at most this many computed results (bounded memory)
 
 
 @dataclass(frozen=True)
