@@ -94,3 +94,49 @@ def test_walking_every_page_keeps_the_first_preset_and_the_large_text_choice():
                 seen.append(at.session_state[PRESET_KEY])
             assert at.sidebar.toggle(key=LARGE_TEXT_KEY).value is True, f.relative
     assert len(seen) >= 6 and set(seen) == {"TinyLlama-1.1B"}, seen
+
+
+# ------------------------------------------------------------------------------------------ home: Stop and progress
+def _stop_script(folder: str, stop_after: int) -> None:
+    import threading
+
+    from engine import load_model
+    from ui.generation import GenerationResult, _stream_reply, show_result
+
+    class StopAfter(threading.Event):
+        """Reads as set from its (stop_after + 1)-th check on: as if Stop were clicked mid-run."""
+        def __init__(self, n: int) -> None:
+            super().__init__()
+            self.n, self.checks = n, 0
+
+        def is_set(self) -> bool:
+            self.checks += 1
+            return self.checks > self.n
+
+    model = load_model(folder)
+    ids = [5, 17, 42, 99, 3, 250, 8, 61, 7, 12]
+    result = GenerationResult(model_source=model.source, model_name=model.name, prompt_tokens=len(ids))
+    _stream_reply(model, ids, dict(max_new_tokens=50, temperature=0.0, top_k=0, top_p=1.0, seed=0), result,
+                  stop=StopAfter(stop_after))
+    show_result(result, model)
+
+
+def test_stop_ends_the_reply_early_and_keeps_what_was_generated(tmp_path):
+    from helpers_checkpoints import tiny_config, write_hf_checkpoint
+    write_hf_checkpoint(tmp_path, tiny_config(), seed=1)
+    # the engine checks the stop event once after the (single-chunk) prefill, then once per token: set at the
+    # 4th check, the run ends with its 3rd token
+    at = AppTest.from_function(_stop_script, args=(str(tmp_path), 3), default_timeout=60).run()
+    assert not at.exception, at.exception
+    assert any("3 tokens after a 10-token prompt · stopped with the Stop button" in c.value for c in at.caption)
+    assert not [b for b in at.button if b.label == "Stop"]                 # the button goes once the run ends
+
+
+def test_progress_text_counts_prefill_chunks_then_tokens():
+    from ui.generation import PREFILL_CHUNK, progress_text
+    chunks = -(-4475 // PREFILL_CHUNK)                                      # the 4,475-token prompt of issue 6
+    done = [min((i + 1) * PREFILL_CHUNK, 4475) for i in range(chunks)]
+    texts = [progress_text(d, 4475, "prefill") for d in done]
+    assert texts[0] == (256 / 4475, "Prefill: 256 of 4,475 prompt tokens read") and texts[-1][0] == 1.0
+    assert len(texts) == 18                                                 # 17 full chunks of 256 + 123 tokens
+    assert progress_text(3, 64, "decode")[1] == "Decode: 3 of at most 64 new tokens"

@@ -132,10 +132,16 @@ def generation_box(model: Model | None) -> None:
 
 
 def request_stop() -> None:
-    """The Stop button's callback: end the session's running generation after its current forward pass."""
+    """The Stop button's callback: end the session's running generation after its current forward pass.
+
+    Streamlit starts the rerun at once (fast reruns) while the old run may still be inside a forward pass: the
+    event ends that run's loop, and the stored result is marked stopped now, so the rerun already says so."""
     stop = st.session_state.get(STOP_EVENT_KEY)
     if stop is not None:
         stop.set()
+    result = st.session_state.get(RESULT_KEY)
+    if result is not None:
+        result.stopped = True
 
 
 def progress_text(done: int, total: int, phase: str) -> tuple[float, str]:
@@ -145,12 +151,13 @@ def progress_text(done: int, total: int, phase: str) -> tuple[float, str]:
     return done / total, f"Decode: {done:,} of at most {total:,} new tokens"
 
 
-def _stream_reply(model: Model, ids: list[int], options: dict, result: GenerationResult) -> None:
+def _stream_reply(model: Model, ids: list[int], options: dict, result: GenerationResult,
+                  stop: threading.Event | None = None) -> None:
     """Draw the reply as tokens arrive, with a Stop button and a progress bar (per prefill chunk, then per token).
 
     The result is stored in st.session_state as it grows, so a Stop click keeps the partial reply: the click sets
     the session's stop Event, and Streamlit also ends this run at its next screen update to start the rerun."""
-    stop = threading.Event()
+    stop = stop if stop is not None else threading.Event()
     st.session_state[STOP_EVENT_KEY] = stop
     st.session_state[RESULT_KEY] = result
     st.markdown("**Reply** " + f"({model.name})")
