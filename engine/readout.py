@@ -177,3 +177,13 @@ def sweep_lengths(max_tokens: int, start: int = 16, count: int = 6) -> tuple[int
         out.append(n)
         n *= 2
     return tuple(out) or (max(1, max_tokens),)
+
+
+def subsequence_end(ids: Sequence[int], part: Sequence[int]) -> int | None:
+    """Position of the last token of the last occurrence of `part` inside `ids` (None if absent): where the
+    user's own words end inside a chat-formatted prompt."""
+    n, m = len(ids), len(part)
+    for start in range(n - m, -1, -1):
+        if m and list(ids[start:start + m]) == list(part):
+            return start + m - 1
+    return None

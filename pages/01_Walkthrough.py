@@ -16,7 +16,7 @@ from engine import Model
 from engine.readout import record_timeline, token_table
 from specs.model_config import SpecError
 from ui import model_picker, setup_page, show_error
-from ui.charts import style
+from ui.charts import DIVERGING, WEIGHTS, style
 from ui.inside import (Prompt, deeper_link, layer_attention, piece_label, pieces_html, run_settings, step_texts,
                        stepper, teacher_prompt, teacher_run)
 
@@ -43,11 +43,12 @@ def step_tokens(model: Model, prompt: Prompt, rec, texts: list[str]) -> None:
 
 def step_embeddings(model: Model, prompt: Prompt, rec, texts: list[str]) -> None:
     c = model.config
-    tid = prompt.ids[-1]
+    tid = prompt.ids[prompt.last_word_position(model)]
+    word = model.tokenizer.token_strings([tid])[0] if model.tokenizer else f"#{tid}"
     st.markdown(f"Each token number picks one row of a table of {c.vocab_size:,} rows. A row is a list of "
-                f"{c.hidden_size} numbers: the token's starting meaning. Here is the row of the last token:")
+                f"{c.hidden_size} numbers: the token's starting meaning. Here is the row of `{word}` (id {tid}):")
     vec = model.weights.embed[tid]
-    fig = go.Figure(go.Heatmap(z=vec[None, :], colorscale="RdBu", zmid=0, showscale=False))
+    fig = go.Figure(go.Heatmap(z=vec[None, :], colorscale=DIVERGING, zmid=0, showscale=False))
     fig.update_layout(xaxis_title=f"{c.hidden_size} numbers", yaxis=dict(showticklabels=False), height=170)
     st.plotly_chart(style(fig, height=170, legend_top=False), width="stretch")
     deeper_link("pages/12_Embeddings_and_the_next_token.py", "Go deeper: Embeddings and the next token")
@@ -62,7 +63,7 @@ def step_attention(model: Model, prompt: Prompt, rec, texts: list[str]) -> None:
     ids = list(prompt.ids)[:HEATMAP_TOKENS]
     pieces = model.tokenizer.token_strings(ids) if model.tokenizer else [f"#{i}" for i in ids]
     names = [piece_label(i, p) for i, p in enumerate(pieces)]
-    fig = go.Figure(go.Heatmap(z=acts["hook_pattern"][0], x=names, y=names, colorscale="Blues", showscale=False))
+    fig = go.Figure(go.Heatmap(z=acts["hook_pattern"][0], x=names, y=names, colorscale=WEIGHTS, showscale=False))
     fig.update_layout(xaxis_title="looked at", yaxis_title="looking", yaxis_autorange="reversed",
                       height=max(420, 14 * len(ids) + 200))
     fig.update_xaxes(type="category", tickangle=-60)

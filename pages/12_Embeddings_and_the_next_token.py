@@ -17,7 +17,7 @@ from engine import Model
 from engine.readout import embedding_row, logit_lens, nearest_tokens, softmax, top_k
 from engine.sampling import sampling_probs
 from ui import df_with_download, float_field, formula_expander, int_field, model_picker, setup_page
-from ui.charts import figure, font_px, style
+from ui.charts import DIVERGING, figure, font_px, style
 from ui.inside import Prompt, index_field, prompt_readout, session_cached, teacher_prompt
 
 SHOW_TOP = 12           # bars in the next-token chart
@@ -45,17 +45,18 @@ def embedding_section(model: Model, prompt: Prompt) -> None:
                      f"holds {held:,} bytes.\n\nIn bf16 (2 bytes): {embedding_bytes(c, 'bf16'):,.0f} bytes.\n\n"
                      "Source: 003 Detail 2a")
     pos = index_field("Token position in the prompt", len(prompt.ids), key="emb.position",
-                      default=len(prompt.ids) - 1, help="Which of the prompt's tokens to look up.")
+                      default=prompt.last_word_position(model),
+                      help="Which of the prompt's tokens to look up (at first: the last word you typed).")
     if pos is None:
         return
     tid = prompt.ids[pos]
     vec = embedding_row(model.weights.embed, tid)
     st.markdown(f"Token at position {pos}: **`{piece(model, tid)}`** (id {tid}). Its row of the table, "
                 f"{c.hidden_size} numbers, one colour each:")
-    fig = figure(dict(type="heatmap", z=vec[None, :], colorscale="RdBu", zmid=0,
-                      colorbar=dict(title=dict(text="value"))),
+    fig = figure(dict(type="heatmap", z=vec[None, :], colorscale=DIVERGING, zmid=0, showscale=False),
                  xaxis=dict(title="dimension (0 … D−1)"), yaxis=dict(showticklabels=False))
     st.plotly_chart(style(fig, height=170, legend_top=False), width="stretch")
+    st.caption(f"Blue = negative, white = 0, red = positive (from {vec.min():.3f} to {vec.max():.3f}).")
     ids, cos = session_cached("neighbours", (model.source, tid),
                               lambda: nearest_tokens(model.weights.embed, tid, NEIGHBOURS))
     df = pd.DataFrame({"token": [piece(model, i) for i in ids], "token_id": ids, "cosine": np.round(cos, 4)})
@@ -92,10 +93,10 @@ def next_token_section(model: Model, prompt: Prompt, logits: np.ndarray) -> None
     top_ids, _ = top_k(base, SHOW_TOP)
     labels = [f"{piece(model, i)}" for i in top_ids]
     fig = figure(dict(type="bar", name="model (softmax, T = 1)", x=labels, y=base[top_ids],
-                      marker=dict(color="#94a3b8"), text=[f"{x:.1%}" for x in base[top_ids]], textposition="outside"),
+                      marker=dict(color="#94a3b8")),
                  dict(type="bar", name="after your temperature / top-k / top-p", x=labels, y=shaped[top_ids],
-                      marker=dict(color="#2563eb"), text=[f"{x:.1%}" for x in shaped[top_ids]],
-                      textposition="outside"),
+                      marker=dict(color="#2563eb"), text=[f"{x:.0%}" for x in shaped[top_ids]],
+                      textposition="outside", cliponaxis=False),
                  barmode="group", xaxis=dict(title=f"next token (the model's {SHOW_TOP} most likely)", type="category"),
                  yaxis=dict(title="probability", tickformat=".0%"))
     st.plotly_chart(style(fig, height=430), width="stretch")
@@ -127,12 +128,14 @@ def logit_lens_section(model: Model, prompt: Prompt, resid: np.ndarray) -> None:
     layers = np.arange(len(ids))
     labels = [piece(model, i) for i in ids]
     fig = session_cached("lens_chart", (model.source, prompt.ids, font_px()),
-                         lambda: style(figure(dict(type="scatter", x=layers, y=probs, mode="lines+markers+text",
-                                                   text=labels, textposition="top center", cliponaxis=False),
-                                              xaxis=dict(title="after layer"),
-                                              yaxis=dict(title="probability of that layer's top token",
-                                                         tickformat=".0%", range=[0, 1.15])),
-                                       height=420, legend_top=False))
+                         lambda: style(figure(dict(type="bar", orientation="h", y=[f"layer {i}" for i in layers],
+                                                   x=probs, text=[f"{t}  {p:.0%}" for t, p in zip(labels, probs)],
+                                                   textposition="outside", cliponaxis=False,
+                                                   marker=dict(color="#2563eb")),
+                                              xaxis=dict(title="probability of that layer's top token",
+                                                         tickformat=".0%", range=[0, 1.25]),
+                                              yaxis=dict(autorange="reversed", type="category", dtick=1)),
+                                       height=120 + 24 * len(layers), legend_top=False))
     st.plotly_chart(fig, width="stretch")
     df_with_download(pd.DataFrame({"layer": layers, "top token": labels, "token_id": ids,
                                    "probability": np.round(probs, 6)}), "logit_lens")

@@ -18,7 +18,7 @@ from engine import Model
 from engine.readout import attention_row_steps, gqa_groups, head_summary, rope_angles, rope_relative_check
 from specs.model_config import SpecError
 from ui import df_with_download, formula_expander, model_picker, setup_page, show_error
-from ui.charts import figure, font_px, style
+from ui.charts import WEIGHTS, figure, font_px, style
 from ui.inside import Prompt, index_field, layer_attention, piece_label, session_cached, teacher_prompt
 
 MAX_TOKENS = 96          # tokens drawn in a heatmap (more rows cannot be read on a screen)
@@ -33,11 +33,12 @@ def labels(model: Model, ids) -> list[str]:
 
 def heatmap(z: np.ndarray, names: list[str], title: str, height: int) -> dict:
     return figure(
-        dict(type="heatmap", z=z, x=names, y=names, colorscale="Blues", zmin=0, zmax=float(max(z.max(), 1e-9)),
+        dict(type="heatmap", z=z, x=names, y=names, colorscale=WEIGHTS, zmin=0, zmax=float(max(z.max(), 1e-9)),
              colorbar=dict(title=dict(text="weight")), hovertemplate="query %{y}<br>key %{x}<br>%{z:.3f}<extra></extra>"),
         title=title, height=height,
-        xaxis=dict(title="key (the token looked at)", tickangle=-60, type="category"),
-        yaxis=dict(title="query (the token looking)", autorange="reversed", type="category"))
+        xaxis=dict(title="key (the token looked at)", tickangle=-60, type="category", dtick=1 if len(names) <= 48 else None),
+        yaxis=dict(title="query (the token looking)", autorange="reversed", type="category",
+                   dtick=1 if len(names) <= 48 else None))
 
 
 def pattern_section(model: Model, names: list[str], pattern: np.ndarray, layer: int, head: int) -> None:
@@ -69,7 +70,7 @@ def head_grid_figure(pattern: np.ndarray, layer: int, config) -> go.Figure:
         z[r * (T + gap):r * (T + gap) + T, c * (T + gap):c * (T + gap) + T] = pattern[i][:, :T]
         notes.append(dict(x=c * (T + gap) + T / 2, y=r * (T + gap) - 0.5, text=f"head {i} · KV {kv_of[i]}",
                           showarrow=False, yanchor="bottom"))
-    fig = go.Figure(go.Heatmap(z=z, colorscale="Blues", zmin=0, zmax=1, showscale=False, hoverongaps=False))
+    fig = go.Figure(go.Heatmap(z=z, colorscale=WEIGHTS, zmin=0, zmax=1, showscale=False, hoverongaps=False))
     fig.update_layout(title=f"Every head of layer {layer} (in each square: rows = query, columns = key)",
                       annotations=notes, xaxis=dict(visible=False), yaxis=dict(visible=False, autorange="reversed"),
                       height=int(300 * rows + 60))

@@ -19,7 +19,7 @@ from engine import Model
 from engine.readout import kv_cache_shape, kv_rows_read
 from specs.model_config import SpecError
 from ui import df_with_download, formula_expander, model_picker, setup_page, show_error
-from ui.charts import figure, style
+from ui.charts import DIVERGING, figure, style
 from ui.inside import Prompt, index_field, run_settings, step_texts, stepper, teacher_prompt, teacher_run
 
 ENGINE_KV_DTYPE = "fp32"          # the engine keeps K and V in float32
@@ -49,7 +49,7 @@ def new_rows_chart(model: Model, step_rec, layer: int) -> None:
     z = np.concatenate([k[:, -1, :], v[:, -1, :]], axis=0)                   # [2·h_kv, d]
     h_kv = k.shape[0]
     names = [f"K head {i}" for i in range(h_kv)] + [f"V head {i}" for i in range(h_kv)]
-    fig = figure(dict(type="heatmap", z=z, y=names, colorscale="RdBu", zmid=0, colorbar=dict(title=dict(text="value"))),
+    fig = figure(dict(type="heatmap", z=z, y=names, colorscale=DIVERGING, zmid=0, colorbar=dict(title=dict(text="value"))),
                  title=f"Layer {layer}: the K and V rows appended for this token ({z.shape[1]} numbers each)",
                  xaxis=dict(title="dimension"), yaxis=dict(autorange="reversed"), height=120 + 40 * len(names))
     st.plotly_chart(style(fig, legend_top=False), width="stretch")

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import numpy as np
 import pandas as pd
-import plotly.graph_objects as go
 import streamlit as st
 
 from calculators.latency import decode_step_ms, prefill_ms
@@ -18,7 +17,7 @@ from engine.profile import profile_run
 from engine.readout import record_timeline, sweep_lengths
 from specs.model_config import SpecError
 from ui import df_with_download, formula_expander, model_picker, setup_page, show_error
-from ui.charts import style
+from ui.charts import figure, style
 from ui.inside import Prompt, run_settings, session_cached, step_texts, teacher_prompt, teacher_run
 from ui.model_source import measured_machine
 
@@ -27,27 +26,36 @@ SWEEP_STEPS = 4                     # decode steps timed per prompt length (the 
 SWEEP_KEY = "pd.sweep_max"
 
 
+MAX_LABELS = 12                     # token texts written on the timeline (more would overlap)
+
+
 def timeline(rec, texts: list[str], tl: dict) -> None:
     ends = np.cumsum([s.seconds * 1e3 for s in rec.steps])                      # ms at which each token exists
-    fig = go.Figure()
-    fig.add_bar(y=["run"], x=[tl["ttft_ms"]], base=[0], orientation="h", name="prefill (whole prompt)",
-                marker_color="#f59e0b", text=[f"prefill {tl['ttft_ms']:.0f} ms"], textposition="inside")
+    every = max(1, -(-len(texts) // MAX_LABELS))
+    shown = [t if i % every == 0 else "" for i, t in enumerate(texts)]
+    traces = [dict(type="bar", y=["run"], x=[tl["ttft_ms"]], base=[0], orientation="h", name="prefill (whole prompt)",
+                   marker=dict(color="#f59e0b"), text=[f"prefill {tl['ttft_ms']:.0f} ms"], textposition="inside")]
     if len(ends) > 1:
-        fig.add_bar(y=["run"] * (len(ends) - 1), x=np.diff(ends), base=ends[:-1], orientation="h",
-                    name="decode steps (one token each)", marker_color="#2563eb",
-                    marker_line=dict(color="white", width=2))
-    fig.add_scatter(x=ends, y=["tokens"] * len(ends), mode="markers+text", text=texts, textposition="top center",
-                    name="a token appears", marker=dict(symbol="line-ns-open", size=18, color="#111827"))
-    fig.update_layout(barmode="overlay", xaxis_title="time since the request (ms)", height=300,
-                      yaxis=dict(categoryorder="array", categoryarray=["run", "tokens"]))
-    st.plotly_chart(style(fig, height=300), width="stretch")
+        traces.append(dict(type="bar", y=["run"] * (len(ends) - 1), x=np.diff(ends), base=ends[:-1],
+                           orientation="h", name="decode steps (one token each)", marker=dict(color="#2563eb"),
+                           marker_line=dict(color="white", width=2)))
+    traces.append(dict(type="scatter", x=ends, y=["tokens"] * len(ends), mode="markers+text", text=shown,
+                       textposition="top center", name="a token appears", cliponaxis=False,
+                       marker=dict(symbol="line-ns-open", size=18, color="#111827")))
+    fig = figure(*traces, barmode="overlay", xaxis=dict(title="time since the request (ms)"),
+                 yaxis=dict(categoryorder="array", categoryarray=["run", "tokens"]))
+    st.plotly_chart(style(fig, height=330), width="stretch")
+    if every > 1:
+        st.caption(f"Every {every}th token's text is written; each tick is one token.")
 
 
 def itl_histogram(tl: dict) -> None:
-    fig = go.Figure(go.Histogram(x=tl["itl_ms"], nbinsx=20, marker_color="#2563eb"))
-    fig.add_vline(x=tl["median_itl_ms"], line_dash="dot", annotation_text=f"median {tl['median_itl_ms']:.1f} ms",
-                  annotation_position="top right")
-    fig.update_layout(xaxis_title="inter-token latency (ms)", yaxis_title="decode steps", height=320)
+    med = tl["median_itl_ms"]
+    fig = figure(dict(type="histogram", x=tl["itl_ms"], nbinsx=20, marker=dict(color="#2563eb")),
+                 shapes=[dict(type="line", x0=med, x1=med, y0=0, y1=1, yref="paper", line=dict(dash="dot"))],
+                 annotations=[dict(x=med, y=1.0, yref="paper", yanchor="bottom", text=f"median {med:.1f} ms",
+                                   showarrow=False)],
+                 xaxis=dict(title="inter-token latency (ms)"), yaxis=dict(title="decode steps"))
     st.plotly_chart(style(fig, height=320, legend_top=False), width="stretch")
 
 
@@ -115,12 +123,13 @@ def sweep_section(model: Model) -> None:
                                  for n in df["prompt tokens"]]
     df["ITL predicted (ms)"] = [decode_step_ms(model.config, device, n, weight_dtype=ENGINE_DTYPE)["step_ms"]
                                 for n in df["prompt tokens"]]
-    fig = go.Figure()
-    for col, color, dash in (("TTFT measured (ms)", "#f59e0b", None), ("TTFT predicted (ms)", "#f59e0b", "dot"),
-                             ("ITL measured (ms)", "#2563eb", None), ("ITL predicted (ms)", "#2563eb", "dot")):
-        fig.add_scatter(x=df["prompt tokens"], y=df[col], name=col, mode="lines+markers",
-                        line=dict(color=color, dash=dash))
-    fig.update_layout(xaxis_title="prompt length (tokens)", yaxis_title="time (ms)", yaxis_type="log", height=430)
+    traces = [dict(type="scatter", x=list(df["prompt tokens"]), y=list(df[col]), name=col, mode="lines+markers",
+                   line=dict(color=color, dash=dash))
+              for col, color, dash in (("TTFT measured (ms)", "#f59e0b", "solid"),
+                                       ("TTFT predicted (ms)", "#f59e0b", "dot"),
+                                       ("ITL measured (ms)", "#2563eb", "solid"),
+                                       ("ITL predicted (ms)", "#2563eb", "dot"))]
+    fig = figure(*traces, xaxis=dict(title="prompt length (tokens)"), yaxis=dict(title="time (ms)", type="log"))
     st.plotly_chart(style(fig, height=430), width="stretch")
     st.caption(f"Prediction for this machine as measured by NumPy: {device.memory_bandwidth_gb_s:,.1f} GB/s, "
                f"{device.peak(ENGINE_DTYPE) / 1e9:,.1f} GFLOP/s in float32; each step takes the larger of its "

@@ -11,6 +11,9 @@ from typing import Any
 import streamlit as st
 
 LARGE_TEXT_KEY = "ui.large_text"
+# Explicit colour scales (a named one in a plain-dict figure is read by plotly.js, whose "Blues" runs dark to light):
+WEIGHTS = [[0.0, "#f7fbff"], [0.25, "#c6dbef"], [0.5, "#6baed6"], [0.75, "#2171b5"], [1.0, "#08306b"]]  # 0 = white
+DIVERGING = [[0.0, "#2166ac"], [0.5, "#f7f7f7"], [1.0, "#b2182b"]]                                  # −, 0, +
 NORMAL_FONT_PX, LARGE_FONT_PX = 15, 22
 _LARGE_CSS = """
 <style>

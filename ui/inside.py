@@ -33,9 +33,13 @@ class Prompt:
     ids: tuple[int, ...]
     use_chat: bool
 
-    @property
-    def key(self) -> tuple:
-        return (self.ids,)
+    def last_word_position(self, model: Model) -> int:
+        """The position of the last token the user typed (not the chat template's closing markers)."""
+        from engine.readout import subsequence_end
+        if model.tokenizer is None or not self.use_chat:
+            return len(self.ids) - 1
+        end = subsequence_end(self.ids, model.tokenizer.encode(self.text.strip(), add_bos=False))
+        return len(self.ids) - 1 if end is None else end
 
 
 def teacher_prompt(model: Model | None, *, where: Any = None, height: int = 90) -> Prompt | None:
