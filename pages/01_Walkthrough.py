@@ -164,8 +164,6 @@ def page() -> None:
     title, draw = STEPS[i]
     st.header(f"{i + 1}. {title}")
     st.progress((i + 1) / len(STEPS), text=f"Step {i + 1} of {len(STEPS)}")
-    if model.random_weights:
-        st.caption("Random weights: the shapes, sizes and timings are real; the words are not.")
     draw(model, prompt, rec, texts)
 
 

@@ -154,8 +154,6 @@ def page() -> None:
     prompt = teacher_prompt(model)
     if model is None or prompt is None:
         return
-    if model.random_weights:
-        st.warning("Random weights: the shapes and sizes are real, the words are not.", icon=":material/casino:")
     readout = prompt_readout(model, prompt)
     embedding_section(model, prompt)
     next_token_section(model, prompt, readout.last_logits)

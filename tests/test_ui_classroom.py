@@ -140,3 +140,13 @@ def test_progress_text_counts_prefill_chunks_then_tokens():
     assert texts[0] == (256 / 4475, "Prefill: 256 of 4,475 prompt tokens read") and texts[-1][0] == 1.0
     assert len(texts) == 18                                                 # 17 full chunks of 256 + 123 tokens
     assert progress_text(3, 64, "decode")[1] == "Decode: 3 of at most 64 new tokens"
+
+
+def test_formula_expanders_cite_titles_and_sections_not_codes():
+    at = AppTest.from_file(str(ROOT / "pages" / "21_Model_anatomy.py"), default_timeout=60)
+    at.session_state[CHOICE_KEY] = SMALL_RANDOM
+    at.run()
+    assert not at.exception, at.exception
+    shown = " ".join(m.value for e in at.expander for m in e.markdown)
+    assert "LLM Inference: From Black Box to Production" in shown and "Detail 8: Feed-Forward Network (FFN)" in shown
+    assert not re.search(r"\b003 Details? \d", shown), "a short reference code reached the screen"

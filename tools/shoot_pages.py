@@ -15,8 +15,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from tools.check_stop import Browser  # noqa: E402
-from tools.screenshot import free_port, out_name, start_server, stop_server, wait_healthy  # noqa: E402
+from tools.check_stop import Browser, app_in_browser  # noqa: E402
+from tools.screenshot import out_name  # noqa: E402
 
 _CHARTS_DRAWN = """(() => {
   const boxes = document.querySelectorAll('[data-testid="stPlotlyChart"]').length;
@@ -47,14 +47,7 @@ def main() -> int:
     p.add_argument("--large-text", action="store_true", help="switch the sidebar's large-text option on first")
     p.add_argument("--chromium", default=shutil.which("chromium") or "/usr/bin/chromium")
     args = p.parse_args()
-    port = free_port()
-    server = start_server(port, Path(tempfile.gettempdir()) / f"streamlit-shoot-{port}.log")
-    browser = None
-    try:
-        wait_healthy(port, server)
-        browser = Browser(args.chromium, args.size)
-        browser.call("Page.navigate", url=f"http://127.0.0.1:{port}/")
-        browser.wait_ready(300)
+    with app_in_browser(args.chromium, args.size) as browser:
         if args.large_text:
             browser.js("[...document.querySelectorAll('label')].find(l => l.innerText.includes('Large text'))"
                        ".click()")
@@ -76,11 +69,7 @@ def main() -> int:
                 shot = args.out / name.replace(".png", f"_{i + 2}.png")
                 browser.shot(shot)
                 print(shot)
-        return 0
-    finally:
-        if browser is not None:
-            browser.close()
-        stop_server(server)
+    return 0
 
 
 if __name__ == "__main__":

@@ -50,6 +50,9 @@ def teacher_prompt(model: Model | None, *, where: Any = None, height: int = 90) 
         box.info("Pick a model in the sidebar to look inside it.")
         return None
     tok = model.tokenizer
+    if model.random_weights:
+        box.warning(f"{model.name}: random weights. Shapes, sizes and timings are real; the words, attention "
+                    "patterns and probabilities are not.", icon=":material/casino:")
     store = remember(PROMPT_KEY, DEFAULT_PROMPT)
     text = box.text_area("Prompt", key=PROMPT_KEY, on_change=store, height=height,
                          help="The same prompt as on the home page: change it here or there.")
