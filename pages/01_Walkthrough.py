@@ -16,7 +16,7 @@ from engine import Model
 from engine.readout import record_timeline, token_table
 from specs.model_config import SpecError
 from ui import model_picker, setup_page, show_error
-from ui.charts import DIVERGING, WEIGHTS, style
+from ui.charts import DIVERGING, WEIGHTS, font_px, label_step, style
 from ui.inside import (Prompt, deeper_link, layer_attention, piece_label, pieces_html, run_settings, step_texts,
                        stepper, teacher_prompt, teacher_run)
 
@@ -64,10 +64,11 @@ def step_attention(model: Model, prompt: Prompt, rec, texts: list[str]) -> None:
     pieces = model.tokenizer.token_strings(ids) if model.tokenizer else [f"#{i}" for i in ids]
     names = [piece_label(i, p) for i, p in enumerate(pieces)]
     fig = go.Figure(go.Heatmap(z=acts["hook_pattern"][0], x=names, y=names, colorscale=WEIGHTS, showscale=False))
+    step = label_step(len(ids))
     fig.update_layout(xaxis_title="looked at", yaxis_title="looking", yaxis_autorange="reversed",
-                      height=max(420, 14 * len(ids) + 200))
-    fig.update_xaxes(type="category", tickangle=-60)
-    fig.update_yaxes(type="category")
+                      height=max(420, (font_px() + 6) * len(ids) // step + 260))
+    fig.update_xaxes(type="category", tickangle=-90, dtick=step)
+    fig.update_yaxes(type="category", dtick=step)
     st.plotly_chart(style(fig, legend_top=False), width="stretch")
     deeper_link("pages/13_Attention.py", "Go deeper: Attention")
 

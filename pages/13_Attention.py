@@ -18,7 +18,7 @@ from engine import Model
 from engine.readout import attention_row_steps, gqa_groups, head_summary, rope_angles, rope_relative_check
 from specs.model_config import SpecError
 from ui import df_with_download, formula_expander, model_picker, setup_page, show_error
-from ui.charts import WEIGHTS, figure, font_px, style
+from ui.charts import WEIGHTS, figure, font_px, label_step, style
 from ui.inside import Prompt, index_field, layer_attention, piece_label, session_cached, teacher_prompt
 
 MAX_TOKENS = 96          # tokens drawn in a heatmap (more rows cannot be read on a screen)
@@ -31,21 +31,24 @@ def labels(model: Model, ids) -> list[str]:
     return [piece_label(i, p) for i, p in enumerate(pieces)]
 
 
-def heatmap(z: np.ndarray, names: list[str], title: str, height: int) -> dict:
+def heatmap(z: np.ndarray, names: list[str], title: str) -> dict:
+    """Weights with token labels on both axes: as many labels as fit at the current font size, rows tall enough
+    to read."""
+    step = label_step(len(names))
+    height = max(420, (font_px() + 6) * len(names) // step + 260)
     return figure(
         dict(type="heatmap", z=z, x=names, y=names, colorscale=WEIGHTS, zmin=0, zmax=float(max(z.max(), 1e-9)),
              colorbar=dict(title=dict(text="weight")), hovertemplate="query %{y}<br>key %{x}<br>%{z:.3f}<extra></extra>"),
         title=title, height=height,
-        xaxis=dict(title="key (the token looked at)", tickangle=-60, type="category", dtick=1 if len(names) <= 48 else None),
-        yaxis=dict(title="query (the token looking)", autorange="reversed", type="category",
-                   dtick=1 if len(names) <= 48 else None))
+        xaxis=dict(title="key (the token looked at)", tickangle=-90, type="category", dtick=step),
+        yaxis=dict(title="query (the token looking)", autorange="reversed", type="category", dtick=step))
 
 
 def pattern_section(model: Model, names: list[str], pattern: np.ndarray, layer: int, head: int) -> None:
     T = pattern.shape[1]
     p = pattern[head][:, :T]
     st.subheader(f"1 · Layer {layer}, head {head}: who looks at whom")
-    fig = heatmap(p, names, f"Attention weights, layer {layer}, head {head}", height=max(420, 16 * T + 200))
+    fig = heatmap(p, names, f"Attention weights, layer {layer}, head {head}")
     st.plotly_chart(style(fig, legend_top=False), width="stretch")
     upper = p[np.triu_indices(T, k=1)]
     st.caption(f"Each row adds up to 1 (largest deviation here: {np.abs(p.sum(axis=1) - 1).max():.1e}). Everything "

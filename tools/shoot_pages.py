@@ -20,8 +20,10 @@ from tools.screenshot import out_name  # noqa: E402
 
 _CHARTS_DRAWN = """(() => {
   const boxes = document.querySelectorAll('[data-testid="stPlotlyChart"]').length;
-  const drawn = document.querySelectorAll('[data-testid="stPlotlyChart"] .main-svg').length;
-  return [boxes, drawn];
+  const drawn = [...document.querySelectorAll('[data-testid="stPlotlyChart"]')]
+      .filter(b => b.querySelector('.main-svg')).length;
+  const waiting = document.querySelectorAll('[data-testid="stSkeleton"]').length;
+  return [boxes + waiting, drawn];
 })()"""
 
 
@@ -50,7 +52,7 @@ def main() -> int:
     with app_in_browser(args.chromium, args.size) as browser:
         if args.large_text:
             browser.js("[...document.querySelectorAll('label')].find(l => l.innerText.includes('Large text'))"
-                       ".click()")
+                       ".querySelector('input').click()")
             time.sleep(1.0)
             browser.wait_ready(300)
         for path in args.paths:

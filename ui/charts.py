@@ -36,6 +36,12 @@ def font_px() -> int:
     return LARGE_FONT_PX if large_text() else NORMAL_FONT_PX
 
 
+def label_step(n: int, span_px: int = 760) -> int:
+    """Write every k-th of n category labels so that labels of the current font size never overlap on an axis
+    about `span_px` long: k = 1 when they all fit."""
+    return max(1, -(-n * (font_px() + 5) // span_px))
+
+
 def large_text_toggle() -> None:
     """Sidebar switch (remembered across pages); when on, bigger page text (CSS) and bigger chart fonts."""
     from ui.widgets import remember

@@ -130,13 +130,16 @@ class Readout:
 
 
 def prompt_readout(model: Model, prompt: Prompt) -> Readout:
-    """One forward pass over the prompt with the residual stream captured, once per session and prompt."""
+    """One forward pass over the prompt keeping only the last position (logits and each layer's residual stream):
+    a few MB whatever the prompt's length. Once per session and prompt."""
     def compute() -> Readout:
-        from engine import run_with_cache
-        logits, acts = run_with_cache(model, list(prompt.ids), names=("blocks.*.hook_resid_post",))
-        L = model.config.num_layers
-        resid = np.stack([acts[f"blocks.{li}.hook_resid_post"][-1] for li in range(L)])
-        return Readout(last_logits=np.array(logits[-1]), last_resid=resid)
+        from engine import Hooks
+        last: dict[str, np.ndarray] = {}
+        hooks = Hooks().add("blocks.*.hook_resid_post", lambda name, x: last.__setitem__(name, np.array(x[0, -1])))
+        ids = np.asarray(prompt.ids, np.int64)[None, :]
+        logits = model.forward(ids, model.new_cache(1, ids.shape[1]), hooks=hooks)[0]          # [V]
+        resid = np.stack([last[f"blocks.{li}.hook_resid_post"] for li in range(model.config.num_layers)])
+        return Readout(last_logits=np.array(logits), last_resid=resid)
     return session_cached("readout", (model.source, prompt.ids), compute)
 
 
