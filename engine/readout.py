@@ -187,3 +187,27 @@ def subsequence_end(ids: Sequence[int], part: Sequence[int]) -> int | None:
         if m and list(ids[start:start + m]) == list(part):
             return start + m - 1
     return None
+
+
+def causal_check(pattern: np.ndarray) -> dict:
+    """What a causal attention map must satisfy, measured on one head's [T, T] weights: each row sums to 1
+    (largest deviation), and every entry above the diagonal (a key after its query) is exactly 0."""
+    T = pattern.shape[0]
+    upper = pattern[np.triu_indices(T, k=1)]
+    return {"max_row_error": float(np.abs(pattern.sum(axis=1) - 1).max()),
+            "zeros_above": int((upper == 0).sum()), "entries_above": int(upper.size)}
+
+
+def max_abs_difference(a: np.ndarray, b: np.ndarray) -> float:
+    """Largest |a − b| over all entries (how far a rebuilt result is from the captured one)."""
+    return float(np.abs(np.asarray(a, np.float64) - np.asarray(b, np.float64)).max())
+
+
+def support_size(probs: np.ndarray) -> int:
+    """How many tokens still have a chance of being drawn (probability > 0)."""
+    return int((probs > 0).sum())
+
+
+def token_end_times_ms(rec) -> np.ndarray:
+    """When each token of a recorded run exists, in ms since the request: running sum of the steps' times."""
+    return np.cumsum([s.seconds * 1e3 for s in rec.steps])

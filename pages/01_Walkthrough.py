@@ -13,7 +13,7 @@ import streamlit as st
 from calculators.kv_cache import kv_cache_bytes
 from calculators.units import fmt_bytes
 from engine import Model
-from engine.readout import record_timeline, token_table
+from engine.readout import record_timeline, token_end_times_ms, token_table
 from specs.model_config import SpecError
 from ui import model_picker, setup_page, show_error
 from ui.charts import DIVERGING, WEIGHTS, font_px, label_step, style
@@ -121,7 +121,7 @@ def step_two_speeds(model: Model, prompt: Prompt, rec, texts: list[str]) -> None
     tl = record_timeline(rec)
     st.markdown(f"Reading the prompt (prefill) took **{tl['ttft_ms']:.0f} ms**: that is the pause before the first "
                 f"word. Each next word then took about **{tl['median_itl_ms']:.0f} ms** (decode), at a steady beat.")
-    ends = np.cumsum([s.seconds * 1e3 for s in rec.steps])
+    ends = token_end_times_ms(rec)
     fig = go.Figure()
     fig.add_bar(y=["run"], x=[tl["ttft_ms"]], orientation="h", name="prefill", marker_color="#f59e0b")
     if len(ends) > 1:

@@ -14,7 +14,7 @@ import streamlit as st
 from calculators.params import embedding_bytes
 from calculators.units import fmt_bytes
 from engine import Model
-from engine.readout import embedding_row, logit_lens, nearest_tokens, softmax, top_k
+from engine.readout import embedding_row, logit_lens, nearest_tokens, softmax, support_size, top_k
 from engine.sampling import sampling_probs
 from ui import df_with_download, float_field, formula_expander, int_field, model_picker, setup_page
 from ui.charts import DIVERGING, figure, font_px, style
@@ -103,7 +103,7 @@ def next_token_section(model: Model, prompt: Prompt, logits: np.ndarray) -> None
     greedy = int(np.argmax(logits))
     rng = np.random.default_rng(seed)
     draws = rng.choice(shaped.size, size=DRAWS, p=shaped)
-    kept = int((shaped > 0).sum())
+    kept = support_size(shaped)
     st.markdown(f"**Greedy** (always the most likely): `{piece(model, greedy)}` ({base[greedy]:.1%}).  \n"
                 f"**Sampled**, {DRAWS} draws with seed {seed}: "
                 + " ".join(f"`{piece(model, d)}`" for d in draws)

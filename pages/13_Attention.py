@@ -15,7 +15,8 @@ import plotly.graph_objects as go
 import streamlit as st
 
 from engine import Model
-from engine.readout import attention_row_steps, gqa_groups, head_summary, rope_angles, rope_relative_check
+from engine.readout import (attention_row_steps, causal_check, gqa_groups, head_summary, max_abs_difference,
+                            rope_angles, rope_relative_check)
 from specs.model_config import SpecError
 from ui import df_with_download, formula_expander, model_picker, setup_page, show_error
 from ui.charts import WEIGHTS, figure, font_px, label_step, style
@@ -50,10 +51,10 @@ def pattern_section(model: Model, names: list[str], pattern: np.ndarray, layer: 
     st.subheader(f"1 · Layer {layer}, head {head}: who looks at whom")
     fig = heatmap(p, names, f"Attention weights, layer {layer}, head {head}")
     st.plotly_chart(style(fig, legend_top=False), width="stretch")
-    upper = p[np.triu_indices(T, k=1)]
-    st.caption(f"Each row adds up to 1 (largest deviation here: {np.abs(p.sum(axis=1) - 1).max():.1e}). Everything "
-               f"above the diagonal is exactly 0 ({int((upper == 0).sum()):,} of {upper.size:,} entries): a token "
-               "may only look back, never at tokens that come after it.")
+    chk = causal_check(p)
+    st.caption(f"Each row adds up to 1 (largest deviation here: {chk['max_row_error']:.1e}). Everything above the "
+               f"diagonal is exactly 0 ({chk['zeros_above']:,} of {chk['entries_above']:,} entries): a token may "
+               "only look back, never at tokens that come after it.")
     formula_expander("Attention weights", "weights = softmax(q·Kᵀ / √d + mask), one row per query token; the mask "
                      "is −∞ above the diagonal, so those weights are exactly 0 (causal attention). Captured at "
                      "`blocks.{l}.attn.hook_pattern`.\n\nSource: 003 Detail 4")
@@ -131,7 +132,7 @@ def row_section(model: Model, names: list[str], acts: dict, layer: int, head: in
         fig = figure(dict(type="bar", x=x, y=r[key], marker=dict(color=("#94a3b8", "#64748b", "#2563eb")[j])),
                      title=titles[j], xaxis=dict(type="category", tickangle=-60))
         cols[j].plotly_chart(style(fig, height=400, legend_top=False), width="stretch")
-    diff = float(np.abs(r["softmax"] - captured).max())
+    diff = max_abs_difference(r["softmax"], captured)
     st.caption(f"Rebuilt from the model's own q (head {head}) and k (K/V head {head // model.config.group_size}); "
                f"the largest difference from the weights the model used is {diff:.1e}.")
     formula_expander("Scores before and after softmax",
@@ -169,7 +170,7 @@ def rope_section(model: Model, acts: dict, head: int) -> None:
     k = acts["hook_k"][n, head // c.group_size]
     rows = rope_relative_check(model, q, k, m, n, RELATIVE_SHIFTS)
     df = pd.DataFrame(rows)
-    spread = float(df["q·k"].max() - df["q·k"].min())
+    spread = max_abs_difference(df["q·k"].to_numpy(), df["q·k"].iloc[0])
     st.markdown(f"**Checked on this model:** the query of token {m} and the key of token {n} (head {head}), moved "
                 f"together to other positions. The score changes by at most {spread:.1e} (float32 rounding):")
     df_with_download(df.round(6), "rope_relative_check")

@@ -12,7 +12,7 @@ import numpy as np
 import pandas as pd
 import streamlit as st
 
-from calculators.kv_cache import kv_cache_bytes
+from calculators.kv_cache import kv_bytes_per_token, kv_cache_bytes
 from calculators.kv_counterfactual import kv_variant_rows
 from calculators.units import fmt_bytes
 from engine import Model
@@ -38,6 +38,18 @@ def growth_chart(model: Model, rec, step: int) -> None:
                               line=dict(dash="dot", color="#f59e0b"))],
                  xaxis=dict(title="step (0 = the prefill)"), yaxis=dict(title="KV cache (bytes)"))
     st.plotly_chart(style(fig, height=380), width="stretch")
+
+
+def every_layer_chart(model: Model, step_rec) -> None:
+    """The new K row of every layer at this step, one line of the map per layer: each layer appends its own."""
+    if len(step_rec.k_new) < model.config.num_layers:
+        return
+    z = np.stack([step_rec.k_new[li][:, -1, :].reshape(-1) for li in range(model.config.num_layers)])  # [L, h_kv·d]
+    fig = figure(dict(type="heatmap", z=z, colorscale=DIVERGING, zmid=0, showscale=False),
+                 title="This step's new K row in every layer (one line per layer; V rows alike)",
+                 xaxis=dict(title=f"K/V head × dimension ({z.shape[1]} numbers)"),
+                 yaxis=dict(title="layer", autorange="reversed"))
+    st.plotly_chart(style(fig, height=160 + 12 * z.shape[0], legend_top=False), width="stretch")
 
 
 def new_rows_chart(model: Model, step_rec, layer: int) -> None:
@@ -79,7 +91,7 @@ def qkv_section(model: Model, rec, step: int, layer: int, texts: list[str]) -> N
     fig = figure(dict(type="bar", x=x, y=reads["written"], name="K/V rows written (per layer)",
                       marker=dict(color="#10b981")),
                  dict(type="bar", x=x, y=reads["read"], name="K/V rows read (per layer)", marker=dict(color="#94a3b8")),
-                 barmode="group", xaxis=dict(title="step"), yaxis=dict(title="rows", type="log"))
+                 barmode="group", xaxis=dict(title="step"), yaxis=dict(title="rows of K and of V, per layer"))
     st.plotly_chart(style(fig, height=340), width="stretch")
     st.caption("Written once, read at every later step: that re-reading is what makes long contexts expensive.")
 
@@ -135,16 +147,18 @@ def page() -> None:
     cols[1].metric("Tokens in the cache", f"{s.cache_tokens:,}")
     cols[2].metric("KV cache (recorded)", fmt_bytes(s.kv_bytes), help=f"{s.kv_bytes:,} bytes")
     cols[3].metric("Prediction", fmt_bytes(predicted), help=f"{predicted:,.0f} bytes",
-                   delta="equal" if predicted == s.kv_bytes else f"{s.kv_bytes - predicted:+,.0f} B",
-                   delta_color="off")
-    st.markdown(f"Cache shape **[layers, K/V, kv_heads, tokens, head_dim] = {list(shape)}**; per token "
-                f"{s.kv_bytes // max(s.cache_tokens, 1):,} bytes; per layer {s.kv_bytes_per_layer[0]:,} bytes.")
+                   delta="equal to the byte" if predicted == s.kv_bytes else f"{s.kv_bytes - predicted:+,.0f} B",
+                   delta_color="off", delta_arrow="off")
+    st.markdown(f"Cache shape **[layers, K/V, kv_heads, tokens, head_dim] = {list(shape)}**; "
+                f"{kv_bytes_per_token(c, ENGINE_KV_DTYPE):,.0f} bytes per token (all layers); "
+                f"{s.kv_bytes_per_layer[0]:,} bytes in each layer now.")
     formula_expander("KV cache bytes", f"bytes = 2 × L × h_kv × tokens × d × 4 = 2 × {c.num_layers} × "
                      f"{c.num_kv_heads} × {s.cache_tokens:,} × {c.head_dim} × 4 = {predicted:,.0f} "
                      "(`calculators.kv_cache.kv_cache_bytes`, float32 as the engine holds it). Recorded: the "
                      f"engine's own count after this step's forward pass, {s.kv_bytes:,} bytes.\n\n"
                      "Source: 003 Detail 10")
     growth_chart(model, rec, step)
+    every_layer_chart(model, s)
     new_rows_chart(model, s, layer)
     qkv_section(model, rec, step, layer, texts)
     counterfactual_section(model, rec.steps[-1].cache_tokens)

@@ -14,7 +14,7 @@ import streamlit as st
 from calculators.latency import decode_step_ms, prefill_ms
 from engine import Model
 from engine.profile import profile_run
-from engine.readout import record_timeline, sweep_lengths
+from engine.readout import record_timeline, sweep_lengths, token_end_times_ms
 from specs.model_config import SpecError
 from ui import df_with_download, formula_expander, model_picker, setup_page, show_error
 from ui.charts import figure, style
@@ -30,7 +30,7 @@ MAX_LABELS = 12                     # token texts written on the timeline (more 
 
 
 def timeline(rec, texts: list[str], tl: dict) -> None:
-    ends = np.cumsum([s.seconds * 1e3 for s in rec.steps])                      # ms at which each token exists
+    ends = token_end_times_ms(rec)                                              # ms at which each token exists
     every = max(1, -(-len(texts) // MAX_LABELS))
     shown = [t if i % every == 0 else "" for i, t in enumerate(texts)]
     traces = [dict(type="bar", y=["run"], x=[tl["ttft_ms"]], base=[0], orientation="h", name="prefill (whole prompt)",
