@@ -75,7 +75,7 @@ def head_grid_figure(pattern: np.ndarray, layer: int, config) -> go.Figure:
         notes.append(dict(x=c * (T + gap) + T / 2, y=r * (T + gap) - 0.5, text=f"head {i} · KV {kv_of[i]}",
                           showarrow=False, yanchor="bottom"))
     fig = go.Figure(go.Heatmap(z=z, colorscale=WEIGHTS, zmin=0, zmax=1, showscale=False, hoverongaps=False))
-    fig.update_layout(title=f"Every head of layer {layer} (in each square: rows = query, columns = key)",
+    fig.update_layout(title=f"Every head of layer {layer}",
                       annotations=notes, xaxis=dict(visible=False), yaxis=dict(visible=False, autorange="reversed"),
                       height=int(300 * rows + 60))
     return style(fig, legend_top=False)
@@ -150,7 +150,7 @@ def rope_circle_figure(c) -> go.Figure:
     for j, pr in enumerate(pairs):
         fig.add_scatter(x=np.cos(ang[:, j]) * (1 + 0.25 * j), y=np.sin(ang[:, j]) * (1 + 0.25 * j),
                         mode="lines+markers", name=f"pair {pr}", marker_size=5)
-    fig.update_layout(title="Positions 0…63 on the circle, one ring per dimension pair",
+    fig.update_layout(title="Positions 0 to 63, one ring per pair",
                       xaxis=dict(title="cos(angle)", scaleanchor="y"), yaxis_title="sin(angle)", height=480)
     return style(fig, height=480)
 
@@ -211,6 +211,8 @@ def page() -> None:
     grid = session_cached("head_grid", (model.source, prompt.ids, layer, font_px()),
                           lambda: head_grid_figure(pattern, layer, c))
     st.plotly_chart(grid, width="stretch")
+    st.caption("In each square, as above: rows = the token looking, columns = the token looked at. "
+               "\"KV k\" = the K/V head that query head reads.")
     gqa_section(model)
     summary_section(model, prompt, pattern, layer)
     row_section(model, names, acts, layer, head)

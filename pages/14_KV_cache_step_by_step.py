@@ -46,10 +46,11 @@ def every_layer_chart(model: Model, step_rec) -> None:
         return
     z = np.stack([step_rec.k_new[li][:, -1, :].reshape(-1) for li in range(model.config.num_layers)])  # [L, h_kv·d]
     fig = figure(dict(type="heatmap", z=z, colorscale=DIVERGING, zmid=0, showscale=False),
-                 title="This step's new K row in every layer (one line per layer; V rows alike)",
+                 title="New K row, every layer",
                  xaxis=dict(title=f"K/V head × dimension ({z.shape[1]} numbers)"),
                  yaxis=dict(title="layer", autorange="reversed"))
     st.plotly_chart(style(fig, height=160 + 12 * z.shape[0], legend_top=False), width="stretch")
+    st.caption("One line per layer: at this step every layer appended its own K row (and V row) for the token.")
 
 
 def new_rows_chart(model: Model, step_rec, layer: int) -> None:
@@ -62,7 +63,7 @@ def new_rows_chart(model: Model, step_rec, layer: int) -> None:
     h_kv = k.shape[0]
     names = [f"K head {i}" for i in range(h_kv)] + [f"V head {i}" for i in range(h_kv)]
     fig = figure(dict(type="heatmap", z=z, y=names, colorscale=DIVERGING, zmid=0, colorbar=dict(title=dict(text="value"))),
-                 title=f"Layer {layer}: the K and V rows appended for this token ({z.shape[1]} numbers each)",
+                 title=f"Layer {layer}: new K and V rows",
                  xaxis=dict(title="dimension"), yaxis=dict(autorange="reversed"), height=120 + 40 * len(names))
     st.plotly_chart(style(fig, legend_top=False), width="stretch")
     if k.shape[1] > 1:
@@ -82,10 +83,12 @@ def qkv_section(model: Model, rec, step: int, layer: int, texts: list[str]) -> N
     row = s.attention.get((layer, 0)) if s.attention else None
     if row is not None:
         fig = figure(dict(type="bar", x=[str(i) for i in range(len(row))], y=row, marker=dict(color="#6366f1")),
-                     title=f"The query that produced `{texts[step]}` scoring every cached key (layer {layer}, head 0)",
+                     title=f"Layer {layer}, head 0: weights over the cache",
                      xaxis=dict(title="cached position", type="category", nticks=30),
                      yaxis=dict(title="attention weight"))
         st.plotly_chart(style(fig, height=330, legend_top=False), width="stretch")
+        st.caption(f"The query of the token that produced `{texts[step]}` scoring every cached key: used once, "
+                   "then discarded.")
     reads = kv_rows_read(rec)
     x = list(range(len(reads["written"])))
     fig = figure(dict(type="bar", x=x, y=reads["written"], name="K/V rows written (per layer)",
@@ -143,9 +146,9 @@ def page() -> None:
     shape = kv_cache_shape(c, s.cache_tokens)
     predicted = kv_cache_bytes(c, s.cache_tokens, kv_dtype=ENGINE_KV_DTYPE)
     cols = st.columns(4)
-    cols[0].metric("This step's token", texts[step], help=f"id {s.token_id}, p = {s.prob:.1%}")
+    cols[0].metric("Token", texts[step], help=f"id {s.token_id}, p = {s.prob:.1%}")
     cols[1].metric("Tokens in the cache", f"{s.cache_tokens:,}")
-    cols[2].metric("KV cache (recorded)", fmt_bytes(s.kv_bytes), help=f"{s.kv_bytes:,} bytes")
+    cols[2].metric("KV cache, recorded", fmt_bytes(s.kv_bytes), help=f"{s.kv_bytes:,} bytes")
     cols[3].metric("Prediction", fmt_bytes(predicted), help=f"{predicted:,.0f} bytes",
                    delta="equal to the byte" if predicted == s.kv_bytes else f"{s.kv_bytes - predicted:+,.0f} B",
                    delta_color="off", delta_arrow="off")

@@ -20,8 +20,9 @@ _LARGE_CSS = """
   html, body, [data-testid="stAppViewContainer"] { font-size: 21px; }
   [data-testid="stMarkdownContainer"] p, [data-testid="stMarkdownContainer"] li,
   [data-testid="stCaptionContainer"], label, .stTextInput input, .stTextArea textarea { font-size: 1.15rem !important; }
-  [data-testid="stMetricValue"] { font-size: 2.6rem !important; }
-  [data-testid="stMetricLabel"] p { font-size: 1.2rem !important; }
+  [data-testid="stMetricValue"], [data-testid="stMetricValue"] div,
+  [data-testid="stMetricValue"] p { font-size: 2.6rem !important; }
+  [data-testid="stMetricLabel"] p { font-size: 1.05rem !important; }
   h1 { font-size: 3rem !important; } h2 { font-size: 2.2rem !important; } h3 { font-size: 1.7rem !important; }
 </style>
 """
