@@ -175,16 +175,27 @@ def run_settings(model: Model, where: Any = None) -> tuple[int, float] | None:
     return max_new, temperature
 
 
-def teacher_run(model: Model, prompt: Prompt, max_new: int, temperature: float, progress: Any = None):
+def teacher_run(model: Model, prompt: Prompt, max_new: int, temperature: float):
     """The prompt generated with a record of every step (token, probability, top-5, KV bytes per layer, time,
-    attention rows of every layer and head, new K/V rows), once per session and input."""
+    attention rows of every layer and head, new K/V rows), once per session and input; a progress bar (prefill
+    chunk by chunk, then token by token) while it runs."""
     def compute():
         from engine import record_generation
+        from ui.generation import PREFILL_CHUNK, progress_text
         detail = len(prompt.ids) <= DETAIL_TOKENS
         layers = tuple(range(model.config.num_layers)) if detail else ()
-        return record_generation(model, list(prompt.ids), max_new_tokens=max_new, temperature=temperature, seed=0,
-                                 alternatives=5, attention_layers=layers, kv_layers=layers,
-                                 on_progress=progress)
+        slot = st.empty()
+        bar = slot.progress(0.0, text=f"Prefill: 0 of {len(prompt.ids):,} prompt tokens read")
+
+        def on_progress(done: int, total: int, phase: str) -> None:
+            frac, words = progress_text(done, total, phase)
+            bar.progress(min(max(frac, 0.0), 1.0), text=words)
+
+        rec = record_generation(model, list(prompt.ids), max_new_tokens=max_new, temperature=temperature, seed=0,
+                                alternatives=5, attention_layers=layers, kv_layers=layers,
+                                chunk_size=PREFILL_CHUNK, on_progress=on_progress)
+        slot.empty()
+        return rec
     return session_cached("run", (model.source, prompt.ids, max_new, temperature), compute)
 
 
