@@ -233,3 +233,20 @@ def test_walkthrough_uses_the_teachers_prompt_with_the_real_model():
     assert any("Write a story" in m.value for m in at.markdown)
     at.button(key="walk.step.next").click().run()                       # step 2: the chips of the real tokens
     assert any("▁story" in m.value for m in at.markdown)
+
+
+def test_readout_of_a_long_prompt_in_chunks_equals_one_full_pass(tmp_path):
+    """The Embeddings page reads a long prompt in 256-token chunks (progress, bounded memory) keeping only the last
+    position; its logits must equal the model's own full-sequence pass."""
+    from engine import load_model
+    from ui.inside import Prompt, prompt_readout
+    write_hf_checkpoint(tmp_path, tiny_config(max_position_embeddings=1024), seed=5)
+    model = load_model(str(tmp_path))
+    ids = tuple(int(i) for i in np.random.default_rng(0).integers(0, 267, 600))       # 3 chunks: 256, 256, 88
+    readout = prompt_readout(model, Prompt("", "", ids, False))
+    full = model.logits(list(ids))[-1]
+    # float32: the chunked pass sums attention in a different order; 1e-5 of the logits' scale is ~100 ulps
+    assert np.abs(readout.last_logits - full).max() <= 1e-5 * np.abs(full).max()
+    assert readout.last_resid.shape == (model.config.num_layers, model.config.hidden_size)
+    from engine.readout import logit_lens                           # the last layer's residual IS the prediction
+    assert logit_lens(model.weights, model.config, readout.last_resid)[0][-1] == int(np.argmax(full))

@@ -130,14 +130,23 @@ class Readout:
 
 
 def prompt_readout(model: Model, prompt: Prompt) -> Readout:
-    """One forward pass over the prompt keeping only the last position (logits and each layer's residual stream):
-    a few MB whatever the prompt's length. Once per session and prompt."""
+    """A forward pass over the prompt keeping only the last position (logits and each layer's residual stream):
+    a few MB whatever the prompt's length, in chunks with a progress bar. Once per session and prompt."""
     def compute() -> Readout:
         from engine import Hooks
+        from ui.generation import PREFILL_CHUNK, progress_text
         last: dict[str, np.ndarray] = {}
-        hooks = Hooks().add("blocks.*.hook_resid_post", lambda name, x: last.__setitem__(name, np.array(x[0, -1])))
-        ids = np.asarray(prompt.ids, np.int64)[None, :]
-        logits = model.forward(ids, model.new_cache(1, ids.shape[1]), hooks=hooks)[0]          # [V]
+        ids = np.asarray(prompt.ids, np.int64)
+        cache = model.new_cache(1, ids.size)
+        slot = st.empty()
+        for s in range(0, ids.size, PREFILL_CHUNK):                  # the last chunk's last row is the prompt's
+            hooks = Hooks().add("blocks.*.hook_resid_post",
+                                lambda name, x: last.__setitem__(name, np.array(x[0, -1])))
+            logits = model.forward(ids[None, s:s + PREFILL_CHUNK], cache, hooks=hooks)[0]      # [V]
+            if ids.size > PREFILL_CHUNK:
+                frac, words = progress_text(min(s + PREFILL_CHUNK, ids.size), ids.size, "prefill")
+                slot.progress(frac, text=words)
+        slot.empty()
         resid = np.stack([last[f"blocks.{li}.hook_resid_post"] for li in range(model.config.num_layers)])
         return Readout(last_logits=np.array(logits), last_resid=resid)
     return session_cached("readout", (model.source, prompt.ids), compute)
