@@ -175,7 +175,7 @@ def run_settings(model: Model, where: Any = None) -> tuple[int, float] | None:
     """Max new tokens and temperature of the teacher's run (the same on every page)."""
     box = where if where is not None else st
     cols = box.columns(2)
-    max_new = int_field("New tokens to generate", 24, 1, min(512, model.config.max_position_embeddings - 1),
+    max_new = int_field("New tokens to generate", 16, 1, min(512, model.config.max_position_embeddings - 1),
                         key=RUN_MAX_NEW_KEY, where=cols[0], help="The run stops earlier at an end-of-sequence token.")
     temperature = float_field("Temperature", 0.0, 0.0, 100.0, key=RUN_TEMPERATURE_KEY, where=cols[1],
                               help="0 = greedy (always the most likely token).")
