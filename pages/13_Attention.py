@@ -65,7 +65,7 @@ def head_grid_figure(pattern: np.ndarray, layer: int, config) -> go.Figure:
     h, T = pattern.shape[0], pattern.shape[1]
     cols = min(h, 6)
     rows = math.ceil(h / cols)
-    gap = max(2, T // 10)
+    gap = max(4, T // 4)                                                  # room for each square's title
     z = np.full((rows * (T + gap), cols * (T + gap)), np.nan, np.float32)
     kv_of = {q: kv for kv, qs in enumerate(gqa_groups(config)) for q in qs}
     notes = []

@@ -26,7 +26,7 @@ SWEEP_STEPS = 4                     # decode steps timed per prompt length (the 
 SWEEP_KEY = "pd.sweep_max"
 
 
-MAX_LABELS = 12                     # token texts written on the timeline (more would overlap)
+MAX_LABELS = 8                      # token texts written on the timeline (more would overlap)
 
 
 def timeline(rec, texts: list[str], tl: dict) -> None:
@@ -46,15 +46,15 @@ def timeline(rec, texts: list[str], tl: dict) -> None:
                  yaxis=dict(categoryorder="array", categoryarray=["run", "tokens"]))
     st.plotly_chart(style(fig, height=330), width="stretch")
     if every > 1:
-        st.caption(f"Every {every}th token's text is written; each tick is one token.")
+        st.caption(f"Each tick is one token; one token in {every} has its text written (more would overlap).")
 
 
 def itl_histogram(tl: dict) -> None:
     med = tl["median_itl_ms"]
     fig = figure(dict(type="histogram", x=tl["itl_ms"], nbinsx=20, marker=dict(color="#2563eb")),
                  shapes=[dict(type="line", x0=med, x1=med, y0=0, y1=1, yref="paper", line=dict(dash="dot"))],
-                 annotations=[dict(x=med, y=1.0, yref="paper", yanchor="bottom", text=f"median {med:.1f} ms",
-                                   showarrow=False)],
+                 annotations=[dict(x=med, y=0.98, yref="paper", yanchor="top", xanchor="left", xshift=6,
+                                   text=f"median {med:.1f} ms", showarrow=False, bgcolor="rgba(255,255,255,0.85)")],
                  xaxis=dict(title="inter-token latency (ms)"), yaxis=dict(title="decode steps"))
     st.plotly_chart(style(fig, height=320, legend_top=False), width="stretch")
 
