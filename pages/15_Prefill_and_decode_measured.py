@@ -39,8 +39,9 @@ def timeline(rec, texts: list[str], tl: dict) -> None:
         traces.append(dict(type="bar", y=["run"] * (len(ends) - 1), x=np.diff(ends), base=ends[:-1],
                            orientation="h", name="decode steps (one token each)", marker=dict(color="#2563eb"),
                            marker_line=dict(color="white", width=2)))
+    sides = ["top center" if (i // every) % 2 == 0 else "bottom center" for i in range(len(texts))]
     traces.append(dict(type="scatter", x=ends, y=["tokens"] * len(ends), mode="markers+text", text=shown,
-                       textposition="top center", name="a token appears", cliponaxis=False,
+                       textposition=sides, name="a token appears", cliponaxis=False,
                        marker=dict(symbol="line-ns-open", size=18, color="#111827")))
     fig = figure(*traces, barmode="overlay", xaxis=dict(title="time since the request (ms)"),
                  yaxis=dict(categoryorder="array", categoryarray=["run", "tokens"]))
