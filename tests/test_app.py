@@ -34,7 +34,7 @@ def errors(at: AppTest) -> list[str]:
 
 
 def generate(at: AppTest, max_new_tokens: int = 4) -> AppTest:
-    at.number_input(key="gen.max_new_tokens").set_value(max_new_tokens)
+    at.text_input(key="gen.max_new_tokens").set_value(str(max_new_tokens))
     return at.button(key="generate").click().run()
 
 
@@ -119,7 +119,7 @@ def test_prompt_longer_than_context_shows_error_and_keeps_the_prompt():
 
 def test_bad_number_shows_error_and_disables_generate():
     at = home()
-    at.number_input(key="gen.top_p").set_value(1.5)
+    at.text_input(key="gen.top_p").set_value("1.5")
     at = at.run()
     assert not at.exception
     assert any("Top-p must be between" in e for e in errors(at))

@@ -44,7 +44,7 @@ def tables(at: AppTest) -> list:
 
 
 def set_number(at: AppTest, key: str, value) -> AppTest:
-    at.number_input(key=key).set_value(value)
+    at.text_input(key=key).set_value(str(value))
     return at.run()
 
 

@@ -19,8 +19,10 @@ APP_TITLE = "LLM inference, by hand"
 
 
 def setup_page(title: str, icon: str = ":material/memory:") -> None:
-    """First call of every page: browser-tab title and a wide layout."""
+    """First call of every page: browser-tab title, a wide layout, and the sidebar's large-text switch."""
+    from ui.charts import large_text_toggle
     st.set_page_config(page_title=f"{title} · {APP_TITLE}", page_icon=icon, layout="wide")
+    large_text_toggle()
 
 
 __all__ = ["APP_TITLE", "setup_page", "model_picker", "model_card", "current_model", "random_choice",

@@ -7,6 +7,7 @@ timings (from the engine's per-token counters) and a table of the generated toke
 from __future__ import annotations
 
 import re
+import threading
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -21,6 +22,8 @@ from ui.widgets import df_with_download, float_field, formula_expander, int_fiel
 PROMPT_KEY = "prompt"
 DEFAULT_PROMPT = "Write a story"
 RESULT_KEY = "last_generation"
+STOP_EVENT_KEY = "_gen.stop_event"     # the running generation's threading.Event (set by the Stop button)
+PREFILL_CHUNK = 256                    # prompt tokens per prefill pass: progress (and Stop) between chunks
 _MD_SPECIAL = re.compile(r"([\\`*_{}\[\]<>()#+\-.!|~$])")
 
 
@@ -34,6 +37,7 @@ class GenerationResult:
     tokens: list[Generated] = field(default_factory=list)
     pieces: list[str] = field(default_factory=list)
     error: str | None = None
+    stopped: bool = False             # the Stop button (or a rerun) ended it early
 
     @property
     def text(self) -> str:
@@ -41,6 +45,8 @@ class GenerationResult:
 
     @property
     def finish_reason(self) -> str | None:
+        if self.stopped:
+            return "stopped"
         return self.tokens[-1].finish_reason if self.tokens else None
 
 
@@ -108,15 +114,15 @@ def generation_box(model: Model | None) -> None:
     if clicked:
         try:
             ids = prompt_ids(model, prompt, use_chat)
-            stream = model.generate(ids, max_new_tokens=max_new, temperature=temperature, top_k=top_k,
-                                    top_p=top_p, seed=seed)                 # checks everything before any work
+            model.check_prompt(ids)
         except SpecError as e:
             show_error(e)
             st.session_state.pop(RESULT_KEY, None)
             return
-        result = _stream_reply(model, ids, stream)
-        result.prompt_text = model_prompt(model, prompt, use_chat)
-        st.session_state[RESULT_KEY] = result
+        options = dict(max_new_tokens=max_new, temperature=temperature, top_k=top_k, top_p=top_p, seed=seed)
+        result = GenerationResult(model_source=model.source, model_name=model.name, prompt_tokens=len(ids),
+                                  prompt_text=model_prompt(model, prompt, use_chat))
+        _stream_reply(model, ids, options, result)
     result = st.session_state.get(RESULT_KEY)
     if result is not None and result.model_source == model.source:
         if not clicked:
@@ -125,26 +131,64 @@ def generation_box(model: Model | None) -> None:
         show_result(result, model)
 
 
-def _stream_reply(model: Model, ids: list[int], stream) -> GenerationResult:
-    """Draw the reply as tokens arrive; returns everything needed to show it again."""
-    result = GenerationResult(model_source=model.source, model_name=model.name, prompt_tokens=len(ids))
+def request_stop() -> None:
+    """The Stop button's callback: end the session's running generation after its current forward pass.
+
+    Streamlit starts the rerun at once (fast reruns) while the old run may still be inside a forward pass: the
+    event ends that run's loop, and the stored result is marked stopped now, so the rerun already says so."""
+    stop = st.session_state.get(STOP_EVENT_KEY)
+    if stop is not None:
+        stop.set()
+    result = st.session_state.get(RESULT_KEY)
+    if result is not None:
+        result.stopped = True
+
+
+def progress_text(done: int, total: int, phase: str) -> tuple[float, str]:
+    """(fraction, words) for the progress bar: prefill chunk by chunk, then decode token by token."""
+    if phase == "prefill":
+        return done / total, f"Prefill: {done:,} of {total:,} prompt tokens read"
+    return done / total, f"Decode: {done:,} of at most {total:,} new tokens"
+
+
+def _stream_reply(model: Model, ids: list[int], options: dict, result: GenerationResult,
+                  stop: threading.Event | None = None) -> None:
+    """Draw the reply as tokens arrive, with a Stop button and a progress bar (per prefill chunk, then per token).
+
+    The result is stored in st.session_state as it grows, so a Stop click keeps the partial reply: the click sets
+    the session's stop Event, and Streamlit also ends this run at its next screen update to start the rerun."""
+    stop = stop if stop is not None else threading.Event()
+    st.session_state[STOP_EVENT_KEY] = stop
+    st.session_state[RESULT_KEY] = result
     st.markdown("**Reply** " + f"({model.name})")
-    slot = st.empty()
-    slot.caption(f"Prefilling {len(ids):,} prompt tokens …")
+    stop_slot, bar_slot, slot = st.empty(), st.empty(), st.empty()
+    stop_slot.button("Stop", key="gen.stop", on_click=request_stop, icon=":material/stop_circle:",
+                     help="End the generation after the current forward pass; the reply so far is kept.")
+    bar = bar_slot.progress(0.0, text=f"Prefill: 0 of {len(ids):,} prompt tokens read")
+
+    def on_progress(done: int, total: int, phase: str) -> None:
+        frac, words = progress_text(done, total, phase)
+        bar.progress(min(max(frac, 0.0), 1.0), text=words)
+
     try:
-        for tok in stream:
+        for tok in model.generate(ids, **options, chunk_size=PREFILL_CHUNK, stop=stop, on_progress=on_progress):
             result.tokens.append(tok)
             slot.markdown(escape_markdown(result.text) + ("" if tok.finish_reason else " ▌"))
     except SpecError as e:                                   # e.g. a problem found mid-generation
         result.error = str(e)
         show_error(e)
+    finally:                                                 # also when Streamlit ends this run for a Stop click
+        last = result.tokens[-1].finish_reason if result.tokens else None
+        result.stopped = stop.is_set() or last == "stopped" or (last is None and result.error is None)
+        if model.tokenizer is not None:
+            result.pieces = model.tokenizer.token_strings([t.token_id for t in result.tokens])
+        st.session_state.pop(STOP_EVENT_KEY, None)
+    stop_slot.empty()
+    bar_slot.empty()
     if not result.tokens:
         slot.empty()
     elif not result.text:
         slot.markdown("*(the tokens generated decode to no visible text)*")
-    if model.tokenizer is not None:
-        result.pieces = model.tokenizer.token_strings([t.token_id for t in result.tokens])
-    return result
 
 
 def _ms(x: float) -> str:
@@ -158,7 +202,8 @@ def show_result(result: GenerationResult, model: Model) -> None:
     n = len(result.tokens)
     nums = generation_summary(result.tokens)
     reason = {"eos": "the model ended its reply", "length": "max new tokens reached",
-              "context": "the context window is full"}.get(result.finish_reason or "", "stopped")
+              "context": "the context window is full",
+              "stopped": "stopped with the Stop button"}.get(result.finish_reason or "", "stopped")
     st.caption(f"{n} tokens after a {result.prompt_tokens:,}-token prompt · {reason}")
     if result.prompt_text:
         with st.expander(f"The prompt as the model sees it ({result.prompt_tokens:,} tokens)"):

@@ -9,6 +9,7 @@ load shows its message and leaves the session on the model it had.
 """
 from __future__ import annotations
 
+import functools
 import threading
 import time
 from collections import OrderedDict
@@ -41,7 +42,12 @@ MAX_SHARED_MODELS = 2              # weights kept in memory for all sessions (Ti
 # ============================================================================================ choices
 def runnable_presets() -> list[str]:
     """Presets the engine can run (plain Llama blocks), smallest first; the others (MoE, MLA, Gemma, ...) are for
-    the calculators."""
+    the calculators. Read once per process (the preset files do not change while the app runs)."""
+    return list(_runnable_presets())
+
+
+@functools.lru_cache(maxsize=1)
+def _runnable_presets() -> tuple[str, ...]:
     from calculators.params import total_params
     from engine.hf_loader import check_llama_architecture
 
@@ -52,7 +58,7 @@ def runnable_presets() -> list[str]:
         except SpecError:
             continue
         out.append(name)
-    return sorted(out, key=lambda name: total_params(load_preset(name)))
+    return tuple(sorted(out, key=lambda name: total_params(load_preset(name))))
 
 
 def choices() -> list[str]:

@@ -13,6 +13,7 @@ import pandas as pd
 import streamlit as st
 
 from specs.model_config import SpecError
+from specs.sources import readable_source
 
 
 # ============================================================================================ tables
@@ -43,34 +44,40 @@ def show_error(exc: BaseException | str, where: Any = None) -> None:
 
 
 def formula_expander(title: str, formula_text: str, where: Any = None) -> None:
-    """The formula behind a number, one click away: a closed expander whose body is markdown (LaTeX allowed)."""
+    """The formula behind a number, one click away: a closed expander whose body is markdown (LaTeX allowed).
+    Short reference codes in the text ("003 Detail 18") are shown as titles and sections a reader can open."""
     target = where if where is not None else st
     with target.expander(title, icon=":material/functions:"):
-        st.markdown(formula_text)
+        st.markdown(readable_source(formula_text))
 
 
 # ============================================================================================ numbers
 def number_field(label: str, value: float, min_value: float, max_value: float, *, key: str,
                  integer: bool = False, step: float | None = None, help: str | None = None,
                  where: Any = None, remember_value: bool = True) -> float | int | None:
-    """A number input that never raises: returns the value, or shows st.error and returns None when it is not a
-    finite number in [min_value, max_value]. Callers skip their work when any field returned None.
+    """A number typed as text, read strictly: returns the value, or shows st.error saying what was wrong and returns
+    None ("abc" is not a number, "2.5" is not whole, "1e400" is not finite, 0 is out of range). Callers skip their
+    work when any field returned None; the text the user typed stays in the box.
 
-    The widget itself has no hard limits (a value typed out of range would make Streamlit raise); the range is
-    checked here and said in the help text instead.
+    A text box rather than `st.number_input`, which silently turns "abc" into 0, "1e9" into 1 and "2.5" into 2
+    before the page sees it. `step` is accepted for compatibility (a text box has no arrows).
     """
     target = where if where is not None else st
-    value = int(value) if integer else float(value)
     rng = f"Allowed: {_fmt(min_value, integer)} to {_fmt(max_value, integer)}."
     kwargs: dict[str, Any] = dict(key=key, help=f"{help} {rng}" if help else rng)
+    default_text = number_text(value, integer)
+    ss = st.session_state
     if remember_value:
-        kwargs["on_change"] = remember(key, value)
-    else:
-        kwargs["value"] = value
-    if integer:
-        v = target.number_input(label, step=int(step or 1), format="%d", **kwargs)
-    else:
-        v = target.number_input(label, step=float(step or 0.1), format="%g", **kwargs)
+        kwargs["on_change"] = remember(key, default_text)
+    elif key not in ss:
+        kwargs["value"] = default_text
+    if key in ss and not isinstance(ss[key], str):       # a number preset by a test or older session state
+        ss[key] = number_text(ss[key], integer)
+    text = target.text_input(label, **kwargs)
+    v, problem = parse_number(label, text, integer)
+    if problem:
+        show_error(problem, where)
+        return None
     return check_number(label, v, min_value, max_value, integer=integer, where=where)
 
 
@@ -82,6 +89,46 @@ def int_field(label: str, value: int, min_value: int, max_value: int, *, key: st
 def float_field(label: str, value: float, min_value: float, max_value: float, *, key: str, **kw) -> float | None:
     """`number_field` for real numbers (temperature, probabilities, bandwidths)."""
     return number_field(label, value, min_value, max_value, key=key, integer=False, **kw)
+
+
+_THOUSANDS = re.compile(r"^[+-]?\d{1,3}([,_ ]\d{3})+(\.\d*)?$")
+
+
+def number_text(v: Any, integer: bool = False) -> str:
+    """How a number is written in a field: 64, 0.7, 2048, 1e-05."""
+    if isinstance(v, str):
+        return v
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        return str(v)
+    if integer or (isinstance(v, int)) or (math.isfinite(v) and float(v).is_integer() and abs(v) < 1e15):
+        return str(int(v)) if math.isfinite(v) else repr(v)
+    return repr(float(v))
+
+
+def parse_number(label: str, text: Any, integer: bool = False) -> tuple[float | int | None, str | None]:
+    """(value, None) for text that is a number, else (None, what is wrong). Thousands separators ("2,048") are
+    allowed; a whole-number field rejects fractions ("2.5") instead of rounding them."""
+    if isinstance(text, (int, float)) and not isinstance(text, bool):
+        text = number_text(text, integer)
+    raw = "" if text is None else str(text).strip()
+    if not raw:
+        return None, f"{label}: the box is empty; type a number."
+    clean = re.sub(r"[,_ ]", "", raw) if _THOUSANDS.match(raw) else raw
+    try:
+        v = float(clean)
+    except ValueError:
+        return None, f"{label}: {raw!r} is not a number."
+    if math.isnan(v):
+        return None, f"{label}: {raw!r} is not a number."
+    if not math.isfinite(v):
+        return None, f"{label}: {raw!r} is too large to be a finite number."
+    if integer:
+        if not v.is_integer():
+            return None, f"{label} must be a whole number; {raw!r} has a fractional part."
+        if re.fullmatch(r"[+-]?\d+", clean):
+            return int(clean), None                          # exact, even beyond 2**53
+        return int(v), None
+    return v, None
 
 
 def check_number(label: str, v: Any, min_value: float, max_value: float, *, integer: bool = False,
@@ -122,13 +169,21 @@ def remember(key: str, default: Any = None) -> Callable[[], None]:
     shadow = _SHADOW + key
     if shadow in ss:
         ss[key] = ss[shadow]
-    elif key not in ss and default is not None:
-        ss[key] = default
+    elif key in ss and ss[key] is not None:                  # preset before the first run (tests, links)
+        ss[shadow] = ss[key]
+    elif default is not None:                                # first sight: this default now holds on every page,
+        ss[key] = ss[shadow] = default                       # so pages with other defaults do not flip it
 
     def store() -> None:
         ss[shadow] = ss[key]
 
     return store
+
+
+def set_remembered(key: str, value: Any) -> None:
+    """Change a remembered widget's value from code (e.g. a Next button's callback), here and on every page."""
+    st.session_state[key] = value
+    st.session_state[_SHADOW + key] = value
 
 
 def catch_spec_errors(fn: Callable[..., Any], *args: Any, where: Any = None, **kwargs: Any) -> Any:

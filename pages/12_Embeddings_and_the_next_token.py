@@ -1,0 +1,163 @@
+"""Embeddings and the next token: the embedding table (its size, one token's row, its nearest neighbours), then the
+other end of the model: the last position's logits, softmax, and how temperature / top-k / top-p reshape the
+distribution; greedy versus sampled; and a logit lens through every layer.
+
+Numbers: `engine.readout` (nearest_tokens, top_k, logit_lens), `engine.sampling.sampling_probs` (the sampler the
+engine itself uses), `calculators.params.embedding_bytes`; the run is one forward pass (`ui.inside`).
+"""
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import streamlit as st
+
+from calculators.params import embedding_bytes
+from calculators.units import fmt_bytes
+from engine import Model
+from engine.readout import embedding_row, logit_lens, nearest_tokens, softmax, support_size, top_k
+from engine.sampling import sampling_probs
+from ui import df_with_download, float_field, formula_expander, int_field, model_picker, setup_page
+from ui.charts import DIVERGING, figure, font_px, style
+from ui.inside import Prompt, index_field, prompt_readout, session_cached, teacher_prompt
+
+SHOW_TOP = 12           # bars in the next-token chart
+NEIGHBOURS = 10
+DRAWS = 20              # sampled draws shown beside the greedy pick
+
+
+def piece(model: Model, token_id: int) -> str:
+    tok = model.tokenizer
+    return tok.token_strings([int(token_id)])[0] if tok is not None else f"#{int(token_id)}"
+
+
+def embedding_section(model: Model, prompt: Prompt) -> None:
+    st.subheader("1 · The embedding table")
+    c = model.config
+    held = model.weights.embed.nbytes
+    predicted = embedding_bytes(c, "fp32")
+    cols = st.columns(3)
+    cols[0].metric("Table shape", f"{c.vocab_size:,} × {c.hidden_size:,}", help="[vocabulary, model width D]")
+    cols[1].metric("In this engine (float32)", fmt_bytes(held), help=f"{held:,} bytes held in memory")
+    cols[2].metric("In bf16 (as shipped)", fmt_bytes(embedding_bytes(c, "bf16")))
+    formula_expander("Embedding table size",
+                     f"bytes = V × D × bytes per number = {c.vocab_size:,} × {c.hidden_size:,} × 4 "
+                     f"= {predicted:,.0f} (calculators.params.embedding_bytes, float32); the engine's array "
+                     f"holds {held:,} bytes.\n\nIn bf16 (2 bytes): {embedding_bytes(c, 'bf16'):,.0f} bytes.\n\n"
+                     "Source: 003 Detail 2a")
+    pos = index_field("Token position in the prompt", len(prompt.ids), key="emb.position",
+                      default=prompt.last_word_position(model),
+                      help="Which of the prompt's tokens to look up (at first: the last word you typed).")
+    if pos is None:
+        return
+    tid = prompt.ids[pos]
+    vec = embedding_row(model.weights.embed, tid)
+    st.markdown(f"Token at position {pos}: **`{piece(model, tid)}`** (id {tid}). Its row of the table, "
+                f"{c.hidden_size} numbers, one colour each:")
+    fig = figure(dict(type="heatmap", z=vec[None, :], colorscale=DIVERGING, zmid=0, showscale=False),
+                 xaxis=dict(title="dimension (0 … D−1)"), yaxis=dict(showticklabels=False))
+    st.plotly_chart(style(fig, height=170, legend_top=False), width="stretch")
+    st.caption(f"Blue = negative, white = 0, red = positive (from {vec.min():.3f} to {vec.max():.3f}).")
+    ids, cos = session_cached("neighbours", (model.source, tid),
+                              lambda: nearest_tokens(model.weights.embed, tid, NEIGHBOURS))
+    df = pd.DataFrame({"token": [piece(model, i) for i in ids], "token_id": ids, "cosine": np.round(cos, 4)})
+    left, right = st.columns([3, 2])
+    fig = figure(dict(type="bar", x=cos, y=list(df["token"]), orientation="h", text=[f"{x:.2f}" for x in cos],
+                      textposition="auto"),
+                 xaxis=dict(title="cosine similarity"), yaxis=dict(autorange="reversed", title="nearest tokens"))
+    left.plotly_chart(style(fig, height=380, legend_top=False), width="stretch")
+    with right:
+        df_with_download(df, "nearest_tokens")
+        formula_expander("Cosine similarity", "cos(a, b) = a·b ÷ (‖a‖ ‖b‖): 1 = same direction, 0 = unrelated. "
+                         "Computed against all rows of the table (`engine.readout.nearest_tokens`).")
+    if model.random_weights:
+        st.caption("Random weights: neighbours are random too (a trained model puts related words together).")
+
+
+def next_token_section(model: Model, prompt: Prompt, logits: np.ndarray) -> None:
+    st.subheader("2 · From the last position to the next token")
+    st.markdown("The last position's vector is compared with every row of the output table: one score (logit) per "
+                "token of the vocabulary. Softmax turns the scores into probabilities; the sampler then picks one. "
+                "Change the sampler's settings and watch the bars.")
+    cols = st.columns(4)
+    temperature = float_field("Temperature", 1.0, 0.0, 100.0, key="emb.temperature", where=cols[0],
+                              help="Divides the logits: below 1 sharpens, above 1 flattens; 0 = greedy.")
+    k = int_field("Top-k", 0, 0, model.config.vocab_size, key="emb.top_k", where=cols[1],
+                  help="Keep the k most likely tokens; 0 = off.")
+    p = float_field("Top-p", 1.0, 0.01, 1.0, key="emb.top_p", where=cols[2],
+                    help="Keep the most likely tokens until their probabilities add up to p; 1 = off.")
+    seed = int_field("Seed", 0, 0, 2**32 - 1, key="emb.seed", where=cols[3])
+    if None in (temperature, k, p, seed):
+        return
+    base = softmax(logits)                                                        # [V] at temperature 1
+    shaped = sampling_probs(logits, temperature, k, p)                            # [V] what the sampler draws from
+    top_ids, _ = top_k(base, SHOW_TOP)
+    labels = [f"{piece(model, i)}" for i in top_ids]
+    fig = figure(dict(type="bar", name="model (softmax, T = 1)", x=labels, y=base[top_ids],
+                      marker=dict(color="#94a3b8")),
+                 dict(type="bar", name="after your temperature / top-k / top-p", x=labels, y=shaped[top_ids],
+                      marker=dict(color="#2563eb"), text=[f"{x:.0%}" for x in shaped[top_ids]],
+                      textposition="outside", cliponaxis=False),
+                 barmode="group", xaxis=dict(title=f"next token (the model's {SHOW_TOP} most likely)", type="category"),
+                 yaxis=dict(title="probability", tickformat=".0%"))
+    st.plotly_chart(style(fig, height=430), width="stretch")
+    greedy = int(np.argmax(logits))
+    rng = np.random.default_rng(seed)
+    draws = rng.choice(shaped.size, size=DRAWS, p=shaped)
+    kept = support_size(shaped)
+    st.markdown(f"**Greedy** (always the most likely): `{piece(model, greedy)}` ({base[greedy]:.1%}).  \n"
+                f"**Sampled**, {DRAWS} draws with seed {seed}: "
+                + " ".join(f"`{piece(model, d)}`" for d in draws)
+                + f"  \n{kept:,} of {shaped.size:,} tokens can still be drawn with these settings.")
+    formula_expander("Softmax, temperature, top-k, top-p",
+                     "p_i = exp(z_i / T) ÷ Σ_j exp(z_j / T), with z the logits and T the temperature.\n\n"
+                     "Top-k keeps the k largest z (others get p = 0); top-p keeps the most likely tokens until "
+                     "their probabilities reach p, then renormalises. T = 0 puts all mass on the largest z "
+                     "(greedy). These are the engine's own sampler (`engine.sampling.sampling_probs`).\n\n"
+                     "Source: 003 Detail 3")
+    df = pd.DataFrame({"token": labels, "token_id": top_ids, "logit": np.round(logits[top_ids], 4),
+                       "p (T=1)": np.round(base[top_ids], 6), "p (your settings)": np.round(shaped[top_ids], 6)})
+    df_with_download(df, "next_token_distribution")
+
+
+def logit_lens_section(model: Model, prompt: Prompt, resid: np.ndarray) -> None:
+    st.subheader("3 · Logit lens: what each layer would say")
+    st.markdown("Stop the model after any layer and send that layer's vector straight to the final norm and the "
+                "output table. Early layers usually guess poorly; the answer forms in the later layers.")
+    ids, probs = session_cached("lens", (model.source, prompt.ids),
+                                lambda: logit_lens(model.weights, model.config, resid))
+    layers = np.arange(len(ids))
+    labels = [piece(model, i) for i in ids]
+    fig = session_cached("lens_chart", (model.source, prompt.ids, font_px()),
+                         lambda: style(figure(dict(type="bar", orientation="h", y=[f"layer {i}" for i in layers],
+                                                   x=probs, text=[f"{t}  {p:.0%}" for t, p in zip(labels, probs)],
+                                                   textposition="outside", cliponaxis=False,
+                                                   marker=dict(color="#2563eb")),
+                                              xaxis=dict(title="probability of that layer's top token",
+                                                         tickformat=".0%", range=[0, 1.25]),
+                                              yaxis=dict(autorange="reversed", type="category", dtick=1)),
+                                       height=120 + 24 * len(layers), legend_top=False))
+    st.plotly_chart(fig, width="stretch")
+    df_with_download(pd.DataFrame({"layer": layers, "top token": labels, "token_id": ids,
+                                   "probability": np.round(probs, 6)}), "logit_lens")
+    formula_expander("Logit lens", "top token after layer l = argmax softmax(RMSNorm(x_l) · W_outᵀ): the model's "
+                     "own final norm and LM head applied to the residual stream x_l at the last position "
+                     "(`engine.readout.logit_lens`). The last row equals the model's real prediction.")
+
+
+def page() -> None:
+    setup_page("Embeddings and the next token", icon=":material/scatter_plot:")
+    st.title("Embeddings and the next token")
+    st.markdown("Each token id picks one row of a big table: a list of numbers the rest of the model works on. At "
+                "the far end, the model turns its last vector back into one score per vocabulary entry, and a "
+                "sampler picks the next token from them. This page shows both ends on your prompt.")
+    model = model_picker()
+    prompt = teacher_prompt(model)
+    if model is None or prompt is None:
+        return
+    readout = prompt_readout(model, prompt)
+    embedding_section(model, prompt)
+    next_token_section(model, prompt, readout.last_logits)
+    logit_lens_section(model, prompt, readout.last_resid)
+
+
+page()

@@ -1,0 +1,159 @@
+"""Prefill and decode, measured: the teacher's run as a timeline (one prefill bar, then one tick per token), TTFT,
+the inter-token latency distribution and tokens/s; then a prompt-length sweep on this machine showing TTFT grow
+while ITL stays flat, beside the calculators' prediction for this machine.
+
+Numbers: `engine.record_generation` (the run), `engine.readout.record_timeline`, `engine.profile.profile_run`
+(the sweep), `calculators.latency.prefill_ms` / `decode_step_ms` on `specs.devices.measure_this_machine`.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import streamlit as st
+
+from calculators.latency import decode_step_ms, prefill_ms
+from engine import Model
+from engine.profile import profile_run
+from engine.readout import record_timeline, sweep_lengths, token_end_times_ms
+from specs.model_config import SpecError
+from ui import df_with_download, formula_expander, model_picker, setup_page, show_error
+from ui.charts import figure, style
+from ui.inside import Prompt, run_settings, session_cached, step_texts, teacher_prompt, teacher_run
+from ui.model_source import measured_machine
+
+ENGINE_DTYPE = "fp32"               # the engine's weights, activations and cache are float32
+SWEEP_STEPS = 4                     # decode steps timed per prompt length (the median is reported)
+SWEEP_KEY = "pd.sweep_max"
+
+
+MAX_LABELS = 8                      # token texts written on the timeline (more would overlap)
+
+
+def timeline(rec, texts: list[str], tl: dict) -> None:
+    ends = token_end_times_ms(rec)                                              # ms at which each token exists
+    every = max(1, -(-len(texts) // MAX_LABELS))
+    shown = [t if i % every == 0 else "" for i, t in enumerate(texts)]
+    traces = [dict(type="bar", y=["run"], x=[tl["ttft_ms"]], base=[0], orientation="h", name="prefill (whole prompt)",
+                   marker=dict(color="#f59e0b"), text=[f"prefill {tl['ttft_ms']:.0f} ms"], textposition="inside")]
+    if len(ends) > 1:
+        traces.append(dict(type="bar", y=["run"] * (len(ends) - 1), x=np.diff(ends), base=ends[:-1],
+                           orientation="h", name="decode steps (one token each)", marker=dict(color="#2563eb"),
+                           marker_line=dict(color="white", width=2)))
+    sides = ["top center" if (i // every) % 2 == 0 else "bottom center" for i in range(len(texts))]
+    traces.append(dict(type="scatter", x=ends, y=["tokens"] * len(ends), mode="markers+text", text=shown,
+                       textposition=sides, name="a token appears", cliponaxis=False,
+                       marker=dict(symbol="line-ns-open", size=18, color="#111827")))
+    fig = figure(*traces, barmode="overlay", xaxis=dict(title="time since the request (ms)"),
+                 yaxis=dict(categoryorder="array", categoryarray=["run", "tokens"]))
+    st.plotly_chart(style(fig, height=330), width="stretch")
+    if every > 1:
+        st.caption(f"Each tick is one token; one token in {every} has its text written (more would overlap).")
+
+
+def itl_histogram(tl: dict) -> None:
+    med = tl["median_itl_ms"]
+    fig = figure(dict(type="histogram", x=tl["itl_ms"], nbinsx=20, marker=dict(color="#2563eb")),
+                 shapes=[dict(type="line", x0=med, x1=med, y0=0, y1=1, yref="paper", line=dict(dash="dot"))],
+                 annotations=[dict(x=med, y=0.98, yref="paper", yanchor="top", xanchor="left", xshift=6,
+                                   text=f"median {med:.1f} ms", showarrow=False, bgcolor="rgba(255,255,255,0.85)")],
+                 xaxis=dict(title="inter-token latency (ms)"), yaxis=dict(title="decode steps"))
+    st.plotly_chart(style(fig, height=320, legend_top=False), width="stretch")
+
+
+def run_section(model: Model, prompt: Prompt) -> None:
+    settings = run_settings(model)
+    if settings is None:
+        return
+    try:
+        with st.spinner("Generating …"):
+            rec = teacher_run(model, prompt, *settings)
+    except SpecError as e:
+        show_error(e)
+        return
+    texts = step_texts(model, rec)
+    tl = record_timeline(rec)
+    cols = st.columns(4)
+    cols[0].metric("TTFT", f"{tl['ttft_ms']:.1f} ms", help="Time to first token: the prefill of the whole prompt.")
+    cols[1].metric("Median ITL", f"{tl['median_itl_ms']:.1f} ms" if len(tl["itl_ms"]) else "–",
+                   help="Inter-token latency: one decode step.")
+    cols[2].metric("Decode speed", f"{tl['tokens_per_s']:.1f} tokens/s" if np.isfinite(tl["tokens_per_s"]) else "–",
+                   help="1 / mean ITL")
+    cols[3].metric("Whole run", f"{tl['total_ms']:.0f} ms", help=f"{len(rec.steps)} tokens")
+    st.caption(f"Measured on this server: {model.name}, float32 NumPy, one sequence (batch 1), a "
+               f"{len(prompt.ids):,}-token prompt, {len(rec.steps)} new tokens ({rec.finish_reason}).")
+    timeline(rec, texts, tl)
+    if len(tl["itl_ms"]):
+        itl_histogram(tl)
+    formula_expander("Where these numbers come from",
+                     "Each forward pass has its own wall-clock timer in the run's record:\n\n"
+                     "- **TTFT** = the prefill pass over all prompt tokens (it also yields the first token).\n"
+                     "- **ITL** = one decode pass, one token through every layer; the histogram shows every step.\n"
+                     "- **tokens/s** = 1 ÷ mean ITL (`engine.readout.record_timeline`).\n\nSource: 003 Detail 11")
+    df = pd.DataFrame({"step": [s.step for s in rec.steps], "token": texts,
+                       "seconds": [round(s.seconds, 6) for s in rec.steps],
+                       "cache_tokens": [s.cache_tokens for s in rec.steps]})
+    df_with_download(df, "run_timeline")
+
+
+def sweep(model: Model, lengths: tuple[int, ...]) -> pd.DataFrame:
+    rows = []
+    for n in lengths:
+        run = profile_run(model, n, SWEEP_STEPS)
+        rows.append({"prompt tokens": n, "TTFT measured (ms)": run.prefill_ms, "ITL measured (ms)": run.itl_ms})
+    return pd.DataFrame(rows)
+
+
+def sweep_section(model: Model) -> None:
+    st.subheader("Longer prompts: TTFT grows, ITL stays flat")
+    st.markdown("Prefill handles the whole prompt in one pass, so its time grows with the prompt. A decode step "
+                "handles one token and mostly reads the weights, so it barely notices how long the prompt was.")
+    ctx = model.config.max_position_embeddings
+    lengths = sweep_lengths(ctx - SWEEP_STEPS - 1)
+    st.caption(f"Prompt lengths: {', '.join(map(str, lengths))} tokens of random ids, {SWEEP_STEPS} decode steps "
+               "each (the median step is shown).")
+    key = (model.source, lengths)
+    have = st.session_state.get(SWEEP_KEY) == key
+    if not have and not st.button("Run the sweep", key="pd.run_sweep", icon=":material/speed:",
+                                  help="A few seconds for the default model."):
+        return
+    with st.spinner("Measuring each prompt length …"):
+        df = session_cached("sweep", key, lambda: sweep(model, lengths))
+        device = measured_machine()
+    st.session_state[SWEEP_KEY] = key
+    df["TTFT predicted (ms)"] = [prefill_ms(model.config, device, n, weight_dtype=ENGINE_DTYPE)["prefill_ms"]
+                                 for n in df["prompt tokens"]]
+    df["ITL predicted (ms)"] = [decode_step_ms(model.config, device, n, weight_dtype=ENGINE_DTYPE)["step_ms"]
+                                for n in df["prompt tokens"]]
+    traces = [dict(type="scatter", x=list(df["prompt tokens"]), y=list(df[col]), name=col, mode="lines+markers",
+                   line=dict(color=color, dash=dash))
+              for col, color, dash in (("TTFT measured (ms)", "#f59e0b", "solid"),
+                                       ("TTFT predicted (ms)", "#f59e0b", "dot"),
+                                       ("ITL measured (ms)", "#2563eb", "solid"),
+                                       ("ITL predicted (ms)", "#2563eb", "dot"))]
+    fig = figure(*traces, xaxis=dict(title="prompt length (tokens)"), yaxis=dict(title="time (ms)", type="log"))
+    st.plotly_chart(style(fig, height=430), width="stretch")
+    st.caption(f"Prediction for this machine as measured by NumPy: {device.memory_bandwidth_gb_s:,.1f} GB/s, "
+               f"{device.peak(ENGINE_DTYPE) / 1e9:,.1f} GFLOP/s in float32; each step takes the larger of its "
+               "compute time and its memory time (the roofline).")
+    df_with_download(df.round(3), "prefill_decode_sweep")
+    formula_expander("The prediction", "TTFT ≈ max(prefill FLOPs ÷ peak FLOP/s, bytes ÷ bandwidth) and "
+                     "ITL ≈ max(step FLOPs ÷ peak, (weights + KV cache) ÷ bandwidth), with this machine's measured "
+                     "peak and bandwidth (`calculators.latency.prefill_ms`, `decode_step_ms`, float32).\n\n"
+                     "Source: 003 Details 11 and 12")
+
+
+def page() -> None:
+    setup_page("Prefill and decode, measured", icon=":material/timer:")
+    st.title("Prefill and decode, measured")
+    st.markdown("A reply has two phases. First the model reads the whole prompt in one pass (prefill): that is the "
+                "wait before the first token. Then it produces one token per pass (decode), at a steady beat. Here "
+                "is your run on this server, timed pass by pass.")
+    model = model_picker()
+    prompt = teacher_prompt(model)
+    if model is None or prompt is None:
+        return
+    run_section(model, prompt)
+    sweep_section(model)
+
+
+page()

@@ -1,0 +1,103 @@
+"""Charts a class can read from the back of the room: one plotly look for every page (axis titles, fonts of at
+least 14 px, 22 px and up with the large-text option), and the large-text switch itself (sidebar, every page).
+
+    from ui.charts import style
+    st.plotly_chart(style(fig), use_container_width=True)
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import streamlit as st
+
+LARGE_TEXT_KEY = "ui.large_text"
+# Explicit colour scales (a named one in a plain-dict figure is read by plotly.js, whose "Blues" runs dark to light):
+WEIGHTS = [[0.0, "#f7fbff"], [0.25, "#c6dbef"], [0.5, "#6baed6"], [0.75, "#2171b5"], [1.0, "#08306b"]]  # 0 = white
+DIVERGING = [[0.0, "#2166ac"], [0.5, "#f7f7f7"], [1.0, "#b2182b"]]                                  # −, 0, +
+NORMAL_FONT_PX, LARGE_FONT_PX = 15, 22
+_LARGE_CSS = """
+<style>
+  html, body, [data-testid="stAppViewContainer"] { font-size: 21px; }
+  [data-testid="stMarkdownContainer"] p, [data-testid="stMarkdownContainer"] li,
+  [data-testid="stCaptionContainer"], label, .stTextInput input, .stTextArea textarea { font-size: 1.15rem !important; }
+  [data-testid="stMetricValue"], [data-testid="stMetricValue"] div,
+  [data-testid="stMetricValue"] p { font-size: 2.6rem !important; }
+  [data-testid="stMetricLabel"] p { font-size: 1.05rem !important; }
+  h1 { font-size: 3rem !important; } h2 { font-size: 2.2rem !important; } h3 { font-size: 1.7rem !important; }
+</style>
+"""
+
+
+def large_text() -> bool:
+    """Whether this session asked for projector-sized text."""
+    return bool(st.session_state.get(LARGE_TEXT_KEY, False))
+
+
+def font_px() -> int:
+    return LARGE_FONT_PX if large_text() else NORMAL_FONT_PX
+
+
+def label_step(n: int, span_px: int = 760) -> int:
+    """Write every k-th of n category labels so that labels of the current font size never overlap on an axis
+    about `span_px` long: k = 1 when they all fit."""
+    return max(1, -(-n * (font_px() + 5) // span_px))
+
+
+def large_text_toggle() -> None:
+    """Sidebar switch (remembered across pages); when on, bigger page text (CSS) and bigger chart fonts."""
+    from ui.widgets import remember
+    store = remember(LARGE_TEXT_KEY, False)
+    st.sidebar.toggle("Large text (projector)", key=LARGE_TEXT_KEY, on_change=store,
+                      help="Bigger text and chart labels for a classroom screen.")
+    if large_text():
+        st.markdown(_LARGE_CSS, unsafe_allow_html=True)
+
+
+def _merge(base: dict, extra: dict) -> dict:
+    """`extra` written over `base`, nested dicts merged (base's own keys win nowhere they are both set)."""
+    out = dict(base)
+    for k, v in extra.items():
+        out[k] = _merge(out[k], v) if isinstance(v, dict) and isinstance(out.get(k), dict) else v
+    return out
+
+
+def figure(*traces: dict, **layout: Any) -> dict:
+    """A chart as a plain dict (traces like dict(type="bar", x=..., y=...)): no per-property validation, so
+    charts redrawn at every interaction cost little. Pass it to `style` before drawing."""
+    return {"data": list(traces), "layout": layout}
+
+
+def style(fig: Any, *, height: int | None = None, legend_top: bool = True) -> Any:
+    """The app's chart look applied to a plotly figure (or a `figure` dict): readable fonts (bigger with large text), titled axes kept,
+    margins that leave room for tick labels, a legend above the plot so it never covers data.
+
+    Applied to the figure's plain dict and rebuilt without re-validation: plotly checks every property it sets
+    one by one, which costs tens of ms per chart, and a rerun of a page with several charts must stay well under
+    300 ms. No template object either (Streamlit's theme gives the colours)."""
+    px = font_px()
+    d = dict(fig) if isinstance(fig, dict) else fig.to_plotly_json()
+    layout = dict(d.get("layout", {}))
+    if isinstance(layout.get("title"), str):
+        layout["title"] = dict(text=layout["title"])
+    for name in [k for k in layout if k.startswith(("xaxis", "yaxis"))]:
+        if isinstance(layout[name].get("title"), str):
+            layout[name] = {**layout[name], "title": dict(text=layout[name]["title"])}
+    axis = dict(title=dict(font=dict(size=px + 1)), tickfont=dict(size=px), automargin=True)
+    extra: dict[str, Any] = dict(
+        font=dict(size=px), hoverlabel=dict(font=dict(size=px)),
+        margin=dict(l=10, r=10, t=60 if layout.get("title", {}).get("text") else 30, b=10),
+    )
+    if "title" in layout:
+        extra["title"] = dict(font=dict(size=px + 4))
+    for name in [k for k in layout if k.startswith(("xaxis", "yaxis"))] or ["xaxis", "yaxis"]:
+        extra[name] = axis
+    if legend_top:
+        extra["legend"] = dict(orientation="h", yanchor="bottom", y=1.02, xanchor="left", x=0, font=dict(size=px))
+    if height is not None:
+        extra["height"] = int(height * (1.3 if large_text() else 1.0))
+    layout = _merge(layout, extra)
+    if "annotations" in layout:
+        layout["annotations"] = [_merge(a, dict(font=dict(size=px))) for a in layout["annotations"]]
+    d["layout"] = layout
+    import plotly.graph_objects as go
+    return go.Figure(d, _validate=False)
