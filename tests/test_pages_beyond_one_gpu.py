@@ -32,7 +32,7 @@ def test_parallelism_page_shows_tp_floors_bubble_and_the_mesh_view():
     assert [round(v, 2) for v in tp["weights-only floor (ms)"][:3]] == [1.41, 0.71, 0.35]
     bubble = next(d.value for d in at.dataframe if "bubble (%)" in d.value.columns)
     assert [round(v) for v in bubble["bubble (%)"]] == [75, 43, 16, 4]
-    at.number_input(key="par.mesh.cols").set_value(3).run()      # 3 columns cannot split 32 heads
+    at.text_input(key="par.mesh.cols").set_value(str(3)).run()      # 3 columns cannot split 32 heads
     assert not at.exception and any("do not divide" in e for e in texts(at.error))
 
 
@@ -40,10 +40,10 @@ def test_capacity_planner_ranks_plans_and_explains_no_feasible_plan():
     at = page("42_")
     assert not at.exception and not texts(at.error)
     assert any(m.label == "Binding constraint" for m in at.metric)
-    at.number_input(key="plan.rate").set_value(0.0).run()
+    at.text_input(key="plan.rate").set_value(str(0.0)).run()
     assert not at.exception and any("No feasible plan" in w and "rate" in w for w in texts(at.warning))
-    at.number_input(key="plan.rate").set_value(1.0).run()
-    at.number_input(key="plan.itl").set_value(0.001).run()
+    at.text_input(key="plan.rate").set_value(str(1.0)).run()
+    at.text_input(key="plan.itl").set_value(str(0.001)).run()
     assert any("No feasible plan" in w and "itl" in w for w in texts(at.warning))
 
 
@@ -61,7 +61,7 @@ def test_latency_page_on_an_8_gpu_node_shows_allreduce_and_the_fit_verdict():
     assert not at.exception
     assert any(m.label == "All-reduce per token" for m in at.metric)
     assert any("Fits" in s and "8 × A100" in s for s in texts(at.success))
-    at.number_input(key="mg.tp").set_value(3).run()                # 3 does not divide TinyLlama's 32 heads
+    at.text_input(key="mg.tp").set_value(str(3)).run()                # 3 does not divide TinyLlama's 32 heads
     assert not at.exception and any("does not divide" in e for e in texts(at.sidebar.error))
 
 
@@ -74,7 +74,7 @@ def test_latency_page_warns_when_the_setup_does_not_fit():
 def test_custom_device_takes_fp8_peak_interconnect_and_price():
     at = page("24_", device=CUSTOM)
     assert not at.exception and not texts(at.error)
-    at.number_input(key="device.custom.tflops.fp8").set_value(-1.0).run()
+    at.text_input(key="device.custom.tflops.fp8").set_value(str(-1.0)).run()
     assert not at.exception and any("between" in e for e in texts(at.sidebar.error))
 
 

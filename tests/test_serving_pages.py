@@ -61,16 +61,16 @@ def test_batching_critical_batch_follows_the_context_and_the_engine_measures_eac
     at = page("Batching")
     m = step_model_for(load_preset("TinyLlama-1.1B"), load_device("A100 SXM 40GB"), "fp16")
     assert metrics(at)["KV read = weight read at batch"] == fmt_num(kv_critical_batch(m, 300), 4) == "325.5"
-    at.number_input(key="batching.context").set_value(1000).run()
+    at.text_input(key="batching.context").set_value(str(1000)).run()
     assert metrics(at)["KV read = weight read at batch"] == fmt_num(kv_critical_batch(m, 1000), 4)
-    at.number_input(key="batching.streams").set_value(2)
-    at.number_input(key="batching.new").set_value(2)
-    at.number_input(key="batching.plen").set_value(3).run()
+    at.text_input(key="batching.streams").set_value(str(2))
+    at.text_input(key="batching.new").set_value(str(2))
+    at.text_input(key="batching.plen").set_value(str(3)).run()
     at.button(key="batching.measure").click().run()
     assert_clean(at)
     measured = at.dataframe[-1].value
     assert list(measured["streams"]) == [1, 2] and (measured["decode_tokens_per_s"] > 0).all()
-    at.number_input(key="batching.context").set_value(-1).run()
+    at.text_input(key="batching.context").set_value(str(-1)).run()
     assert any("Context per sequence" in e for e in errors(at)) and not at.exception
 
 
@@ -94,7 +94,7 @@ def test_continuous_batching_beats_static_and_the_engine_serves_every_prompt():
                                                  ("cb.slots", 0, "Batch slots")])
 def test_continuous_batching_bad_numbers_are_errors(key, value, message):
     at = page("Continuous_batching")
-    at.number_input(key=key).set_value(value).run()
+    at.text_input(key=key).set_value(str(value)).run()
     assert any(message in e for e in errors(at)) and not at.exception
 
 
@@ -111,7 +111,7 @@ def test_paged_live_block_tables_then_every_block_returns_to_the_free_list():
     at = page("Paged_KV_cache")
     assert metrics(at)["Blocks"] == "4" and metrics(at)["Empty slots in the last block"] == "14"   # 50 tokens
     at.text_area(key="paged.prompts").set_value("one two three four five\nsix seven")
-    at.number_input(key="paged.new").set_value(2).run()
+    at.text_input(key="paged.new").set_value(str(2)).run()
     at.button(key="paged.start").click().run()
     at.button(key="paged.step").click().run()
     assert_clean(at)
@@ -128,7 +128,7 @@ def test_paged_live_block_tables_then_every_block_returns_to_the_free_list():
                                                  ("alloc.pool", 100, "too small for one")])
 def test_paged_allocation_bad_sizes_are_errors(key, value, message):
     at = page("Paged_KV_cache")
-    at.number_input(key=key).set_value(value).run()
+    at.text_input(key=key).set_value(str(value)).run()
     assert any(message in e for e in errors(at)) and not at.exception
 
 
@@ -145,14 +145,14 @@ def test_prefix_caching_reference_numbers_and_the_engine_reuses_the_shared_block
     m = metrics(at)
     assert m["Tokens left to prefill"] == "8 of 508" and m["Blocks the prefix fills"] == "31 full"
     assert m["KV of the prefix, cached once"] == "11.3 MB"          # 500 × 22,528 B (the text: ≈ 11 MB)
-    at.number_input(key="prefix.system_len").set_value(20)
-    at.number_input(key="prefix.question_len").set_value(3).run()
+    at.text_input(key="prefix.system_len").set_value(str(20))
+    at.text_input(key="prefix.question_len").set_value(str(3)).run()
     at.button(key="prefix.run").click().run()
     assert_clean(at)
     df = next(d.value for d in at.dataframe if "cached_tokens" in d.value.columns).set_index("cache")
     assert df.loc["off", "cached_tokens"] == 0 and df.loc["off", "prefill_tokens"] == 23
     assert df.loc["on", "cached_tokens"] == 16 and df.loc["on", "prefill_tokens"] == 23 - 16   # one full block
-    at.number_input(key="prefix.unique").set_value(0).run()
+    at.text_input(key="prefix.unique").set_value(str(0)).run()
     assert any("Unique tokens" in e for e in errors(at)) and not at.exception
 
 
@@ -161,15 +161,15 @@ def test_chunked_prefill_theory_simulator_and_engine():
     at = page("Chunked_prefill")
     sim = at.dataframe[0].value.set_index("prefill")
     assert sim["itl_max_ms"].iloc[1] < sim["itl_max_ms"].iloc[0]            # chunks shrink the worst gap
-    at.number_input(key="chunked.long").set_value(12)
-    at.number_input(key="chunked.engine_chunk").set_value(5)
-    at.number_input(key="chunked.n_dec").set_value(1)
-    at.number_input(key="chunked.new").set_value(4).run()
+    at.text_input(key="chunked.long").set_value(str(12))
+    at.text_input(key="chunked.engine_chunk").set_value(str(5))
+    at.text_input(key="chunked.n_dec").set_value(str(1))
+    at.text_input(key="chunked.new").set_value(str(4)).run()
     at.button(key="chunked.run").click().run()
     assert_clean(at)
     eng = at.dataframe[-1].value
     assert list(eng["prefill"]) == ["whole", "chunks of 5"] and (eng["long_prompt_ttft_ms"] > 0).all()
-    at.number_input(key="chunked.chunk").set_value(0).run()
+    at.text_input(key="chunked.chunk").set_value(str(0)).run()
     assert any("Chunk (tokens)" in e for e in errors(at)) and not at.exception
 
 
@@ -177,12 +177,12 @@ def test_chunked_prefill_theory_simulator_and_engine():
 def test_speculative_formula_and_engine_run_give_the_same_tokens_as_plain_greedy():
     at = page("Speculative_decoding")
     assert metrics(at)["Tokens per target pass"] == "3.36"                   # α 0.8, K 4: the text's ≈ 3.4
-    at.number_input(key="spec.new").set_value(2).run()
+    at.text_input(key="spec.new").set_value(str(2)).run()
     at.button(key="spec.run").click().run()
     assert_clean(at)
     assert "Same tokens" in at.success[0].value
     assert at.dataframe[-1].value.set_index("quantity").loc["tokens per target pass", "measured"] >= 1
-    at.number_input(key="spec.alpha").set_value(1.5).run()
+    at.text_input(key="spec.alpha").set_value(str(1.5)).run()
     assert any("Acceptance" in e for e in errors(at)) and not at.exception
 
 
@@ -193,10 +193,10 @@ def test_queueing_hockey_stick_and_utilisation_of_one_or_more_is_an_error():
     one = at.dataframe[0].value
     assert list(one["load"]) == [0.1, 0.3, 0.5, 0.7, 0.8, 0.9, 0.95]
     assert one["wait_over_service"].is_monotonic_increasing
-    at.number_input(key="queue.rho").set_value(1.0).run()
+    at.text_input(key="queue.rho").set_value(str(1.0)).run()
     assert any("(0, 1)" in e and "without limit" in e for e in errors(at)) and not at.exception
-    at.number_input(key="queue.rho").set_value(0.5)
-    at.number_input(key="queue.n").set_value(10).run()
+    at.text_input(key="queue.rho").set_value(str(0.5))
+    at.text_input(key="queue.n").set_value(str(10)).run()
     assert any("Requests per run" in e for e in errors(at)) and not at.exception
 
 
