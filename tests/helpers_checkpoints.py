@@ -224,12 +224,34 @@ def gguf_name(hf: str) -> str:
     return f"blk.{i}.{_GGUF_LAYER[rest.removesuffix('.weight')]}.weight"
 
 
+def llama3_rope_freqs(cfg: dict) -> np.ndarray:
+    """The `rope_freqs` tensor llama.cpp's convert_hf_to_gguf.py writes for a config with llama3 rope_scaling:
+    per dimension pair, 1 (short wavelength), `factor` (long), or 1 / ((1 - smooth) / factor + smooth) between.
+    Written as the converter's own loop, independently of engine.ops.rope_inv_freq."""
+    import math
+    rs, dim = cfg["rope_scaling"], cfg.get("head_dim") or cfg["hidden_size"] // cfg["num_attention_heads"]
+    factor, low, high = rs["factor"], rs["low_freq_factor"], rs["high_freq_factor"]
+    old_ctx = rs["original_max_position_embeddings"]
+    out = []
+    for i in range(0, dim, 2):
+        wavelen = 2 * math.pi * cfg["rope_theta"] ** (i / dim)
+        if wavelen < old_ctx / high:
+            out.append(1.0)
+        elif wavelen > old_ctx / low:
+            out.append(factor)
+        else:
+            smooth = (old_ctx / wavelen - low) / (high - low)
+            out.append(1 / ((1 - smooth) / factor + smooth))
+    return np.array(out, np.float32)
+
+
 def write_gguf(path: str | Path, cfg: dict, tensors: dict[str, np.ndarray] | None = None, seed: int = 0,
                qtype: str = "F32", tokenizer: dict | None = None, permute: bool = True,
-               arch: str = "llama") -> dict[str, np.ndarray]:
+               arch: str = "llama", rope_freqs: np.ndarray | None = None) -> dict[str, np.ndarray]:
     """A llama GGUF file as llama.cpp's converter writes it: llama.* metadata, tokenizer metadata, tensors with
     GGUF names and q/k rows permuted for interleaved RoPE; 2-D weights quantized to `qtype` (F32, F16, Q8_0,
-    Q4_0, Q4_1), norms kept F32. Returns the HF-layout float32 weights a correct loader must reconstruct."""
+    Q4_0, Q4_1), norms kept F32; `rope_freqs` (Llama-3.1 frequency factors) as an F32 tensor when given.
+    Returns the HF-layout float32 weights a correct loader must reconstruct."""
     import gguf
     from gguf import GGMLQuantizationType as Q
     from gguf.quants import dequantize, quantize
@@ -276,6 +298,8 @@ def write_gguf(path: str | Path, cfg: dict, tensors: dict[str, np.ndarray] | Non
         elif permute and hf.endswith("k_proj.weight"):
             back = _unpermute(seen, KV)
         expected[hf] = np.ascontiguousarray(back, dtype=np.float32)
+    if rope_freqs is not None:
+        w.add_tensor("rope_freqs.weight", np.asarray(rope_freqs, np.float32))
     w.write_header_to_file()
     w.write_kv_data_to_file()
     w.write_tensors_to_file()
