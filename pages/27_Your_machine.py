@@ -71,8 +71,8 @@ def show_run(model: Model, pred: dict, run: ProfileRun, n: int, steps: int) -> N
                        "measured": [r[2] for r in rows],
                        "measured / predicted": [r[2] / r[1] if r[1] else float("nan") for r in rows],
                        "compared": [r[3] for r in rows]})
-    st.markdown("**Predicted vs measured.** Counters (bytes, FLOPs) should agree to within 1%: theory and engine "
-                "count by the same convention. Times differ by how far NumPy is from the machine's best: "
+    st.markdown("**Predicted vs measured.** Counters (bytes, FLOPs) agree exactly: theory and engine "
+                "count the same whole FLOPs and bytes by one convention. Times differ by how far NumPy is from the machine's best: "
                 "a ratio above 1 is time the engine spends beyond the floor.")
     f = st.column_config.NumberColumn(format="%.4g")
     df_with_download(df, "predicted_vs_measured", column_config={"predicted": f, "measured": f,

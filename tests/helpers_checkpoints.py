@@ -254,7 +254,7 @@ def write_gguf(path: str | Path, cfg: dict, tensors: dict[str, np.ndarray] | Non
     Returns the HF-layout float32 weights a correct loader must reconstruct."""
     import gguf
     from gguf import GGMLQuantizationType as Q
-    from gguf.quants import dequantize, quantize
+    from gguf.quants import quantize
 
     tensors = tensors if tensors is not None else random_tensors(cfg, seed)
     H, KV = cfg["num_attention_heads"], cfg["num_key_value_heads"]
@@ -290,7 +290,7 @@ def write_gguf(path: str | Path, cfg: dict, tensors: dict[str, np.ndarray] | Non
             seen = stored.astype(np.float32)
         else:
             stored = quantize(data, q)
-            seen = dequantize(stored, q).reshape(data.shape)
+            seen = reference_dequantize(stored, qtype, data.shape)    # not gguf-py's decoder: the loader uses it
         w.add_tensor(gguf_name(hf), stored, raw_dtype=None if stored.dtype != np.uint8 else q)
         back = seen
         if permute and hf.endswith("q_proj.weight"):
@@ -305,6 +305,38 @@ def write_gguf(path: str | Path, cfg: dict, tensors: dict[str, np.ndarray] | Non
     w.write_tensors_to_file()
     w.close()
     return expected
+
+
+def reference_dequantize(raw: np.ndarray, qtype: str, shape: tuple[int, ...]) -> np.ndarray:
+    """GGUF block formats decoded from their byte layout (ggml-common.h), independently of gguf-py: what a test
+    expects the loader's dequantized weights to be. Blocks of 32 weights; fp16 scale d (and minimum m):
+      Q8_0  d | 32 x int8 q                     -> d·q
+      Q4_0  d | 16 bytes, low nibbles = 0..15    -> d·(q - 8)      (high nibbles are weights 16..31)
+      Q4_1  d, m | 16 bytes of nibbles           -> d·q + m
+      Q5_0  d | 32-bit high bits | 16 bytes      -> d·(q5 - 16)    (bit j of the 32 is weight j's fifth bit)
+      Q5_1  d, m | 32-bit high bits | 16 bytes   -> d·q5 + m
+    BF16 is the top half of a float32."""
+    raw = np.ascontiguousarray(raw, dtype=np.uint8).reshape(-1)
+    if qtype == "BF16":
+        return (raw.view(np.uint16).astype(np.uint32) << 16).view(np.float32).reshape(shape)
+    has_min = qtype in ("Q4_1", "Q5_1")
+    head = 4 if has_min else 2
+    five = qtype.startswith("Q5")
+    size = {"Q8_0": 34, "Q4_0": 18, "Q4_1": 20, "Q5_0": 22, "Q5_1": 24}[qtype]
+    blocks = raw.reshape(-1, size)
+    d = blocks[:, 0:2].copy().view(np.float16).astype(np.float32)                  # [n, 1]
+    m = blocks[:, 2:4].copy().view(np.float16).astype(np.float32) if has_min else np.float32(0)
+    if qtype == "Q8_0":
+        q = blocks[:, 2:].copy().view(np.int8).astype(np.float32)
+        return (d * q).reshape(shape)
+    start = head + (4 if five else 0)
+    nib = blocks[:, start:start + 16].astype(np.int32)
+    q = np.concatenate([nib & 0xF, nib >> 4], axis=1)                             # [n, 32]: weights 0..15, 16..31
+    if five:
+        high = blocks[:, head:head + 4].copy().view("<u4").astype(np.int64)       # [n, 1]
+        q = q | (((high >> np.arange(32)) & 1) << 4).astype(np.int32)
+    offset = {"Q4_0": 8, "Q5_0": 16}.get(qtype, 0)
+    return (d * (q - offset).astype(np.float32) + m).reshape(shape)
 
 
 def _unpermute(w: np.ndarray, n_heads: int) -> np.ndarray:

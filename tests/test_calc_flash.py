@@ -1,8 +1,9 @@
 """FlashAttention traffic (003 Detail 17): one head, N = 2,048, d = 64, FP16.
 
 The per-head sizes in the text are binary (256 KB = 256 KiB, 8 MB = 8 MiB, 33 MB = 33 MiB). Its layer and
-prefill totals multiply rounded figures ("1 GB" × 22 = "22 GB", then 22 GB / 1.6 TB/s ≈ 14 ms); the exact
-traffic is 24.4 GB (22.7 GiB), 15.2 ms at 1.6 TB/s, so those two tests allow 10%.
+prefill totals multiply rounded figures ("1 GB" × 22 = "22 GB", then 22 GB / 1.6 TB/s ≈ 14 ms); the tests check
+the exact traffic (32 heads × 33 MiB = 1.11 GB per layer, 24.4 GB per prefill, 15.2 ms at 1.6 TB/s) and that the
+text's figures are those, rounded down to one significant figure.
 """
 import pytest
 
@@ -29,15 +30,18 @@ def test_unfused_traffic_is_33_MiB_per_head():
 
 
 def test_unfused_traffic_is_about_1_GB_per_layer():
-    assert R["unfused"]["bytes_per_layer"] == pytest.approx(1e9, rel=0.12)       # 1,056 MiB = 1.11 GB
+    assert R["unfused"]["bytes_per_layer"] == 32 * 33 * MiB == 1_107_296_256      # the text's "1 GB"
+    assert int(R["unfused"]["bytes_per_layer"] / 1e9) == 1
 
 
 def test_unfused_traffic_is_about_22_GB_per_prefill():
-    assert R["unfused"]["bytes_per_prefill"] == pytest.approx(22e9, rel=0.11)    # exact 24.4 GB (22.7 GiB)
+    assert R["unfused"]["bytes_per_prefill"] == 22 * 32 * 33 * MiB              # 24.4 GB; the text: 22 × "1 GB"
 
 
 def test_unfused_traffic_takes_about_14_ms_at_1_6_TB_s():
-    assert R["unfused"]["time_ms"] == pytest.approx(14, rel=0.10)                # exact 15.2 ms
+    # 24,360,517,632 bytes / 1.6e12 B/s = 15.2253 ms (float division: rel 1e-12); the text's 14 ms is 22 GB / 1.6
+    assert R["unfused"]["time_ms"] == pytest.approx(22 * 32 * 33 * MiB / 1.6e12 * 1e3, rel=1e-12)
+    assert 22e9 / 1.6e12 * 1e3 == pytest.approx(14, abs=0.5)
 
 
 def test_about_1_GFLOP_per_head_and_30_flop_per_byte():

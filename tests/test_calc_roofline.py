@@ -3,7 +3,7 @@ import pytest
 
 from calculators.latency import compute_utilization, decode_step_bytes, step_weight_bytes
 from calculators.params import total_params
-from calculators.roofline import (MATMUL_KINDS, arithmetic_intensity, experts_touched, forward_flops, kv_bytes_step,
+from calculators.roofline import (arithmetic_intensity, experts_touched, forward_flops, kv_bytes_step,
                                   layer_ops, roofline, roofline_curve, step_ops, weight_bytes_read)
 from specs.devices import load_device
 from specs.model_config import SpecError
@@ -50,16 +50,13 @@ def test_context_must_include_the_new_tokens():
 
 
 @pytest.mark.parametrize("name", list_presets())
-def test_op_table_adds_up_to_the_convention_functions(name):
+def test_op_table_runs_every_layer_once(name):
+    # (forward_flops and the byte totals are sums over this table: they are checked against the written-out
+    # formulas above and against the engine's counters in test_theory_vs_experiment, not against this table)
     c = load_preset(name)
-    for T, S in [(1, 512), (64, 4096)]:
-        ops = step_ops(c, T, S, 2)
-        assert sum(o.flops * o.count for o in ops if o.kind in MATMUL_KINDS) == forward_flops(c, T, S, 2)
-        assert sum(o.weight_bytes * o.count for o in ops) == weight_bytes_read(c, T, 2, 2)
-        kv = kv_bytes_step(c, T, S, 2, 2)
-        assert sum(o.kv_read_bytes * o.count for o in ops) == kv["read"]
-        assert sum(o.kv_write_bytes * o.count for o in ops) == kv["written"]
-        assert sum(o.count for o in ops if o.name == "attn_norm") == c.num_layers
+    ops = step_ops(c, 64, 4096, 2)
+    assert sum(o.count for o in ops if o.name == "attn_norm") == c.num_layers
+    assert [o.name for o in ops if o.count == 1][-2:] == ["final_norm", "lm_head"] or c.num_layers == 1
 
 
 def test_decode_step_reads_about_2_2_GB():

@@ -1,5 +1,6 @@
-"""Theory equals experiment: what the engine counts while it runs (engine/trace.py) matches the closed-form
-calculators (calculators/roofline.py) within 1%, under the one convention both document."""
+"""Theory equals experiment: what the engine counts while it runs (engine/trace.py) equals the closed-form
+calculators (calculators/roofline.py) exactly, under the one convention both document. Both sides count whole
+FLOPs and bytes (integers far below 2**53, so their float totals are exact): any difference is a bug."""
 import pytest
 
 from calculators.roofline import forward_flops, kv_bytes_step, weight_bytes_read
@@ -20,17 +21,13 @@ SHAPES = [
 ]
 
 
-def close(a, b, rel=0.01):
-    return abs(a - b) <= rel * max(abs(b), 1e-12)
-
-
 def check(model: Model, trace: Trace, new_tokens: int, context_tokens: int) -> None:
     c = model.config
-    assert close(trace.flops, forward_flops(c, new_tokens, context_tokens))
-    assert close(trace.weight_bytes, weight_bytes_read(c, new_tokens, FP32))
+    assert trace.flops == forward_flops(c, new_tokens, context_tokens)
+    assert trace.weight_bytes == weight_bytes_read(c, new_tokens, FP32)
     kv = kv_bytes_step(c, new_tokens, context_tokens, FP32)
-    assert close(trace.kv_write_bytes, kv["written"])
-    assert close(trace.kv_read_bytes, kv["read"])
+    assert trace.kv_write_bytes == kv["written"]
+    assert trace.kv_read_bytes == kv["read"]
 
 
 @pytest.mark.parametrize("cfg", SHAPES, ids=lambda c: c.name)
