@@ -71,4 +71,4 @@ def test_bad_flash_inputs():
     with pytest.raises(SpecError):
         unfused_attention_hbm_bytes(0, 64)
     with pytest.raises(SpecError):
-        flash_attention_report(bandwidth_bytes_per_s=0)
+        flash_attention_report(2048, 64, 32, 22, bandwidth_bytes_per_s=0)

