@@ -62,6 +62,12 @@ def test_tiling_cuts_traffic_and_raises_intensity_with_the_same_flops():
     assert R["tiled"]["intensity_flop_per_byte"] > 100 > R["unfused"]["intensity_flop_per_byte"]
 
 
+def test_a_partial_last_query_block_still_reads_all_of_k_and_v():
+    # N = 2,000 rows in blocks of 128: 15 full blocks + one of 80 rows = 16 passes over K and V (2·N·d·b each)
+    kv_pass = 2 * 2000 * 64 * 2
+    assert tiled_attention_hbm_bytes(2000, 64, block_q=128) == kv_pass + 16 * kv_pass == 8_704_000
+
+
 def test_intermediates_are_over_95_percent_of_the_unfused_traffic():
     t = attention_tensor_bytes(2048, 64)
     assert (2 * t["s"] + 2 * t["p"]) / unfused_attention_hbm_bytes(2048, 64) > 0.95

@@ -5,6 +5,7 @@ import pytest
 
 from calculators.engine_floor import engine_decode_bytes, engine_itl_floor_ms
 from calculators.explain import explain_engine_itl_floor
+from calculators.kv_cache import kv_cache_bytes
 from calculators.roofline import forward_flops, kv_bytes_step, weight_bytes_read
 from engine import Model, Trace
 from specs.model_config import ModelConfig
@@ -38,6 +39,8 @@ def test_prefill_counts_match_calculators(cfg):
     cache, tr = model.new_cache(1, 128), Trace()
     model.prefill(list(range(3, 40)), cache, trace=tr)
     check(model, tr, 37, 37)
+    # the cache's own size report (shown after every generated token) = the calculator's KV bytes
+    assert cache.bytes_used() == kv_cache_bytes(cfg, 37, 1, FP32) == cfg.num_layers * 37 * 2 * cfg.kv_dim * FP32
 
 
 @pytest.mark.parametrize("cfg", SHAPES, ids=lambda c: c.name)
