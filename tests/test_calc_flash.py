@@ -41,11 +41,14 @@ def test_unfused_traffic_is_about_22_GB_per_prefill():
 def test_unfused_traffic_takes_about_14_ms_at_1_6_TB_s():
     # 24,360,517,632 bytes / 1.6e12 B/s = 15.2253 ms (float division: rel 1e-12); the text's 14 ms is 22 GB / 1.6
     assert R["unfused"]["time_ms"] == pytest.approx(22 * 32 * 33 * MiB / 1.6e12 * 1e3, rel=1e-12)
+    # the text writes 13.75 ms as "about 14 ms": half a unit of its rounding
     assert 22e9 / 1.6e12 * 1e3 == pytest.approx(14, abs=0.5)
 
 
 def test_about_1_GFLOP_per_head_and_30_flop_per_byte():
+    # exact 4·N²·d = 1.074 GFLOP; the text rounds it to "about 1 GFLOP" (7.4% off)
     assert attention_flops_per_head(2048, 64) / 1e9 == pytest.approx(1.0, rel=0.08)
+    # exact 1.074e9 / 34.6e6 = 31.0 FLOP/byte; the text says "about 30" (3.4% off)
     assert R["unfused"]["intensity_flop_per_byte"] == pytest.approx(30, rel=0.05)
 
 

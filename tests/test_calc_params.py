@@ -15,20 +15,24 @@ def test_tinyllama_embedding_table_is_131_MB():
 
 
 def test_tinyllama_ffn_is_34_6M_params_per_layer():
+    # 3 × 2,048 × 5,632 = 34.60M: the text's one decimal
     assert dense_ffn_params_per_layer(TINY) / 1e6 == pytest.approx(34.6, abs=0.05)
 
 
 def test_tinyllama_ffn_is_761M_params_total_about_two_thirds_of_1_1B():
     b = param_breakdown(TINY)
+    # 22 × 34.60M = 761.2M: the text's whole millions
     assert b.ffn_dense / 1e6 == pytest.approx(761, abs=0.5)
     assert b.ffn_dense / 1.1e9 == pytest.approx(2 / 3, abs=0.03)           # "roughly 2/3" (0.69)
 
 
 def test_tinyllama_is_1_1B_params():
+    # 1.100 B: the text's "1.1B" to its last digit
     assert total_params(TINY) / 1e9 == pytest.approx(1.1, abs=0.005)
 
 
 def test_tinyllama_fp16_weights_are_2_2_GB():
+    # 2.200 GB: the text's "2.2 GB" to its last digit
     assert weight_bytes(TINY, "fp16") / 1e9 == pytest.approx(2.2, abs=0.005)
 
 
@@ -38,6 +42,7 @@ def test_tinyllama_gqa4_projection_shapes():
 
 
 def test_tinyllama_int8_is_1_1_GB_and_int4_is_0_55_GB():
+    # float products below: approx's default rel 1e-6 absorbs their last bits
     assert weight_bytes(1.1e9, "int8") == pytest.approx(1.1e9)
     assert weight_bytes(1.1e9, "int4") == pytest.approx(0.55e9)
 

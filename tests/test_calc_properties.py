@@ -130,6 +130,7 @@ def test_decode_floor_falls_with_device_bandwidth(c, t, bw1, bw2):
 @given(configs(), st.integers(1, 256), st.integers(0, 4096), batches)
 def test_op_table_matches_convention_and_flops_scale_with_batch(c, t_new, start, b):
     s = t_new + start
+    # float sums of different sizes: default rel 1e-6
     assert forward_flops(c, t_new, s, b) == pytest.approx(b * forward_flops(c, t_new, s, 1))
     assert forward_flops(c, t_new, s + 1) >= forward_flops(c, t_new, s)
 

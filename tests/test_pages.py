@@ -84,6 +84,7 @@ def test_latency_batching_table_matches_the_reference():
     at = page("Bandwidth_floor_and_latency")
     batching = next(t for t in tables(at) if "batch" in t.columns)
     assert list(batching["batch"]) == [1, 8, 32, 128]
+    # shown values are the text's worked numbers at its rounding (0.01 ms; tok/s from rounded steps, 0.35%)
     assert batching["step (ms)"].iloc[0] == pytest.approx(1.42, abs=0.01)
     assert batching["tokens/s all streams"].iloc[3] == pytest.approx(65_306, rel=0.01)
 
