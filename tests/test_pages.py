@@ -60,7 +60,9 @@ def test_page_runs_with_defaults_and_every_table_has_a_csv(name):
     assert not at.exception, at.exception
     assert not errors(at)
     assert at.title[0].value
-    assert len(at.get("download_button")) == len(at.dataframe) >= 1
+    assert len(at.get("download_button")) == len(at.dataframe)
+    if Path(PAGES[name]).name.startswith("2"):                 # every sizing lesson shows at least one table
+        assert at.dataframe
 
 
 # ------------------------------------------------------------------------------------------ worked numbers on screen
