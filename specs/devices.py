@@ -5,6 +5,7 @@ rates are kept apart (`peak_flops_sparse`) and never used unless a caller asks f
 """
 from __future__ import annotations
 
+import itertools
 import json
 import math
 import os
@@ -194,12 +195,12 @@ def measure_this_machine(seconds_budget: float = 2.0, array_mb: float = 256.0) -
     w = np.ones((max(1, n_bytes // (4 * cols)), cols), dtype=np.float32)
     x = np.ones((1, cols), dtype=np.float32)
     best_bw, t_end = 0.0, time.perf_counter() + budget / 2
-    while True:
+    for run in itertools.count(1):                            # best of >= 3: the first run starts BLAS threads
         t0 = time.perf_counter()
         x @ w.T                                               # reads every byte of w once: [1, D] -> [1, rows]
         t1 = time.perf_counter()
         best_bw = max(best_bw, w.nbytes / max(t1 - t0, 1e-9))
-        if t1 >= t_end:
+        if run >= 3 and t1 >= t_end:
             break
     n_bytes = w.nbytes
     del w, x
@@ -207,12 +208,12 @@ def measure_this_machine(seconds_budget: float = 2.0, array_mb: float = 256.0) -
     a = np.random.default_rng(0).standard_normal((n, n), dtype=np.float32)
     b = np.random.default_rng(1).standard_normal((n, n), dtype=np.float32)
     best_flops, t_end = 0.0, time.perf_counter() + budget / 2
-    while True:
+    for run in itertools.count(1):
         t0 = time.perf_counter()
         a @ b
         dt = time.perf_counter() - t0
         best_flops = max(best_flops, 2.0 * n ** 3 / max(dt, 1e-9))
-        if time.perf_counter() >= t_end:
+        if run >= 3 and time.perf_counter() >= t_end:
             break
     return Device(
         name="This machine (measured)", memory_bytes=_physical_memory_bytes(),
