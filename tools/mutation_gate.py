@@ -11,6 +11,7 @@ the code it targets changes, the mutation must be re-targeted.
     python tools/mutation_gate.py gqa_grouping_swapped rope_freqs_ignored      # some of them
 
 Before the mutants, each distinct test selection runs once unmutated and must pass (else a "kill" means nothing).
+A full run takes about 8 minutes on 2 busy cores (33 mutants, 7-11 s each, plus 13 baselines).
 """
 from __future__ import annotations
 
