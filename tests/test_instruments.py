@@ -160,6 +160,11 @@ def test_weights_are_read_only(model):
     with pytest.raises(ValueError, match="read-only"):
         model.weights.embed[3] += 1.0
     assert model.weights.lm_head is model.weights.embed or not CFG.tie_word_embeddings
+    mine = {name: np.array(a) for name, a in model.to_hf_tensors().items()}     # writable copies a loader holds
+    loaded = Model.from_hf_tensors(CFG, mine)
+    assert not any(a.flags.writeable for lw in loaded.weights.layers for a in lw.matrices().values())
+    assert not loaded.weights.embed.flags.writeable and not loaded.weights.final_norm.flags.writeable
+    assert mine["model.norm.weight"].flags.writeable                 # the caller's own arrays are left alone
 
 
 # ------------------------------------------------------------------------------------ many users, one model
