@@ -64,13 +64,14 @@ class Hooks:
         self._fns: list[tuple[str, HookFn]] = []
         self._matches: dict[str, list[HookFn]] = {}
         self.layers, self.heads, self.rows = layers, heads, rows
-        self.layer_ids: np.ndarray | None = None    # resolved by `bind` for the current forward pass
+        self.layer_ids: np.ndarray | None = None    # resolved by `check` for the current forward pass
         self.head_ids: np.ndarray | None = None
         self.row_ids: np.ndarray | None = None      # selected rows among the T new tokens
         self.block_rows: np.ndarray | None = None   # during an attention hook: rows of the array it gets
         self.passes = 0                             # forward passes these hooks were given so far
 
     def add(self, pattern: str, fn: HookFn) -> "Hooks":
+        """Call `fn(name, array)` at every hook point whose name matches `pattern`; returns self (chainable)."""
         self._fns.append((pattern, fn))
         self._matches.clear()
         return self

@@ -165,6 +165,8 @@ def test_weights_are_read_only(model):
     assert not any(a.flags.writeable for lw in loaded.weights.layers for a in lw.matrices().values())
     assert not loaded.weights.embed.flags.writeable and not loaded.weights.final_norm.flags.writeable
     assert mine["model.norm.weight"].flags.writeable                 # the caller's own arrays are left alone
+    again = Model(CFG, loaded.weights)                                 # sharing weights shares the same objects
+    assert again.weights is loaded.weights
 
 
 # ------------------------------------------------------------------------------------ many users, one model
