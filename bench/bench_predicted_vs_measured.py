@@ -1,6 +1,7 @@
-"""Theory vs experiment on this machine: the calculators' predicted decode (ITL) and prefill time for the engine
-(fp32 weights, this machine's NumPy bandwidth and GEMM rate measured in the same run) against the engine's
-measured time. Prints measured / predicted ratios.
+"""Theory vs experiment on this machine: the floors of the engine's decode (ITL) and prefill time (fp32 weights,
+this machine's matvec bandwidth and GEMM rate measured in the same run) against the engine's measured time.
+Prints measured / floor ratios (≥ 1). The ITL floor is `calculators.engine_floor.engine_itl_floor_ms`, the same
+function and byte convention as the Your-machine page; prefill is FLOPs / measured GEMM FLOP/s, as there.
 
     python bench/bench_predicted_vs_measured.py [--quick]
 """
@@ -15,7 +16,9 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from calculators.latency import decode_step_ms, prefill_ms  # noqa: E402
+from calculators.engine_floor import engine_itl_floor_ms  # noqa: E402
+from calculators.explain import explain_compute_time  # noqa: E402
+from calculators.roofline import forward_flops  # noqa: E402
 from engine import Model, ModelError, load_model  # noqa: E402
 from specs.devices import measure_this_machine  # noqa: E402
 from specs.presets import load_preset  # noqa: E402
@@ -43,7 +46,7 @@ def main() -> None:
     ap.add_argument("--quick", action="store_true")
     args = ap.parse_args()
     machine = measure_this_machine(seconds_budget=2.0 if args.quick else 4.0)
-    print(f"this machine: {machine.memory_bandwidth_bytes_per_s / 1e9:.1f} GB/s (NumPy copy/sum), "
+    print(f"this machine: {machine.memory_bandwidth_bytes_per_s / 1e9:.1f} GB/s (NumPy matvec), "
           f"{machine.peak_flops['fp32'] / 1e9:.0f} GFLOP/s (NumPy fp32 GEMM)")
     models = []
     try:
@@ -54,16 +57,16 @@ def main() -> None:
     models.append(Model.random(cfg.replace(num_layers=6, name="TinyLlama-1.1B (6 of 22 layers)") if args.quick
                                else cfg, seed=0))
     prompt, steps = 128, 12
-    print(f"\n{'model':<40} {'phase':<22} {'predicted ms':>12} {'measured ms':>12} {'measured/predicted':>19}")
+    print(f"\n{'model':<40} {'phase':<22} {'floor ms':>12} {'measured ms':>12} {'measured/floor':>15}")
     for m in models:
         pre_meas, itl_meas = measure(m, prompt, steps)
-        pre_pred = prefill_ms(m.config, machine, prompt, weight_dtype="fp32")
-        itl_pred = decode_step_ms(m.config, machine, prompt + steps // 2, weight_dtype="fp32")
-        for phase, pred, meas, bound in [
-            (f"prefill {prompt} tokens", pre_pred["prefill_ms"], pre_meas, pre_pred["bound"]),
-            ("decode (ITL)", itl_pred["step_ms"], itl_meas, itl_pred["bound"]),
+        pre_floor = explain_compute_time(forward_flops(m.config, prompt, prompt), machine.peak("fp32")).value
+        itl_floor = engine_itl_floor_ms(m.config, machine.memory_bandwidth_bytes_per_s, prompt + 1 + steps // 2)
+        for phase, floor, meas, bound in [
+            (f"prefill {prompt} tokens", pre_floor, pre_meas, "compute"),
+            ("decode (ITL)", itl_floor, itl_meas, "memory"),
         ]:
-            print(f"{m.name:<40} {phase:<22} {pred:>12.1f} {meas:>12.1f} {meas / pred:>19.2f}   ({bound}-bound)")
+            print(f"{m.name:<40} {phase:<22} {floor:>12.1f} {meas:>12.1f} {meas / floor:>15.2f}   ({bound} floor)")
 
 
 if __name__ == "__main__":

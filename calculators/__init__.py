@@ -7,6 +7,7 @@ Modules (each function's docstring gives its formula and source):
 - roofline        op-by-op FLOPs/bytes/intensity; forward_flops, weight_bytes_read, kv_bytes_step (the convention
                   the engine's counters are checked against)
 - latency         bandwidth floor, prefill/TTFT, ITL, total latency, batching table, $ per 1M tokens
+- engine_floor    the NumPy engine's own decode floor on a measured machine (the Trace's bytes / matvec bandwidth)
 - flash_attention unfused vs tiled attention HBM traffic
 - quantization    size and floor per precision; NumPy symmetric INT8/INT4 quantize/dequantize
 - paging, speculative, prefix_cache, queueing   the serving-curriculum numbers

@@ -220,6 +220,17 @@ def explain_bandwidth_floor(bytes_read: float, bandwidth_bytes_per_s: float) -> 
                    bytes=bytes_read, bandwidth=bandwidth_bytes_per_s)
 
 
+def explain_engine_itl_floor(config: ModelConfig, bandwidth_bytes_per_s: float, context_tokens: int) -> Explained:
+    """The NumPy engine's decode floor on a measured machine (`engine_floor.engine_itl_floor_ms`): float32 bytes
+    the step reads and writes by the Trace convention, over the measured matvec bandwidth."""
+    from calculators.engine_floor import engine_decode_bytes
+    b = engine_decode_bytes(config, context_tokens)
+    return explain("engine_itl_floor_ms", "(weights + kv_read + kv_written) / bandwidth * 1000", "ms",
+                   "003 Detail 12 (the bandwidth floor), with the bytes the engine's Trace counts",
+                   weights=b["weights"], kv_read=b["kv_read"], kv_written=b["kv_written"],
+                   bandwidth=bandwidth_bytes_per_s)
+
+
 def explain_decode_floor(config: ModelConfig, device: Device, context_tokens: int, batch: int = 1,
                          weight_dtype: str = "bf16", kv_dtype: str | None = None) -> Explained:
     """(weights + KV read + KV written) / bandwidth, the ITL floor of `latency.decode_step_ms` with IDEAL."""

@@ -47,7 +47,7 @@ def tiled_attention_hbm_bytes(seq_len: int, head_dim: int, bytes_per_elem: float
     return t["q"] + t["o"] + blocks * (t["k"] + t["v"])
 
 
-def tile_bytes(block_q: int = 128, block_k: int = 128, head_dim: int = 64, bytes_per_elem: float | str = 2) -> dict:
+def tile_bytes(block_q: int, block_k: int, head_dim: int, bytes_per_elem: float | str = 2) -> dict:
     """On-chip working set: one score tile [B_q, B_k] (128 × 128 × 2 B = 32 KiB) and one Q block [B_q, d]
     (128 × 64 × 2 B = 16 KiB)."""
     b = bytes_per_element(bytes_per_elem)
@@ -55,13 +55,13 @@ def tile_bytes(block_q: int = 128, block_k: int = 128, head_dim: int = 64, bytes
     return dict(score_tile=bq * bk * b, q_block=bq * d * b, kv_block=2 * bk * d * b)
 
 
-def flash_attention_report(seq_len: int = 2048, head_dim: int = 64, heads: int = 32, layers: int = 22,
-                           bandwidth_bytes_per_s: float = 1.6e12, bytes_per_elem: float | str = 2,
-                           block_q: int = 128) -> dict:
+def flash_attention_report(seq_len: int, head_dim: int, heads: int, layers: int, bandwidth_bytes_per_s: float,
+                           bytes_per_elem: float | str = 2, block_q: int = 128) -> dict:
     """Unfused vs tiled attention for a whole prefill: traffic per head / layer / prefill, time at
-    `bandwidth_bytes_per_s`, and arithmetic intensity. Defaults are 003's TinyLlama example (N 2,048, d 64,
-    32 heads, 22 layers, A100 ≈ 1.6 TB/s): ≈ 33 MB/head, ≈ 1 GB/layer, ≈ 22 GB and ≈ 14 ms per prefill,
-    ≈ 30 FLOP/byte unfused."""
+    `bandwidth_bytes_per_s`, and arithmetic intensity. The model and device numbers come from the caller
+    (`ModelConfig`, `specs.devices`); block_q = 128 is FlashAttention's usual query tile. 003's TinyLlama example
+    (N 2,048, d 64, 32 heads, 22 layers, A100 ≈ 1.6 TB/s) gives ≈ 33 MB/head, ≈ 1 GB/layer, ≈ 22 GB and ≈ 14 ms per
+    prefill, ≈ 30 FLOP/byte unfused."""
     h, L = check_int("heads", heads), check_int("layers", layers)
     bw = check_positive("bandwidth_bytes_per_s", bandwidth_bytes_per_s)
     flops = attention_flops_per_head(seq_len, head_dim)

@@ -1,7 +1,7 @@
 """Roofline: every operation of a forward pass with its shapes, FLOPs, bytes and which ceiling it hits.
 
 THE THEORY-vs-EXPERIMENT CONVENTION (the engine's counters in `engine/trace.py` follow the same rules, and are
-checked against `forward_flops`, `weight_bytes_read` and `kv_bytes_step` within 1%):
+checked against `forward_flops`, `weight_bytes_read` and `kv_bytes_step` exactly):
 - FLOPs count matrix products only, 2·M·N·K each: per layer the Q, K, V, O projections and gate/up/down (SwiGLU)
   over the `new_tokens` rows; attention scores QKᵀ and P·V over the FULL rectangle new_tokens × context_tokens
   for every query head (no causal saving: 2·T·S·d_k·h_q each); plus the LM head, 2·D·V for ONE row per sequence

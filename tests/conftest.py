@@ -50,3 +50,12 @@ def default_model(default_gguf_path):
     """The bundled SmolLM2-135M-Instruct as an engine Model, loaded once per test session."""
     from engine.loading import load_model
     return load_model()
+
+
+@pytest.fixture(scope="session")
+def app_default_model(default_model):
+    """The same loaded model handed to the app's process-wide store (`ui.model_picker.shared_models`), so an
+    AppTest that picks the default model finds it there instead of loading the GGUF again."""
+    from ui.model_picker import DEFAULT_SOURCE, shared_models
+    shared_models().put(DEFAULT_SOURCE, default_model)
+    return default_model

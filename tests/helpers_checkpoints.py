@@ -224,15 +224,37 @@ def gguf_name(hf: str) -> str:
     return f"blk.{i}.{_GGUF_LAYER[rest.removesuffix('.weight')]}.weight"
 
 
+def llama3_rope_freqs(cfg: dict) -> np.ndarray:
+    """The `rope_freqs` tensor llama.cpp's convert_hf_to_gguf.py writes for a config with llama3 rope_scaling:
+    per dimension pair, 1 (short wavelength), `factor` (long), or 1 / ((1 - smooth) / factor + smooth) between.
+    Written as the converter's own loop, independently of engine.ops.rope_inv_freq."""
+    import math
+    rs, dim = cfg["rope_scaling"], cfg.get("head_dim") or cfg["hidden_size"] // cfg["num_attention_heads"]
+    factor, low, high = rs["factor"], rs["low_freq_factor"], rs["high_freq_factor"]
+    old_ctx = rs["original_max_position_embeddings"]
+    out = []
+    for i in range(0, dim, 2):
+        wavelen = 2 * math.pi * cfg["rope_theta"] ** (i / dim)
+        if wavelen < old_ctx / high:
+            out.append(1.0)
+        elif wavelen > old_ctx / low:
+            out.append(factor)
+        else:
+            smooth = (old_ctx / wavelen - low) / (high - low)
+            out.append(1 / ((1 - smooth) / factor + smooth))
+    return np.array(out, np.float32)
+
+
 def write_gguf(path: str | Path, cfg: dict, tensors: dict[str, np.ndarray] | None = None, seed: int = 0,
                qtype: str = "F32", tokenizer: dict | None = None, permute: bool = True,
-               arch: str = "llama") -> dict[str, np.ndarray]:
+               arch: str = "llama", rope_freqs: np.ndarray | None = None) -> dict[str, np.ndarray]:
     """A llama GGUF file as llama.cpp's converter writes it: llama.* metadata, tokenizer metadata, tensors with
     GGUF names and q/k rows permuted for interleaved RoPE; 2-D weights quantized to `qtype` (F32, F16, Q8_0,
-    Q4_0, Q4_1), norms kept F32. Returns the HF-layout float32 weights a correct loader must reconstruct."""
+    Q4_0, Q4_1), norms kept F32; `rope_freqs` (Llama-3.1 frequency factors) as an F32 tensor when given.
+    Returns the HF-layout float32 weights a correct loader must reconstruct."""
     import gguf
     from gguf import GGMLQuantizationType as Q
-    from gguf.quants import dequantize, quantize
+    from gguf.quants import quantize
 
     tensors = tensors if tensors is not None else random_tensors(cfg, seed)
     H, KV = cfg["num_attention_heads"], cfg["num_key_value_heads"]
@@ -268,7 +290,7 @@ def write_gguf(path: str | Path, cfg: dict, tensors: dict[str, np.ndarray] | Non
             seen = stored.astype(np.float32)
         else:
             stored = quantize(data, q)
-            seen = dequantize(stored, q).reshape(data.shape)
+            seen = reference_dequantize(stored, qtype, data.shape)    # not gguf-py's decoder: the loader uses it
         w.add_tensor(gguf_name(hf), stored, raw_dtype=None if stored.dtype != np.uint8 else q)
         back = seen
         if permute and hf.endswith("q_proj.weight"):
@@ -276,11 +298,45 @@ def write_gguf(path: str | Path, cfg: dict, tensors: dict[str, np.ndarray] | Non
         elif permute and hf.endswith("k_proj.weight"):
             back = _unpermute(seen, KV)
         expected[hf] = np.ascontiguousarray(back, dtype=np.float32)
+    if rope_freqs is not None:
+        w.add_tensor("rope_freqs.weight", np.asarray(rope_freqs, np.float32))
     w.write_header_to_file()
     w.write_kv_data_to_file()
     w.write_tensors_to_file()
     w.close()
     return expected
+
+
+def reference_dequantize(raw: np.ndarray, qtype: str, shape: tuple[int, ...]) -> np.ndarray:
+    """GGUF block formats decoded from their byte layout (ggml-common.h), independently of gguf-py: what a test
+    expects the loader's dequantized weights to be. Blocks of 32 weights; fp16 scale d (and minimum m):
+      Q8_0  d | 32 x int8 q                     -> d·q
+      Q4_0  d | 16 bytes, low nibbles = 0..15    -> d·(q - 8)      (high nibbles are weights 16..31)
+      Q4_1  d, m | 16 bytes of nibbles           -> d·q + m
+      Q5_0  d | 32-bit high bits | 16 bytes      -> d·(q5 - 16)    (bit j of the 32 is weight j's fifth bit)
+      Q5_1  d, m | 32-bit high bits | 16 bytes   -> d·q5 + m
+    BF16 is the top half of a float32."""
+    raw = np.ascontiguousarray(raw, dtype=np.uint8).reshape(-1)
+    if qtype == "BF16":
+        return (raw.view(np.uint16).astype(np.uint32) << 16).view(np.float32).reshape(shape)
+    has_min = qtype in ("Q4_1", "Q5_1")
+    head = 4 if has_min else 2
+    five = qtype.startswith("Q5")
+    size = {"Q8_0": 34, "Q4_0": 18, "Q4_1": 20, "Q5_0": 22, "Q5_1": 24}[qtype]
+    blocks = raw.reshape(-1, size)
+    d = blocks[:, 0:2].copy().view(np.float16).astype(np.float32)                  # [n, 1]
+    m = blocks[:, 2:4].copy().view(np.float16).astype(np.float32) if has_min else np.float32(0)
+    if qtype == "Q8_0":
+        q = blocks[:, 2:].copy().view(np.int8).astype(np.float32)
+        return (d * q).reshape(shape)
+    start = head + (4 if five else 0)
+    nib = blocks[:, start:start + 16].astype(np.int32)
+    q = np.concatenate([nib & 0xF, nib >> 4], axis=1)                             # [n, 32]: weights 0..15, 16..31
+    if five:
+        high = blocks[:, head:head + 4].copy().view("<u4").astype(np.int64)       # [n, 1]
+        q = q | (((high >> np.arange(32)) & 1) << 4).astype(np.int32)
+    offset = {"Q4_0": 8, "Q5_0": 16}.get(qtype, 0)
+    return (d * (q - offset).astype(np.float32) + m).reshape(shape)
 
 
 def _unpermute(w: np.ndarray, n_heads: int) -> np.ndarray:

