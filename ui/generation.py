@@ -1,6 +1,10 @@
 """The generation box: a prompt, sampling options, a Generate button, the reply streamed token by token, then its
 timings (from the engine's per-token counters) and a table of the generated tokens.
 
+Generation goes through the model's shared engine worker (`ui.serving.generate`): this session's request is
+batched with every other session's, its tokens stream back here, and TTFT/ITL are this session's own, measured
+under whatever load the server has.
+
     from ui.generation import generation_box
     generation_box(model)
 """
@@ -16,6 +20,7 @@ import streamlit as st
 from engine import Generated, Model
 from engine.generate import generation_summary
 from specs.model_config import SpecError
+from ui import serving
 from ui.widgets import df_with_download, float_field, formula_expander, int_field, remember, show_error
 
 PROMPT_KEY = "prompt"
@@ -34,6 +39,7 @@ class GenerationResult:
     tokens: list[Generated] = field(default_factory=list)
     pieces: list[str] = field(default_factory=list)
     error: str | None = None
+    load_note: str = ""               # the server load the timings were measured under
 
     @property
     def text(self) -> str:
@@ -108,8 +114,8 @@ def generation_box(model: Model | None) -> None:
     if clicked:
         try:
             ids = prompt_ids(model, prompt, use_chat)
-            stream = model.generate(ids, max_new_tokens=max_new, temperature=temperature, top_k=top_k,
-                                    top_p=top_p, seed=seed)                 # checks everything before any work
+            stream = serving.generate(model, ids, max_new_tokens=max_new, temperature=temperature, top_k=top_k,
+                                      top_p=top_p, seed=seed)  # batched with everyone's; refused before any work
         except SpecError as e:
             show_error(e)
             st.session_state.pop(RESULT_KEY, None)
@@ -131,6 +137,7 @@ def _stream_reply(model: Model, ids: list[int], stream) -> GenerationResult:
     st.markdown("**Reply** " + f"({model.name})")
     slot = st.empty()
     slot.caption(f"Prefilling {len(ids):,} prompt tokens …")
+    stream.on_wait = lambda message: slot.info(message, icon=":material/hourglass_top:")
     try:
         for tok in stream:
             result.tokens.append(tok)
@@ -138,6 +145,7 @@ def _stream_reply(model: Model, ids: list[int], stream) -> GenerationResult:
     except SpecError as e:                                   # e.g. a problem found mid-generation
         result.error = str(e)
         show_error(e)
+    result.load_note = stream.load_note()
     if not result.tokens:
         slot.empty()
     elif not result.text:
@@ -159,7 +167,8 @@ def show_result(result: GenerationResult, model: Model) -> None:
     nums = generation_summary(result.tokens)
     reason = {"eos": "the model ended its reply", "length": "max new tokens reached",
               "context": "the context window is full"}.get(result.finish_reason or "", "stopped")
-    st.caption(f"{n} tokens after a {result.prompt_tokens:,}-token prompt · {reason}")
+    st.caption(f"{n} tokens after a {result.prompt_tokens:,}-token prompt · {reason}"
+               + (f" · timings {result.load_note}" if result.load_note else ""))
     if result.prompt_text:
         with st.expander(f"The prompt as the model sees it ({result.prompt_tokens:,} tokens)"):
             st.code(result.prompt_text, language=None, wrap_lines=True)
@@ -173,9 +182,11 @@ def show_result(result: GenerationResult, model: Model) -> None:
     cfg = model.config
     formula_expander(
         "Where these numbers come from",
-        "Measured by the engine (`engine.generate`), one wall-clock timer around each forward pass:\n\n"
-        "- **TTFT** = time of the prefill pass over the whole prompt (plus sampling the first token).\n"
-        "- **ITL** = time of one decode pass (one token through every layer); the mean is over steps 1…n−1.\n"
+        "Measured for this request by the shared engine worker (`engine.worker`), which batches every "
+        "session's requests; the clock runs while the whole batch computes, so the numbers include the load:\n\n"
+        "- **TTFT** = from your request entering the queue to its first token (waiting in line + prefill).\n"
+        "- **ITL** = time between two of your tokens: one decode step of the whole batch; the mean is over steps "
+        "1…n−1.\n"
         "- **Tokens/s** = 1 / mean ITL.\n"
         "- **KV cache** = 2 (K and V) · L · tokens · h_kv · d_k · 4 bytes (float32) "
         f"= 2 · {cfg.num_layers} · tokens · {cfg.num_kv_heads} · {cfg.head_dim} · 4 "
