@@ -10,6 +10,10 @@ from engine.hooks import Hooks, recording
 from engine.kv_cache import KVCache
 from engine.model import Generated, Model
 from engine.trace import Trace
+from engine.block_manager import BlockManager
+from engine.paged_cache import PagedKVCache
+from engine.scheduler import Scheduler, StepReport
+from engine.sequence import Request
 
 
 def load_model(source: str | None = None, progress=None) -> Model:
@@ -19,4 +23,5 @@ def load_model(source: str | None = None, progress=None) -> Model:
     return _load(source, progress=progress)
 
 
-__all__ = ["ModelError", "Model", "KVCache", "Generated", "Trace", "Hooks", "recording", "load_model"]
+__all__ = ["ModelError", "Model", "KVCache", "Generated", "Trace", "Hooks", "recording", "load_model",
+           "Scheduler", "StepReport", "Request", "PagedKVCache", "BlockManager"]

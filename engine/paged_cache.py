@@ -1,0 +1,146 @@
+"""The paged KV cache: one pool of fixed-size blocks shared by every sequence, a block table per sequence.
+
+003 Detail 16 (PagedAttention, Kwon et al. 2023). Token i of a sequence lives in logical block ⌊i/B⌋ at offset
+i mod B; the sequence's block table maps the logical block to a physical block of the pool. A sequence holds
+⌈n/B⌉ blocks, so at most B − 1 slots of its memory are ever empty.
+
+It offers the same calls as the contiguous `KVCache` (`batch`, `lengths`, `check_room`, `write`, `read`,
+`advance`), so `Model.forward` runs on it unchanged: `read` gathers each row's blocks back into the
+[B, h_kv, S, d] layout attention expects.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from engine.block_manager import BlockManager, OutOfBlocks
+from engine.errors import ModelError
+
+
+class PagedKVCache:
+    """k[l], v[l]: [num_blocks, h_kv, block_size, d] float32 pools. Rows = the sequences of the current batch:
+    tables[b] is row b's block table (a list the caller may share with its request), lengths[b] its cached
+    tokens."""
+
+    def __init__(self, num_layers: int, num_kv_heads: int, head_dim: int, blocks: BlockManager,
+                 max_positions: int, batch: int = 1) -> None:
+        shape = (blocks.num_blocks, num_kv_heads, blocks.block_size, head_dim)
+        self.k = [np.zeros(shape, np.float32) for _ in range(num_layers)]
+        self.v = [np.zeros(shape, np.float32) for _ in range(num_layers)]
+        self.blocks = blocks
+        self.max_positions = int(max_positions)
+        self.tables: list[list[int]] = [[] for _ in range(batch)]
+        self.lengths = np.zeros(batch, np.int64)
+        self._gather: np.ndarray | None = None      # [B, nb] physical block of each row's logical blocks
+
+    @classmethod
+    def for_model(cls, model, num_blocks: int, block_size: int = 16, batch: int = 1, prefix_caching: bool = False,
+                  prefix_cache_blocks: int | None = None) -> "PagedKVCache":
+        c = model.config
+        manager = BlockManager(num_blocks, block_size, prefix_caching, prefix_cache_blocks)
+        return cls(c.num_layers, c.num_kv_heads, c.head_dim, manager, c.max_position_embeddings, batch)
+
+    # ------------------------------------------------------------------------------------ rows
+    @property
+    def block_size(self) -> int:
+        return self.blocks.block_size
+
+    @property
+    def batch(self) -> int:
+        return len(self.tables)
+
+    def bind(self, tables: list[list[int]], lengths) -> None:
+        """Make `tables` (shared lists: blocks allocated here show up in the caller's tables) this pass's rows."""
+        self.tables = tables
+        self.lengths = np.asarray(lengths, np.int64).copy()
+        self._gather = None
+
+    def bytes_per_block(self) -> int:
+        """2 (K and V) · L · h_kv · block_size · d · 4 bytes (float32)."""
+        return 2 * sum(a[0].nbytes for a in self.k)
+
+    def waste_slots(self, row: int) -> int:
+        """Empty slots in row's blocks: block_size · blocks − tokens (at most block_size − 1)."""
+        return len(self.tables[row]) * self.block_size - int(self.lengths[row])
+
+    def free(self) -> None:
+        """Give every row's blocks back to the pool."""
+        for t in self.tables:
+            self.blocks.release_all(t)
+        self.lengths[:] = 0
+        self._gather = None
+
+    # ------------------------------------------------------------------------------------ cache protocol
+    def check_room(self, n_valid: np.ndarray) -> None:
+        """Before a pass: every row gets the blocks its new tokens need, and a block it will write that another
+        sequence also points at is copied first (copy on write)."""
+        need = self.lengths + np.asarray(n_valid, np.int64)
+        if np.any(need > self.max_positions):
+            b = int(np.argmax(need > self.max_positions))
+            raise ModelError(f"sequence {b} would need {int(need[b])} positions but the context window is "
+                             f"{self.max_positions}; shorten the prompt or max_new_tokens")
+        bs = self.block_size
+        for b, table in enumerate(self.tables):
+            grow_table(self.blocks, table, int(need[b]))
+            for logical in range(int(self.lengths[b]) // bs, -(-int(need[b]) // bs)):
+                if self.blocks.ref_count[table[logical]] > 1:
+                    table[logical] = self.copy_on_write(table[logical])
+        self._gather = None
+
+    def copy_on_write(self, block: int) -> int:
+        """A private copy of a shared block: new block, same K/V, one reference moved over."""
+        new = self.blocks.allocate()
+        for pool in (*self.k, *self.v):
+            pool[new] = pool[block]
+        self.blocks.release(block)
+        return new
+
+    def write(self, layer: int, k_new: np.ndarray, v_new: np.ndarray, n_valid: np.ndarray) -> None:
+        """Scatter the first n_valid[b] rows of k_new/v_new [B, h_kv, T, d] to their (block, offset) slots."""
+        rows, steps, blocks, offsets = self._slots(n_valid)
+        self.k[layer][blocks, :, offsets] = k_new[rows, :, steps]          # [N, h_kv, d]
+        self.v[layer][blocks, :, offsets] = v_new[rows, :, steps]
+
+    def read(self, layer: int, n_keys: int) -> tuple[np.ndarray, np.ndarray]:
+        """Gather positions [0, n_keys) of every row through its block table.   -> [B, h_kv, n_keys, d] each
+        Slots past a row's length hold stale or zero values; the forward pass masks them out."""
+        g = self._gather_table(n_keys)                                       # [B, nb]
+        B, nb = g.shape
+        out = []
+        for pool in (self.k[layer], self.v[layer]):
+            x = pool[g]                                                      # [B, nb, h_kv, bs, d]
+            x = x.transpose(0, 2, 1, 3, 4).reshape(B, pool.shape[1], nb * self.block_size, pool.shape[3])
+            out.append(x[:, :, :n_keys])                                     # [B, h_kv, S, d]
+        return out[0], out[1]
+
+    def advance(self, n_valid: np.ndarray) -> None:
+        self.lengths += np.asarray(n_valid, np.int64)
+        self._gather = None
+
+    # ------------------------------------------------------------------------------------ helpers
+    def _slots(self, n_valid) -> tuple[np.ndarray, ...]:
+        """For every new token: its row, its index among the new tokens, its physical block and offset."""
+        n_valid = np.asarray(n_valid, np.int64)
+        rows = np.repeat(np.arange(self.batch), n_valid)                     # [N]
+        steps = np.arange(rows.size) - np.repeat(np.cumsum(n_valid) - n_valid, n_valid)
+        pos = self.lengths[rows] + steps                                     # absolute positions
+        table = self._gather_table(int((self.lengths + n_valid).max()))
+        return rows, steps, table[rows, pos // self.block_size], pos % self.block_size
+
+    def _gather_table(self, n_keys: int) -> np.ndarray:
+        nb = -(-n_keys // self.block_size)
+        if self._gather is None or self._gather.shape[1] < nb:
+            g = np.zeros((self.batch, nb), np.int64)       # padding points at block 0: masked, never attended
+            for b, t in enumerate(self.tables):
+                g[b, :min(nb, len(t))] = t[:nb]
+            self._gather = g
+        return self._gather[:, :nb]
+
+
+def grow_table(blocks: BlockManager, table: list[int], tokens: int) -> None:
+    """Append blocks to `table` until it holds `tokens` positions (OutOfBlocks when the pool runs dry)."""
+    need = -(-tokens // blocks.block_size)
+    if need - len(table) > blocks.num_free:
+        raise OutOfBlocks(f"a sequence needs {need - len(table)} more blocks of {blocks.block_size} tokens but "
+                          f"only {blocks.num_free} of {blocks.num_blocks} are free")
+    while len(table) < need:
+        table.append(blocks.allocate())

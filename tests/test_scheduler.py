@@ -1,0 +1,286 @@
+"""Continuous batching: per request the scheduler's output equals the request run alone, and no block leaks."""
+import numpy as np
+import pytest
+
+from engine import Model, ModelError, Scheduler
+from test_engine_forward import prompt, tiny
+
+# float32 logits of the same computation; only the batch composition and the gathered K/V differ, ~1e-7
+# relative on O(1) logits. 1e-5 is the bound test_engine_forward uses for the same forward pass.
+TOL = 1e-5
+
+
+@pytest.fixture(scope="module")
+def model():
+    return Model.random(tiny(), seed=3)
+
+
+@pytest.fixture(scope="module")
+def sharp_model():
+    """Larger weights -> peaked distributions, so a seeded sample is far from a tie."""
+    return Model.random(tiny(), seed=1, std=0.5)
+
+
+def alone(model, ids, **kw):
+    return [t.token_id for t in model.generate(ids, **kw)]
+
+
+def check_step_invariants(s: Scheduler) -> None:
+    """KV memory never over-committed; paged waste at most block_size - 1 per decoding sequence."""
+    s.blocks.check_invariants()
+    held = {b for r in s.running for b in r.block_table}
+    assert s.blocks.num_used == len(held) <= s.num_blocks          # blocks counted two ways
+    for r in s.running:
+        known = r.num_cached if r.status == "running" else len(r.all_ids)   # prefill reserves the whole prompt
+        assert len(r.block_table) == -(-known // s.block_size)
+        if r.status == "running":
+            assert len(r.block_table) * s.block_size - r.num_cached <= s.block_size - 1
+    for r in s.waiting:
+        assert r.block_table == []
+
+
+def run_checked(s: Scheduler):
+    reports = []
+    while s.has_work:
+        reports.append(s.step())
+        check_step_invariants(s)
+        assert len(reports) < 10_000
+    return reports
+
+
+LENGTHS = (5, 13, 9, 20, 3, 11)
+
+
+@pytest.mark.parametrize("block_size,max_batch,chunk_size", [(4, 8, None), (1, 3, None), (16, 2, None),
+                                                            (4, 8, 3), (3, 4, 5)])
+def test_greedy_output_per_request_equals_the_request_alone(model, block_size, max_batch, chunk_size):
+    prompts = [prompt(n, seed=n) for n in LENGTHS]
+    s = Scheduler(model, block_size=block_size, num_blocks=200, max_batch=max_batch, chunk_size=chunk_size)
+    reqs = [s.submit(p, max_new_tokens=4 + i, stop_at_eos=False) for i, p in enumerate(prompts)]
+    reports = run_checked(s)
+    for i, (p, r) in enumerate(zip(prompts, reqs)):
+        assert r.token_ids == alone(model, p, max_new_tokens=4 + i, stop_at_eos=False)
+        assert r.status == "finished" and r.finish_reason == "length"
+    assert s.free_blocks == s.num_blocks
+    assert max(rep.batch_size for rep in reports) == min(max_batch, len(prompts))
+    if chunk_size:
+        assert max(n for rep in reports for n in rep.prefilled.values()) == chunk_size
+
+
+def test_seeded_sampling_per_request_equals_the_request_alone(sharp_model):
+    prompts = [prompt(n, seed=20 + n) for n in (4, 12, 7)]
+    settings = [dict(temperature=0.8, seed=1), dict(temperature=1.0, top_k=20, seed=2),
+                dict(temperature=0.7, top_p=0.9, seed=3)]
+    s = Scheduler(sharp_model, block_size=4, num_blocks=64)
+    reqs = [s.submit(p, max_new_tokens=10, stop_at_eos=False, **kw) for p, kw in zip(prompts, settings)]
+    run_checked(s)
+    for p, kw, r in zip(prompts, settings, reqs):
+        assert r.token_ids == alone(sharp_model, p, max_new_tokens=10, stop_at_eos=False, **kw)
+    # the seed matters: another seed gives another continuation (else the test above could not fail on seeds)
+    other = alone(sharp_model, prompts[0], max_new_tokens=10, stop_at_eos=False, temperature=0.8, seed=99)
+    assert other != reqs[0].token_ids
+
+
+def test_stop_rules_match_generate_eos_and_context(model):
+    ctx = model.config.max_position_embeddings
+    ids = prompt(ctx - 3, seed=7)
+    s = Scheduler(model, block_size=4, num_blocks=64)
+    r = s.submit(ids, max_new_tokens=10, stop_at_eos=False)
+    eos_model_out = alone(model, prompt(6, seed=8), max_new_tokens=12)
+    s.run()
+    single = [t for t in model.generate(ids, max_new_tokens=10, stop_at_eos=False)]
+    assert r.token_ids == [t.token_id for t in single] and r.finish_reason == single[-1].finish_reason == "context"
+    eos = eos_model_out[0]                           # make the first token an end-of-sequence token
+    m2 = Model(tiny(eos_token_id=eos), model.weights)
+    s2 = Scheduler(m2, block_size=4, num_blocks=64)
+    r2 = s2.submit(prompt(6, seed=8), max_new_tokens=12)
+    s2.run()
+    assert r2.token_ids == [eos] and r2.finish_reason == "eos"
+
+
+def test_no_request_lost_or_duplicated_under_preemption(model):
+    """A pool of 14 blocks of 4 cannot hold six growing sequences at once: requests get preempted, recompute,
+    and still produce exactly the tokens they would alone; every request finishes exactly once."""
+    prompts = [prompt(n, seed=30 + n) for n in LENGTHS]
+    s = Scheduler(model, block_size=4, num_blocks=14, max_batch=6)
+    reqs = [s.submit(p, max_new_tokens=12, stop_at_eos=False, request_id=f"r{i}") for i, p in enumerate(prompts)]
+    reports = run_checked(s)
+    assert sum(len(rep.preempted) for rep in reports) > 0                 # the scenario really preempts
+    finished = [rid for rep in reports for rid in rep.finished]
+    assert sorted(finished) == sorted(r.request_id for r in reqs)         # each once, none missing
+    assert sum(rep.tokens_produced for rep in reports) == sum(len(r.token_ids) for r in reqs) == 6 * 12
+    for rep in reports:
+        ids = list(rep.prefilled) + rep.decoded
+        assert len(ids) == len(set(ids))                                  # one row per request per step
+        assert rep.blocks_used <= s.num_blocks
+    for p, r in zip(prompts, reqs):
+        assert r.token_ids == alone(model, p, max_new_tokens=12, stop_at_eos=False)
+    assert s.free_blocks == s.num_blocks
+
+
+def test_one_forward_pass_per_step_with_ragged_rows(model, monkeypatch):
+    calls = []
+    real = model.forward
+
+    def counting(tokens, cache, n_valid=None, **kw):
+        calls.append((tokens.shape, list(n_valid)))
+        return real(tokens, cache, n_valid=n_valid, **kw)
+
+    s = Scheduler(model, block_size=4, num_blocks=64, chunk_size=4)
+    monkeypatch.setattr(model, "forward", counting)
+    s.submit(prompt(3), max_new_tokens=5, stop_at_eos=False)
+    s.step()
+    s.submit(prompt(10, seed=1), max_new_tokens=2, stop_at_eos=False)
+    reports = [s.step(), s.step(), s.step()]
+    assert len(calls) == 4
+    assert calls[1] == ((2, 4), [1, 4])               # a decode row and a 4-token prefill chunk, one pass
+    assert calls[2][1] == [1, 4] and calls[3][1] == [1, 2]
+    assert reports[0].decoded == ["0"] and reports[0].prefilled == {"1": 4}
+    assert reports[0].padded_tokens == 8 and reports[0].forward_tokens == 5
+
+
+def test_blocks_return_after_run_cancel_and_errors(model, monkeypatch):
+    s = Scheduler(model, block_size=4, num_blocks=40, max_batch=4)
+    initial = s.free_blocks
+    reqs = [s.submit(prompt(n, seed=n), max_new_tokens=20, stop_at_eos=False) for n in LENGTHS]
+    s.step(), s.step()
+    running, waiting = s.running[0], s.waiting[0]
+    assert s.block_table(running) and not s.block_table(waiting)
+    s.cancel(running)
+    s.cancel(waiting)
+    assert running.finish_reason == waiting.finish_reason == "cancelled"
+    assert running.block_table == [] and running not in s.running and waiting not in s.waiting
+    check_step_invariants(s)
+    s.step()
+
+    def broken(*a, **kw):
+        raise MemoryError("simulated failure inside the forward pass")
+
+    monkeypatch.setattr(model, "forward", broken)
+    with pytest.raises(MemoryError):
+        s.step()
+    monkeypatch.undo()
+    failed = [r for r in reqs if r.finish_reason == "error"]
+    assert failed and all(r.block_table == [] for r in failed)
+    s.run()
+    assert s.free_blocks == initial and not s.running and not s.waiting
+    assert all(r.done for r in reqs)
+    s.cancel(reqs[0])                                    # cancelling a finished request changes nothing
+    assert reqs[0].finish_reason in ("error", "cancelled", "length")
+
+
+@pytest.mark.parametrize("kwargs,words", [
+    (dict(block_size=0), "block_size"), (dict(block_size=-4), "block_size"),
+    (dict(num_blocks=0), "num_blocks"), (dict(max_batch=0), "max_batch"), (dict(chunk_size=0), "chunk_size"),
+    (dict(prefix_cache_blocks=-1), "prefix_cache_blocks"),
+])
+def test_bad_scheduler_options_raise_clear_errors(model, kwargs, words):
+    with pytest.raises(ModelError, match=words):
+        Scheduler(model, **kwargs)
+
+
+def test_bad_requests_are_refused_at_submit_and_take_no_block(model):
+    s = Scheduler(model, block_size=4, num_blocks=3)
+    ctx = model.config.max_position_embeddings
+    with pytest.raises(ModelError, match="pool has only 3 blocks"):
+        s.submit(prompt(10), max_new_tokens=5)                  # 14 tokens of K/V = 4 blocks of 4
+    s.submit(prompt(10), max_new_tokens=3)                        # 12 tokens = 3 blocks: fits exactly
+    big = Scheduler(model, block_size=4, num_blocks=64)
+    with pytest.raises(ModelError, match="context window"):
+        big.submit(prompt(ctx), max_new_tokens=1)
+    for bad, words in [(dict(prompt_ids=[]), "empty"), (dict(prompt_ids=[1, 10**6]), "token ids"),
+                       (dict(prompt_ids=[1, 2], max_new_tokens=0), "max_new_tokens"),
+                       (dict(prompt_ids=[1, 2], temperature=-1), "temperature"),
+                       (dict(prompt_ids=[1, 2], top_p=0), "top_p")]:
+        with pytest.raises(ModelError, match=words):
+            big.submit(**bad)
+    assert big.free_blocks == 64 and not big.waiting
+    big.submit([1, 2], request_id="a")
+    with pytest.raises(ModelError, match="already"):
+        big.submit([1, 2], request_id="a")
+    big.run()
+    assert big.free_blocks == 64
+
+
+# ------------------------------------------------------------------------------------------------ prefix caching
+class RecordingModel:
+    """The model with every forward's logits kept (the scheduler only uses these few attributes)."""
+
+    def __init__(self, model):
+        self._m, self.logits = model, []
+        self.config, self.tokenizer = model.config, model.tokenizer
+        self.encode_prompt, self.check_prompt = model.encode_prompt, model.check_prompt
+
+    def forward(self, tokens, cache, n_valid=None, **kw):
+        out = self._m.forward(tokens, cache, n_valid=n_valid, **kw)
+        self.logits.append(out.copy())
+        return out
+
+
+def test_prefix_cached_prompt_gives_identical_logits_and_saves_prefill(model):
+    system = prompt(18, seed=40)                           # a "system prompt": 4 full blocks of 4 + 2 tokens
+    q1, q2 = system + prompt(5, seed=41), system + prompt(7, seed=42)
+    rec = RecordingModel(model)
+    s = Scheduler(rec, block_size=4, num_blocks=32, prefix_caching=True)
+    r1 = s.submit(q1, max_new_tokens=3, stop_at_eos=False)
+    s.run()
+    computed_before = s.prefill_tokens_computed
+    r2 = s.submit(q2, max_new_tokens=3, stop_at_eos=False)
+    s.step()                                               # r2's prefill, from the cached blocks on
+    assert r2.prefix_cached_tokens == 16                   # ⌊18 / 4⌋ full blocks of the shared prefix
+    assert s.prefill_tokens_computed - computed_before == len(q2) - 16
+    assert np.abs(rec.logits[-1][0] - model.logits(q2)[-1]).max() < TOL   # cached == recomputed
+    s.run()
+    assert r1.prefix_cached_tokens == 0
+    assert r2.token_ids == alone(model, q2, max_new_tokens=3, stop_at_eos=False)
+    assert s.free_blocks == s.num_blocks
+    s.blocks.check_invariants()
+
+
+def test_whole_prompt_cached_recomputes_the_last_token_in_a_copied_block(model):
+    ids = prompt(12, seed=43)                              # exactly 3 full blocks of 4
+    s = Scheduler(model, block_size=4, num_blocks=16, prefix_caching=True)
+    first = s.submit(ids, max_new_tokens=4, stop_at_eos=False)
+    s.run()
+    cached_blocks = s.blocks.lookup(ids, len(ids))
+    assert len(cached_blocks) == 3
+    second = s.submit(ids, max_new_tokens=4, stop_at_eos=False)
+    s.step()
+    assert second.prefix_cached_tokens == 11               # all but the last token
+    assert second.block_table[:2] == cached_blocks[:2]     # full blocks shared
+    assert second.block_table[2] != cached_blocks[2]       # the block it writes was copied, the cached one kept
+    s.run()
+    assert second.token_ids == first.token_ids == alone(model, ids, max_new_tokens=4, stop_at_eos=False)
+    assert s.free_blocks == s.num_blocks
+    s.blocks.check_invariants()
+
+
+def test_concurrent_requests_share_prefix_blocks_and_respect_the_lru_budget(model):
+    system = prompt(16, seed=44)
+    s = Scheduler(model, block_size=4, num_blocks=40, prefix_caching=True, prefix_cache_blocks=6)
+    first = s.submit(system + [7], max_new_tokens=2, stop_at_eos=False)
+    s.run()
+    tails = [prompt(3, seed=50 + i) for i in range(3)]
+    reqs = [s.submit(system + t, max_new_tokens=6, stop_at_eos=False) for t in tails]
+    s.step()
+    tables = [s.block_table(r) for r in reqs]
+    assert tables[0][:4] == tables[1][:4] == tables[2][:4]            # one copy of the system prompt's K/V
+    assert all(s.blocks.ref_count[b] == 3 for b in tables[0][:4])
+    run_checked(s)
+    for t, r in zip(tails, reqs):
+        assert r.token_ids == alone(model, system + t, max_new_tokens=6, stop_at_eos=False)
+    assert len(s.blocks._unreferenced) <= 6 and s.blocks.evictions > 0    # budget held, oldest evicted
+    assert first.finish_reason == "length" and s.free_blocks == s.num_blocks
+
+
+# ------------------------------------------------------------------------------------------------ default model
+def test_default_model_scheduler_equals_each_request_alone(default_model):
+    tok = default_model.tokenizer
+    texts = ["Write a story about a cat", "What is the capital of France?", "1, 2, 3,"]
+    prompts = [tok.encode(t) for t in texts]
+    s = Scheduler(default_model, block_size=16, max_batch=4)
+    reqs = [s.submit(p, max_new_tokens=5, stop_at_eos=False) for p in prompts]
+    s.run()
+    for p, r in zip(prompts, reqs):
+        assert r.token_ids == alone(default_model, p, max_new_tokens=5, stop_at_eos=False)
+    assert s.free_blocks == s.num_blocks
