@@ -37,6 +37,8 @@ from calculators.kv_cache import kv_bytes_per_token
 from calculators.roofline import arithmetic_intensity, forward_flops, kv_bytes_step, weight_bytes_read
 from engine.errors import ModelError
 from engine.model import Generated, Model
+from engine.scheduler import Scheduler, StepReport
+from engine.sequence import Request
 
 DEFAULT_MAX_BATCH = 32            # requests decoded together in one step
 DEFAULT_MAX_WAITING = 64          # requests allowed to wait in line beyond the batch
@@ -58,12 +60,6 @@ def blocks_for_budget(model: Model, budget_bytes: float, block_size: int) -> int
     return max(1, int(budget_bytes // per_block))
 
 
-def _default_scheduler(model: Model, *, block_size: int, num_blocks: int, max_batch: int, chunk_size: int):
-    from engine import Scheduler                      # the serving issue's scheduler (branch i7-engine)
-    return Scheduler(model, block_size=block_size, num_blocks=num_blocks, max_batch=max_batch,
-                     chunk_size=chunk_size)
-
-
 # ============================================================================================ one request
 @dataclass
 class _Event:
@@ -81,7 +77,7 @@ class GenerationHandle:
     measured under whatever load the server has.
     """
 
-    def __init__(self, worker: "EngineWorker", session_id: str, request: Any, prompt_len: int,
+    def __init__(self, worker: "EngineWorker", session_id: str, request: Request, prompt_len: int,
                  max_new_tokens: int, alive: Callable[[], bool] | None) -> None:
         self.worker, self.session_id, self.request = worker, session_id, request
         self.prompt_len, self.max_new_tokens, self.alive = prompt_len, max_new_tokens, alive
@@ -130,29 +126,24 @@ class GenerationHandle:
                 return
 
     def tokens(self, poll_s: float = 0.1, on_wait: Callable[[int], None] | None = None) -> Iterator[Generated]:
-        """The reply as `engine.Generated`, text decoded as it streams (as `Model.generate` does)."""
+        """The reply as `engine.Generated`, text decoded as it streams (as `Model.generate` does). A request that
+        ends early (stopped, session closed) just ends; `self.finish_reason` says why."""
         tok = self.worker.model.tokenizer
         decoder = None
         if tok is not None:
             from engine.tokenizer import StreamDecoder
             decoder = StreamDecoder(tok, continuation=True)
         step = 0
-        last: Generated | None = None
         for ev in self.events(poll_s, on_wait):
-            if ev.token_id is None:                     # ended without a new token: mark the last one
-                if last is not None:
-                    text = decoder.flush() if decoder is not None else ""
-                    yield Generated(token_id=last.token_id, text=text, step=last.step, seconds=0.0,
-                                    kv_cache_bytes=last.kv_cache_bytes, finish_reason=ev.finish_reason)
+            if ev.token_id is None:                     # stopped, cancelled: `finish_reason` says why
                 return
             text = ""
             if decoder is not None:
                 text = "" if ev.finish_reason == "eos" else decoder.push(ev.token_id)
                 if ev.finish_reason:
                     text += decoder.flush()
-            last = Generated(token_id=ev.token_id, text=text, step=step, seconds=ev.seconds,
-                             kv_cache_bytes=ev.kv_cache_bytes, finish_reason=ev.finish_reason)
-            yield last
+            yield Generated(token_id=ev.token_id, text=text, step=step, seconds=ev.seconds,
+                            kv_cache_bytes=ev.kv_cache_bytes, finish_reason=ev.finish_reason)
             step += 1
 
     __iter__ = tokens
@@ -256,15 +247,13 @@ class EngineWorker:
     def __init__(self, model: Model, *, max_batch: int = DEFAULT_MAX_BATCH, max_waiting: int = DEFAULT_MAX_WAITING,
                  block_size: int = DEFAULT_BLOCK_SIZE, num_blocks: int | None = None,
                  kv_budget_bytes: float = DEFAULT_KV_BUDGET_BYTES, chunk_size: int = DEFAULT_CHUNK_SIZE,
-                 abandon_after_s: float = ABANDON_AFTER_S, scheduler_factory: Callable[..., Any] | None = None,
-                 start: bool = True) -> None:
+                 abandon_after_s: float = ABANDON_AFTER_S, start: bool = True) -> None:
         self.model, self.max_batch, self.max_waiting = model, int(max_batch), int(max_waiting)
         self.block_size = int(block_size)
         blocks = int(num_blocks) if num_blocks is not None else blocks_for_budget(model, kv_budget_bytes,
                                                                                    self.block_size)
-        factory = scheduler_factory or _default_scheduler
-        self.scheduler = factory(model, block_size=self.block_size, num_blocks=blocks, max_batch=self.max_batch,
-                                 chunk_size=chunk_size)
+        self.scheduler = Scheduler(model, block_size=self.block_size, num_blocks=blocks, max_batch=self.max_batch,
+                                   chunk_size=chunk_size)
         self.abandon_after_s = float(abandon_after_s)
         self._kv_per_token = int(kv_bytes_per_token(model.config, ENGINE_KV_DTYPE))
         self._cond = threading.Condition()
@@ -367,28 +356,25 @@ class EngineWorker:
             self._reap()
             if not self._handles:
                 return None
-            before = {id(h): h.request.status for h in self._handles}
             t0 = time.perf_counter()
             report = self.scheduler.step()
             t1 = time.perf_counter()
-            view = self._step_view(report, before, t1 - t0, t1)
+            view = self._step_view(report, t1 - t0, t1)
             self._steps.append(view)
+            in_batch = set(report.decoded) | set(report.prefilled)
             for h in self._handles:
-                if before[id(h)] != "waiting":
-                    h.largest_batch = max(h.largest_batch, view.decode_requests)
+                if h.request.request_id in in_batch:
+                    h.largest_batch = max(h.largest_batch, len(in_batch))
             self._publish(t1)
             self._update_positions()
             return view
 
-    def _step_view(self, report: Any, before: dict, seconds: float, now: float) -> StepView:
-        decoded = [h for h in self._handles if before[id(h)] == "running"]
-        prefill = getattr(report, "prefill_tokens", None)
-        if prefill is None:
-            prefill = sum(n for _, n in _pairs(getattr(report, "prefilled", ())))
-        out = sum(max(len(h.request.token_ids) - h.sent, 0) for h in self._handles)
-        ctx = statistics.fmean(h.prompt_len + h.sent for h in decoded) if decoded else 0.0
-        return StepView(ended_at=now, seconds=seconds, decode_requests=len(decoded), prefill_tokens=int(prefill),
-                        tokens_out=out, mean_context=ctx)
+    def _step_view(self, report: StepReport, seconds: float, now: float) -> StepView:
+        decoded = set(report.decoded)
+        contexts = [h.request.num_cached for h in self._handles if h.request.request_id in decoded]
+        return StepView(ended_at=now, seconds=seconds, decode_requests=len(decoded),
+                        prefill_tokens=int(sum(report.prefilled.values())), tokens_out=int(report.tokens_produced),
+                        mean_context=statistics.fmean(contexts) if contexts else 0.0)
 
     def _publish(self, now: float) -> None:
         for h in list(self._handles):
@@ -449,17 +435,6 @@ class EngineWorker:
                                   free_blocks=int(self.scheduler.free_blocks),
                                   num_blocks=int(self.scheduler.num_blocks), block_size=self.block_size,
                                   max_batch=self.max_batch, max_waiting=self.max_waiting, steps=tuple(self._steps))
-
-
-def _pairs(items: Any) -> list[tuple[Any, int]]:
-    """(request, tokens) pairs from a StepReport field that may be a dict or a list of pairs."""
-    if isinstance(items, dict):
-        return list(items.items())
-    out = []
-    for it in items or ():
-        if isinstance(it, tuple) and len(it) == 2:
-            out.append((it[0], int(it[1])))
-    return out
 
 
 def _safe_alive(alive: Callable[[], bool]) -> bool:
