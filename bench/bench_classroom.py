@@ -38,6 +38,8 @@ from streamlit.proto.WidgetStates_pb2 import WidgetState, WidgetStates  # noqa: 
 from tools.screenshot import free_port, start_server, stop_server, wait_healthy  # noqa: E402
 
 GENERATE_LABEL = "Generate"
+MAX_NEW_LABEL = "Max new tokens"
+LONG_REPLY = 4000                # new tokens asked by the session that closes mid-reply
 CLASS_PAGE = "Class"
 DONE_CAPTION = re.compile(r"^(\d+) tokens after a ([\d,]+)-token prompt · ([^·]+)")
 CURSOR = "▌"
@@ -152,17 +154,21 @@ class Client:
 
 
 async def student(url: str, ready: list[int], start: asyncio.Event, timeout_s: float,
-                  close_after: int | None = None) -> Reply:
+                  close_after: int | None = None, max_new_tokens: int | None = None) -> Reply:
     """Open the app, wait for the class to be ready, press Generate, read the reply to its end."""
     reply = Reply()
     async with Client(url) as c:
         await c.run_page(timeout_s)
         button = c.button_id(GENERATE_LABEL)
+        widgets = [WidgetState(id=button, trigger_value=True)]
+        if max_new_tokens is not None:                   # typed into the "Max new tokens" box, as a user would
+            box = next(n.id for n in c.find("number_input") if n.label == MAX_NEW_LABEL)
+            widgets.append(WidgetState(id=box, int_value=max_new_tokens))
         ready[0] += 1
         await start.wait()
         reply.clicked_at = time.perf_counter()
         c.elements.clear()
-        await c.rerun([WidgetState(id=button, trigger_value=True)])
+        await c.rerun(widgets)
         slot = None
         async for msg in c.messages(timeout_s):
             if msg.WhichOneof("type") != "delta" or msg.delta.WhichOneof("type") != "new_element":
@@ -238,11 +244,14 @@ def pct(values: list[float], q: float) -> float:
     return v[min(len(v) - 1, max(0, int(round(q / 100 * len(v) + 0.5)) - 1))] if v else float("nan")
 
 
-async def drive(url: str, n: int, timeout_s: float, close_one: bool) -> tuple[list[Reply], float]:
+async def drive(url: str, n: int, timeout_s: float, close_one: bool = False,
+                max_new_tokens: int | None = None) -> tuple[list[Reply], float]:
     """N students load the page; when all have, they press Generate together."""
     start, ready = asyncio.Event(), [0]
-    tasks = [asyncio.create_task(student(url, ready, start, timeout_s,
-                                         close_after=3 if close_one and i == 0 else None)) for i in range(n)]
+    closer = LONG_REPLY if close_one else None        # the tab that closes asks for a long reply: if closing did
+    tasks = [asyncio.create_task(                     # not cancel it, it would still hold blocks afterwards
+        student(url, ready, start, timeout_s, close_after=3, max_new_tokens=closer) if i == 0 and close_one else
+        student(url, ready, start, timeout_s, max_new_tokens=max_new_tokens)) for i in range(n)]
     deadline = time.monotonic() + timeout_s
     while ready[0] < n and time.monotonic() < deadline and not any(t.done() for t in tasks):
         await asyncio.sleep(0.05)
@@ -269,8 +278,10 @@ def summarize(replies: list[Reply], wall_s: float) -> dict:
                 same_text=len({r.text for r in served}) == 1)
 
 
-def run(n: int, timeout_s: float = 600.0, close_one: bool = False, log_dir: Path | None = None) -> dict:
-    """Start the app, warm it with one session alone, then N sessions at once; stop the app. Returns the figures."""
+def run(n: int, timeout_s: float = 600.0, close_one: bool = False, max_new_tokens: int | None = None,
+        warm_up: bool = True, log_dir: Path | None = None) -> dict:
+    """Start the app; one session alone (after a warm-up run that also loads the model, unless `warm_up` is
+    False), then N sessions at once, then a look at the Class page; stop the app. Returns the figures."""
     port = free_port()
     log_dir = log_dir or Path(tempfile.mkdtemp(prefix="classroom-"))
     proc = start_server(port, log_dir / "streamlit.log")
@@ -279,9 +290,10 @@ def run(n: int, timeout_s: float = 600.0, close_one: bool = False, log_dir: Path
         wait_healthy(port, proc, timeout_s=120)
         sampler.start()
         url = f"ws://127.0.0.1:{port}/_stcore/stream"
-        alone, alone_s = asyncio.run(drive(url, 1, timeout_s, False))       # also loads the model once
-        alone, alone_s = asyncio.run(drive(url, 1, timeout_s, False))       # timed with the model warm
-        many, many_s = asyncio.run(drive(url, n, timeout_s, close_one))
+        alone, alone_s = asyncio.run(drive(url, 1, timeout_s, max_new_tokens=max_new_tokens))  # loads the model
+        if warm_up:
+            alone, alone_s = asyncio.run(drive(url, 1, timeout_s, max_new_tokens=max_new_tokens))  # model warm
+        many, many_s = asyncio.run(drive(url, n, timeout_s, close_one, max_new_tokens))
         free, total, listed = asyncio.run(class_page_blocks(url, timeout_s))
     finally:
         peak = sampler.stop() if sampler.is_alive() else sampler.rss()
@@ -318,6 +330,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--sessions", type=int, default=30)
     ap.add_argument("--timeout", type=float, default=600.0, help="seconds allowed for one phase")
     ap.add_argument("--close-one", action="store_true", help="one session closes its tab after 3 tokens")
+    ap.add_argument("--max-new-tokens", type=int, default=None, help="typed into the box (default: the app's, 64)")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args(argv)
     try:
@@ -325,7 +338,7 @@ def main(argv: list[str] | None = None) -> int:
         load = f"load average before: {os.getloadavg()[0]:.2f} on {os.cpu_count()} cores"
     except OSError:
         load = ""
-    r = run(args.sessions, args.timeout, args.close_one)
+    r = run(args.sessions, args.timeout, args.close_one, args.max_new_tokens)
     print(json.dumps(r, indent=1, default=str) if args.json else report(r))
     if load:
         print(load)
