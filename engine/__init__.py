@@ -4,11 +4,16 @@
     model = load_model()                      # SmolLM2-135M-Instruct, offline
     for tok in model.generate("Write a story", max_new_tokens=20):
         print(tok.text, end="", flush=True)
+    logits, acts = run_with_cache(model, ids, names=("blocks.*.attn.hook_pattern",), layers=[0])
+    rec = record_generation(model, ids, max_new_tokens=8, attention_layers=[0], kv_layers=[0])
+
+Instruments (hooks, trace) are arguments of each call; a loaded Model is read-only and shared.
 """
 from engine.errors import ModelError
-from engine.hooks import Hooks, recording
+from engine.hooks import ActivationCache, Hooks, run_with_cache
 from engine.kv_cache import KVCache
 from engine.model import Generated, Model
+from engine.record import GenerationRecord, StepRecord, record_generation
 from engine.trace import Trace
 from engine.block_manager import BlockManager
 from engine.paged_cache import PagedKVCache
@@ -23,5 +28,6 @@ def load_model(source: str | None = None, progress=None) -> Model:
     return _load(source, progress=progress)
 
 
-__all__ = ["ModelError", "Model", "KVCache", "Generated", "Trace", "Hooks", "recording", "load_model",
+__all__ = ["ModelError", "Model", "KVCache", "Generated", "Trace", "Hooks", "ActivationCache", "run_with_cache",
+           "record_generation", "GenerationRecord", "StepRecord", "load_model",
            "Scheduler", "StepReport", "Request", "PagedKVCache", "BlockManager"]

@@ -1,13 +1,15 @@
 """Generation loops built on `Model.forward`: one streamed sequence, or a batch of sequences together."""
 from __future__ import annotations
 
-import time
 from typing import TYPE_CHECKING, Iterator, Sequence
 
 import numpy as np
 
 from engine.errors import ModelError
+from engine.hooks import Hooks
 from engine.sampling import check_sampling, sample
+from engine.token_loop import check_controls, run_tokens
+from engine.trace import Trace
 
 if TYPE_CHECKING:
     from engine.model import Generated, Model
@@ -21,58 +23,33 @@ def _check_max_new(max_new_tokens) -> int:
 
 def generate(model: "Model", prompt: str | Sequence[int], max_new_tokens: int = 64, temperature: float = 0.0,
              top_k: int = 0, top_p: float = 1.0, seed: int | None = None, stop_at_eos: bool = True,
-             chunk_size: int | None = None) -> Iterator["Generated"]:
+             chunk_size: int | None = None, hooks: Hooks | None = None, trace: Trace | None = None,
+             stop=None, on_progress=None) -> Iterator["Generated"]:
     """Prefill the prompt, then decode one token per step, yielding each token as soon as it exists.
 
-    Stops at an end-of-sequence token, after `max_new_tokens`, or when the context window is full.
+    Stops at an end-of-sequence token, after `max_new_tokens`, when the context window is full, or when `stop`
+    (a threading.Event) is set: the run then ends after the current forward pass (finish_reason "stopped"; set
+    during a chunked prefill, it ends after the current chunk and yields nothing). `on_progress(done, total,
+    phase)` is called after each prefill chunk ("prefill") and each token ("decode"). `hooks` and `trace` are
+    this call's instruments, given to every forward pass. A token's `seconds` is the forward pass that produced
+    its logits plus sampling it: TTFT for the first token (prefill + sampling), the inter-token latency after.
     All argument checks happen before the first token, so a bad option fails fast with a ModelError.
     """
     from engine.model import Generated
     max_new = _check_max_new(max_new_tokens)
     check_sampling(temperature, top_k, top_p)
+    check_controls(stop, on_progress, chunk_size)
     ids = model.encode_prompt(prompt)
     model.check_prompt(ids)
     if ids and (min(ids) < 0 or max(ids) >= model.config.vocab_size):
         raise ModelError(f"token ids must be in [0, {model.config.vocab_size})")
-    return _generate(model, ids, max_new, temperature, top_k, top_p, seed, stop_at_eos, chunk_size, Generated)
-
-
-def _generate(model, ids, max_new, temperature, top_k, top_p, seed, stop_at_eos, chunk_size, Generated):
-    ctx = model.config.max_position_embeddings
-    capacity = min(len(ids) + max_new, ctx)
-    cache = model.new_cache(1, capacity)
-    rng = np.random.default_rng(seed)
-    eos = set(model.tokenizer.eos_token_ids) if model.tokenizer is not None else set(model.config.eos_token_ids)
-    decoder = None
-    if model.tokenizer is not None:
-        from engine.tokenizer import StreamDecoder
-        decoder = StreamDecoder(model.tokenizer, continuation=True)   # keep the space before the first word
-    t0 = time.perf_counter()
-    logits = model.prefill(ids, cache, chunk_size=chunk_size)
-    seconds = time.perf_counter() - t0
-    step = 0
-    while True:
-        tok = sample(logits, temperature, top_k, top_p, rng)
-        finish = None
-        if stop_at_eos and tok in eos:
-            finish = "eos"
-        elif step + 1 >= max_new:
-            finish = "length"
-        elif int(cache.lengths[0]) >= capacity:
-            finish = "context"
-        text = ""
-        if decoder is not None:
-            text = "" if finish == "eos" else decoder.push(tok)
-            if finish:
-                text += decoder.flush()
-        yield Generated(token_id=tok, text=text, step=step, seconds=seconds,
-                        kv_cache_bytes=cache.bytes_used(), finish_reason=finish)
-        if finish:
-            return
-        t0 = time.perf_counter()
-        logits = model.decode_step(tok, cache)
-        seconds = time.perf_counter() - t0
-        step += 1
+    if hooks:
+        hooks.check(model.config, None)                                   # bad layer/head index: fail now
+    hooks_for = (lambda phase, last: hooks) if hooks else None
+    steps = run_tokens(model, ids, max_new, temperature, top_k, top_p, seed, stop_at_eos, chunk_size,
+                       trace=trace, hooks_for=hooks_for, stop=stop, on_progress=on_progress)
+    return (Generated(token_id=s.token_id, text=s.text, step=s.step, seconds=s.seconds,
+                      kv_cache_bytes=s.cache.bytes_used(), finish_reason=s.finish_reason) for s in steps)
 
 
 def generate_batch(model: "Model", prompts: Sequence[Sequence[int]], max_new_tokens: int = 16,

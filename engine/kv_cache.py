@@ -43,6 +43,11 @@ class KVCache:
         _, h_kv, _, d = self.k[0].shape
         return int(2 * len(self.k) * int(self.lengths.sum()) * h_kv * d * self.k[0].itemsize)
 
+    def bytes_per_layer(self) -> list[int]:
+        """Bytes of K and V filled in each layer: 2 · Σ lengths · h_kv · d_k · itemsize (4, float32)."""
+        _, h_kv, _, d = self.k[0].shape
+        return [int(2 * int(self.lengths.sum()) * h_kv * d * k.itemsize) for k in self.k]
+
     def bytes_reserved(self) -> int:
         """Bytes allocated for the whole capacity (what a reserve-for-max allocator pays)."""
         return int(sum(a.nbytes for a in self.k) + sum(a.nbytes for a in self.v))

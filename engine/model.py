@@ -7,7 +7,6 @@ is built on it.
 """
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import Callable, Iterator, Mapping, Sequence
 
@@ -15,6 +14,7 @@ import numpy as np
 
 from engine import ops
 from engine.errors import ModelError
+from engine.forward import Pass, block, embed, lm_head
 from engine.hooks import Hooks
 from engine.kv_cache import KVCache
 from engine.trace import Trace
@@ -57,6 +57,20 @@ class Weights:
     def num_params(self) -> int:
         return self.nbytes() // 4
 
+    def read_only(self) -> "Weights":
+        """The same weights as read-only views: a model shared by every user can never be written through."""
+        def ro(a: np.ndarray) -> np.ndarray:
+            if not a.flags.writeable:
+                return a                                   # already frozen (e.g. shared with another Model)
+            v = a.view()
+            v.flags.writeable = False
+            return v
+
+        embed = ro(self.embed)
+        return Weights(embed=embed, layers=[LayerWeights(*(ro(a) for a in (
+            l.attn_norm, l.wqkv, l.wo, l.ffn_norm, l.w_gate_up, l.w_down))) for l in self.layers],
+            final_norm=ro(self.final_norm), lm_head=embed if self.lm_head is self.embed else ro(self.lm_head))
+
 
 def hf_tensor_names(config: ModelConfig) -> dict[str, tuple[int, ...]]:
     """Every tensor a Hugging Face `LlamaForCausalLM` checkpoint holds, with its expected shape."""
@@ -86,7 +100,7 @@ class Generated:
     token_id: int
     text: str                 # new text this token adds (streaming detokenization; "" without a tokenizer)
     step: int                 # 0 for the token sampled from the prefill, then 1, 2, ...
-    seconds: float            # time of the forward pass that produced it (TTFT for step 0, ITL after)
+    seconds: float            # forward pass that produced its logits + sampling it (TTFT for step 0, ITL after)
     kv_cache_bytes: int       # bytes of K/V filled after this step
     finish_reason: str | None = None   # "eos" | "length" | "context" on the last token
 
@@ -99,12 +113,11 @@ class Model:
         if rope_layout not in ("half", "interleaved"):
             raise ModelError(f"rope_layout must be 'half' or 'interleaved', got {rope_layout!r}")
         self.config = config
-        self.weights = weights
+        self.weights = weights.read_only()
         self.tokenizer = tokenizer
         self.source = source
         self.rope_layout = rope_layout
         self.random_weights = random_weights
-        self.hooks: Hooks | None = None
         try:
             self._inv_freq = ops.rope_inv_freq(config.head_dim, config.rope_theta, config.rope_scaling)
         except (KeyError, ValueError) as e:
@@ -214,140 +227,23 @@ class Model:
 
     # ------------------------------------------------------------------------------------ forward
     def forward(self, tokens: np.ndarray, cache: KVCache, n_valid: Sequence[int] | None = None,
-                all_logits: bool = False, trace: Trace | None = None) -> np.ndarray:
-        """Run new tokens through the model, appending their K/V to `cache`.
+                all_logits: bool = False, trace: Trace | None = None, hooks: Hooks | None = None) -> np.ndarray:
+        """Run new tokens through the model, appending their K/V to `cache` (the steps: engine/forward.py).
 
         tokens  [B, T] int: the new tokens of each sequence, left-aligned; row b holds n_valid[b] real tokens
                 (the rest is padding and is ignored). Each sequence starts at its own cache length, so this is
                 prefill (empty cache), chunked prefill (cache already holds a prefix), decode (T = 1) or a
                 ragged batch of all of these.
+        trace, hooks: this call's instruments (counting, named activations); the model itself never holds any.
         returns logits [B, V] of each sequence's last new token, or [B, T, V] with all_logits=True.
         """
-        c, w, hooks = self.config, self.weights, self.hooks
-        tokens = np.asarray(tokens)
-        if tokens.ndim != 2:
-            raise ModelError(f"tokens must be [batch, time], got shape {tokens.shape}")
-        B, T = tokens.shape
-        n_valid = np.full(B, T, np.int64) if n_valid is None else np.asarray(n_valid, np.int64)
-        if B != cache.batch or n_valid.shape != (B,) or np.any(n_valid < 1) or np.any(n_valid > T):
-            raise ModelError("tokens, n_valid and the cache batch size do not agree")
-        if tokens.min() < 0 or tokens.max() >= c.vocab_size:
-            raise ModelError(f"token id out of range [0, {c.vocab_size})")
-        cache.check_room(n_valid)
-        start = cache.lengths.copy()                                    # [B] first position of the new tokens
-        positions = start[:, None] + np.arange(T)[None, :]             # [B, T]
-        n_keys = int((start + n_valid).max())                           # S: keys attended by the longest row
-        key_valid = np.arange(n_keys)[None, :] < (start + n_valid)[:, None]           # [B, S]
-        needs_mask = T > 1 or not key_valid.all()
-        mask = ops.causal_mask(positions, n_keys, key_valid) if needs_mask else None  # [B, 1, 1, T, S]
-        cos, sin = ops.rope_cos_sin(positions, self._inv_freq)         # [B, T, d/2]
-        h_q, h_kv, d, G = c.num_heads, c.num_kv_heads, c.head_dim, c.group_size
-        q_dim, kv_dim, F, D = c.q_dim, c.kv_dim, c.intermediate_size, c.hidden_size
-        scale = 1.0 / math.sqrt(d)
-        if trace is not None:
-            rows, ctx = int(n_valid.sum()), (start + n_valid)          # useful rows; keys per sequence
-            qk_flops = float(2 * d * h_q * (n_valid * ctx).sum())     # each of QKᵀ and P·V
-            trace.start()
-
-        x = w.embed[tokens]                                             # [B, T, D]   embedding gather
-        if trace is not None:
-            trace.add("embedding", None, weight_bytes=rows * D * 4, shape=f"gather {rows} rows of [{c.vocab_size}, {D}]")
-        if hooks:
-            hooks("hook_embed", x)
+        w = self.weights
+        p = Pass.begin(self.config, np.asarray(tokens), cache, n_valid, self._inv_freq, self._rope, trace, hooks)
+        x = embed(np.asarray(tokens), w, p)                            # [B, T, D]
         for li, lw in enumerate(w.layers):
-            if hooks:
-                hooks(f"blocks.{li}.hook_resid_pre", x)
-            # --- attention ------------------------------------------------------------------------
-            h = ops.rms_norm(x, lw.attn_norm, c.rms_norm_eps)          # [B, T, D]
-            if trace is not None:
-                trace.add("attn_norm", li, weight_bytes=D * 4, shape=f"[{B}, {T}, {D}]")
-            qkv = h @ lw.wqkv.T                                         # [B, T, q_dim + 2·kv_dim]
-            if trace is not None:
-                trace.add("qkv_proj", li, flops=2.0 * rows * D * (q_dim + 2 * kv_dim),
-                          weight_bytes=lw.wqkv.nbytes, shape=f"[{B}, {T}, {D}] @ [{D}, {q_dim + 2 * kv_dim}]")
-            q = self._rope(qkv[..., :q_dim].reshape(B, T, h_q, d), cos, sin)             # [B, T, h_q, d]
-            k = self._rope(qkv[..., q_dim:q_dim + kv_dim].reshape(B, T, h_kv, d), cos, sin)  # [B, T, h_kv, d]
-            v = qkv[..., q_dim + kv_dim:].reshape(B, T, h_kv, d)                          # [B, T, h_kv, d]
-            if hooks:
-                hooks(f"blocks.{li}.attn.hook_q", q)
-                hooks(f"blocks.{li}.attn.hook_k", k)
-                hooks(f"blocks.{li}.attn.hook_v", v)
-            cache.write(li, k.transpose(0, 2, 1, 3), v.transpose(0, 2, 1, 3), n_valid)
-            if hooks:
-                hooks(f"blocks.{li}.attn.hook_kv_cache", start + n_valid)
-            if trace is not None:
-                trace.add("rope_and_kv_append", li, kv_write_bytes=float(rows * 2 * kv_dim * 4),
-                          shape=f"append [{B}, {h_kv}, {T}, {d}] to K and V")
-            K, V = cache.read(li, n_keys)                               # [B, h_kv, S, d] each
-            qg = q.reshape(B, T, h_kv, G, d).transpose(0, 2, 3, 1, 4)   # [B, h_kv, G, T, d]  head = kv·G + g
-            o = self._attend(qg, K, V, mask, scale, li)                 # [B, h_kv, G, T, d]
-            o = o.transpose(0, 3, 1, 2, 4).reshape(B, T, q_dim)         # [B, T, h_q·d]
-            if trace is not None:
-                trace.add("attention", li, flops=2 * qk_flops,
-                          kv_read_bytes=float(ctx.sum() * 2 * kv_dim * 4),
-                          shape=f"[{B}, {h_q}, {T}, {d}] · [{B}, {h_kv}, {n_keys}, {d}]")
-            x = x + o @ lw.wo.T                                         # [B, T, D]   residual add
-            if trace is not None:
-                trace.add("o_proj", li, flops=2.0 * rows * q_dim * D, weight_bytes=lw.wo.nbytes,
-                          shape=f"[{B}, {T}, {q_dim}] @ [{q_dim}, {D}]")
-            if hooks:
-                hooks(f"blocks.{li}.hook_resid_mid", x)
-            # --- feed-forward (SwiGLU) ------------------------------------------------------------
-            h = ops.rms_norm(x, lw.ffn_norm, c.rms_norm_eps)            # [B, T, D]
-            if trace is not None:
-                trace.add("ffn_norm", li, weight_bytes=D * 4, shape=f"[{B}, {T}, {D}]")
-            gu = h @ lw.w_gate_up.T                                     # [B, T, 2F]
-            act = ops.silu(gu[..., :F]) * gu[..., F:]                   # [B, T, F]
-            if hooks:
-                hooks(f"blocks.{li}.mlp.hook_act", act)
-            if trace is not None:
-                trace.add("gate_up_proj", li, flops=2.0 * rows * D * 2 * F, weight_bytes=lw.w_gate_up.nbytes,
-                          shape=f"[{B}, {T}, {D}] @ [{D}, {2 * F}]")
-            x = x + act @ lw.w_down.T                                   # [B, T, D]   residual add
-            if trace is not None:
-                trace.add("down_proj", li, flops=2.0 * rows * F * D, weight_bytes=lw.w_down.nbytes,
-                          shape=f"[{B}, {T}, {F}] @ [{F}, {D}]")
-            if hooks:
-                hooks(f"blocks.{li}.hook_resid_post", x)
-        cache.advance(n_valid)
-
-        if not all_logits:                                              # last position only (prefill/decode)
-            x = x[np.arange(B), n_valid - 1][:, None, :]                # [B, 1, D]
-        x = ops.rms_norm(x, w.final_norm, c.rms_norm_eps)
-        if hooks:
-            hooks("hook_final_norm", x)
-        if trace is not None:
-            out_rows = rows if all_logits else B
-            trace.add("final_norm", None, weight_bytes=D * 4, shape=f"[{B}, {x.shape[1]}, {D}]")
-        logits = x @ w.lm_head.T                                        # [B, T', V]
-        if trace is not None:
-            trace.add("lm_head", None, flops=2.0 * out_rows * D * c.vocab_size, weight_bytes=w.lm_head.nbytes,
-                      shape=f"[{B}, {x.shape[1]}, {D}] @ [{D}, {c.vocab_size}]")
-        if hooks:
-            hooks("hook_logits", logits)
-        return logits if all_logits else logits[:, 0]
-
-    _QUERY_BLOCK = 512   # long prompts: attend in blocks of queries so scores stay [.., 512, S]
-
-    def _attend(self, qg, K, V, mask, scale, li) -> np.ndarray:
-        """softmax(Q·Kᵀ·scale + mask)·V per KV head group.   qg [B, h_kv, G, T, d] -> [B, h_kv, G, T, d]"""
-        T = qg.shape[3]
-        if T > self._QUERY_BLOCK and not self.hooks:
-            out = np.empty_like(qg)
-            for s in range(0, T, self._QUERY_BLOCK):
-                e = s + self._QUERY_BLOCK
-                scores = ops.gqa_attention_scores(qg[:, :, :, s:e], K, scale) + mask[..., s:e, :]
-                out[:, :, :, s:e] = ops.gqa_attention_output(ops.softmax(scores), V)
-            return out
-        scores = ops.gqa_attention_scores(qg, K, scale)                 # [B, h_kv, G, T, S]
-        if mask is not None:
-            scores = scores + mask
-        p = ops.softmax(scores)
-        if self.hooks:
-            B, h_kv, G, T, S = scores.shape
-            self.hooks(f"blocks.{li}.attn.hook_scores", scores.reshape(B, h_kv * G, T, S))
-            self.hooks(f"blocks.{li}.attn.hook_pattern", p.reshape(B, h_kv * G, T, S))
-        return ops.gqa_attention_output(p, V)
+            x = block(x, lw, li, p)                                     # [B, T, D]
+        cache.advance(p.n_valid)
+        return lm_head(x, w, p, all_logits)                            # [B, V] or [B, T, V]
 
     # ------------------------------------------------------------------------------------ conveniences
     def check_prompt(self, ids: Sequence[int]) -> None:
@@ -358,7 +254,7 @@ class Model:
             raise ModelError(f"the prompt is {n} tokens but {self.config.name}'s context window is {ctx} tokens "
                              f"(and at least one must be left for the reply); shorten it by {n - ctx + 1} tokens")
 
-    def logits(self, token_ids: Sequence[int]) -> np.ndarray:
+    def logits(self, token_ids: Sequence[int], hooks: Hooks | None = None) -> np.ndarray:
         """Full causal forward, no cache kept: logits of every position.   [T] -> [T, V]"""
         ids = np.asarray(list(token_ids), np.int64)
         if ids.size == 0:
@@ -366,21 +262,22 @@ class Model:
         if ids.size > self.config.max_position_embeddings:
             raise ModelError(f"{ids.size} tokens exceed the context window ({self.config.max_position_embeddings})")
         cache = self.new_cache(1, ids.size)
-        return self.forward(ids[None, :], cache, all_logits=True)[0]
+        return self.forward(ids[None, :], cache, all_logits=True, hooks=hooks)[0]
 
     def prefill(self, ids: Sequence[int], cache: KVCache, chunk_size: int | None = None,
-                trace: Trace | None = None) -> np.ndarray:
+                trace: Trace | None = None, hooks: Hooks | None = None) -> np.ndarray:
         """Process a prompt for a single-sequence cache, optionally in chunks; returns the last logits [V]."""
         ids = np.asarray(list(ids), np.int64)
         step = ids.size if not chunk_size else int(chunk_size)
         logits = None
         for s in range(0, ids.size, step):
-            logits = self.forward(ids[None, s:s + step], cache, trace=trace)[0]
+            logits = self.forward(ids[None, s:s + step], cache, trace=trace, hooks=hooks)[0]
         return logits
 
-    def decode_step(self, token_id: int, cache: KVCache, trace: Trace | None = None) -> np.ndarray:
+    def decode_step(self, token_id: int, cache: KVCache, trace: Trace | None = None,
+                    hooks: Hooks | None = None) -> np.ndarray:
         """One new token for a single-sequence cache.   -> logits [V]"""
-        return self.forward(np.array([[token_id]], np.int64), cache, trace=trace)[0]
+        return self.forward(np.array([[token_id]], np.int64), cache, trace=trace, hooks=hooks)[0]
 
     def encode_prompt(self, prompt: str | Sequence[int]) -> list[int]:
         if isinstance(prompt, str):
@@ -391,8 +288,10 @@ class Model:
 
     def generate(self, prompt: str | Sequence[int], max_new_tokens: int = 64, temperature: float = 0.0,
                  top_k: int = 0, top_p: float = 1.0, seed: int | None = None, stop_at_eos: bool = True,
-                 chunk_size: int | None = None) -> Iterator[Generated]:
+                 chunk_size: int | None = None, hooks: Hooks | None = None, trace: Trace | None = None,
+                 stop=None, on_progress=None) -> Iterator[Generated]:
         """Stream tokens one by one (see `engine.generate.generate`)."""
         from engine.generate import generate
         return generate(self, prompt, max_new_tokens=max_new_tokens, temperature=temperature, top_k=top_k,
-                        top_p=top_p, seed=seed, stop_at_eos=stop_at_eos, chunk_size=chunk_size)
+                        top_p=top_p, seed=seed, stop_at_eos=stop_at_eos, chunk_size=chunk_size, hooks=hooks,
+                        trace=trace, stop=stop, on_progress=on_progress)

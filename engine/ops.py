@@ -27,6 +27,16 @@ def softmax(x: np.ndarray, axis: int = -1) -> np.ndarray:
     return e / np.maximum(np.sum(e, axis=axis, keepdims=True), 1e-30)
 
 
+def softmax_(x: np.ndarray) -> np.ndarray:
+    """`softmax(x, -1)` computed IN PLACE (no second array the size of x); returns x.   [..., S] -> [..., S]"""
+    m = np.max(x, axis=-1, keepdims=True)
+    m[~np.isfinite(m)] = 0.0
+    x -= m
+    np.exp(x, out=x)
+    x /= np.maximum(np.sum(x, axis=-1, keepdims=True), 1e-30)
+    return x
+
+
 # ---------------------------------------------------------------------------------------------- RoPE
 def rope_inv_freq(head_dim: int, theta: float, scaling: dict | None = None) -> np.ndarray:
     """Rotation speed of each dimension pair: theta^(-2i/d), optionally rescaled.   -> [head_dim/2] (float64)
@@ -80,13 +90,19 @@ def apply_rope_interleaved(x: np.ndarray, cos: np.ndarray, sin: np.ndarray) -> n
 
 
 # ---------------------------------------------------------------------------------------------- attention
-def causal_mask(q_positions: np.ndarray, n_keys: int, key_valid: np.ndarray) -> np.ndarray:
-    """Additive mask: 0 where key j is visible to the query at position p (j ≤ p and j is a real key), else -inf.
+def causal_visible(q_positions: np.ndarray, n_keys: int, key_valid: np.ndarray) -> np.ndarray:
+    """True where key j is visible to the query at position p: j ≤ p (no future) and j is a real key.
 
-    q_positions [B, T] absolute positions of the queries; key_valid [B, S] bool.   -> [B, 1, 1, T, S]
+    q_positions [B, T] absolute positions of the queries; key_valid [B, S] bool.   -> [B, T, S] bool
     """
     keys = np.arange(n_keys)
-    visible = (keys[None, None, :] <= q_positions[:, :, None]) & key_valid[:, None, :]   # [B, T, S]
+    return (keys[None, None, :] <= q_positions[:, :, None]) & key_valid[:, None, :]
+
+
+def causal_mask(q_positions: np.ndarray, n_keys: int, key_valid: np.ndarray) -> np.ndarray:
+    """Additive mask: 0 where `causal_visible`, else -inf.   -> [B, 1, 1, T, S] float32 (for small T only: the
+    forward pass builds `causal_visible` one query block at a time instead)"""
+    visible = causal_visible(q_positions, n_keys, key_valid)
     return np.where(visible, 0.0, -np.inf).astype(np.float32)[:, None, None]
 
 
@@ -95,7 +111,9 @@ def gqa_attention_scores(q: np.ndarray, k: np.ndarray, scale: float) -> np.ndarr
 
     q [B, h_kv, G, T, d], k [B, h_kv, S, d] -> scores [B, h_kv, G, T, S]
     """
-    return np.matmul(q, k[:, :, None].swapaxes(-1, -2)) * np.float32(scale)
+    scores = np.matmul(q, k[:, :, None].swapaxes(-1, -2))
+    scores *= np.float32(scale)
+    return scores
 
 
 def gqa_attention_output(p: np.ndarray, v: np.ndarray) -> np.ndarray:

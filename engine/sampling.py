@@ -47,8 +47,28 @@ def sampling_probs(logits: np.ndarray, temperature: float = 1.0, top_k: int = 0,
 
 def sample(logits: np.ndarray, temperature: float, top_k: int, top_p: float, rng: np.random.Generator) -> int:
     """Draw one token id from `sampling_probs` (greedy when temperature is 0)."""
+    return sample_with_prob(logits, temperature, top_k, top_p, rng)[0]
+
+
+def sample_with_prob(logits: np.ndarray, temperature: float, top_k: int, top_p: float,
+                     rng: np.random.Generator) -> tuple[int, float]:
+    """`sample`, plus the chosen token's probability under the distribution it was drawn from (1.0 for greedy)."""
     if temperature == 0:
         check_sampling(temperature, top_k, top_p)
-        return int(np.argmax(logits))
+        return int(np.argmax(logits)), 1.0
     p = sampling_probs(logits, temperature, top_k, top_p)
-    return int(rng.choice(p.size, p=p))
+    tok = int(rng.choice(p.size, p=p))
+    return tok, float(p[tok])
+
+
+def top_alternatives(logits: np.ndarray, k: int) -> tuple[list[int], list[float]]:
+    """The k most likely tokens under softmax(logits) at temperature 1, most likely first.   [V] -> ids, probs"""
+    z = np.asarray(logits, np.float64)
+    p = np.exp(z - z.max())
+    p /= p.sum()
+    k = min(int(k), p.size)
+    if k <= 0:
+        return [], []
+    top = np.argpartition(-p, k - 1)[:k]
+    top = top[np.argsort(-p[top], kind="stable")]
+    return [int(i) for i in top], [float(p[i]) for i in top]

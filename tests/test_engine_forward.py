@@ -2,7 +2,7 @@
 import numpy as np
 import pytest
 
-from engine import Model, ModelError, recording
+from engine import Hooks, Model, ModelError
 from engine.generate import generate_batch
 from specs.model_config import ModelConfig
 
@@ -113,11 +113,14 @@ def test_hooks_expose_attention_maps_and_kv_growth():
     model = Model.random(SHAPES["gqa"], seed=1)
     cfg = model.config
     ids = prompt(6)
-    with recording(model, ["blocks.*.attn.hook_pattern", "blocks.0.attn.hook_kv_cache", "hook_logits"]) as rec:
-        cache = model.new_cache(1)
-        model.prefill(ids, cache)
-        model.decode_step(7, cache)
-    assert model.hooks is None                                    # hooks never leak
+    rec: dict[str, list] = {}
+    hooks = Hooks()
+    for pattern in ["blocks.*.attn.hook_pattern", "blocks.0.attn.hook_kv_cache", "hook_logits"]:
+        hooks.add(pattern, lambda name, x: rec.setdefault(name, []).append(np.array(x)))
+    cache = model.new_cache(1)
+    model.prefill(ids, cache, hooks=hooks)                        # hooks are per call: nothing on the model
+    model.decode_step(7, cache, hooks=hooks)
+    assert not hasattr(model, "hooks")
     pat = rec["blocks.1.attn.hook_pattern"]
     assert pat[0].shape == (1, cfg.num_heads, 6, 6) and pat[1].shape == (1, cfg.num_heads, 1, 7)
     assert np.allclose(pat[0].sum(-1), 1.0, atol=1e-6)              # rows are distributions

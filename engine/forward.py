@@ -1,0 +1,201 @@
+"""The forward pass as small named steps (picoGPT spirit), each short enough to show beside the numbers it makes:
+
+    x = embed(tokens, w, p)                   # [B, T] ids -> [B, T, D]
+    for li, lw in enumerate(w.layers):
+        x = block(x, lw, li, p)               # x + attention_block(x), then x + feed_forward(x)
+    logits = lm_head(x, w, p, all_logits)     # [B, T, D] -> [B, V] (or [B, T, V])
+
+`p` is a `Pass`: what every step of ONE call shares (positions, RoPE angles, the KV cache) and that call's own
+instruments (trace, hooks). Nothing here is stored on the model, which stays read-only and shared.
+Lines starting `if p.trace` count FLOPs and bytes (engine/trace.py); lines starting `if p.hooks` report named
+activations (engine/hooks.py). Without instruments each costs one `if`.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Callable
+
+import numpy as np
+
+from engine import ops
+from engine.errors import ModelError
+from engine.hooks import Hooks
+from engine.kv_cache import KVCache
+from engine.trace import Trace
+from specs.model_config import ModelConfig
+
+QUERY_BLOCK = 512    # queries per attention block: scores never exceed [B, h_q, QUERY_BLOCK, S]
+
+
+@dataclass
+class Pass:
+    """What the steps of one forward call share. Built by `Pass.begin`, dropped when the call returns."""
+    config: ModelConfig
+    cache: KVCache
+    n_valid: np.ndarray       # [B] real new tokens per row (the rest of the row is padding)
+    start: np.ndarray         # [B] cache length before the call = position of each row's first new token
+    positions: np.ndarray     # [B, T] absolute positions of the new tokens
+    key_valid: np.ndarray     # [B, S] key j is a real token of row b
+    cos: np.ndarray           # [B, T, d/2] RoPE angles of the new tokens
+    sin: np.ndarray
+    rope: Callable
+    trace: Trace | None
+    hooks: Hooks | None
+
+    @classmethod
+    def begin(cls, config: ModelConfig, tokens: np.ndarray, cache: KVCache, n_valid, inv_freq: np.ndarray,
+              rope: Callable, trace: Trace | None, hooks: Hooks | None) -> "Pass":
+        if tokens.ndim != 2:
+            raise ModelError(f"tokens must be [batch, time], got shape {tokens.shape}")
+        B, T = tokens.shape
+        n_valid = np.full(B, T, np.int64) if n_valid is None else np.asarray(n_valid, np.int64)
+        if B != cache.batch or n_valid.shape != (B,) or np.any(n_valid < 1) or np.any(n_valid > T):
+            raise ModelError("tokens, n_valid and the cache batch size do not agree")
+        if tokens.min() < 0 or tokens.max() >= config.vocab_size:
+            raise ModelError(f"token id out of range [0, {config.vocab_size})")
+        cache.check_room(n_valid)
+        if hooks:
+            hooks.check(config, T)
+        start = cache.lengths.copy()
+        positions = start[:, None] + np.arange(T)[None, :]
+        n_keys = int((start + n_valid).max())
+        key_valid = np.arange(n_keys)[None, :] < (start + n_valid)[:, None]
+        cos, sin = ops.rope_cos_sin(positions, inv_freq)
+        if trace is not None:
+            trace.start()
+        return cls(config, cache, n_valid, start, positions, key_valid, cos, sin, rope, trace, hooks or None)
+
+    @property
+    def n_keys(self) -> int:          # S: keys the longest row attends (cached + new)
+        return self.key_valid.shape[1]
+
+    @property
+    def rows(self) -> int:            # useful (non-padding) token rows, what the trace counts
+        return int(self.n_valid.sum())
+
+    def hidden(self, start: int, end: int) -> np.ndarray | None:
+        """Which keys the queries start..end-1 may NOT see (future or padding).   -> [B, 1, 1, t, S] bool or None"""
+        if self.positions.shape[1] == 1 and self.key_valid.all():
+            return None                                                # one new token that sees every key
+        return ~ops.causal_visible(self.positions[:, start:end], self.n_keys, self.key_valid)[:, None, None]
+
+
+def embed(tokens: np.ndarray, w, p: Pass) -> np.ndarray:
+    """Each token id picks its row of the embedding table.   [B, T] -> [B, T, D]"""
+    x = w.embed[tokens]
+    if p.trace:
+        D = w.embed.shape[1]
+        p.trace.add("embedding", None, weight_bytes=p.rows * D * 4, shape=f"gather {p.rows} rows of {list(w.embed.shape)}")
+    if p.hooks:
+        p.hooks("hook_embed", x)
+    return x
+
+
+def block(x: np.ndarray, lw, li: int, p: Pass) -> np.ndarray:
+    """One transformer layer: attention, then feed-forward, each ADDED to the residual stream.   [B, T, D] -> same"""
+    if p.hooks:
+        p.hooks(f"blocks.{li}.hook_resid_pre", x)
+    x = x + attention_block(x, lw, li, p)
+    if p.hooks:
+        p.hooks(f"blocks.{li}.hook_resid_mid", x)
+    x = x + feed_forward(x, lw, li, p)
+    if p.hooks:
+        p.hooks(f"blocks.{li}.hook_resid_post", x)
+    return x
+
+
+def attention_block(x: np.ndarray, lw, li: int, p: Pass) -> np.ndarray:
+    """RMSNorm, fused Q/K/V projection, RoPE, append K/V to the cache, attend, output projection.
+    [B, T, D] -> [B, T, D] (what attention adds to the residual stream)"""
+    c, (B, T, D) = p.config, x.shape
+    h_q, h_kv, d, q_dim, kv_dim = c.num_heads, c.num_kv_heads, c.head_dim, c.q_dim, c.kv_dim
+    h = ops.rms_norm(x, lw.attn_norm, c.rms_norm_eps)                                # [B, T, D]
+    if p.trace:
+        p.trace.add("attn_norm", li, weight_bytes=D * 4, shape=f"[{B}, {T}, {D}]")
+    qkv = linear(h, lw.wqkv, "qkv_proj", li, p)                                      # [B, T, q_dim + 2·kv_dim]
+    q = p.rope(qkv[..., :q_dim].reshape(B, T, h_q, d), p.cos, p.sin)                 # [B, T, h_q, d]
+    k = p.rope(qkv[..., q_dim:q_dim + kv_dim].reshape(B, T, h_kv, d), p.cos, p.sin)  # [B, T, h_kv, d]
+    v = qkv[..., q_dim + kv_dim:].reshape(B, T, h_kv, d)                             # [B, T, h_kv, d]
+    if p.hooks:
+        for name, a in (("hook_q", q), ("hook_k", k), ("hook_v", v)):
+            p.hooks(f"blocks.{li}.attn.{name}", a)
+    p.cache.write(li, k.transpose(0, 2, 1, 3), v.transpose(0, 2, 1, 3), p.n_valid)
+    if p.hooks:
+        p.hooks(f"blocks.{li}.attn.hook_kv_cache", p.start + p.n_valid)
+    if p.trace:
+        p.trace.add("rope_and_kv_append", li, kv_write_bytes=float(p.rows * 2 * kv_dim * 4),
+                    shape=f"append [{B}, {h_kv}, {T}, {d}] to K and V")
+    K, V = p.cache.read(li, p.n_keys)                                                # [B, h_kv, S, d] each
+    qg = q.reshape(B, T, h_kv, c.group_size, d).transpose(0, 2, 3, 1, 4)             # [B, h_kv, G, T, d]
+    o = attention(qg, K, V, li, p).transpose(0, 3, 1, 2, 4).reshape(B, T, q_dim)     # [B, T, h_q·d]
+    if p.trace:
+        ctx = p.start + p.n_valid                                                    # keys per sequence
+        p.trace.add("attention", li, flops=2 * 2.0 * d * h_q * float((p.n_valid * ctx).sum()),
+                    kv_read_bytes=float(ctx.sum() * 2 * kv_dim * 4),
+                    shape=f"[{B}, {h_q}, {T}, {d}] · [{B}, {h_kv}, {p.n_keys}, {d}]")
+    return linear(o, lw.wo, "o_proj", li, p)                                         # [B, T, D]
+
+
+def linear(x: np.ndarray, W: np.ndarray, op: str, li: int, p: Pass) -> np.ndarray:
+    """y = x · Wᵀ (W in [out, in] layout), counted as 2·rows·in·out FLOPs and one read of W.   [B, T, in] -> [B, T, out]"""
+    y = x @ W.T
+    if p.trace:
+        B, T, n_in = x.shape
+        p.trace.add(op, li, flops=2.0 * p.rows * n_in * W.shape[0], weight_bytes=W.nbytes,
+                    shape=f"[{B}, {T}, {n_in}] @ [{n_in}, {W.shape[0]}]")
+    return y
+
+
+def attention(q: np.ndarray, K: np.ndarray, V: np.ndarray, li: int, p: Pass) -> np.ndarray:
+    """softmax(q·Kᵀ/√d, future keys hidden)·V, QUERY_BLOCK queries at a time, so one block of scores at most.
+    q [B, h_kv, G, T, d] (query head = kv_head·G + g), K, V [B, h_kv, S, d] -> [B, h_kv, G, T, d]"""
+    T, scale = q.shape[3], 1.0 / math.sqrt(q.shape[-1])
+    out = np.empty_like(q)
+    for s in range(0, T, QUERY_BLOCK):
+        e = min(s + QUERY_BLOCK, T)
+        scores = ops.gqa_attention_scores(q[:, :, :, s:e], K, scale)                # [B, h_kv, G, t, S]
+        hidden = p.hidden(s, e)                                                      # [B, 1, 1, t, S] or None
+        if hidden is not None:
+            np.copyto(scores, -np.inf, where=hidden)
+        if p.hooks:
+            p.hooks.attention(li, "hook_scores", scores, s, e)
+        pattern = ops.softmax_(scores)                                               # in place: rows sum to 1
+        if p.hooks:
+            p.hooks.attention(li, "hook_pattern", pattern, s, e)
+        out[:, :, :, s:e] = ops.gqa_attention_output(pattern, V)
+    return out
+
+
+def feed_forward(x: np.ndarray, lw, li: int, p: Pass) -> np.ndarray:
+    """RMSNorm, then SwiGLU: down(SiLU(gate(h)) · up(h)), gate and up fused.   [B, T, D] -> [B, T, D]"""
+    c, (B, T, D) = p.config, x.shape
+    F = c.intermediate_size
+    h = ops.rms_norm(x, lw.ffn_norm, c.rms_norm_eps)                                 # [B, T, D]
+    if p.trace:
+        p.trace.add("ffn_norm", li, weight_bytes=D * 4, shape=f"[{B}, {T}, {D}]")
+    gu = linear(h, lw.w_gate_up, "gate_up_proj", li, p)                              # [B, T, 2F]
+    act = ops.silu(gu[..., :F]) * gu[..., F:]                                        # [B, T, F]
+    if p.hooks:
+        p.hooks(f"blocks.{li}.mlp.hook_act", act)
+    return linear(act, lw.w_down, "down_proj", li, p)                                # [B, T, D]
+
+
+def lm_head(x: np.ndarray, w, p: Pass, all_logits: bool = False) -> np.ndarray:
+    """Final RMSNorm, then one score per vocabulary entry.   [B, T, D] -> [B, V] (last real token) or [B, T, V]"""
+    c, B = p.config, x.shape[0]
+    if not all_logits:
+        x = x[np.arange(B), p.n_valid - 1][:, None, :]                               # [B, 1, D]
+    x = ops.rms_norm(x, w.final_norm, c.rms_norm_eps)
+    if p.hooks:
+        p.hooks("hook_final_norm", x)
+    if p.trace:
+        p.trace.add("final_norm", None, weight_bytes=c.hidden_size * 4, shape=f"[{B}, {x.shape[1]}, {c.hidden_size}]")
+    logits = x @ w.lm_head.T                                                         # [B, T', V]
+    if p.trace:
+        out_rows = p.rows if all_logits else B
+        p.trace.add("lm_head", None, flops=2.0 * out_rows * c.hidden_size * c.vocab_size,
+                    weight_bytes=w.lm_head.nbytes, shape=f"[{B}, {x.shape[1]}, {c.hidden_size}] @ [{c.hidden_size}, {c.vocab_size}]")
+    if p.hooks:
+        p.hooks("hook_logits", logits)
+    return logits if all_logits else logits[:, 0]
