@@ -136,7 +136,7 @@ class SharedModels:
         with self._lock:
             self._forget_gone()
             in_use = set(self._users.values())
-            for source in list(self._models):                # oldest first
+            for source in list(self._models)[:-1]:           # oldest first; never the one just used
                 if len(self._models) <= self.max_models:
                     break
                 if source not in in_use:
@@ -148,13 +148,16 @@ class SharedModels:
         return dropped
 
     def get(self, source: str, progress: Callable[[float, str], None] | None = None,
-            guard: Callable[[], Any] | None = None) -> Model:
+            guard: Callable[[], Any] | None = None, user: str | None = None) -> Model:
         """The model of `source`, loading it on first use. Raises SpecError (ModelError) when it cannot load.
 
         `guard()`: a context manager the load itself runs in (e.g. a place in the heavy-job queue); sessions
-        that wait for a load already under way do not take a place of their own."""
+        that wait for a load already under way do not take a place of their own. `user`: the session that now
+        uses this model (see `use`)."""
         model = self.cached(source)
         if model is not None:
+            if user is not None:
+                self.use(user, source)
             return model
         with self._lock:
             source_lock = self._source_locks.setdefault(source, threading.Lock())
@@ -165,7 +168,10 @@ class SharedModels:
                     model = load_model(source, progress=progress)
                 with self._lock:
                     self._models[source] = model
-                self.evict_unused()
+        if user is not None:
+            self.use(user, source)                          # evicts what nobody uses any more
+        else:
+            self.evict_unused()
         return model
 
 
@@ -227,7 +233,7 @@ def load_shared(source: str, where: Any = None) -> Model:
     """The shared model of `source`; on a first load (classroom rules checked, then through the heavy-job queue
     with a memory check), draws a progress bar in `where` (default: the sidebar). This session now uses it."""
     from ui.serving import heavy_job, session_id
-    store = shared_models()
+    store, user = shared_models(), session_id()
     model = store.cached(source)
     if model is None:
         current_policy().check_model_source(source)
@@ -235,11 +241,11 @@ def load_shared(source: str, where: Any = None) -> Model:
         box = where if where is not None else st.sidebar
         progress, slot = _progress_bar(box, source)
         try:
-            model = store.get(source, progress=progress,
+            model = store.get(source, progress=progress, user=user,
                               guard=lambda: heavy_job(f"loading {source}", load_estimate_bytes(source), where=box))
         finally:
             slot.empty()
-    store.use(session_id(), source)
+    store.use(user, source)
     return model
 
 
