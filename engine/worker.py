@@ -463,6 +463,16 @@ class WorkerRegistry:
                 w = self._workers[key] = EngineWorker(model, **self.options)
             return w
 
+    def register(self, worker: EngineWorker) -> EngineWorker:
+        """Serve `worker.model` with this worker (e.g. one built with other limits); replaces any other."""
+        key = worker.model.source or worker.model.name
+        with self._lock:
+            old = self._workers.get(key)
+            self._workers[key] = worker
+        if old is not None and old is not worker:
+            old.close()
+        return worker
+
     def existing(self, source: str) -> EngineWorker | None:
         with self._lock:
             return self._workers.get(source)

@@ -251,3 +251,37 @@ def test_measure_again_never_replaces_another_sessions_machine(monkeypatch):
     b = b.sidebar.button(key="device.use_newer").click().run()
     assert b.session_state[PIN_KEY] == 1
     assert len(machine_history().entries()) == 2
+
+
+# ------------------------------------------------------------------------------------------ the Class page
+def test_class_page_shows_the_live_batch(monkeypatch, model):
+    from engine.worker import EngineWorker
+    from ui.serving import workers
+    monkeypatch.setattr(sys.modules["ui.machine"], "MEASURE_SECONDS", 0.05)
+    at = AppTest.from_file(str(ROOT / "pages" / "51_Class.py"), default_timeout=TIMEOUT)
+    registry = workers()
+    for w in registry.workers():
+        registry.drop(w.model.source)
+    at = at.run()
+    assert not at.exception and any("Nobody has generated yet" in i.value for i in at.info)
+    w = registry.register(EngineWorker(model, start=False, block_size=4, num_blocks=40, max_batch=2,
+                                       abandon_after_s=1e9))
+    try:
+        for i, n in enumerate((6, 9, 5)):
+            w.submit(f"s{i}", prompt(n, seed=i), max_new_tokens=20, stop_at_eos=False)
+        for _ in range(4):
+            w.step_once()
+        at = at.run()
+        assert not at.exception and not errors(at)
+        metrics = {m.label: m.value for m in at.metric}
+        assert metrics["Requests in the batch"] == "2" and metrics["Waiting in line"] == "1"
+        assert metrics["Free KV blocks"] == f"{w.free_blocks} / 40"
+        table = at.dataframe[0].value
+        assert list(table["request"]) == ["student 1", "student 2", "student 3"]
+        assert list(table["generated tokens"]) == [4, 4, 0]           # one token per step after the prefill
+        assert list(table["blocks"]) == [len(w.scheduler.block_table(h.request)) for h in w._handles]
+        assert table["status"].iloc[2] == "waiting (#1 in line)"
+        assert len(at.get("download_button")) == len(at.dataframe) == 1
+        assert len(at.get("plotly_chart")) == 3                        # blocks, step times, roofline
+    finally:
+        registry.drop(model.source)

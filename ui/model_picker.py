@@ -275,6 +275,9 @@ def model_picker() -> Model | None:
                              placeholder="TinyLlama/TinyLlama-1.1B-Chat-v1.0",
                              help="Downloads the safetensors weights once (a 1B model is about 2 GB), then loads "
                                   "them from the local cache. Press Enter to load.")
+    policy = current_policy()
+    if policy.enabled:
+        sb.caption("Classroom mode: " + "; ".join(policy.describe()) + ".")
     wanted = source_for(choice, path, repo)
     active = ss.get(ACTIVE_KEY)
     model = None
