@@ -63,10 +63,11 @@ def blocks_for_budget(model: Model, budget_bytes: float, block_size: int) -> int
 # ============================================================================================ one request
 @dataclass
 class _Event:
-    token_id: int | None          # None: the request ended without a new token (stopped, cancelled)
+    token_id: int | None          # None: the request ended without a new token (stopped, cancelled), or progress
     seconds: float
     kv_cache_bytes: int
     finish_reason: str | None
+    prefilled: int | None = None  # a prefill chunk ended: prompt tokens computed so far
 
 
 class GenerationHandle:
@@ -125,9 +126,13 @@ class GenerationHandle:
             if ev.finish_reason is not None:
                 return
 
-    def tokens(self, poll_s: float = 0.1, on_wait: Callable[[int], None] | None = None) -> Iterator[Generated]:
+    def tokens(self, poll_s: float = 0.1, on_wait: Callable[[int], None] | None = None,
+               on_progress: Callable[[int, int, str], None] | None = None) -> Iterator[Generated]:
         """The reply as `engine.Generated`, text decoded as it streams (as `Model.generate` does). A request that
-        ends early (stopped, session closed) just ends; `self.finish_reason` says why."""
+        ends early (stopped, session closed) just ends; `self.finish_reason` says why.
+
+        on_progress(done, total, phase), as `Model.generate` calls it: after each prefill chunk ("prefill", prompt
+        tokens computed of the prompt) and each token ("decode", tokens of at most max_new_tokens)."""
         tok = self.worker.model.tokenizer
         decoder = None
         if tok is not None:
@@ -135,6 +140,10 @@ class GenerationHandle:
             decoder = StreamDecoder(tok, continuation=True)
         step = 0
         for ev in self.events(poll_s, on_wait):
+            if ev.prefilled is not None:
+                if on_progress is not None:
+                    on_progress(ev.prefilled, self.prompt_len, "prefill")
+                continue
             if ev.token_id is None:                     # stopped, cancelled: `finish_reason` says why
                 return
             text = ""
@@ -142,6 +151,8 @@ class GenerationHandle:
                 text = "" if ev.finish_reason == "eos" else decoder.push(ev.token_id)
                 if ev.finish_reason:
                     text += decoder.flush()
+            if on_progress is not None:
+                on_progress(step + 1, self.max_new_tokens, "decode")
             yield Generated(token_id=ev.token_id, text=text, step=step, seconds=ev.seconds,
                             kv_cache_bytes=ev.kv_cache_bytes, finish_reason=ev.finish_reason)
             step += 1
@@ -365,6 +376,8 @@ class EngineWorker:
             for h in self._handles:
                 if h.request.request_id in in_batch:
                     h.largest_batch = max(h.largest_batch, len(in_batch))
+                if h.request.request_id in report.prefilled:
+                    h._events.put(_Event(None, 0.0, 0, None, prefilled=min(h.request.num_cached, h.prompt_len)))
             self._publish(t1)
             self._update_positions()
             return view

@@ -213,3 +213,14 @@ def test_decode_step_point_counts_what_a_batched_decode_pass_computes(model):
     assert point["flops"] == forward_flops(model.config, 1, S, B)
     assert point["flops"] == pytest.approx(tr.flops, rel=1e-9)      # the same integer count, two ways
     assert point["intensity_flop_per_byte"] == pytest.approx(point["flops"] / point["bytes"])
+
+
+def test_progress_per_prefill_chunk_then_per_token(model):
+    w = manual(model, chunk_size=4)
+    h = w.submit("s", prompt(10), max_new_tokens=3, stop_at_eos=False)
+    run_until_done(w)
+    seen = []
+    toks = list(h.tokens(on_progress=lambda done, total, phase: seen.append((phase, done, total))))
+    assert len(toks) == 3
+    assert seen == [("prefill", 4, 10), ("prefill", 8, 10), ("prefill", 10, 10),      # chunks of 4, 4, 2
+                    ("decode", 1, 3), ("decode", 2, 3), ("decode", 3, 3)]

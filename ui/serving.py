@@ -94,15 +94,21 @@ def submit(model: Model, ids: Sequence[int], *, max_new_tokens: int, temperature
 
 
 def generate(model: Model, ids: Sequence[int], max_new_tokens: int = 64, temperature: float = 0.0, top_k: int = 0,
-             top_p: float = 1.0, seed: int | None = None, stop: threading.Event | None = None) -> "ServedStream":
-    """Like `Model.generate`, but batched with every other session's requests by the model's engine worker.
+             top_p: float = 1.0, seed: int | None = None, chunk_size: int | None = None,
+             stop: threading.Event | None = None,
+             on_progress: Callable[[int, int, str], None] | None = None) -> "ServedStream":
+    """Like `Model.generate` (same options, `stop` and `on_progress`), but batched with every other session's
+    requests by the model's engine worker. `chunk_size` is the worker's to choose (its prefill chunk bounds every
+    step for everyone), so it is accepted and not used.
 
     Checks and admission happen here, before anything streams (engine.worker.Busy / ModelError, with the reason).
     The returned stream yields this session's tokens (engine.Generated); `stream.stop()`, setting `stop`, or the
     script being stopped (the browser closing, a rerun) cancels the request and frees its KV blocks."""
     handle = submit(model, ids, max_new_tokens=max_new_tokens, temperature=temperature, top_k=top_k, top_p=top_p,
                     seed=seed)
-    return ServedStream(handle, stop)
+    stream = ServedStream(handle, stop)
+    stream.on_progress = on_progress
+    return stream
 
 
 class ServedStream:
@@ -112,6 +118,7 @@ class ServedStream:
     def __init__(self, handle: GenerationHandle, stop: threading.Event | None = None) -> None:
         self.handle, self.stop_event = handle, stop
         self.on_wait: Callable[[str], None] | None = None
+        self.on_progress: Callable[[int, int, str], None] | None = None
 
     def stop(self) -> None:
         self.handle.stop()
@@ -128,7 +135,7 @@ class ServedStream:
         try:
             if stop is not None:
                 threading.Thread(target=_stop_when_set, args=(handle, stop), daemon=True).start()
-            yield from handle.tokens(on_wait=wait_cb)
+            yield from handle.tokens(on_wait=wait_cb, on_progress=self.on_progress)
         finally:                              # stopped, rerun, browser gone: the blocks go back to the pool
             if not handle.done.is_set():
                 handle.stop()
