@@ -12,6 +12,7 @@ import pandas as pd
 import plotly.graph_objects as go
 import streamlit as st
 
+from calculators.latency import decode_step_ms, throughput_tok_s
 from calculators.roofline import roofline_curve
 from calculators.units import fmt_num
 from engine.worker import EngineWorker, WorkerSnapshot, decode_step_point
@@ -94,6 +95,22 @@ def roofline_chart(model, snap: WorkerSnapshot, device) -> tuple[go.Figure, dict
     return fig, point
 
 
+def theory_frame(model, snap: WorkerSnapshot, device, point: dict | None) -> pd.DataFrame:
+    """Tokens/s the roofline predicts on this machine (float32, ideal efficiency) for one stream and for the
+    current batch, next to what the worker measured."""
+    batch = point["batch"] if point is not None else 1
+    ctx = point["context_tokens"] if point is not None else 1
+    one = decode_step_ms(model.config, device, ctx, 1, weight_dtype="fp32")
+    many = decode_step_ms(model.config, device, ctx, batch, weight_dtype="fp32")
+    return pd.DataFrame({
+        "streams": ["one stream alone", f"the current batch ({batch})"],
+        "predicted step (ms)": [one["step_ms"], many["step_ms"]],
+        "predicted tokens/s": [throughput_tok_s(1, one["step_ms"]), throughput_tok_s(batch, many["step_ms"])],
+        "bound": [one["bound"], many["bound"]],
+        "measured tokens/s": [snap.single_stream_tokens_per_s(), snap.aggregate_tokens_per_s()],
+    })
+
+
 def pick_worker() -> EngineWorker | None:
     live = workers().workers()
     if not live:
@@ -138,6 +155,11 @@ def live_view(worker: EngineWorker, device) -> None:
             st.caption(f"Last decode step: {fmt_si(point['flops'], 'FLOP')} over {fmt_si(point['bytes'], 'B')} "
                        f"moved = {fmt_num(point['intensity_flop_per_byte'], 3)} FLOP/byte at a context of "
                        f"{point['context_tokens']:,} tokens; reached {fmt_si(point['achieved_flop_s'], 'FLOP/s')}.")
+    st.markdown("**Theory next to the measurement.** The roofline of this machine (as measured) predicts a decode "
+                "step's time from its bytes and FLOPs; batching divides the weight bytes among more tokens.")
+    f = st.column_config.NumberColumn(format="%.4g")
+    df_with_download(theory_frame(worker.model, snap, device, point), "class_theory",
+                     column_config={c: f for c in ("predicted step (ms)", "predicted tokens/s", "measured tokens/s")})
 
 
 def main() -> None:
@@ -165,6 +187,9 @@ def main() -> None:
         "those steps took (idle time left out).\n"
         "- **One stream alone** = 1 ÷ median time of the steps that decoded exactly one request.\n"
         "- **Batch worth** = aggregate ÷ one stream alone.\n"
+        "- **Predicted** step = max(bytes ÷ bandwidth, FLOPs ÷ peak FP32) of this machine "
+        "(`calculators.latency.decode_step_ms`, float32 weights and KV); tokens/s = batch ÷ step time "
+        "(`throughput_tok_s`).\n"
         "- **Roofline point**: FLOPs and bytes of a decode step of B sequences at the mean context S, counted by "
         "`calculators.roofline` (forward_flops, weight_bytes_read, kv_bytes_step, all float32 as the engine holds "
         "them); intensity = FLOPs ÷ bytes; achieved FLOP/s = FLOPs ÷ measured step time. The roof is "

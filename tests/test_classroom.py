@@ -281,7 +281,19 @@ def test_class_page_shows_the_live_batch(monkeypatch, model):
         assert list(table["generated tokens"]) == [4, 4, 0]           # one token per step after the prefill
         assert list(table["blocks"]) == [len(w.scheduler.block_table(h.request)) for h in w._handles]
         assert table["status"].iloc[2] == "waiting (#1 in line)"
-        assert len(at.get("download_button")) == len(at.dataframe) == 1
+        assert len(at.get("download_button")) == len(at.dataframe) == 2
+        theory = at.dataframe[1].value
+        assert theory["predicted tokens/s"].iloc[1] > theory["predicted tokens/s"].iloc[0]   # batching pays
         assert len(at.get("plotly_chart")) == 3                        # blocks, step times, roofline
     finally:
         registry.drop(model.source)
+
+
+def test_classroom_mode_also_guards_the_sizing_pages_config_json(monkeypatch, tmp_path):
+    from ui.model_source import fetch_hub_config, read_config_path
+    monkeypatch.setenv("INFERENCE_LAB_CLASSROOM", "1")
+    monkeypatch.setenv("INFERENCE_LAB_MODELS_DIR", str(tmp_path / "allowed"))
+    with pytest.raises(ModelError, match="outside the allowed folder"):
+        read_config_path(str(tmp_path))
+    with pytest.raises(ModelError, match="not on the list of Hub repositories"):
+        fetch_hub_config("someone/private-model")                       # refused before any network use
