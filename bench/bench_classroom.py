@@ -92,6 +92,7 @@ class Client:
         self.elements: dict[tuple[int, ...], object] = {}
         self.page_hash = ""
         self.pages: dict[str, str] = {}          # url path name -> page script hash
+        self.auto_rerun: tuple[str, float] | None = None   # (fragment id, seconds) of an st.fragment(run_every)
 
     async def __aenter__(self) -> "Client":
         from websockets.asyncio.client import connect
@@ -102,9 +103,11 @@ class Client:
     async def __aexit__(self, *exc) -> None:
         await self.ws.close()
 
-    async def rerun(self, widgets: list[WidgetState] = (), page_hash: str | None = None) -> None:
+    async def rerun(self, widgets: list[WidgetState] = (), page_hash: str | None = None,
+                    fragment_id: str = "") -> None:
         state = ClientState(query_string="", widget_states=WidgetStates(widgets=list(widgets)),
-                            page_script_hash=self.page_hash if page_hash is None else page_hash)
+                            page_script_hash=self.page_hash if page_hash is None else page_hash,
+                            fragment_id=fragment_id, is_auto_rerun=bool(fragment_id))
         await self.ws.send(BackMsg(rerun_script=state).SerializeToString())
 
     async def messages(self, timeout_s: float):
@@ -122,6 +125,8 @@ class Client:
             elif kind == "navigation":
                 self.page_hash = msg.navigation.page_script_hash
                 self.pages = {p.url_pathname: p.page_script_hash for p in msg.navigation.app_pages}
+            elif kind == "auto_rerun":
+                self.auto_rerun = (msg.auto_rerun.fragment_id, msg.auto_rerun.interval)
             elif kind == "delta" and msg.delta.WhichOneof("type") == "new_element":
                 self.elements[tuple(msg.metadata.delta_path)] = msg.delta.new_element
             yield msg
@@ -210,6 +215,30 @@ async def class_page_blocks(url: str, timeout_s: float) -> tuple[int, int, int]:
         return int(m.group(1)), int(m.group(2)), in_batch
 
 
+async def class_watcher(url: str, stop: asyncio.Event, timeout_s: float) -> dict:
+    """The teacher's tab: the Class page, its live fragment re-run as the browser does (st.fragment(run_every)),
+    while the class generates. Returns how often it refreshed, the largest batch it showed, and any errors."""
+    seen = dict(refreshes=0, largest_batch=0, errors=[])
+    async with Client(url) as c:
+        await c.run_page(timeout_s)
+        await c.run_page(timeout_s, page_hash=c.pages.get(CLASS_PAGE))
+        seen["errors"] += c.errors()
+        if c.auto_rerun is None:
+            seen["errors"].append("the Class page has no live fragment")
+            return seen
+        fragment, interval = c.auto_rerun
+        while not stop.is_set():
+            await asyncio.sleep(interval)
+            await c.rerun(fragment_id=fragment)
+            async for _ in c.messages(timeout_s):
+                pass
+            seen["refreshes"] += 1
+            batch = c.metrics().get("Requests in the batch", "0")
+            seen["largest_batch"] = max(seen["largest_batch"], int(batch) if batch.isdigit() else 0)
+            seen["errors"] += [e for e in c.errors() if e not in seen["errors"]]
+    return seen
+
+
 # ============================================================================================ the server
 class RssSampler(threading.Thread):
     """Peak resident memory of a process, sampled from /proc every `every_s` seconds."""
@@ -245,21 +274,25 @@ def pct(values: list[float], q: float) -> float:
 
 
 async def drive(url: str, n: int, timeout_s: float, close_one: bool = False,
-                max_new_tokens: int | None = None) -> tuple[list[Reply], float]:
-    """N students load the page; when all have, they press Generate together."""
-    start, ready = asyncio.Event(), [0]
+                max_new_tokens: int | None = None, watch: bool = False) -> tuple[list[Reply], float, dict | None]:
+    """N students load the page; when all have, they press Generate together (while, with `watch`, the teacher's
+    tab shows the Class page)."""
+    start, ready, done = asyncio.Event(), [0], asyncio.Event()
     closer = LONG_REPLY if close_one else None        # the tab that closes asks for a long reply: if closing did
     tasks = [asyncio.create_task(                     # not cancel it, it would still hold blocks afterwards
         student(url, ready, start, timeout_s, close_after=3, max_new_tokens=closer) if i == 0 and close_one else
         student(url, ready, start, timeout_s, max_new_tokens=max_new_tokens)) for i in range(n)]
+    watcher = asyncio.create_task(class_watcher(url, done, timeout_s)) if watch else None
     deadline = time.monotonic() + timeout_s
     while ready[0] < n and time.monotonic() < deadline and not any(t.done() for t in tasks):
         await asyncio.sleep(0.05)
     start.set()
     replies = await asyncio.gather(*tasks)
+    done.set()
+    seen = await watcher if watcher is not None else None
     t_end = max((r.finished_at or r.clicked_at) for r in replies)
     t_start = min(r.clicked_at for r in replies)
-    return list(replies), t_end - t_start
+    return list(replies), t_end - t_start, seen
 
 
 def summarize(replies: list[Reply], wall_s: float) -> dict:
@@ -290,16 +323,16 @@ def run(n: int, timeout_s: float = 600.0, close_one: bool = False, max_new_token
         wait_healthy(port, proc, timeout_s=120)
         sampler.start()
         url = f"ws://127.0.0.1:{port}/_stcore/stream"
-        alone, alone_s = asyncio.run(drive(url, 1, timeout_s, max_new_tokens=max_new_tokens))  # loads the model
+        alone, alone_s, _ = asyncio.run(drive(url, 1, timeout_s, max_new_tokens=max_new_tokens))  # loads the model
         if warm_up:
-            alone, alone_s = asyncio.run(drive(url, 1, timeout_s, max_new_tokens=max_new_tokens))  # model warm
-        many, many_s = asyncio.run(drive(url, n, timeout_s, close_one, max_new_tokens))
+            alone, alone_s, _ = asyncio.run(drive(url, 1, timeout_s, max_new_tokens=max_new_tokens))  # model warm
+        many, many_s, watched = asyncio.run(drive(url, n, timeout_s, close_one, max_new_tokens, watch=True))
         free, total, listed = asyncio.run(class_page_blocks(url, timeout_s))
     finally:
         peak = sampler.stop() if sampler.is_alive() else sampler.rss()
         stop_server(proc)
     one, load = summarize(alone, alone_s), summarize(many, many_s)
-    return dict(one_session=one, class_=load, server_peak_rss_bytes=peak, free_blocks_after=free,
+    return dict(one_session=one, class_=load, class_page=watched, server_peak_rss_bytes=peak, free_blocks_after=free,
                 total_blocks=total, requests_left=listed, log=str(log_dir / "streamlit.log"),
                 speedup_vs_one=load["aggregate_tokens_per_s"] / one["aggregate_tokens_per_s"])
 
@@ -321,6 +354,8 @@ def report(r: dict) -> str:
         f"ITL as clients saw it: p50 {cls['itl_ms_p50']:,.1f} ms, p99 {cls['itl_ms_p99']:,.1f} ms "
         f"(server-measured p50 {cls['server_itl_ms_p50']:,.1f}, p99 {cls['server_itl_ms_p99']:,.1f})",
         f"all replies identical (greedy, same prompt): {cls['same_text']}",
+        f"the Class page (teacher's tab) refreshed {r['class_page']['refreshes']} times during the class, showed up "
+        f"to {r['class_page']['largest_batch']} requests in one batch, errors: {len(r['class_page']['errors'])}",
     ]
     return "\n".join(lines)
 

@@ -1,5 +1,6 @@
 """The classroom load test, short: the real app server on 127.0.0.1, four real sessions speaking Streamlit's
-websocket protocol press Generate together with the default model, one closes its tab mid-reply.
+websocket protocol press Generate together with the default model, one closes its tab mid-reply, and a fifth
+(the teacher) watches the Class page refresh itself.
 
 Every remaining session gets its whole reply with no error element or traceback, and afterwards the Class page
 shows every KV block free again (the closed session's blocks came back). The full run (N = 30, with the figures)
@@ -27,3 +28,4 @@ def test_four_sessions_generate_together_and_blocks_come_back(default_gguf_path)
     assert r["requests_left"] == 0
     assert r["free_blocks_after"] == r["total_blocks"] > 0     # every block back in the pool
     assert r["server_peak_rss_bytes"] > 0
+    assert r["class_page"]["errors"] == []                   # the teacher's live view ran beside the class
