@@ -5,7 +5,9 @@ batch everybody's requests join) and one queue for heavy one-off jobs. Per sessi
 its prompts and results (in `st.session_state`), never visible to another session.
 
     from ui.serving import generate
-    for tok in generate(model, ids, max_new_tokens=64, stop=stop_event, on_wait=show_place):
+    stream = generate(model, ids, max_new_tokens=64, stop=stop_event, on_progress=show_progress)
+    stream.on_wait = show_place                # told "busy: you are #k in line" while the request waits
+    for tok in stream:
         ...                                    # engine.Generated, this session's own tokens only
 """
 from __future__ import annotations
