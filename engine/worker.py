@@ -145,6 +145,9 @@ class GenerationHandle:
                     on_progress(ev.prefilled, self.prompt_len, "prefill")
                 continue
             if ev.token_id is None:                     # stopped, cancelled: `finish_reason` says why
+                if ev.finish_reason.startswith("error"):
+                    raise ModelError(f"the server's engine failed while running this request "
+                                     f"({ev.finish_reason[len('error: '):]}); try again")
                 return
             text = ""
             if decoder is not None:
@@ -368,7 +371,13 @@ class EngineWorker:
             if not self._handles:
                 return None
             t0 = time.perf_counter()
-            report = self.scheduler.step()
+            try:
+                report = self.scheduler.step()
+            except Exception as e:                      # never let one bad step kill the class's server
+                for h in list(self._handles):
+                    self.scheduler.cancel(h.request)
+                    self._finish(h, f"error: {type(e).__name__}: {e}")
+                return None
             t1 = time.perf_counter()
             view = self._step_view(report, t1 - t0, t1)
             self._steps.append(view)

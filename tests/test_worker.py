@@ -224,3 +224,19 @@ def test_progress_per_prefill_chunk_then_per_token(model):
     assert len(toks) == 3
     assert seen == [("prefill", 4, 10), ("prefill", 8, 10), ("prefill", 10, 10),      # chunks of 4, 4, 2
                     ("decode", 1, 3), ("decode", 2, 3), ("decode", 3, 3)]
+
+
+def test_a_failing_step_ends_every_stream_with_an_error_and_the_worker_goes_on(model, monkeypatch):
+    w = manual(model)
+    initial = w.free_blocks
+    h = w.submit("s", prompt(6), max_new_tokens=5, stop_at_eos=False)
+    real_step = w.scheduler.step
+    monkeypatch.setattr(w.scheduler, "step", lambda: (_ for _ in ()).throw(MemoryError("out of memory")))
+    assert w.step_once() is None
+    with pytest.raises(ModelError, match="engine failed.*MemoryError: out of memory"):
+        list(h)
+    assert w.free_blocks == initial and w.active_requests() == 0
+    monkeypatch.setattr(w.scheduler, "step", real_step)
+    h2 = w.submit("s", prompt(6), max_new_tokens=2, stop_at_eos=False)   # the same session may try again
+    run_until_done(w)
+    assert len(list(h2)) == 2
