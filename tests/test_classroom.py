@@ -283,7 +283,10 @@ def test_class_page_shows_the_live_batch(monkeypatch, model):
         assert table["status"].iloc[2] == "waiting (#1 in line)"
         assert len(at.get("download_button")) == len(at.dataframe) == 2
         theory = at.dataframe[1].value
-        assert theory["predicted tokens/s"].iloc[1] > theory["predicted tokens/s"].iloc[0]   # batching pays
+        # B / max((W + B·kv)/bw, B·f/peak) = 1 / max(W/(B·bw) + kv/bw, f/peak): never lower for a larger batch
+        # (equal once a step is compute-bound, as this tiny model may be on a fast machine)
+        assert list(theory["streams"]) == ["one stream alone", "the current batch (2)"]
+        assert theory["predicted tokens/s"].iloc[1] >= theory["predicted tokens/s"].iloc[0]
         assert len(at.get("plotly_chart")) == 3                        # blocks, step times, roofline
     finally:
         registry.drop(model.source)
