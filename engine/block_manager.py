@@ -17,6 +17,8 @@ from __future__ import annotations
 from collections import OrderedDict, deque
 from typing import Sequence
 
+import numpy as np
+
 from engine.errors import ModelError
 
 
@@ -24,16 +26,19 @@ class OutOfBlocks(ModelError):
     """The pool has no free block left (the scheduler answers by preempting a request)."""
 
 
+def check_count(name: str, value, what: str = "") -> int:
+    """A whole number ≥ 1 (Python or NumPy integer, not a bool), else a ModelError naming it."""
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
+        raise ModelError(f"{name} must be a whole number{what} ≥ 1, got {value!r}")
+    return int(value)
+
+
 def check_block_size(block_size) -> int:
-    if isinstance(block_size, bool) or not isinstance(block_size, int) or block_size < 1:
-        raise ModelError(f"block_size must be a whole number of tokens ≥ 1, got {block_size!r}")
-    return block_size
+    return check_count("block_size", block_size, " of tokens")
 
 
 def check_num_blocks(num_blocks) -> int:
-    if isinstance(num_blocks, bool) or not isinstance(num_blocks, int) or num_blocks < 1:
-        raise ModelError(f"num_blocks must be a whole number ≥ 1, got {num_blocks!r}")
-    return num_blocks
+    return check_count("num_blocks", num_blocks)
 
 
 def chain_hash(parent: int | None, tokens: Sequence[int]) -> int:

@@ -58,6 +58,14 @@ class PagedKVCache:
         """2 (K and V) · L · h_kv · block_size · d · 4 bytes (float32)."""
         return 2 * sum(a[0].nbytes for a in self.k)
 
+    def bytes_used(self) -> int:
+        """Bytes of K and V actually filled: 2 · L · Σ lengths · h_kv · d · 4 (as `KVCache.bytes_used`)."""
+        return self.bytes_per_block() * int(self.lengths.sum()) // self.block_size
+
+    def bytes_reserved(self) -> int:
+        """Bytes of the blocks held by any sequence (a shared block counted once)."""
+        return self.bytes_per_block() * self.blocks.num_used
+
     def waste_slots(self, row: int) -> int:
         """Empty slots in row's blocks: block_size · blocks − tokens (at most block_size − 1)."""
         return len(self.tables[row]) * self.block_size - int(self.lengths[row])

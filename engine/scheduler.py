@@ -13,18 +13,22 @@
 from __future__ import annotations
 
 import itertools
+import threading
 import time
 from dataclasses import dataclass, field
 from typing import Sequence
 
 import numpy as np
 
-from engine.block_manager import BlockManager, OutOfBlocks, check_block_size
+from engine.batched_weights import batched_view
+from engine.block_manager import BlockManager, OutOfBlocks, check_block_size, check_count
 from engine.errors import ModelError
+from engine.model import Model
 from engine.generate import _check_max_new
 from engine.paged_cache import PagedKVCache, grow_table
 from engine.sampling import check_sampling, sample
 from engine.sequence import Request
+from engine.trace import Trace
 
 DEFAULT_MAX_BATCH = 32
 DEFAULT_POOL_BYTES = 512 * 2 ** 20    # num_blocks=None: at most this much K/V, but always one full context
@@ -41,14 +45,51 @@ class StepReport:
     preempted: list[str] = field(default_factory=list)
     tokens_produced: int = 0     # new tokens sampled this step
     forward_tokens: int = 0      # Σ n_valid: tokens the forward pass computed usefully
-    padded_tokens: int = 0       # B · T: rows it computed, padding included
+    padded_tokens: int = 0       # R · T: token slots it computed, padding included
+    forward_rows: int = 0        # R: rows of the [R, T] batch (a long chunk may take several)
     seconds: float = 0.0
+    started_at: float = 0.0     # time.perf_counter() when the step began
     blocks_used: int = 0
     blocks_free: int = 0
 
     @property
     def batch_size(self) -> int:
         return len(self.prefilled) + len(self.decoded)
+
+
+ROW_TOKENS = 16            # width of the rows a long chunk is cut into when that saves padding
+MAX_ROWS_PER_CHUNK = 64   # ... but no more rows than this per request (each row gathers the whole context)
+
+
+def split_rows(chunks: Sequence[int], row_tokens: int = ROW_TOKENS) -> list[tuple[int, int, int]]:
+    """Rows of the step's [R, T] token batch: (request index, offset in its chunk, tokens).
+
+    `Model.forward` takes a rectangle, so every row is padded to the longest. One decode token next to a
+    400-token prompt chunk would cost 400 rows; cutting the chunk into rows of `row_tokens` (rows of the same
+    request share its block table and start where the previous row ends) leaves little padding. Cut only when
+    that computes at least a quarter fewer rows than one row per request."""
+    longest = max(chunks)
+    width = max(row_tokens, -(-longest // MAX_ROWS_PER_CHUNK))
+    cut = width * sum(-(-n // width) for n in chunks)
+    if len(chunks) > 1 and cut < 0.75 * len(chunks) * longest:
+        return [(i, off, min(width, n - off)) for i, n in enumerate(chunks) for off in range(0, n, width)]
+    return [(i, 0, n) for i, n in enumerate(chunks)]
+
+
+def step_timeline(reports: Sequence[StepReport]) -> list[dict]:
+    """One row per (step, request) for a Gantt chart: request_id, phase ("prefill" | "decode"), tokens fed,
+    start_s and end_s measured from the first step's start."""
+    if not reports:
+        return []
+    t0 = reports[0].started_at
+    rows = []
+    for r in reports:
+        start, end = r.started_at - t0, r.started_at - t0 + r.seconds
+        rows += [dict(step=r.step, request_id=rid, phase="prefill", tokens=n, start_s=start, end_s=end)
+                 for rid, n in r.prefilled.items()]
+        rows += [dict(step=r.step, request_id=rid, phase="decode", tokens=1, start_s=start, end_s=end)
+                 for rid in r.decoded]
+    return rows
 
 
 def default_num_blocks(model, block_size: int, max_batch: int) -> int:
@@ -59,12 +100,8 @@ def default_num_blocks(model, block_size: int, max_batch: int) -> int:
     return max(per_context, min(max_batch * per_context, DEFAULT_POOL_BYTES // block_bytes))
 
 
-def _check_optional_int(name: str, value, minimum: int = 1) -> int | None:
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < minimum:
-        raise ModelError(f"{name} must be a whole number ≥ {minimum} (or None), got {value!r}")
-    return int(value)
+def _check_optional_int(name: str, value) -> int | None:
+    return None if value is None else check_count(name, value)
 
 
 class Scheduler:
@@ -75,6 +112,7 @@ class Scheduler:
                  chunk_size: int | None = None, prefix_caching: bool = False,
                  prefix_cache_blocks: int | None = None) -> None:
         self.model = model
+        self.runner = batched_view(model) if isinstance(model, Model) else model   # what each step runs
         block_size = check_block_size(block_size)
         self.max_batch = _check_optional_int("max_batch", max_batch) or DEFAULT_MAX_BATCH
         self.chunk_size = _check_optional_int("chunk_size", chunk_size)
@@ -90,7 +128,9 @@ class Scheduler:
         self.steps = 0
         self.prefill_tokens_computed = 0      # prompt tokens run through the model (prefix-cache hits excluded)
         self.prefix_hit_tokens = 0            # prompt tokens served from cached blocks
+        self.row_tokens = ROW_TOKENS          # see split_rows
         self._ids = itertools.count()
+        self._lock = threading.RLock()        # submit/cancel from other threads wait for the current step
 
     # ------------------------------------------------------------------------------------ live state
     @property
@@ -119,6 +159,10 @@ class Scheduler:
                request_id: str | None = None) -> Request:
         """Queue a request. Every check happens here: a request that could never run raises ModelError now and
         takes no block."""
+        with self._lock:
+            return self._submit(prompt_ids, max_new_tokens, temperature, top_k, top_p, seed, stop_at_eos, request_id)
+
+    def _submit(self, prompt_ids, max_new_tokens, temperature, top_k, top_p, seed, stop_at_eos, request_id):
         max_new = _check_max_new(max_new_tokens)
         check_sampling(temperature, top_k, top_p)
         ids = self.model.encode_prompt(prompt_ids)
@@ -141,10 +185,13 @@ class Scheduler:
 
     def cancel(self, req: Request) -> None:
         """Stop a request now and give its blocks back (no effect on a finished one)."""
-        if req.done:
-            return
-        self._remove(req)
-        req.finish("cancelled")
+        with self._lock:
+            if req.done:
+                return
+            if req not in self.running and req not in self.waiting:
+                raise ModelError(f"request {req.request_id!r} was not submitted to this scheduler")
+            self._remove(req)
+            req.finish("cancelled")
 
     def _remove(self, req: Request) -> None:
         if req in self.running:
@@ -159,16 +206,23 @@ class Scheduler:
         reports = []
         while self.has_work and (max_steps is None or len(reports) < max_steps):
             reports.append(self.step())
+            if not (reports[-1].admitted or reports[-1].batch_size):     # a bug guard, never a silent hang
+                raise ModelError("the scheduler made no progress: no request could be admitted or run")
         return reports
 
-    def step(self) -> StepReport:
+    def step(self, trace: Trace | None = None) -> StepReport:
+        """One iteration. Pass a `Trace` to count the FLOPs and bytes of this step's forward pass."""
+        with self._lock:
+            return self._step(trace)
+
+    def _step(self, trace: Trace | None) -> StepReport:
         t0 = time.perf_counter()
         self.steps += 1
-        report = StepReport(step=self.steps)
+        report = StepReport(step=self.steps, started_at=t0)
         report.admitted = self._admit()
         rows, chunks = self._reserve_rows(report)
         if rows:
-            self._forward(rows, chunks, report)
+            self._forward(rows, chunks, report, trace)
         report.seconds = time.perf_counter() - t0
         report.blocks_used, report.blocks_free = self.blocks.num_used, self.blocks.num_free
         return report
@@ -192,18 +246,17 @@ class Scheduler:
         private copy of the last block (copy on write). False, with nothing taken, when the pool is short."""
         ids, bs = req.all_ids, self.block_size
         hits = self.blocks.lookup(ids, max_tokens=len(ids))
-        whole = len(hits) * bs >= len(ids)
-        need = -(-len(ids) // bs) - len(hits) + whole
-        reusable_idle = sum(1 for b in hits if self.blocks.ref_count[b] == 0)   # counted as free until shared
-        if need > self.blocks.num_free - reusable_idle:
+        if len(hits) * bs >= len(ids) and not self._affordable(ids, hits, copy_last=True):
+            hits = hits[:-1]                        # no room for a copy: recompute the last block instead
+        if not self._affordable(ids, hits, copy_last=len(hits) * bs >= len(ids)):
             return False
         for b in hits:
             self.blocks.share(b)
         req.block_table[:] = hits
         grow_table(self.blocks, req.block_table, len(ids))
-        cached = min(len(hits) * bs, len(ids) - 1)
-        if whole:
+        if len(hits) * bs >= len(ids):
             req.block_table[-1] = self.cache.copy_on_write(req.block_table[-1])
+        cached = min(len(hits) * bs, len(ids) - 1)
         req.num_cached = cached
         req.hashed_blocks = cached // bs
         req.last_hash = self.blocks.hash_of(hits[req.hashed_blocks - 1]) if req.hashed_blocks else None
@@ -211,6 +264,13 @@ class Scheduler:
             req.prefix_cached_tokens = cached
             self.prefix_hit_tokens += cached
         return True
+
+    def _affordable(self, ids: list[int], hits: list[int], copy_last: bool) -> bool:
+        """Enough free blocks for the tokens the hits do not cover (+1 for a copy on write)? A hit nobody holds
+        counts as free until it is shared, so it is not counted twice."""
+        need = -(-len(ids) // self.block_size) - len(hits) + copy_last
+        idle_hits = sum(1 for b in hits if self.blocks.ref_count[b] == 0)
+        return need <= self.blocks.num_free - idle_hits
 
     def _reserve_rows(self, report: StepReport) -> tuple[list[Request], list[int]]:
         """Every running request gets a row; a decode that needs a new block and finds none preempts the newest
@@ -246,33 +306,39 @@ class Scheduler:
         req.preemptions += 1
         self.waiting.insert(0, req)
 
-    def _forward(self, rows: list[Request], chunks: list[int], report: StepReport) -> None:
-        """ONE forward pass over every row (ragged: row b feeds chunks[b] tokens), then sample where due."""
-        B, T = len(rows), max(chunks)
-        tokens = np.zeros((B, T), np.int64)
-        for b, (req, n) in enumerate(zip(rows, chunks)):
-            tokens[b, :n] = req.all_ids[req.num_cached:req.num_cached + n]
+    def _forward(self, rows: list[Request], chunks: list[int], report: StepReport,
+                 trace: Trace | None) -> None:
+        """ONE forward pass over every request (request r feeds chunks[r] tokens), then sample where due."""
+        pieces = split_rows(chunks, self.row_tokens)           # (request index, offset, tokens) per row
+        R, T = len(pieces), max(n for _, _, n in pieces)
+        tokens = np.zeros((R, T), np.int64)
+        for row, (i, off, n) in enumerate(pieces):
+            start = rows[i].num_cached + off
+            tokens[row, :n] = rows[i].all_ids[start:start + n]
+        for req, n in zip(rows, chunks):
             if req.status == "prefill":
                 report.prefilled[req.request_id] = n
             else:
                 report.decoded.append(req.request_id)
-        self.cache.bind([r.block_table for r in rows], [r.num_cached for r in rows])
+        # rows of one request share its block table: each layer writes every row's K/V before any row reads
+        self.cache.bind([rows[i].block_table for i, _, _ in pieces], [rows[i].num_cached + off for i, off, _ in pieces])
         try:
-            logits = self.model.forward(tokens, self.cache, n_valid=np.asarray(chunks, np.int64))   # [B, V]
+            logits = self.runner.forward(tokens, self.cache, n_valid=np.array([n for _, _, n in pieces]), trace=trace)
         except BaseException:
             for req in rows:                                   # never leave blocks behind a failed pass
                 self._remove(req)
                 req.finish("error")
             raise
-        report.forward_tokens, report.padded_tokens = int(sum(chunks)), B * T
+        report.forward_tokens, report.padded_tokens, report.forward_rows = int(sum(chunks)), R * T, R
+        last_row = {i: row for row, (i, _, _) in enumerate(pieces)}   # a request's last token is in its last row
         now = time.perf_counter()
-        for b, (req, n) in enumerate(zip(rows, chunks)):
+        for i, (req, n) in enumerate(zip(rows, chunks)):
             req.num_cached += n
             if req.status == "prefill":
                 self.prefill_tokens_computed += n
             self._register_full_blocks(req)
             if req.num_pending == 0:
-                self._sample(req, logits[b], now, report)
+                self._sample(req, logits[last_row[i]], now, report)
 
     def _register_full_blocks(self, req: Request) -> None:
         if not self.blocks.prefix_caching:

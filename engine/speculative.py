@@ -11,16 +11,18 @@ shared read-only) or any other model with the same vocabulary.
 """
 from __future__ import annotations
 
+import copy
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Sequence
 
 import numpy as np
 
+from engine.batched_weights import batched_view
 from engine.errors import ModelError
 from engine.generate import _check_max_new
 from engine.kv_cache import KVCache
-from engine.model import Model, Weights
+from engine.model import Model
 
 
 def early_exit_draft(model: Model, num_layers: int) -> Model:
@@ -30,10 +32,11 @@ def early_exit_draft(model: Model, num_layers: int) -> Model:
         raise ModelError(f"an early-exit draft keeps 1 to {L} layers, got {num_layers!r}")
     c, w = model.config, model.weights
     types = c.layer_types[:num_layers] if c.layer_types else None
-    cfg = c.replace(num_layers=num_layers, layer_types=types, name=f"{c.name} (first {num_layers} layers)")
-    weights = Weights(embed=w.embed, layers=w.layers[:num_layers], final_norm=w.final_norm, lm_head=w.lm_head)
-    return Model(cfg, weights, tokenizer=model.tokenizer, source=model.source, rope_layout=model.rope_layout,
-                 random_weights=model.random_weights)
+    draft = copy.copy(model)                      # shallow: tokenizer and RoPE tables shared
+    draft.config = c.replace(num_layers=num_layers, layer_types=types, name=f"{c.name} (first {num_layers} layers)")
+    draft.weights = replace(w, layers=w.layers[:num_layers])
+    draft.hooks = None
+    return draft
 
 
 @dataclass
@@ -91,6 +94,7 @@ def speculative_generate(target: Model, draft: Model, prompt: str | Sequence[int
     eos = set(tok.eos_token_ids) if tok is not None else set(target.config.eos_token_ids)
     out = SpeculativeResult([], "", draft_tokens)
     t_start = time.perf_counter()
+    target, draft = batched_view(target), batched_view(draft)   # same arrays; a [K+1]-token pass as one product
     t_cache, d_cache = target.new_cache(1, ctx), draft.new_cache(1, ctx)
     seq = list(ids)                                          # every token so far; t_cache holds all but the last
 

@@ -79,6 +79,10 @@ def test_paged_waste_is_at_most_block_size_minus_one(model, tokens):
     assert blocks == -(-tokens // 8)                   # ⌈n/B⌉, integer ceiling written another way
     assert cache.waste_slots(0) == blocks * 8 - tokens <= 7
     assert cache.blocks.num_used == blocks
+    contiguous = model.new_cache(1, tokens)
+    model.forward(np.array([prompt(tokens)]), contiguous)
+    assert cache.bytes_used() == contiguous.bytes_used() == contiguous.bytes_reserved()
+    assert cache.bytes_reserved() == contiguous.bytes_used() // tokens * blocks * 8     # whole blocks
 
 
 def test_pool_too_small_raises_and_free_returns_every_block(model):

@@ -1,0 +1,98 @@
+"""Real engine runs behind the serving lessons and bench/bench_scheduler.py: each function builds its own
+Scheduler (nothing shared between callers), runs a small workload and returns measured numbers in a dict.
+
+- `streams_run`: N concurrent greedy streams -> decode tokens/s (weights read once per step for all N).
+- `chunked_prefill_run`: a long prompt arrives while others decode -> the decoders' inter-token latency.
+- `prefix_cache_run`: the same system prompt twice -> prefill tokens and TTFT of the second request.
+- `speculative_run`: plain greedy vs speculative decoding on the same prompt -> α, draft cost, speedup.
+"""
+from __future__ import annotations
+
+import time
+from typing import Sequence
+
+import numpy as np
+
+from engine.errors import ModelError
+from engine.model import Model
+from engine.scheduler import Scheduler, StepReport
+from engine.speculative import speculative_generate
+
+
+def random_prompts(model: Model, n: int, length: int, seed: int = 0) -> list[list[int]]:
+    """n prompts of `length` token ids drawn uniformly (content does not change timing)."""
+    rng = np.random.default_rng(seed)
+    return [[int(t) for t in rng.integers(0, model.config.vocab_size, length)] for _ in range(n)]
+
+
+def decode_tokens_per_s(reports: Sequence[StepReport]) -> float:
+    """Tokens per second over the steps that only decoded (no prefill chunk in them)."""
+    decode = [r for r in reports if r.decoded and not r.prefilled]
+    seconds = sum(r.seconds for r in decode)
+    if not decode or seconds <= 0:
+        raise ModelError("no decode-only step to measure: ask for at least 2 new tokens")
+    return sum(r.tokens_produced for r in decode) / seconds
+
+
+def streams_run(model: Model, streams: int, prompt_len: int = 8, new_tokens: int = 8) -> dict:
+    s = Scheduler(model, block_size=16, max_batch=streams)
+    for p in random_prompts(model, streams, prompt_len, seed=streams):
+        s.submit(p, max_new_tokens=new_tokens, stop_at_eos=False)
+    t0 = time.perf_counter()
+    reports = s.run()
+    seconds = time.perf_counter() - t0
+    decode = [r for r in reports if r.decoded and not r.prefilled]
+    return dict(streams=streams, decode_tokens_per_s=decode_tokens_per_s(reports),
+                decode_step_ms=1e3 * sum(r.seconds for r in decode) / len(decode),
+                end_to_end_tokens_per_s=streams * new_tokens / seconds, seconds=seconds)
+
+
+def chunked_prefill_run(model: Model, long_prompt_len: int, chunk_size: int | None, decoders: int = 4,
+                        new_tokens: int = 16) -> dict:
+    """`decoders` requests start decoding; after 3 steps a long prompt arrives. Their ITL, and its TTFT."""
+    s = Scheduler(model, block_size=16, max_batch=decoders + 1, chunk_size=chunk_size)
+    running = [s.submit(p, max_new_tokens=new_tokens, stop_at_eos=False)
+               for p in random_prompts(model, decoders, 8, seed=7)]
+    for _ in range(3):
+        s.step()
+    long_req = s.submit(random_prompts(model, 1, long_prompt_len, seed=99)[0], max_new_tokens=2, stop_at_eos=False)
+    reports = s.run()
+    itl = np.array([x for r in running for x in r.itl_s]) * 1e3
+    return dict(chunk_size=chunk_size, long_prompt_len=long_prompt_len, itl_p50_ms=float(np.median(itl)),
+                itl_p99_ms=float(np.percentile(itl, 99)), itl_max_ms=float(itl.max()),
+                long_prompt_ttft_ms=1e3 * long_req.ttft_s,
+                padded_tokens=sum(r.padded_tokens for r in reports),
+                forward_tokens=sum(r.forward_tokens for r in reports))
+
+
+def prefix_cache_run(model: Model, system_len: int, question_len: int = 8, prefix_caching: bool = True) -> dict:
+    """Two requests sharing a system prompt, one after the other; what the second one had to prefill."""
+    system = random_prompts(model, 1, system_len, seed=11)[0]
+    first, second = (system + q for q in random_prompts(model, 2, question_len, seed=12))
+    s = Scheduler(model, block_size=16, max_batch=2, prefix_caching=prefix_caching)
+    s.submit(first, max_new_tokens=1, stop_at_eos=False)
+    s.run()
+    before = s.prefill_tokens_computed
+    req = s.submit(second, max_new_tokens=1, stop_at_eos=False)
+    s.run()
+    return dict(prefix_caching=prefix_caching, prompt_tokens=len(second),
+                prefill_tokens=s.prefill_tokens_computed - before, cached_tokens=req.prefix_cached_tokens,
+                ttft_ms=1e3 * req.ttft_s)
+
+
+def speculative_run(target: Model, draft: Model, prompt: Sequence[int], max_new_tokens: int = 24,
+                    draft_tokens: int = 4) -> dict:
+    """Plain greedy and speculative decoding of the same prompt, timed back to back. The inputs of the
+    formula's prediction are measured here: α, and the draft's cost per step as a fraction c of a target step."""
+    t0 = time.perf_counter()
+    plain = list(target.generate(prompt, max_new_tokens=max_new_tokens, stop_at_eos=False))
+    plain_s = time.perf_counter() - t0
+    step_s = float(np.mean([t.seconds for t in plain[1:]])) if len(plain) > 1 else float("nan")
+    res = speculative_generate(target, draft, prompt, max_new_tokens=max_new_tokens, draft_tokens=draft_tokens,
+                               stop_at_eos=False)
+    return dict(draft_layers=draft.config.num_layers, draft_tokens=draft_tokens,
+                identical=res.token_ids == [t.token_id for t in plain],
+                acceptance_rate=res.acceptance_rate, alpha=res.alpha, tokens_per_pass=res.tokens_per_pass,
+                draft_cost_ratio=(res.draft_seconds / res.draft_steps) / step_s if res.draft_steps else float("nan"),
+                verify_cost_ratio=(res.verify_seconds / res.rounds) / step_s if res.rounds else float("nan"),
+                plain_s=plain_s, speculative_s=res.seconds, speedup_measured=plain_s / res.seconds)
