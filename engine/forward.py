@@ -42,6 +42,7 @@ class Pass:
     rope: Callable
     trace: Trace | None
     hooks: Hooks | None
+    masked: bool              # False only when every query sees every key (one new token, no padding)
 
     @classmethod
     def begin(cls, config: ModelConfig, tokens: np.ndarray, cache: KVCache, n_valid, inv_freq: np.ndarray,
@@ -56,7 +57,7 @@ class Pass:
             raise ModelError(f"token id out of range [0, {config.vocab_size})")
         cache.check_room(n_valid)
         if hooks:
-            hooks.check(config, T)
+            hooks.begin_pass(config, T)
         start = cache.lengths.copy()
         positions = start[:, None] + np.arange(T)[None, :]
         n_keys = int((start + n_valid).max())
@@ -64,7 +65,8 @@ class Pass:
         cos, sin = ops.rope_cos_sin(positions, inv_freq)
         if trace is not None:
             trace.start()
-        return cls(config, cache, n_valid, start, positions, key_valid, cos, sin, rope, trace, hooks or None)
+        masked = T > 1 or not key_valid.all()
+        return cls(config, cache, n_valid, start, positions, key_valid, cos, sin, rope, trace, hooks or None, masked)
 
     @property
     def n_keys(self) -> int:          # S: keys the longest row attends (cached + new)
@@ -76,17 +78,18 @@ class Pass:
 
     def hidden(self, start: int, end: int) -> np.ndarray | None:
         """Which keys the queries start..end-1 may NOT see (future or padding).   -> [B, 1, 1, t, S] bool or None"""
-        if self.positions.shape[1] == 1 and self.key_valid.all():
-            return None                                                # one new token that sees every key
+        if not self.masked:
+            return None
         return ~ops.causal_visible(self.positions[:, start:end], self.n_keys, self.key_valid)[:, None, None]
 
 
 def embed(tokens: np.ndarray, w, p: Pass) -> np.ndarray:
     """Each token id picks its row of the embedding table.   [B, T] -> [B, T, D]"""
     x = w.embed[tokens]
-    if p.trace:
+    if p.trace is not None:
         D = w.embed.shape[1]
-        p.trace.add("embedding", None, weight_bytes=p.rows * D * 4, shape=f"gather {p.rows} rows of {list(w.embed.shape)}")
+        p.trace.add("embedding", None, weight_bytes=p.rows * D * 4,
+                    shape=f"gather {p.rows} rows of {list(w.embed.shape)}")
     if p.hooks:
         p.hooks("hook_embed", x)
     return x
@@ -111,7 +114,7 @@ def attention_block(x: np.ndarray, lw, li: int, p: Pass) -> np.ndarray:
     c, (B, T, D) = p.config, x.shape
     h_q, h_kv, d, q_dim, kv_dim = c.num_heads, c.num_kv_heads, c.head_dim, c.q_dim, c.kv_dim
     h = ops.rms_norm(x, lw.attn_norm, c.rms_norm_eps)                                # [B, T, D]
-    if p.trace:
+    if p.trace is not None:
         p.trace.add("attn_norm", li, weight_bytes=D * 4, shape=f"[{B}, {T}, {D}]")
     qkv = linear(h, lw.wqkv, "qkv_proj", li, p)                                      # [B, T, q_dim + 2·kv_dim]
     q = p.rope(qkv[..., :q_dim].reshape(B, T, h_q, d), p.cos, p.sin)                 # [B, T, h_q, d]
@@ -123,13 +126,13 @@ def attention_block(x: np.ndarray, lw, li: int, p: Pass) -> np.ndarray:
     p.cache.write(li, k.transpose(0, 2, 1, 3), v.transpose(0, 2, 1, 3), p.n_valid)
     if p.hooks:
         p.hooks(f"blocks.{li}.attn.hook_kv_cache", p.start + p.n_valid)
-    if p.trace:
+    if p.trace is not None:
         p.trace.add("rope_and_kv_append", li, kv_write_bytes=float(p.rows * 2 * kv_dim * 4),
                     shape=f"append [{B}, {h_kv}, {T}, {d}] to K and V")
     K, V = p.cache.read(li, p.n_keys)                                                # [B, h_kv, S, d] each
     qg = q.reshape(B, T, h_kv, c.group_size, d).transpose(0, 2, 3, 1, 4)             # [B, h_kv, G, T, d]
     o = attention(qg, K, V, li, p).transpose(0, 3, 1, 2, 4).reshape(B, T, q_dim)     # [B, T, h_q·d]
-    if p.trace:
+    if p.trace is not None:
         ctx = p.start + p.n_valid                                                    # keys per sequence
         p.trace.add("attention", li, flops=2 * 2.0 * d * h_q * float((p.n_valid * ctx).sum()),
                     kv_read_bytes=float(ctx.sum() * 2 * kv_dim * 4),
@@ -138,9 +141,9 @@ def attention_block(x: np.ndarray, lw, li: int, p: Pass) -> np.ndarray:
 
 
 def linear(x: np.ndarray, W: np.ndarray, op: str, li: int, p: Pass) -> np.ndarray:
-    """y = x · Wᵀ (W in [out, in] layout), counted as 2·rows·in·out FLOPs and one read of W.   [B, T, in] -> [B, T, out]"""
+    """y = x · Wᵀ (W kept [out, in]): 2·rows·in·out FLOPs, one read of W.   [B, T, in] -> [B, T, out]"""
     y = x @ W.T
-    if p.trace:
+    if p.trace is not None:
         B, T, n_in = x.shape
         p.trace.add(op, li, flops=2.0 * p.rows * n_in * W.shape[0], weight_bytes=W.nbytes,
                     shape=f"[{B}, {T}, {n_in}] @ [{n_in}, {W.shape[0]}]")
@@ -164,6 +167,7 @@ def attention(q: np.ndarray, K: np.ndarray, V: np.ndarray, li: int, p: Pass) -> 
         if p.hooks:
             p.hooks.attention(li, "hook_pattern", pattern, s, e)
         out[:, :, :, s:e] = ops.gqa_attention_output(pattern, V)
+        del scores, pattern                                                          # before the next block exists
     return out
 
 
@@ -172,10 +176,10 @@ def feed_forward(x: np.ndarray, lw, li: int, p: Pass) -> np.ndarray:
     c, (B, T, D) = p.config, x.shape
     F = c.intermediate_size
     h = ops.rms_norm(x, lw.ffn_norm, c.rms_norm_eps)                                 # [B, T, D]
-    if p.trace:
+    if p.trace is not None:
         p.trace.add("ffn_norm", li, weight_bytes=D * 4, shape=f"[{B}, {T}, {D}]")
     gu = linear(h, lw.w_gate_up, "gate_up_proj", li, p)                              # [B, T, 2F]
-    act = ops.silu(gu[..., :F]) * gu[..., F:]                                        # [B, T, F]
+    act = ops.swiglu(gu[..., :F], gu[..., F:])                                       # [B, T, F] SiLU(gate)·up
     if p.hooks:
         p.hooks(f"blocks.{li}.mlp.hook_act", act)
     return linear(act, lw.w_down, "down_proj", li, p)                                # [B, T, D]
@@ -189,13 +193,15 @@ def lm_head(x: np.ndarray, w, p: Pass, all_logits: bool = False) -> np.ndarray:
     x = ops.rms_norm(x, w.final_norm, c.rms_norm_eps)
     if p.hooks:
         p.hooks("hook_final_norm", x)
-    if p.trace:
-        p.trace.add("final_norm", None, weight_bytes=c.hidden_size * 4, shape=f"[{B}, {x.shape[1]}, {c.hidden_size}]")
+    if p.trace is not None:
+        p.trace.add("final_norm", None, weight_bytes=c.hidden_size * 4,
+                    shape=f"[{B}, {x.shape[1]}, {c.hidden_size}]")
     logits = x @ w.lm_head.T                                                         # [B, T', V]
-    if p.trace:
+    if p.trace is not None:
         out_rows = p.rows if all_logits else B
         p.trace.add("lm_head", None, flops=2.0 * out_rows * c.hidden_size * c.vocab_size,
-                    weight_bytes=w.lm_head.nbytes, shape=f"[{B}, {x.shape[1]}, {c.hidden_size}] @ [{c.hidden_size}, {c.vocab_size}]")
+                    weight_bytes=w.lm_head.nbytes,
+                    shape=f"[{B}, {x.shape[1]}, {c.hidden_size}] @ [{c.hidden_size}, {c.vocab_size}]")
     if p.hooks:
         p.hooks("hook_logits", logits)
     return logits if all_logits else logits[:, 0]

@@ -96,7 +96,8 @@ def generate_batch(model: "Model", prompts: Sequence[Sequence[int]], max_new_tok
 
 def generation_summary(tokens: Sequence["Generated"]) -> dict[str, float]:
     """What a streamed reply cost, from the engine's per-token timings: TTFT (the prefill pass that produced the
-    first token), mean inter-token latency (the decode steps after it), decode rate = 1 / mean ITL, KV bytes."""
+    first token's logits + sampling it), mean inter-token latency (each later decode step + its sampling),
+    decode rate = 1 / mean ITL, KV bytes."""
     seconds = np.array([t.seconds for t in tokens], dtype=float)
     itl = float(seconds[1:].mean()) if seconds.size > 1 else float("nan")
     return {

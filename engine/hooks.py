@@ -64,12 +64,14 @@ class Hooks:
         self._fns: list[tuple[str, HookFn]] = []
         self._matches: dict[str, list[HookFn]] = {}
         self.layers, self.heads, self.rows = layers, heads, rows
-        self.layer_ids: np.ndarray | None = None    # resolved by `bind` for the current forward pass
+        self.layer_ids: np.ndarray | None = None    # resolved by `check` for the current forward pass
         self.head_ids: np.ndarray | None = None
         self.row_ids: np.ndarray | None = None      # selected rows among the T new tokens
         self.block_rows: np.ndarray | None = None   # during an attention hook: rows of the array it gets
+        self.passes = 0                             # forward passes these hooks were given so far
 
     def add(self, pattern: str, fn: HookFn) -> "Hooks":
+        """Call `fn(name, array)` at every hook point whose name matches `pattern`; returns self (chainable)."""
         self._fns.append((pattern, fn))
         self._matches.clear()
         return self
@@ -102,6 +104,11 @@ class Hooks:
         self.row_ids = _indices("query row", self.rows, new_tokens)
         if self.row_ids is None:
             self.row_ids = np.arange(new_tokens)
+
+    def begin_pass(self, config, new_tokens: int) -> None:
+        """Called by the forward pass before its first step."""
+        self.check(config, new_tokens)
+        self.passes += 1
 
     def attention(self, layer: int, point: str, scores: np.ndarray, start: int, end: int) -> None:
         """Report the selected heads/rows of one block of scores.   scores [B, h_kv, G, t, S], rows start..end-1"""
@@ -137,6 +144,9 @@ class ActivationCache(dict):
             self.hooks.add(p, self._record)
 
     def _record(self, name: str, x: np.ndarray) -> None:
+        if self.hooks.passes > 1:
+            raise ModelError("an ActivationCache holds ONE forward pass: use run_with_cache, or a new "
+                             "ActivationCache (or your own Hooks) for each pass")
         rows = self.hooks.block_rows
         if rows is None:
             self[name] = np.array(x[0], copy=True)
@@ -154,13 +164,48 @@ class ActivationCache(dict):
         return int(sum(a.nbytes for a in self.values()))
 
 
+MAX_CAPTURE_BYTES = 2 ** 30   # run_with_cache refuses to hold more than this (one shared server, many users)
+
+
+def hook_point_elements(config, tokens: int) -> dict[str, int]:
+    """Every hook point -> float32 elements it carries for ONE sequence of `tokens` tokens from an empty cache
+    (attention points: all heads, all query rows, S = tokens keys)."""
+    c, T = config, tokens
+    out = {"hook_embed": T * c.hidden_size, "hook_final_norm": T * c.hidden_size, "hook_logits": T * c.vocab_size}
+    for li in range(c.num_layers):
+        b = f"blocks.{li}."
+        out.update({b + "hook_resid_pre": T * c.hidden_size, b + "hook_resid_mid": T * c.hidden_size,
+                    b + "hook_resid_post": T * c.hidden_size, b + "attn.hook_q": T * c.q_dim,
+                    b + "attn.hook_k": T * c.kv_dim, b + "attn.hook_v": T * c.kv_dim, b + "attn.hook_kv_cache": 2,
+                    b + "attn.hook_scores": c.num_heads * T * T, b + "attn.hook_pattern": c.num_heads * T * T,
+                    b + "mlp.hook_act": T * c.intermediate_size})
+    return out
+
+
+def capture_bytes(config, tokens: int, hooks: Hooks) -> int:
+    """Bytes an ActivationCache with these (checked) hooks will hold after one pass over `tokens` tokens."""
+    total = 0
+    for name, n in hook_point_elements(config, tokens).items():
+        if not hooks.wants(name):
+            continue
+        if name.endswith(("hook_scores", "hook_pattern")):
+            layer = int(name.split(".")[1])
+            if hooks.layer_ids is not None and layer not in hooks.layer_ids:
+                continue
+            n = hooks.head_ids.size * hooks.row_ids.size * tokens
+        total += 4 * n
+    return total
+
+
 def run_with_cache(model, ids, names: Iterable[str] | str = ("blocks.*.attn.hook_pattern",), layers: Selection = None,
-                   heads: Selection = None, rows: Selection = None) -> tuple[np.ndarray, ActivationCache]:
+                   heads: Selection = None, rows: Selection = None,
+                   max_bytes: int = MAX_CAPTURE_BYTES) -> tuple[np.ndarray, ActivationCache]:
     """One forward pass over `ids` (one sequence, fresh cache) that keeps only the named activations.
 
     -> logits [T, V] of every position, and an `ActivationCache`, e.g. acts["blocks.3.attn.hook_pattern"]
-    [h_sel, T_sel, S]. layers/heads/rows restrict the attention points (None = all; rows are query positions,
-    negative counts from the end, or a slice). Bad indices raise ModelError before any work.
+    [h_sel, T_sel, S]. layers/heads/rows restrict the attention points (None = all; heads and rows come back in
+    ascending order; rows are query positions, negative counts from the end, or a slice). Bad indices, or a
+    capture (logits included) over `max_bytes`, raise ModelError before any work.
     """
     ids = np.asarray(list(ids), np.int64)
     c = model.config
@@ -170,5 +215,10 @@ def run_with_cache(model, ids, names: Iterable[str] | str = ("blocks.*.attn.hook
         raise ModelError(f"{ids.size} tokens exceed {c.name}'s context window ({c.max_position_embeddings})")
     acts = ActivationCache(names, layers=layers, heads=heads, rows=rows)
     acts.hooks.check(c, ids.size)                                        # bad layer/head/row: fail before work
+    need = capture_bytes(c, ids.size, acts.hooks) + 4 * ids.size * c.vocab_size
+    if need > max_bytes:
+        raise ModelError(f"this capture would hold {need / 2**20:,.0f} MiB (logits [{ids.size}, {c.vocab_size}] "
+                         f"included), over the {max_bytes / 2**20:,.0f} MiB limit: ask for fewer layers, heads or "
+                         f"query rows, fewer hook names, or a shorter prompt")
     logits = model.forward(ids[None, :], model.new_cache(1, ids.size), all_logits=True, hooks=acts.hooks)
     return logits[0], acts

@@ -58,18 +58,27 @@ class Weights:
         return self.nbytes() // 4
 
     def read_only(self) -> "Weights":
-        """The same weights as read-only views: a model shared by every user can never be written through."""
+        """The same weights as read-only views: a model shared by every user can never be written through.
+        Arrays (and whole layers, and self) already read-only are kept as they are, so models that share
+        weights (an early-exit draft, a quantized copy's norms) still share the very same objects."""
         def ro(a: np.ndarray) -> np.ndarray:
             if not a.flags.writeable:
-                return a                                   # already frozen (e.g. shared with another Model)
+                return a
             v = a.view()
             v.flags.writeable = False
             return v
 
-        embed = ro(self.embed)
-        return Weights(embed=embed, layers=[LayerWeights(*(ro(a) for a in (
-            l.attn_norm, l.wqkv, l.wo, l.ffn_norm, l.w_gate_up, l.w_down))) for l in self.layers],
-            final_norm=ro(self.final_norm), lm_head=embed if self.lm_head is self.embed else ro(self.lm_head))
+        def ro_layer(l: LayerWeights) -> LayerWeights:
+            arrays = (l.attn_norm, l.wqkv, l.wo, l.ffn_norm, l.w_gate_up, l.w_down)
+            return LayerWeights(*(ro(a) for a in arrays)) if any(a.flags.writeable for a in arrays) else l
+
+        layers = [ro_layer(l) for l in self.layers]
+        embed, final_norm = ro(self.embed), ro(self.final_norm)
+        lm_head = embed if self.lm_head is self.embed else ro(self.lm_head)
+        if (embed is self.embed and final_norm is self.final_norm and lm_head is self.lm_head
+                and all(a is b for a, b in zip(layers, self.layers))):
+            return self
+        return Weights(embed=embed, layers=layers, final_norm=final_norm, lm_head=lm_head)
 
 
 def hf_tensor_names(config: ModelConfig) -> dict[str, tuple[int, ...]]:

@@ -160,6 +160,13 @@ def test_weights_are_read_only(model):
     with pytest.raises(ValueError, match="read-only"):
         model.weights.embed[3] += 1.0
     assert model.weights.lm_head is model.weights.embed or not CFG.tie_word_embeddings
+    mine = {name: np.array(a) for name, a in model.to_hf_tensors().items()}     # writable copies a loader holds
+    loaded = Model.from_hf_tensors(CFG, mine)
+    assert not any(a.flags.writeable for lw in loaded.weights.layers for a in lw.matrices().values())
+    assert not loaded.weights.embed.flags.writeable and not loaded.weights.final_norm.flags.writeable
+    assert mine["model.norm.weight"].flags.writeable                 # the caller's own arrays are left alone
+    again = Model(CFG, loaded.weights)                                 # sharing weights shares the same objects
+    assert again.weights is loaded.weights
 
 
 # ------------------------------------------------------------------------------------ many users, one model
@@ -296,3 +303,24 @@ def test_generate_takes_per_call_trace_and_rejects_bad_hook_layers(model):
     with pytest.raises(ModelError, match="attention layer 7"):
         model.generate(ids(6), 3, hooks=Hooks(layers=[7]).add("*", lambda n, x: None))
     assert isinstance(ActivationCache(), dict)
+
+
+def test_capture_size_is_predicted_exactly_and_bounded(model):
+    from engine.hooks import capture_bytes
+    names = ("blocks.*.attn.hook_pattern", "blocks.0.attn.hook_v", "hook_embed", "blocks.1.mlp.hook_act")
+    logits, acts = run_with_cache(model, ids(12), names=names, layers=[1], heads=[0, 2], rows=slice(0, 5))
+    # pattern: layer 1 only, 2 heads x 5 rows x 12 keys; V: 12 x kv_dim; embed: 12 x D; act: 12 x F; float32
+    c = CFG
+    want = 4 * (2 * 5 * 12 + 12 * c.kv_dim + 12 * c.hidden_size + 12 * c.intermediate_size)
+    assert acts.nbytes() == want == capture_bytes(c, 12, acts.hooks)
+    with pytest.raises(ModelError, match="over the 0 MiB limit"):
+        run_with_cache(model, ids(12), names=names, max_bytes=1000)
+
+
+def test_an_activation_cache_refuses_a_second_pass(model):
+    acts = ActivationCache(("hook_embed",))
+    cache = model.new_cache(1)
+    model.prefill(ids(4), cache, hooks=acts.hooks)
+    assert acts["hook_embed"].shape == (4, CFG.hidden_size)
+    with pytest.raises(ModelError, match="ONE forward pass"):
+        model.decode_step(5, cache, hooks=acts.hooks)
