@@ -19,7 +19,7 @@ from engine.quantize import Scheme, measure_quantization, quantization_memory_by
 from specs.model_config import ModelConfig, SpecError
 from ui import (df_with_download, float_field, formula_expander, int_field, model_picker, remember, setup_page,
                 show_error)
-from ui.serving import heavy_job
+from ui.server import heavy_job
 from ui.model_source import choice_field, device_picker, model_source, units_note
 
 DTYPES = ("fp32", "bf16", "fp8", "int8", "int4")

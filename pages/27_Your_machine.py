@@ -22,7 +22,7 @@ from specs.model_config import SpecError
 from ui import df_with_download, formula_expander, int_field, model_picker, setup_page, show_error
 from ui.machine import machine_controls, measured_machine
 from ui.model_source import device_caption, fmt_si
-from ui.serving import heavy_job
+from ui.server import heavy_job
 
 ENGINE_DTYPE = "fp32"                       # the engine holds and multiplies float32
 GFLOP = 1e9

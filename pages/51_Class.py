@@ -19,7 +19,7 @@ from engine.worker import EngineWorker, WorkerSnapshot, decode_step_point
 from ui import df_with_download, formula_expander, setup_page
 from ui.machine import machine_controls, measured_machine
 from ui.model_source import fmt_si
-from ui.serving import workers
+from ui.server import workers
 
 REFRESH_S = 1.0
 BLOCK_COLUMNS = 32                         # blocks per row of the pool picture

@@ -256,7 +256,7 @@ def test_measure_again_never_replaces_another_sessions_machine(monkeypatch):
 # ------------------------------------------------------------------------------------------ the Class page
 def test_class_page_shows_the_live_batch(monkeypatch, model):
     from engine.worker import EngineWorker
-    from ui.serving import workers
+    from ui.server import workers
     monkeypatch.setattr(sys.modules["ui.machine"], "MEASURE_SECONDS", 0.05)
     at = AppTest.from_file(str(ROOT / "pages" / "51_Class.py"), default_timeout=TIMEOUT)
     registry = workers()

@@ -1,7 +1,7 @@
 """The generation box: a prompt, sampling options, a Generate button, the reply streamed token by token, then its
 timings (from the engine's per-token counters) and a table of the generated tokens.
 
-Generation goes through the model's shared engine worker (`ui.serving.generate`): this session's request is
+Generation goes through the model's shared engine worker (`ui.server.generate`): this session's request is
 batched with every other session's, its tokens stream back here, and TTFT/ITL are this session's own, measured
 under whatever load the server has.
 
@@ -20,7 +20,7 @@ import streamlit as st
 from engine import Generated, Model
 from engine.generate import generation_summary
 from specs.model_config import SpecError
-from ui import serving
+from ui import server
 from ui.widgets import df_with_download, float_field, formula_expander, int_field, remember, show_error
 
 PROMPT_KEY = "prompt"
@@ -114,7 +114,7 @@ def generation_box(model: Model | None) -> None:
     if clicked:
         try:
             ids = prompt_ids(model, prompt, use_chat)
-            stream = serving.generate(model, ids, max_new_tokens=max_new, temperature=temperature, top_k=top_k,
+            stream = server.generate(model, ids, max_new_tokens=max_new, temperature=temperature, top_k=top_k,
                                       top_p=top_p, seed=seed)  # batched with everyone's; refused before any work
         except SpecError as e:
             show_error(e)

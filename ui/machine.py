@@ -61,7 +61,7 @@ def machine_history() -> MachineHistory:
 
 def current_load() -> str:
     """The machine's load at this moment: the OS load average and the generation requests being served."""
-    from ui.serving import workers
+    from ui.server import workers
     cores = os.cpu_count() or 1
     try:
         load1 = f"load average {os.getloadavg()[0]:.2f} on {cores} cores"
@@ -73,7 +73,7 @@ def current_load() -> str:
 
 def measure_now(where: Any = None) -> int:
     """Measure this machine (through the heavy-job queue), add it to the history, pin this session to it."""
-    from ui.serving import heavy_job
+    from ui.server import heavy_job
     with heavy_job("measuring this machine", MEASURE_MEMORY_BYTES, where=where):
         load = current_load()                          # the load it is measured under, taken just before
         with st.spinner(f"Measuring this machine's memory bandwidth and matrix-multiply speed "

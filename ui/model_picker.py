@@ -179,7 +179,7 @@ class SharedModels:
 def shared_models() -> SharedModels:
     """The process-wide model store (an st.cache_resource, so `st.cache_resource.clear()` empties it). An evicted
     model's engine worker stops with it."""
-    from ui.serving import session_alive, workers
+    from ui.server import session_alive, workers
     return SharedModels(is_alive=session_alive, on_evict=lambda source: workers().drop(source))
 
 
@@ -232,7 +232,7 @@ def load_estimate_bytes(source: str) -> float:
 def load_shared(source: str, where: Any = None) -> Model:
     """The shared model of `source`; on a first load (classroom rules checked, then through the heavy-job queue
     with a memory check), draws a progress bar in `where` (default: the sidebar). This session now uses it."""
-    from ui.serving import heavy_job, session_id
+    from ui.server import heavy_job, session_id
     store, user = shared_models(), session_id()
     model = store.cached(source)
     if model is None:

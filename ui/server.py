@@ -4,7 +4,7 @@ Process-wide (shared by every browser session, `st.cache_resource`): one engine 
 batch everybody's requests join) and one queue for heavy one-off jobs. Per session: the requests it submitted,
 its prompts and results (in `st.session_state`), never visible to another session.
 
-    from ui.serving import generate
+    from ui.server import generate
     stream = generate(model, ids, max_new_tokens=64, stop=stop_event, on_progress=show_progress)
     stream.on_wait = show_place                # told "busy: you are #k in line" while the request waits
     for tok in stream:
