@@ -368,6 +368,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--max-new-tokens", type=int, default=None, help="typed into the box (default: the app's, 64)")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args(argv)
+    import signal
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))   # `timeout`/kill: still stop the server (finally)
     try:
         import os
         load = f"load average before: {os.getloadavg()[0]:.2f} on {os.cpu_count()} cores"
