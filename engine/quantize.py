@@ -60,6 +60,16 @@ def quantized_model(model: Model, scheme: Scheme, include_lm_head: bool = False)
                  rope_layout=model.rope_layout, random_weights=model.random_weights)
 
 
+def quantization_memory_bytes(model: Model, include_lm_head: bool = False) -> float:
+    """Memory one scheme's measurement adds while it runs: the quantized copy of every projection matrix (and
+    the LM head when included), float32 like the originals, plus the integer codes and scales the round trip
+    holds for one matrix at a time (at most that matrix again). Upper bound: 2 × the copied bytes."""
+    copied = sum(a.nbytes for lw in model.weights.layers for a in lw.matrices().values())
+    if include_lm_head:
+        copied += model.weights.lm_head.nbytes
+    return 2.0 * copied
+
+
 def perplexity(logits: np.ndarray, ids: list[int]) -> float:
     """exp(mean negative log-likelihood of each next token).   logits [T, V] for ids [T] -> scalar"""
     z = logits[:-1].astype(np.float64)

@@ -15,12 +15,13 @@ import streamlit as st
 from calculators.explain import explain_bandwidth_floor, explain_quantize_value, explain_weight_bytes
 from calculators.quantization import dequantize, precision_table, q_range, quantization_error, quantize
 from calculators.units import GB, fmt_bytes, fmt_num
-from engine.quantize import Scheme, measure_quantization
+from engine.quantize import Scheme, measure_quantization, quantization_memory_bytes
 from specs.model_config import ModelConfig, SpecError
 from ui import (df_with_download, float_field, formula_expander, int_field, model_picker, remember, setup_page,
                 show_error)
 from calculators.tensor_parallel import per_gpu_memory
 from ui.multi_gpu import MultiGPU, multi_gpu_sidebar
+from ui.server import heavy_job
 from ui.model_source import choice_field, device_picker, model_source, units_note
 
 DTYPES = ("fp32", "bf16", "fp8", "int8", "int4")
@@ -141,19 +142,21 @@ def measured_section(model) -> None:
     key = (model.source, tuple(chosen), bool(head))
     results = st.session_state.setdefault(RESULTS_KEY, {})
     if st.button("Measure", key="quant.measure", type="primary", icon=":material/science:", disabled=not chosen):
-        bar = st.progress(0.0, text=f"Running {model.name} in float32 (the baseline) …")
+        try:                                       # a heavy job: one at a time on the server, memory checked
+            with heavy_job("the quantization measurement", quantization_memory_bytes(model, head)):
+                bar = st.progress(0.0, text=f"Running {model.name} in float32 (the baseline) …")
 
-        def progress(fraction: float, message: str) -> None:
-            bar.progress(min(max(fraction, 0.0), 1.0), text=message)
+                def progress(fraction: float, message: str) -> None:
+                    bar.progress(min(max(fraction, 0.0), 1.0), text=message)
 
-        try:
-            results[key] = measure_quantization(model, [BY_LABEL[c] for c in chosen], include_lm_head=head,
-                                                progress=progress)
+                try:
+                    results[key] = measure_quantization(model, [BY_LABEL[c] for c in chosen],
+                                                        include_lm_head=head, progress=progress)
+                finally:
+                    bar.empty()
         except SpecError as e:
             show_error(e)
             return
-        finally:
-            bar.empty()
     if not chosen:
         st.info("Pick at least one scheme.")
         return

@@ -14,6 +14,7 @@ import streamlit as st
 
 from calculators.engine_floor import engine_decode_bytes
 from calculators.explain import explain_compute_time, explain_engine_itl_floor
+from calculators.kv_cache import kv_cache_bytes
 from calculators.roofline import forward_flops
 from calculators.units import MB, fmt_bytes, fmt_num
 from engine import Model, Trace
@@ -21,7 +22,9 @@ from engine.profile import ProfileRun, profile_run
 from specs.devices import Device
 from specs.model_config import SpecError
 from ui import df_with_download, formula_expander, int_field, model_picker, setup_page, show_error
-from ui.model_source import device_caption, fmt_si, measured_machine
+from ui.machine import machine_controls, measured_machine
+from ui.model_source import device_caption, fmt_si
+from ui.server import heavy_job
 
 ENGINE_DTYPE = "fp32"                       # the engine holds and multiplies float32
 GFLOP = 1e9
@@ -118,9 +121,7 @@ def main() -> None:
         device = measured_machine()
         st.caption(device_caption(device))
         st.caption(device.source)
-        if st.button("Measure again", key="machine.remeasure"):
-            measured_machine.clear()
-            st.rerun()
+        machine_controls(st.sidebar, "machine")
     if model is None:
         st.info("Load a model in the sidebar to compare the prediction with a real run.")
         return
@@ -167,12 +168,13 @@ def main() -> None:
     key = (model.source, n, steps)
     results = st.session_state.setdefault(RESULTS_KEY, {})
     if st.button("Run the engine", key="machine.run", type="primary", icon=":material/play_arrow:"):
-        with st.spinner(f"Prefilling {n:,} tokens, then {steps} decode steps …"):
-            try:
-                results[key] = profile_run(model, n, steps)
-            except SpecError as e:
-                show_error(e)
-                return
+        try:                                       # a heavy job: one at a time on the server, memory checked
+            with heavy_job("the profiling run", kv_cache_bytes(c, n + steps, kv_dtype=ENGINE_DTYPE)):
+                with st.spinner(f"Prefilling {n:,} tokens, then {steps} decode steps …"):
+                    results[key] = profile_run(model, n, steps)
+        except SpecError as e:
+            show_error(e)
+            return
     run = results.get(key)
     if run is None:
         st.caption("Press **Run the engine** to measure (a prefill and the decode steps, timed op by op).")

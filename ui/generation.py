@@ -1,6 +1,10 @@
 """The generation box: a prompt, sampling options, a Generate button, the reply streamed token by token, then its
 timings (from the engine's per-token counters) and a table of the generated tokens.
 
+Generation goes through the model's shared engine worker (`ui.server.generate`): this session's request is
+batched with every other session's, its tokens stream back here, and TTFT/ITL are this session's own, measured
+under whatever load the server has.
+
     from ui.generation import generation_box
     generation_box(model)
 """
@@ -17,6 +21,7 @@ import streamlit as st
 from engine import Generated, Model
 from engine.generate import generation_summary
 from specs.model_config import SpecError
+from ui import server
 from ui.widgets import df_with_download, float_field, formula_expander, int_field, remember, show_error
 
 PROMPT_KEY = "prompt"
@@ -38,6 +43,7 @@ class GenerationResult:
     pieces: list[str] = field(default_factory=list)
     error: str | None = None
     stopped: bool = False             # the Stop button (or a rerun) ended it early
+    load_note: str = ""               # the server load the timings were measured under
 
     @property
     def text(self) -> str:
@@ -115,14 +121,17 @@ def generation_box(model: Model | None) -> None:
         try:
             ids = prompt_ids(model, prompt, use_chat)
             model.check_prompt(ids)
+            options = dict(max_new_tokens=max_new, temperature=temperature, top_k=top_k, top_p=top_p, seed=seed)
+            stop = threading.Event()
+            stream = server.generate(model, ids, **options, chunk_size=PREFILL_CHUNK, stop=stop)
+            # batched with everyone's requests by the model's worker; refused here, before any work, when it cannot
         except SpecError as e:
             show_error(e)
             st.session_state.pop(RESULT_KEY, None)
             return
-        options = dict(max_new_tokens=max_new, temperature=temperature, top_k=top_k, top_p=top_p, seed=seed)
         result = GenerationResult(model_source=model.source, model_name=model.name, prompt_tokens=len(ids),
                                   prompt_text=model_prompt(model, prompt, use_chat))
-        _stream_reply(model, ids, options, result)
+        _stream_reply(model, ids, stream, result, stop)
     result = st.session_state.get(RESULT_KEY)
     if result is not None and result.model_source == model.source:
         if not clicked:
@@ -151,13 +160,12 @@ def progress_text(done: int, total: int, phase: str) -> tuple[float, str]:
     return done / total, f"Decode: {done:,} of at most {total:,} new tokens"
 
 
-def _stream_reply(model: Model, ids: list[int], options: dict, result: GenerationResult,
-                  stop: threading.Event | None = None) -> None:
+def _stream_reply(model: Model, ids: list[int], stream, result: GenerationResult,
+                  stop: threading.Event) -> None:
     """Draw the reply as tokens arrive, with a Stop button and a progress bar (per prefill chunk, then per token).
 
     The result is stored in st.session_state as it grows, so a Stop click keeps the partial reply: the click sets
     the session's stop Event, and Streamlit also ends this run at its next screen update to start the rerun."""
-    stop = stop if stop is not None else threading.Event()
     st.session_state[STOP_EVENT_KEY] = stop
     st.session_state[RESULT_KEY] = result
     st.markdown("**Reply** " + f"({model.name})")
@@ -170,8 +178,10 @@ def _stream_reply(model: Model, ids: list[int], options: dict, result: Generatio
         frac, words = progress_text(done, total, phase)
         bar.progress(min(max(frac, 0.0), 1.0), text=words)
 
+    stream.on_progress = on_progress
+    stream.on_wait = lambda message: slot.info(message, icon=":material/hourglass_top:")
     try:
-        for tok in model.generate(ids, **options, chunk_size=PREFILL_CHUNK, stop=stop, on_progress=on_progress):
+        for tok in stream:
             result.tokens.append(tok)
             slot.markdown(escape_markdown(result.text) + ("" if tok.finish_reason else " ▌"))
     except SpecError as e:                                   # e.g. a problem found mid-generation
@@ -179,10 +189,12 @@ def _stream_reply(model: Model, ids: list[int], options: dict, result: Generatio
         show_error(e)
     finally:                                                 # also when Streamlit ends this run for a Stop click
         last = result.tokens[-1].finish_reason if result.tokens else None
-        result.stopped = stop.is_set() or last == "stopped" or (last is None and result.error is None)
+        result.stopped = (stop.is_set() or last in ("stopped", "cancelled", "session closed")
+                          or (last is None and result.error is None))
         if model.tokenizer is not None:
             result.pieces = model.tokenizer.token_strings([t.token_id for t in result.tokens])
         st.session_state.pop(STOP_EVENT_KEY, None)
+        result.load_note = stream.load_note()
     stop_slot.empty()
     bar_slot.empty()
     if not result.tokens:
@@ -203,8 +215,10 @@ def show_result(result: GenerationResult, model: Model) -> None:
     nums = generation_summary(result.tokens)
     reason = {"eos": "the model ended its reply", "length": "max new tokens reached",
               "context": "the context window is full",
-              "stopped": "stopped with the Stop button"}.get(result.finish_reason or "", "stopped")
-    st.caption(f"{n} tokens after a {result.prompt_tokens:,}-token prompt · {reason}")
+              "stopped": "stopped with the Stop button", "cancelled": "stopped with the Stop button",
+              "session closed": "stopped (the page was left)"}.get(result.finish_reason or "", "stopped")
+    st.caption(f"{n} tokens after a {result.prompt_tokens:,}-token prompt · {reason}"
+               + (f" · timings {result.load_note}" if result.load_note else ""))
     if result.prompt_text:
         with st.expander(f"The prompt as the model sees it ({result.prompt_tokens:,} tokens)"):
             st.code(result.prompt_text, language=None, wrap_lines=True)
@@ -218,9 +232,11 @@ def show_result(result: GenerationResult, model: Model) -> None:
     cfg = model.config
     formula_expander(
         "Where these numbers come from",
-        "Measured by the engine (`engine.generate`), one wall-clock timer around each forward pass:\n\n"
-        "- **TTFT** = time of the prefill pass over the whole prompt (plus sampling the first token).\n"
-        "- **ITL** = time of one decode pass (one token through every layer); the mean is over steps 1…n−1.\n"
+        "Measured for this request by the shared engine worker (`engine.worker`), which batches every "
+        "session's requests; the clock runs while the whole batch computes, so the numbers include the load:\n\n"
+        "- **TTFT** = from your request entering the queue to its first token (waiting in line + prefill).\n"
+        "- **ITL** = time between two of your tokens: one decode step of the whole batch; the mean is over steps "
+        "1…n−1.\n"
         "- **Tokens/s** = 1 / mean ITL.\n"
         "- **KV cache** = 2 (K and V) · L · tokens · h_kv · d_k · 4 bytes (float32) "
         f"= 2 · {cfg.num_layers} · tokens · {cfg.num_kv_heads} · {cfg.head_dim} · 4 "

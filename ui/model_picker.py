@@ -13,12 +13,15 @@ import functools
 import threading
 import time
 from collections import OrderedDict
+from contextlib import nullcontext
 from pathlib import Path
 from typing import Any, Callable
 
 import streamlit as st
 
 from engine import Model, load_model
+from engine.classroom import current_policy
+from engine.jobs import available_memory_bytes, check_memory
 from specs.model_config import SpecError
 from specs.presets import list_presets, load_preset, preset_document
 from ui.widgets import remember, show_error
@@ -83,14 +86,20 @@ def source_for(choice: str, path: str = "", repo: str = "") -> str | None:
 
 # ============================================================================================ shared weights
 class SharedModels:
-    """Loaded models by source, shared by all sessions (least recently used dropped beyond `max_models`).
+    """Loaded models by source, shared by all sessions, with the sessions using each.
 
+    A model is evicted only when no session uses it: beyond `max_models`, the least recently used models *nobody
+    uses* are dropped; models in use stay even above the cap (the memory check before each load keeps that
+    bounded). A session uses one model at a time (`use`); sessions that are gone (`is_alive` False) stop counting.
     One lock per source: two sessions asking for the same model wait for one load instead of loading twice.
     """
 
-    def __init__(self, max_models: int = MAX_SHARED_MODELS) -> None:
+    def __init__(self, max_models: int = MAX_SHARED_MODELS, is_alive: Callable[[str], bool] | None = None,
+                 on_evict: Callable[[str], None] | None = None) -> None:
         self.max_models = max_models
+        self.is_alive, self.on_evict = is_alive, on_evict
         self._models: OrderedDict[str, Model] = OrderedDict()
+        self._users: dict[str, str] = {}                     # session id -> source it uses
         self._lock = threading.Lock()
         self._source_locks: dict[str, threading.Lock] = {}
 
@@ -105,28 +114,85 @@ class SharedModels:
         """Share an already loaded `model` as `source` (e.g. a test session's one copy of the default model)."""
         with self._lock:
             self._models[source] = model
-            while len(self._models) > self.max_models:
-                self._models.popitem(last=False)
+        self.evict_unused()
 
-    def get(self, source: str, progress: Callable[[float, str], None] | None = None) -> Model:
-        """The model of `source`, loading it on first use. Raises SpecError (ModelError) when it cannot load."""
+    def sources(self) -> list[str]:
+        with self._lock:
+            return list(self._models)
+
+    def use(self, session_id: str, source: str) -> None:
+        """`session_id` now uses `source` (and no longer the model it used before)."""
+        with self._lock:
+            self._users[session_id] = source
+        self.evict_unused()
+
+    def release(self, session_id: str) -> None:
+        with self._lock:
+            self._users.pop(session_id, None)
+        self.evict_unused()
+
+    def users(self, source: str) -> int:
+        """How many live sessions use `source`."""
+        with self._lock:
+            self._forget_gone()
+            return sum(s == source for s in self._users.values())
+
+    def _forget_gone(self) -> None:
+        if self.is_alive is not None:
+            for sid in [sid for sid in self._users if not self.is_alive(sid)]:
+                del self._users[sid]
+
+    def evict_unused(self) -> list[str]:
+        """Drop least recently used models that no session uses until at most `max_models` remain."""
+        dropped = []
+        with self._lock:
+            self._forget_gone()
+            in_use = set(self._users.values())
+            for source in list(self._models)[:-1]:           # oldest first; never the one just used
+                if len(self._models) <= self.max_models:
+                    break
+                if source not in in_use:
+                    del self._models[source]
+                    dropped.append(source)
+        for source in dropped:
+            if self.on_evict is not None:
+                self.on_evict(source)
+        return dropped
+
+    def get(self, source: str, progress: Callable[[float, str], None] | None = None,
+            guard: Callable[[], Any] | None = None, user: str | None = None) -> Model:
+        """The model of `source`, loading it on first use. Raises SpecError (ModelError) when it cannot load.
+
+        `guard()`: a context manager the load itself runs in (e.g. a place in the heavy-job queue); sessions
+        that wait for a load already under way do not take a place of their own. `user`: the session that now
+        uses this model (see `use`)."""
         model = self.cached(source)
         if model is not None:
+            if user is not None:
+                self.use(user, source)
             return model
         with self._lock:
             source_lock = self._source_locks.setdefault(source, threading.Lock())
         with source_lock:
             model = self.cached(source)                     # another session may have loaded it meanwhile
             if model is None:
-                model = load_model(source, progress=progress)
-                self.put(source, model)
+                with guard() if guard is not None else nullcontext():
+                    model = load_model(source, progress=progress)
+                with self._lock:
+                    self._models[source] = model
+        if user is not None:
+            self.use(user, source)                          # evicts what nobody uses any more
+        else:
+            self.evict_unused()
         return model
 
 
 @st.cache_resource(show_spinner=False)
 def shared_models() -> SharedModels:
-    """The process-wide model store (an st.cache_resource, so `st.cache_resource.clear()` empties it)."""
-    return SharedModels()
+    """The process-wide model store (an st.cache_resource, so `st.cache_resource.clear()` empties it). An evicted
+    model's engine worker stops with it."""
+    from ui.server import session_alive, workers
+    return SharedModels(is_alive=session_alive, on_evict=lambda source: workers().drop(source))
 
 
 def _progress_bar(where: Any, source: str) -> tuple[Callable[[float, str], None], Any]:
@@ -145,18 +211,6 @@ def _progress_bar(where: Any, source: str) -> tuple[Callable[[float, str], None]
     return progress, slot
 
 
-def available_memory_bytes() -> int | None:
-    """Memory the OS can still give this process (Linux MemAvailable), or None where unknown."""
-    try:
-        with open("/proc/meminfo", encoding="ascii") as f:
-            for line in f:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    return None
-
-
 def check_random_fits(source: str) -> None:
     """Refuse random weights that would not fit in free memory (allocating them would get the server killed).
 
@@ -167,24 +221,44 @@ def check_random_fits(source: str) -> None:
     from calculators.params import weight_bytes
 
     config = load_preset(source.split(":", 1)[1].strip())
-    need, free = weight_bytes(config, dtype="fp32"), available_memory_bytes()
-    if free is not None and need > 0.9 * free:
-        raise SpecError(f"random weights of {config.name} need {need / 1e9:,.1f} GB in float32, but only "
-                        f"{free / 1e9:,.1f} GB of memory is free on this machine; pick a smaller model")
+    check_memory(f"random weights of {config.name} (float32)", weight_bytes(config, dtype="fp32"),
+                 available_memory_bytes())
+
+
+def load_estimate_bytes(source: str) -> float:
+    """Memory a load will take, where the theory can tell before loading (float32 weights of a preset's shape:
+    `calculators.params.weight_bytes`); 0 where unknown (a file or repo of unknown shape)."""
+    from calculators.params import weight_bytes
+    from engine.loading import DEFAULT_NAMES
+    text = source.strip()
+    name = "SmolLM2-135M-Instruct" if text.lower() in DEFAULT_NAMES else (
+        text.split(":", 1)[1].strip() if text.lower().startswith("random:") else None)
+    if name is None:
+        return 0.0
+    try:
+        return float(weight_bytes(load_preset(name), dtype="fp32"))
+    except SpecError:
+        return 0.0
 
 
 def load_shared(source: str, where: Any = None) -> Model:
-    """The shared model of `source`; on a first load, draws a progress bar in `where` (default: the sidebar)."""
-    store = shared_models()
+    """The shared model of `source`; on a first load (classroom rules checked, then through the heavy-job queue
+    with a memory check), draws a progress bar in `where` (default: the sidebar). This session now uses it."""
+    from ui.server import heavy_job, session_id
+    store, user = shared_models(), session_id()
     model = store.cached(source)
-    if model is not None:
-        return model
-    check_random_fits(source)
-    progress, slot = _progress_bar(where if where is not None else st.sidebar, source)
-    try:
-        return store.get(source, progress=progress)
-    finally:
-        slot.empty()
+    if model is None:
+        current_policy().check_model_source(source)
+        check_random_fits(source)
+        box = where if where is not None else st.sidebar
+        progress, slot = _progress_bar(box, source)
+        try:
+            model = store.get(source, progress=progress, user=user,
+                              guard=lambda: heavy_job(f"loading {source}", load_estimate_bytes(source), where=box))
+        finally:
+            slot.empty()
+    store.use(user, source)
+    return model
 
 
 # ============================================================================================ the widget
@@ -213,6 +287,9 @@ def model_picker() -> Model | None:
                              placeholder="TinyLlama/TinyLlama-1.1B-Chat-v1.0",
                              help="Downloads the safetensors weights once (a 1B model is about 2 GB), then loads "
                                   "them from the local cache. Press Enter to load.")
+    policy = current_policy()
+    if policy.enabled:
+        sb.caption("Classroom mode: " + "; ".join(policy.describe()) + ".")
     wanted = source_for(choice, path, repo)
     active = ss.get(ACTIVE_KEY)
     model = None

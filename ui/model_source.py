@@ -21,9 +21,10 @@ from urllib.parse import urlparse
 import streamlit as st
 
 from calculators.units import fmt_bytes, fmt_num
-from specs.devices import Device, list_devices, load_device, measure_this_machine
+from specs.devices import Device, list_devices, load_device
 from specs.model_config import ModelConfig, SpecError
 from specs.presets import list_presets, load_preset
+from ui.machine import machine_controls, measured_machine
 from ui.widgets import remember, show_error
 
 # ============================================================================================ keys and labels
@@ -86,8 +87,11 @@ def parse_config_text(text: str | bytes, name: str = "config.json") -> ModelConf
 
 
 def read_config_path(path: str) -> tuple[str, str]:
-    """(name, text) of a config.json given as a file or as the folder holding it."""
+    """(name, text) of a config.json given as a file or as the folder holding it (in classroom mode only inside
+    the allowed folder)."""
+    from engine.classroom import current_policy
     p = Path(os.path.expanduser(path.strip()))
+    current_policy().check_local_path(p)
     if p.is_dir():
         p = p / "config.json"
     if not p.exists():
@@ -121,10 +125,12 @@ def fetch_hub_config(repo: str) -> str:
     from engine.hub import _hub_error, is_repo_id
     from huggingface_hub import hf_hub_download
 
+    from engine.classroom import current_policy
     repo = repo.strip()
     if not is_repo_id(repo):
         raise SpecError(f"{repo!r} is not a Hugging Face repository id; expected 'owner/name', "
                         "e.g. TinyLlama/TinyLlama-1.1B-Chat-v1.0")
+    current_policy().check_hub_repo(repo)
     try:
         return Path(hf_hub_download(repo, "config.json", local_files_only=True)).read_text(encoding="utf-8-sig")
     except Exception:                                    # not cached yet: go to the network
@@ -292,12 +298,6 @@ def _hub_config(box: Any) -> ModelConfig | None:
 
 
 # ============================================================================================ devices
-@st.cache_resource(show_spinner="Measuring this machine's memory bandwidth and matrix-multiply speed (about 2 s) …")
-def measured_machine() -> Device:
-    """This machine, measured once per server process (`specs.devices.measure_this_machine`)."""
-    return measure_this_machine(seconds_budget=2.0)
-
-
 def device_caption(d: Device) -> str:
     """Capacity, bandwidth, peak and price of a device, as printed on its datasheet (or measured)."""
     peaks = ", ".join(f"{p} {fmt_num(v / 1e12, 3)}" for p, v in d.peak_flops.items() if p in ("bf16", "fp16", "fp32",
@@ -322,9 +322,7 @@ def device_picker(where: Any = None, *, key: str = "device", label: str = "Devic
                            help="Datasheet numbers from specs/devices.json (dense peaks; prices are assumptions).")
     if choice == THIS_MACHINE:
         device = measured_machine()
-        if box.button("Measure again", key=f"{key}.remeasure", help="Repeat the NumPy measurement."):
-            measured_machine.clear()
-            st.rerun()
+        machine_controls(box, key)
     elif choice == CUSTOM:
         device = _custom_device(box, key)
     else:

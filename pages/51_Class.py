@@ -1,0 +1,201 @@
+"""Class: the live batch of the shared engine worker, i.e. the class itself as the serving lesson's workload.
+
+Numbers: `engine.worker.EngineWorker.snapshot` (requests, block tables, free blocks, each step's time, aggregate
+and single-stream tokens/s), `engine.worker.decode_step_point` (the last decode step's FLOPs, bytes and intensity
+by `calculators.roofline`'s convention), `calculators.roofline.roofline_curve` on this machine as measured
+(`ui.machine`).
+"""
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import plotly.graph_objects as go
+import streamlit as st
+
+from calculators.latency import decode_step_ms, throughput_tok_s
+from calculators.roofline import roofline_curve
+from calculators.units import fmt_num
+from engine.worker import EngineWorker, WorkerSnapshot, decode_step_point
+from ui import df_with_download, formula_expander, setup_page
+from ui.machine import machine_controls, measured_machine
+from ui.model_source import fmt_si
+from ui.server import workers
+
+REFRESH_S = 1.0
+BLOCK_COLUMNS = 32                         # blocks per row of the pool picture
+WORKER_KEY = "class.worker"
+LIVE_KEY = "class.live"
+FONT = dict(size=16)
+
+
+def requests_frame(snap: WorkerSnapshot) -> pd.DataFrame:
+    return pd.DataFrame({
+        "request": [r.label for r in snap.requests],
+        "status": [r.status if r.position is None else f"waiting (#{r.position} in line)" for r in snap.requests],
+        "prompt tokens": [r.prompt_tokens for r in snap.requests],
+        "generated tokens": [r.generated_tokens for r in snap.requests],
+        "max new tokens": [r.max_new_tokens for r in snap.requests],
+        "blocks": [len(r.block_table) for r in snap.requests],
+        "block table": [" ".join(map(str, r.block_table)) for r in snap.requests],
+    }, columns=["request", "status", "prompt tokens", "generated tokens", "max new tokens", "blocks",
+                "block table"])
+
+
+def block_map(snap: WorkerSnapshot) -> go.Figure:
+    """The KV pool as a grid: one cell per physical block, coloured by the request holding it (grey = free)."""
+    owners = snap.block_owners()
+    labels = sorted({o for o in owners if o is not None})
+    code = {label: i + 1 for i, label in enumerate(labels)}
+    rows = -(-len(owners) // BLOCK_COLUMNS)
+    z = np.full(rows * BLOCK_COLUMNS, np.nan)
+    z[:len(owners)] = [code.get(o, 0) if o is not None else 0 for o in owners]
+    text = np.full(rows * BLOCK_COLUMNS, "", dtype=object)
+    text[:len(owners)] = [f"block {i}: {o or 'free'}" for i, o in enumerate(owners)]
+    fig = go.Figure(go.Heatmap(z=z.reshape(rows, BLOCK_COLUMNS), text=text.reshape(rows, BLOCK_COLUMNS),
+                               hoverinfo="text", colorscale="Turbo", zmin=0, zmax=max(len(labels), 1),
+                               showscale=False, xgap=1, ygap=1))
+    fig.update_layout(title=f"KV pool: {snap.free_blocks} of {snap.num_blocks} blocks free "
+                            f"({snap.block_size} tokens each; dark = free, colours = requests)",
+                      height=max(160, 28 * rows + 80), margin=dict(l=10, r=10, t=50, b=10), font=FONT,
+                      xaxis=dict(visible=False), yaxis=dict(visible=False, autorange="reversed"))
+    return fig
+
+
+def steps_chart(snap: WorkerSnapshot) -> go.Figure:
+    t0 = snap.taken_at
+    fig = go.Figure()
+    fig.add_scatter(x=[s.ended_at - t0 for s in snap.steps], y=[s.seconds * 1e3 for s in snap.steps],
+                    mode="markers+lines", name="step time (ms)",
+                    marker=dict(size=[6 + s.decode_requests for s in snap.steps]),
+                    text=[f"{s.decode_requests} decoding, {s.prefill_tokens} prompt tokens" for s in snap.steps])
+    fig.update_layout(title="Each step's time (bigger dot = more sequences decoded together)", height=360,
+                      xaxis_title="seconds ago (0 = now)", yaxis_title="step time (ms)", font=FONT,
+                      margin=dict(l=10, r=10, t=50, b=10))
+    return fig
+
+
+def roofline_chart(model, snap: WorkerSnapshot, device) -> tuple[go.Figure, dict | None]:
+    """This machine's roof (FP32, as the engine computes) and the last decode step: where the theory puts it
+    (intensity) and the FLOP/s it reached."""
+    step = snap.last_decode_step()
+    point = decode_step_point(model, step) if step is not None else None
+    curve = roofline_curve(device, "fp32", min_intensity=0.05, max_intensity=1e4, points=96)
+    fig = go.Figure()
+    fig.add_scatter(x=[p["intensity_flop_per_byte"] for p in curve], y=[p["attainable_flop_s"] / 1e9 for p in curve],
+                    mode="lines", name="roof: this machine (FP32)", line=dict(color="black", width=2))
+    if point is not None:
+        fig.add_scatter(x=[point["intensity_flop_per_byte"]], y=[point["achieved_flop_s"] / 1e9],
+                        mode="markers+text", marker=dict(size=16, color="#E45756"),
+                        text=[f"batch of {point['batch']}"], textposition="top center",
+                        name="last decode step (achieved)")
+    fig.update_layout(title="Where the current batch sits on this machine's roofline", height=420, font=FONT,
+                      xaxis=dict(type="log", title="arithmetic intensity (FLOP per byte)"),
+                      yaxis=dict(type="log", title="GFLOP/s"), margin=dict(l=10, r=10, t=50, b=10),
+                      legend=dict(orientation="h", y=-0.25))
+    return fig, point
+
+
+def theory_frame(model, snap: WorkerSnapshot, device, point: dict | None) -> pd.DataFrame:
+    """Tokens/s the roofline predicts on this machine (float32, ideal efficiency) for one stream and for the
+    current batch, next to what the worker measured."""
+    batch = point["batch"] if point is not None else 1
+    ctx = point["context_tokens"] if point is not None else 1
+    one = decode_step_ms(model.config, device, ctx, 1, weight_dtype="fp32")
+    many = decode_step_ms(model.config, device, ctx, batch, weight_dtype="fp32")
+    return pd.DataFrame({
+        "streams": ["one stream alone", f"the current batch ({batch})"],
+        "predicted step (ms)": [one["step_ms"], many["step_ms"]],
+        "predicted tokens/s": [throughput_tok_s(1, one["step_ms"]), throughput_tok_s(batch, many["step_ms"])],
+        "bound": [one["bound"], many["bound"]],
+        "measured tokens/s": [snap.single_stream_tokens_per_s(), snap.aggregate_tokens_per_s()],
+    })
+
+
+def pick_worker() -> EngineWorker | None:
+    live = workers().workers()
+    if not live:
+        st.info("Nobody has generated yet: the engine worker starts with the first Generate on the home page. "
+                "Ask the class to press Generate, then watch here.")
+        return None
+    names = [w.model.name for w in live]
+    if st.session_state.get(WORKER_KEY) not in names:
+        st.session_state[WORKER_KEY] = names[0]
+    name = st.selectbox("Model being served", names, key=WORKER_KEY)
+    return live[names.index(name)]
+
+
+def live_view(worker: EngineWorker, device) -> None:
+    snap = worker.snapshot()
+    agg, single = snap.aggregate_tokens_per_s(), snap.single_stream_tokens_per_s()
+    last = snap.steps[-1] if snap.steps else None
+    m = st.columns(5)
+    m[0].metric("Requests in the batch", f"{snap.running}", help=f"at most {snap.max_batch} decoded together")
+    m[1].metric("Waiting in line", f"{snap.waiting}", help=f"at most {snap.max_waiting} may wait")
+    m[2].metric("Free KV blocks", f"{snap.free_blocks} / {snap.num_blocks}")
+    m[3].metric("Aggregate tokens/s", "–" if not np.isfinite(agg) else f"{agg:,.1f}",
+                help="every request's tokens over the last 10 s of steps")
+    m[4].metric("One stream alone", "–" if not np.isfinite(single) else f"{single:,.1f} tokens/s",
+                help="1 / median time of steps that decoded a single request")
+    speedup = snap.batching_speedup()
+    if np.isfinite(speedup):
+        st.markdown(f"The batch is worth **{fmt_num(speedup, 3)}** lone streams: every step reads the weights "
+                    "once for all the requests in it.")
+    if last is not None:
+        st.caption(f"Last step: {last.seconds * 1e3:,.1f} ms, {last.decode_requests} sequences decoded, "
+                   f"{last.prefill_tokens} prompt tokens prefilled, {last.tokens_out} tokens out.")
+    st.plotly_chart(block_map(snap), key="class.blocks")
+    df_with_download(requests_frame(snap), "class_requests")
+    left, right = st.columns(2)
+    with left:
+        st.plotly_chart(steps_chart(snap), key="class.steps")
+    with right:
+        fig, point = roofline_chart(worker.model, snap, device)
+        st.plotly_chart(fig, key="class.roofline")
+        if point is not None:
+            st.caption(f"Last decode step: {fmt_si(point['flops'], 'FLOP')} over {fmt_si(point['bytes'], 'B')} "
+                       f"moved = {fmt_num(point['intensity_flop_per_byte'], 3)} FLOP/byte at a context of "
+                       f"{point['context_tokens']:,} tokens; reached {fmt_si(point['achieved_flop_s'], 'FLOP/s')}.")
+    st.markdown("**Theory next to the measurement.** The roofline of this machine (as measured) predicts a decode "
+                "step's time from its bytes and FLOPs; batching divides the weight bytes among more tokens.")
+    f = st.column_config.NumberColumn(format="%.4g")
+    df_with_download(theory_frame(worker.model, snap, device, point), "class_theory",
+                     column_config={c: f for c in ("predicted step (ms)", "predicted tokens/s", "measured tokens/s")})
+
+
+def main() -> None:
+    setup_page("Class", icon=":material/groups:")
+    st.title("Class")
+    st.markdown(
+        "Everyone in the room who presses Generate joins one batch on this server. Here is that batch as it runs: "
+        "who is being decoded, how many KV blocks each request holds, how long each step takes, and why thirty "
+        "streams cost little more than one: a decode step reads all the weights whatever the batch size, so "
+        "more requests per step means more tokens per byte read.")
+    with st.sidebar:
+        st.header("This machine")
+        device = measured_machine()
+        machine_controls(st.sidebar, "class.machine")
+    worker = pick_worker()
+    if worker is None:
+        return
+    live = st.toggle("Live (refresh every second)", value=True, key=LIVE_KEY)
+    fragment = st.fragment(run_every=REFRESH_S if live else None)(live_view)
+    fragment(worker, device)
+    formula_expander(
+        "Where these numbers come from",
+        "Measured by the engine worker (`engine.worker`) around each scheduler step:\n\n"
+        "- **Aggregate tokens/s** = tokens produced by all requests in the steps of the last 10 s ÷ the time "
+        "those steps took (idle time left out).\n"
+        "- **One stream alone** = 1 ÷ median time of the steps that decoded exactly one request.\n"
+        "- **Batch worth** = aggregate ÷ one stream alone.\n"
+        "- **Predicted** step = max(bytes ÷ bandwidth, FLOPs ÷ peak FP32) of this machine "
+        "(`calculators.latency.decode_step_ms`, float32 weights and KV); tokens/s = batch ÷ step time "
+        "(`throughput_tok_s`).\n"
+        "- **Roofline point**: FLOPs and bytes of a decode step of B sequences at the mean context S, counted by "
+        "`calculators.roofline` (forward_flops, weight_bytes_read, kv_bytes_step, all float32 as the engine holds "
+        "them); intensity = FLOPs ÷ bytes; achieved FLOP/s = FLOPs ÷ measured step time. The roof is "
+        "min(peak FP32 FLOP/s, intensity × bandwidth) of this machine as measured.\n"
+        "- **Blocks**: each request's block table maps its tokens to physical blocks of the shared pool "
+        "(paged KV cache); a stopped or finished request gives its blocks back at once.")
+
+
+main()
