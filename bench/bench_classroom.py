@@ -167,8 +167,8 @@ async def student(url: str, ready: list[int], start: asyncio.Event, timeout_s: f
         button = c.button_id(GENERATE_LABEL)
         widgets = [WidgetState(id=button, trigger_value=True)]
         if max_new_tokens is not None:                   # typed into the "Max new tokens" box, as a user would
-            box = next(n.id for n in c.find("number_input") if n.label == MAX_NEW_LABEL)
-            widgets.append(WidgetState(id=box, int_value=max_new_tokens))
+            box = next(n.id for n in c.find("text_input") if n.label == MAX_NEW_LABEL)   # number fields are text
+            widgets.append(WidgetState(id=box, string_value=str(max_new_tokens)))
         ready[0] += 1
         await start.wait()
         reply.clicked_at = time.perf_counter()
@@ -183,8 +183,9 @@ async def student(url: str, ready: list[int], start: asyncio.Event, timeout_s: f
                 continue
             md = el.markdown
             if slot is None and md.body.startswith("**Reply**"):
-                slot = path[:-1] + (path[-1] + 1,)           # the reply streams into the element after it
-            elif path == slot and md.element_type == md.NATIVE:
+                slot = path                                  # the reply streams into a later element beside it
+            elif (slot is not None and len(path) == len(slot) and path[:-1] == slot[:-1] and path[-1] > slot[-1]
+                  and md.element_type == md.NATIVE):         # (after the Stop button and the progress bar)
                 reply.updates.append(time.perf_counter())
                 reply.text = md.body.removesuffix(CURSOR).rstrip()
                 if close_after is not None and len(reply.updates) >= close_after:

@@ -69,13 +69,13 @@ def test_two_browser_sessions_see_only_their_own_reply():
         at.session_state[CHOICE_KEY] = SMALL_RANDOM
         at.session_state["prompt"] = "alpha" if at is at_a else "beta gamma"
         at.run()
-    at_a.number_input(key="gen.max_new_tokens").set_value(3)
+    at_a.text_input(key="gen.max_new_tokens").set_value("3")
     at_a = at_a.button(key="generate").click().run()
     assert not at_a.exception and not errors(at_a)
     assert "last_generation" in at_a.session_state
     at_b = at_b.run()
     assert "last_generation" not in at_b.session_state                 # B never sees A's reply
-    at_b.number_input(key="gen.max_new_tokens").set_value(2)
+    at_b.text_input(key="gen.max_new_tokens").set_value("2")
     at_b = at_b.button(key="generate").click().run()
     ra, rb = at_a.session_state["last_generation"], at_b.session_state["last_generation"]
     assert "alpha" in ra.prompt_text and "beta gamma" in rb.prompt_text and "alpha" not in rb.prompt_text

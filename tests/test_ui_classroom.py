@@ -116,8 +116,20 @@ def _stop_script(folder: str, stop_after: int) -> None:
     model = load_model(folder)
     ids = [5, 17, 42, 99, 3, 250, 8, 61, 7, 12]
     result = GenerationResult(model_source=model.source, model_name=model.name, prompt_tokens=len(ids))
-    _stream_reply(model, ids, dict(max_new_tokens=50, temperature=0.0, top_k=0, top_p=1.0, seed=0), result,
-                  stop=StopAfter(stop_after))
+    stop = StopAfter(stop_after)
+
+    class EngineStream:
+        """What `ui.server.generate` returns, over the engine alone (the worker's own stop is tested in
+        test_worker): iterating yields the tokens; on_progress / on_wait / load_note are the stream's hooks."""
+        on_progress = on_wait = None
+
+        def __iter__(self):
+            return iter(model.generate(ids, max_new_tokens=50, stop=stop, on_progress=self.on_progress))
+
+        def load_note(self) -> str:
+            return ""
+
+    _stream_reply(model, ids, EngineStream(), result, stop=stop)
     show_result(result, model)
 
 
