@@ -155,7 +155,7 @@ MUTATIONS = [
       "tied models (SmolLM2, Gemma) sized with a second embedding table", "tests/test_calc_params.py",
       "tests/test_specs.py"),
     m("fits_comparison_loosened", "calculators/memory.py",
-      ("fits=total <= usable,", "fits=total <= 2 * usable,"),
+      ("usable_bytes=usable, fits=needed <= usable,", "usable_bytes=usable, fits=needed <= 2 * usable,"),
       "models twice the GPU's memory reported as fitting", "tests/test_calc_memory.py"),
     m("flash_tiled_blocks_floor", "calculators/flash_attention.py",
       ("blocks = math.ceil(seq_len / check_int(\"block_q\", block_q))",
