@@ -89,7 +89,7 @@ def screenshot(chromium: str, url: str, out: Path, budget_ms: int, size: str = "
     profile; `click`: labels of buttons to press first, in order (each followed by a wait)."""
     out.parent.mkdir(parents=True, exist_ok=True)
     width, height = (int(v) for v in size.split(","))
-    with tempfile.TemporaryDirectory(prefix="chromium-profile-") as profile:
+    with tempfile.TemporaryDirectory(prefix="chromium-profile-", ignore_cleanup_errors=True) as profile:
         proc = subprocess.Popen([chromium, *CHROMIUM_FLAGS, f"--user-data-dir={profile}", f"--window-size={size}",
                                  "--remote-debugging-port=0", "--remote-allow-origins=*", "about:blank"],
                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)

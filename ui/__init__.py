@@ -21,6 +21,8 @@ APP_TITLE = "LLM inference, by hand"
 def setup_page(title: str, icon: str = ":material/memory:") -> None:
     """First call of every page: browser-tab title, a wide layout, and the sidebar's large-text switch."""
     from ui.charts import large_text_toggle
+    from ui.nav import leave_pages_folder_mode
+    leave_pages_folder_mode()
     st.set_page_config(page_title=f"{title} · {APP_TITLE}", page_icon=icon, layout="wide")
     large_text_toggle()
 

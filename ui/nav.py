@@ -64,3 +64,17 @@ def sections(pages_dir: Path = PAGES_DIR) -> dict[str, list[PageFile]]:
     for f in page_files(pages_dir):
         out.setdefault(f.section, []).append(f)
     return out
+
+
+def leave_pages_folder_mode() -> None:
+    """Make a deep link work on a fresh server. Streamlit treats a `pages/` folder beside app.py as an old-style
+    multipage app until `st.navigation` has run once in the process, so the first visitor of, say, /Attention would
+    get the folder's plain page list (and "app" for Home). Switch the process to app.py's navigation and rerun once:
+    the rerun runs app.py, whose navigation opens the same page."""
+    import streamlit as st
+    from streamlit.runtime.pages_manager import PagesManager
+
+    if PagesManager.uses_pages_directory:
+        PagesManager.uses_pages_directory = False
+        st.rerun()
+
