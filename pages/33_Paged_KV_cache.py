@@ -43,7 +43,7 @@ def worked_example() -> None:
     c = st.columns(3)
     c[0].metric("Blocks", f"{blocks.value:,.0f}")
     c[1].metric("Empty slots in the last block", f"{empty.value:,.0f}", help=f"never more than {max_empty_slots(b)}")
-    c[2].metric(f"Token {i:,} lives in", f"logical block {blk:,}, slot {off:,}")
+    c[2].metric(f"Token {i:,} lives in logical block, slot", f"{blk:,}, {off:,}")
     formula_expander("The arithmetic", f"**blocks** `{blocks.symbolic}`: {blocks.formula}\n\n"
                      f"**empty slots** `{empty.symbolic}`: {empty.formula}\n\n"
                      f"**token {i:,}**: logical block = ⌊{i:,} / {b:,}⌋ = {blk:,}, "
