@@ -28,7 +28,7 @@ PROMPT_KEY = "prompt"
 DEFAULT_PROMPT = "Write a story"
 RESULT_KEY = "last_generation"
 STOP_EVENT_KEY = "_gen.stop_event"     # the running generation's threading.Event (set by the Stop button)
-PREFILL_CHUNK = 256                    # prompt tokens per prefill pass: progress (and Stop) between chunks
+PREFILL_CHUNK = 256                    # prompt tokens per prefill pass of a page's own run (ui.inside): progress between chunks
 _MD_SPECIAL = re.compile(r"([\\`*_{}\[\]<>()#+\-.!|~$])")
 
 
@@ -123,7 +123,7 @@ def generation_box(model: Model | None) -> None:
             model.check_prompt(ids)
             options = dict(max_new_tokens=max_new, temperature=temperature, top_k=top_k, top_p=top_p, seed=seed)
             stop = threading.Event()
-            stream = server.generate(model, ids, **options, chunk_size=PREFILL_CHUNK, stop=stop)
+            stream = server.generate(model, ids, **options, stop=stop)    # the worker chooses the prefill chunks
             # batched with everyone's requests by the model's worker; refused here, before any work, when it cannot
         except SpecError as e:
             show_error(e)
