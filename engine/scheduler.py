@@ -91,12 +91,16 @@ def step_timeline(reports: Sequence[StepReport]) -> list[dict]:
     return rows
 
 
+def pool_bytes(config, block_size: int, num_blocks: int = 1) -> int:
+    """K and V pools of `num_blocks` blocks: 2 · L · h_kv · block_size · d · 4 bytes (float32) per block."""
+    return 2 * config.num_layers * config.num_kv_heads * block_size * config.head_dim * 4 * num_blocks
+
+
 def default_num_blocks(model, block_size: int, max_batch: int) -> int:
     """Enough blocks for max_batch full contexts, capped at DEFAULT_POOL_BYTES but never below one full context."""
     c = model.config
     per_context = -(-c.max_position_embeddings // block_size)
-    block_bytes = 2 * c.num_layers * c.num_kv_heads * block_size * c.head_dim * 4
-    return max(per_context, min(max_batch * per_context, DEFAULT_POOL_BYTES // block_bytes))
+    return max(per_context, min(max_batch * per_context, DEFAULT_POOL_BYTES // pool_bytes(c, block_size)))
 
 
 def _check_optional_int(name: str, value) -> int | None:

@@ -18,6 +18,7 @@ from ui import df_with_download, formula_expander, int_field, setup_page, show_e
 from calculators.tensor_parallel import per_gpu_weight_bytes
 from ui.multi_gpu import multi_gpu_sidebar
 from ui.model_source import choice_field, fmt_si, model_source, table_height, units_note
+from ui.charts import style as chart_style
 
 LABELS = {"embedding_params": "Embedding", "attention_params": "Attention", "ffn_params": "FFN (dense)",
           "experts_params": "Experts + router", "norm_params": "Norms", "lm_head_params": "LM head",
@@ -45,7 +46,7 @@ def parameters_section(c: ModelConfig, dtype: str) -> None:
                  orientation="h", text=[fmt_count(p.value) for p in components],
                  labels={"x": "parameters", "y": ""}, title=f"{c.name}: parameters by component")
     fig.update_layout(height=320, margin=dict(l=10, r=10, t=50, b=10), yaxis=dict(autorange="reversed"))
-    st.plotly_chart(fig)
+    st.plotly_chart(chart_style(fig))
     formula_expander("Formula: total parameters", f"`{total.symbolic}`\n\n{total.formula}\n\nSource: {total.source}")
     formula_expander(f"Formula: weight bytes in {dtype}", f"`{wb.symbolic}`\n\n{wb.formula}\n\nSource: {wb.source}")
     df = pd.DataFrame({

@@ -27,6 +27,7 @@ from ui import df_with_download, formula_expander, int_field, remember, setup_pa
 from ui.model_source import (attention_label, choice_field, device_picker, model_source, table_height,
                              units_note)
 from ui.multi_gpu import MultiGPU, multi_gpu_sidebar, show_fit_verdict
+from ui.charts import style as chart_style
 
 COMPARE_DEFAULT = ["Llama-2-7B", "Llama-3-8B", "Mistral-7B", "Gemma-3-27B", "DeepSeek-V2", "Qwen3-Next-80B-A3B"]
 MHA, MQA, SWA = "MHA (every query head keeps its own K/V)", "MQA (one K/V head)", "Sliding window on every layer"
@@ -108,7 +109,7 @@ def growth_section(config: ModelConfig) -> int | None:
     if log:
         fig.update_xaxes(dtick=1, tickformat="~g")
         fig.update_yaxes(dtick=1, tickformat="~g")
-    st.plotly_chart(fig)
+    st.plotly_chart(chart_style(fig))
     st.caption("A full-attention line rises in proportion to the context. A sliding-window layer goes flat once "
                "the window is full, and a linear-attention layer keeps the same state at any length, so hybrid "
                "models bend toward flat.")
@@ -204,7 +205,7 @@ def fit_section(config: ModelConfig, device: Device, setup: MultiGPU, tokens: in
     fig.update_layout(barmode="stack", height=280, xaxis_title="GB", yaxis_visible=False, font=dict(size=14),
                       margin=dict(l=10, r=10, t=60, b=10), legend=dict(orientation="h", y=-0.4, traceorder="normal"),
                       title=dict(text="Memory needed vs available, busiest GPU", font=dict(size=16)))
-    st.plotly_chart(fig)
+    st.plotly_chart(chart_style(fig))
     w = explain_weight_bytes(config, wd)
     kv = explain_kv_cache_bytes(config, tokens, batch, kd)
     formula_expander("Formula: weights + KV cache + activations + overheads, per GPU",
@@ -226,7 +227,7 @@ def fit_section(config: ModelConfig, device: Device, setup: MultiGPU, tokens: in
     fig.update_layout(height=360, margin=dict(l=10, r=10, t=50, b=10), font=dict(size=14))
     fig.update_xaxes(tickvals=contexts, tickformat="~s")
     fig.update_yaxes(tickformat="~s")
-    st.plotly_chart(fig)
+    st.plotly_chart(chart_style(fig))
     df_with_download(df, "max_batch_by_context",
                      column_config={"KV per sequence (MB)": st.column_config.NumberColumn(format="%.2f")})
 

@@ -19,6 +19,7 @@ from specs.model_config import SpecError
 from ui import df_with_download, formula_expander, int_field, setup_page, show_error
 from ui.multi_gpu import multi_gpu_sidebar, show_fit_verdict
 from ui.model_source import choice_field, fmt_si, sizing_inputs, table_height
+from ui.charts import style as chart_style
 
 PHASE_SYMBOL = {"prefill": "circle", "decode": "diamond"}
 KIND_COLORS = {"matmul": "#4C78A8", "attention": "#E45756", "elementwise": "#54A24B", "memory": "#B279A2",
@@ -138,7 +139,7 @@ def main() -> None:
     group = groups[0]
     if len(groups) > 1:
         group = st.radio("Layer type shown", groups, horizontal=True, key="roof.group")
-    st.plotly_chart(chart(device, reports, group))
+    st.plotly_chart(chart_style(chart(device, reports, group)))
     ridge = explain_ridge_point(device, reports["prefill"]["precision"])
     st.caption(f"Ridge point of {device.name} at {reports['prefill']['precision']}: {fmt_num(ridge.value, 4)} "
                f"FLOP/byte. Points left of it are memory-bound (their height is intensity × bandwidth); points "

@@ -21,6 +21,7 @@ from specs.model_config import ModelConfig, SpecError
 from ui import df_with_download, float_field, formula_expander, int_field, setup_page, show_error
 from ui.model_source import choice_field, device_multiselect
 from ui.multi_gpu import MultiGPU, show_fit_verdict, sizing_with_gpus
+from ui.charts import style as chart_style
 from calculators.cost import cost_per_request
 from calculators.tensor_parallel import (Mesh, decode_step_parallel, generation_latency_parallel, per_gpu_memory,
                                          prefill_parallel)
@@ -223,7 +224,7 @@ def compare(config: ModelConfig, primary: Device, setup: MultiGPU, P: int, N: in
                  color_discrete_map={"ideal": "#9ecae9", "realistic": "#4C78A8"},
                  title=f"{metric}: {config.name}, prompt {P:,}, reply {N:,}, batch {B:,}")
     fig.update_layout(height=440, margin=dict(l=10, r=10, t=50, b=10))
-    st.plotly_chart(fig)
+    st.plotly_chart(chart_style(fig))
     if metric == "$ per 1M output tokens":
         st.caption("Devices without an hourly price (Apple, some accelerators) have no cost bar. Prices are "
                    "typical on-demand rates and assumptions (specs/devices.json).")

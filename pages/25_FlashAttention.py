@@ -19,6 +19,7 @@ from specs.model_config import SpecError
 from ui import df_with_download, formula_expander, int_field, setup_page, show_error
 from ui.multi_gpu import multi_gpu_sidebar
 from ui.model_source import choice_field, fmt_si, sizing_inputs, table_height
+from ui.charts import style as chart_style
 
 DTYPES = ("fp32", "bf16", "fp16", "fp8")
 SEQ_GRID = (128, 256, 512, 1024, 2048, 4096, 8192, 16384, 32768, 65536, 131072)
@@ -108,7 +109,7 @@ def main() -> None:
     fig.update_layout(height=440, margin=dict(l=10, r=10, t=50, b=10))
     fig.update_xaxes(dtick=1, tickformat="~g")
     fig.update_yaxes(dtick=1, tickformat="~g")
-    st.plotly_chart(fig)
+    st.plotly_chart(chart_style(fig))
     st.caption("Unfused traffic grows with N² (the score matrices); tiled traffic grows with N²·d / B_q (K and V "
                "re-read per query block), a factor of about 2·B_q / d smaller for long sequences.")
     table = pd.DataFrame({

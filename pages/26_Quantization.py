@@ -23,6 +23,7 @@ from calculators.tensor_parallel import per_gpu_memory
 from ui.multi_gpu import MultiGPU, multi_gpu_sidebar
 from ui.server import heavy_job
 from ui.model_source import choice_field, device_picker, model_source, units_note
+from ui.charts import style as chart_style
 
 DTYPES = ("fp32", "bf16", "fp8", "int8", "int4")
 SCHEMES = [Scheme(8, "per_tensor"), Scheme(8, "per_channel"), Scheme(8, "per_group", 128), Scheme(4, "per_tensor"),
@@ -61,7 +62,7 @@ def size_section(config: ModelConfig, device, setup: MultiGPU | None = None) -> 
                        f" GB/s)")
     fig.update_traces(textangle=0, textposition="outside", cliponaxis=False, marker_color="#4C78A8")
     fig.update_layout(height=380, margin=dict(l=10, r=10, t=60, b=10))
-    cols[1].plotly_chart(fig)
+    cols[1].plotly_chart(chart_style(fig))
     int4 = explain_weight_bytes(config, "int4", group_size=g or None)
     floor = explain_bandwidth_floor(int4.value, bw)
     formula_expander("Formula: INT4 size and its floor",
@@ -175,7 +176,7 @@ def measured_section(model) -> None:
         fig.update_layout(height=340, margin=dict(l=10, r=10, t=50, b=10))
         if y == "top1_agreement":
             fig.update_yaxes(tickformat=".0%", range=[0, 1.08])
-        col.plotly_chart(fig)
+        col.plotly_chart(chart_style(fig))
     df_with_download(df, "measured_quantization", column_config={
         "weight_relative_rmse": st.column_config.NumberColumn("weight relative RMSE", format="%.4f"),
         "logit_max_abs_error": st.column_config.NumberColumn("max |Δ logit|", format="%.4f"),

@@ -25,6 +25,7 @@ from ui import df_with_download, formula_expander, int_field, model_picker, setu
 from ui.machine import machine_controls, measured_machine
 from ui.model_source import device_caption, fmt_si
 from ui.server import heavy_job
+from ui.charts import style as chart_style
 
 ENGINE_DTYPE = "fp32"                       # the engine holds and multiplies float32
 GFLOP = 1e9
@@ -93,7 +94,7 @@ def show_run(model: Model, pred: dict, run: ProfileRun, n: int, steps: int) -> N
                  title="Where the time goes, op by op (summed over layers; decode summed over its steps)")
     fig.update_layout(height=460, margin=dict(l=10, r=10, t=50, b=10), yaxis=dict(autorange="reversed"),
                       legend=dict(orientation="h", y=-0.15))
-    st.plotly_chart(fig)
+    st.plotly_chart(chart_style(fig))
     df_with_download(ops, "time_by_op", column_config={"time (ms)": st.column_config.NumberColumn(format="%.3f"),
                                                        "GFLOP": st.column_config.NumberColumn(format="%.4g"),
                                                        "weights read (MB)": st.column_config.NumberColumn(

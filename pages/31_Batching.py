@@ -20,7 +20,8 @@ from calculators.units import GB, MB, fmt_bytes, fmt_num
 from engine.serving_runs import streams_run
 from specs.model_config import SpecError
 from ui import df_with_download, formula_expander, int_field, model_picker, setup_page, show_error
-from ui.serving import FONT, step_model_inputs
+from ui.serving import engine_job, step_model_inputs
+from ui.charts import style as chart_style
 
 TABLE_BATCHES = (1, 8, 32, 128)
 MEASURED_KEY = "batching.measured"          # per session: {(model, tokens, streams...): rows}
@@ -58,9 +59,9 @@ def theory(model, context: int, largest: int) -> None:
     fig.update_xaxes(type="log", title="batch (sequences decoding together)")
     fig.update_yaxes(title="tokens/s, all streams", secondary_y=False)
     fig.update_yaxes(title="ms per token, each stream", secondary_y=True)
-    fig.update_layout(height=460, font=FONT, title=f"{model.name}, {context:,} tokens of context each",
+    fig.update_layout(height=460, title=f"{model.name}, {context:,} tokens of context each",
                       legend=dict(orientation="h", y=-0.25), margin=dict(l=10, r=10, t=60, b=10))
-    st.plotly_chart(fig)
+    st.plotly_chart(chart_style(fig))
     formula_expander("The arithmetic", "\n\n".join(
         f"**{e.name}** `{e.symbolic}`\n\n{e.formula}  \n_{e.source}_" for e in (
             explain_batch_step(model, 32, context), explain_kv_critical_batch(model, context),
@@ -105,12 +106,13 @@ def measured(model) -> None:
     key = (model.source, largest, new, plen)
     store = st.session_state.setdefault(MEASURED_KEY, {})
     if st.button("Measure", key="batching.measure", type="primary", icon=":material/science:"):
-        with st.spinner("Decoding on the engine …"):
-            try:
+        try:
+            with engine_job("the batching measurement", model, plen + new, largest), \
+                    st.spinner("Decoding on the engine …"):
                 store[key] = [streams_run(model, b, prompt_len=plen, new_tokens=new) for b in batch_points(largest)]
-            except SpecError as e:
-                show_error(e)
-                return
+        except SpecError as e:
+            show_error(e)
+            return
     rows = store.get(key)
     if not rows:
         st.info("Press Measure to time the engine (a few seconds per stream count on this machine).")
@@ -120,8 +122,8 @@ def measured(model) -> None:
                            text=df["decode_tokens_per_s"].round(1),
                            marker_color="#4c78a8"))
     fig.update_layout(title=f"{model.config.name}: decode tokens/s by streams", xaxis_title="streams",
-                      yaxis_title="tokens/s", height=380, font=FONT)
-    st.plotly_chart(fig)
+                      yaxis_title="tokens/s", height=380)
+    st.plotly_chart(chart_style(fig))
     df_with_download(df, "batching_measured", column_config={
         k: st.column_config.NumberColumn(format="%.4g") for k in df.columns if k != "streams"})
 

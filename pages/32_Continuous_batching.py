@@ -14,8 +14,8 @@ from calculators.units import fmt_num
 from engine.errors import ModelError
 from specs.model_config import SpecError
 from ui import df_with_download, float_field, formula_expander, int_field, model_picker, setup_page, show_error
-from ui.serving import (engine_gantt, gantt_figure, remembered, serve_prompts, step_model_inputs, workload_inputs,
-                        workload_key)
+from ui.serving import (engine_gantt, engine_job, gantt_figure, remembered, serve_prompts, step_model_inputs,
+                        workload_inputs, workload_key)
 
 POLICIES = ("static", "continuous")
 SUMMARY_ROWS = (("throughput_tok_s", "throughput (tokens/s)"), ("throughput_req_s", "requests/s"),
@@ -98,7 +98,8 @@ def measured(model) -> None:
     if st.button("Run on the engine", key="cb.run", type="primary", icon=":material/play_arrow:"):
         try:
             ids = [model.encode_prompt(p) for p in prompts]
-            with st.spinner("Running the scheduler …"):
+            with engine_job("the scheduler run", model, max(len(i) + n for i, n in zip(ids, news)), len(ids)), \
+                    st.spinner("Running the scheduler …"):
                 reqs, reports = serve_prompts(model, ids, news, block_size=block, max_batch=slots)
         except (ModelError, SpecError) as e:
             show_error(e)

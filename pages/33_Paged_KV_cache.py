@@ -16,9 +16,11 @@ from calculators.paging import logical_block, max_empty_slots
 from calculators.units import fmt_bytes, fmt_num
 from engine import Scheduler
 from engine.errors import ModelError
+from engine.scheduler import DEFAULT_POOL_BYTES, pool_bytes
 from specs.model_config import SpecError
 from ui import df_with_download, formula_expander, int_field, model_picker, setup_page, show_error
-from ui.serving import (FONT, block_table_rows, pool_figure, pool_owners, remembered, step_model_inputs, style,
+from ui.server import heavy_job
+from ui.serving import (block_table_rows, pool_figure, pool_owners, remembered, step_model_inputs, style,
                         workload_inputs, workload_key)
 
 LIVE_KEY = "paged.live"                       # per session: (model source, Scheduler, [StepReport])
@@ -71,6 +73,12 @@ def live(model) -> None:
         if None in (block, blocks, new, slots) or not prompts:
             show_error("Give at least one prompt and valid sizes.")
             return
+        need = pool_bytes(model.config, block, blocks)
+        if need > DEFAULT_POOL_BYTES:
+            show_error(f"A pool of {blocks:,} blocks of {block:,} tokens is {fmt_bytes(need)} of K/V on {model.name}; "
+                       f"this lesson allows up to {fmt_bytes(DEFAULT_POOL_BYTES)} per visitor: use fewer or smaller "
+                       "blocks.")
+            return
         try:
             sched = Scheduler(model, block_size=block, num_blocks=blocks, max_batch=slots)
             for k, p in enumerate(prompts):
@@ -85,11 +93,13 @@ def live(model) -> None:
         return
     _, sched, reports = state
     try:
-        if step and sched.has_work:
-            reports.append(sched.step())
-        if finish and sched.has_work:
-            with st.spinner("Running …"):
-                reports.extend(sched.run())
+        if (step or finish) and sched.has_work:
+            with heavy_job("the paged-cache run", pool_bytes(model.config, sched.block_size, sched.num_blocks)):
+                if step:
+                    reports.append(sched.step())
+                else:
+                    with st.spinner("Running …"):
+                        reports.extend(sched.run())
     except (ModelError, SpecError) as e:
         show_error(e)
     c = st.columns(3)

@@ -19,7 +19,7 @@ from engine.errors import ModelError
 from engine.serving_runs import prefix_cache_run
 from specs.model_config import SpecError
 from ui import df_with_download, formula_expander, int_field, model_picker, setup_page, show_error
-from ui.serving import step_model_inputs, style
+from ui.serving import engine_job, step_model_inputs, style
 
 RUN_KEY = "prefix.runs"                       # per session: {inputs: (off, on)}
 
@@ -85,7 +85,8 @@ def measured(model) -> None:
     store = st.session_state.setdefault(RUN_KEY, {})
     if st.button("Run both", key="prefix.run", type="primary", icon=":material/play_arrow:"):
         try:
-            with st.spinner("Serving the two requests twice …"):
+            with engine_job("the prefix-cache run", model, system + question + 8, 2), \
+                    st.spinner("Serving the two requests twice …"):
                 store[key] = [prefix_cache_run(model, system, question, prefix_caching=on) for on in (False, True)]
         except (ModelError, SpecError) as e:
             show_error(e)

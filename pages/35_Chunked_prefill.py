@@ -19,7 +19,7 @@ from engine.errors import ModelError
 from engine.serving_runs import chunked_prefill_run
 from specs.model_config import SpecError
 from ui import df_with_download, formula_expander, int_field, model_picker, setup_page, show_error
-from ui.serving import remembered, step_model_inputs, style
+from ui.serving import engine_job, remembered, step_model_inputs, style
 
 RUN_KEY = "chunked.runs"
 
@@ -97,7 +97,8 @@ def measured(model) -> None:
     store = st.session_state.setdefault(RUN_KEY, {})
     if st.button("Run both", key="chunked.run", type="primary", icon=":material/play_arrow:"):
         try:
-            with st.spinner("Running with and without chunks …"):
+            with engine_job("the chunked-prefill run", model, long + new, n_dec + 1), \
+                    st.spinner("Running with and without chunks …"):
                 store[key] = [chunked_prefill_run(model, long, c, decoders=n_dec, new_tokens=new)
                               for c in (None, chunk)]
         except (ModelError, SpecError) as e:

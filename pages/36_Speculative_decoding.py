@@ -22,7 +22,7 @@ from engine.serving_runs import speculative_run
 from engine.speculative import early_exit_draft
 from specs.model_config import SpecError
 from ui import df_with_download, float_field, formula_expander, int_field, model_picker, setup_page, show_error
-from ui.serving import style
+from ui.serving import engine_job, style
 
 RUN_KEY = "spec.runs"
 ALPHAS = [i / 20 for i in range(21)]
@@ -82,7 +82,8 @@ def measured(model) -> None:
     store = st.session_state.setdefault(RUN_KEY, {})
     if st.button("Run plain and speculative", key="spec.run", type="primary", icon=":material/play_arrow:"):
         try:
-            with st.spinner("Decoding twice …"):
+            with engine_job("the speculative run", model, len(model.encode_prompt(prompt)) + new + k, 2), \
+                    st.spinner("Decoding twice …"):
                 store[key] = speculative_run(model, early_exit_draft(model, layers), model.encode_prompt(prompt),
                                              max_new_tokens=new, draft_tokens=k)
         except (ModelError, SpecError) as e:

@@ -27,10 +27,10 @@ from specs.model_config import ModelConfig, SpecError
 from ui import df_with_download, formula_expander, int_field, setup_page, show_error
 from ui.model_source import choice_field
 from ui.multi_gpu import MultiGPU, show_fit_verdict, sizing_with_gpus
+from ui.charts import style as chart_style
 
 TPS = (1, 2, 4, 8, 16)
 PPS = (1, 2, 4, 8)
-FONT = dict(size=15)
 
 
 def tp_section(config: ModelConfig, device: Device, setup: MultiGPU, ctx: int, batch: int, wd: str, kd: str) -> None:
@@ -51,10 +51,10 @@ def tp_section(config: ModelConfig, device: Device, setup: MultiGPU, ctx: int, b
                              ("allreduce_ms", "all-reduces", "#E45756")):
         fig.add_bar(x=[f"TP {r['tp']}" for r in ok], y=[r[key] for r in ok], name=name, marker_color=color,
                     text=[fmt_num(r[key], 3) for r in ok], textposition="inside")
-    fig.update_layout(barmode="stack", height=400, font=FONT, yaxis_title="ms per decode step",
+    fig.update_layout(barmode="stack", height=400, yaxis_title="ms per decode step",
                       title=f"Decode step of {config.name} by TP degree ({setup.link.name if setup.link else 'no link'})",
                       margin=dict(l=10, r=10, t=60, b=10), legend=dict(orientation="h", y=-0.2))
-    st.plotly_chart(fig)
+    st.plotly_chart(chart_style(fig))
     st.caption("Stacked parts are added, not overlapped (an upper bound); compute and memory overlap inside a "
                "step, so the step takes the larger of the two, which is the bar's lower part here.")
     df = pd.DataFrame({"TP": [r["tp"] for r in ok],
@@ -81,9 +81,9 @@ def pp_section(config: ModelConfig, device: Device, setup: MultiGPU, ctx: int, w
                        "bubble (%)": [r["bubble_percent"] for r in rows]})
     fig = go.Figure(go.Bar(x=[str(m) for m in df["microbatches m"]], y=df["bubble (%)"], marker_color="#F58518",
                            text=[f"{v:.0f}%" for v in df["bubble (%)"]], textposition="outside"))
-    fig.update_layout(height=330, font=FONT, xaxis_title="microbatches in flight (4 stages)",
+    fig.update_layout(height=330, xaxis_title="microbatches in flight (4 stages)",
                       yaxis_title="idle share (%)", title="Bubble (p − 1)/(m + p − 1)", margin=dict(l=10, r=10, t=60, b=10))
-    cols[0].plotly_chart(fig)
+    cols[0].plotly_chart(chart_style(fig))
     pr = [r for r in pp_scaling(config, device, PPS, ctx, wd, kd, Efficiency(), setup.link) if r["problem"] is None]
     dfp = pd.DataFrame({"PP": [r["pp"] for r in pr], "layers on busiest stage": [r["stage_layers"] for r in pr],
                         "weights per GPU (GB)": [r["per_gpu_weight_bytes"] / GB for r in pr],

@@ -22,6 +22,7 @@ from specs.model_config import SpecError
 from ui import df_with_download, float_field, formula_expander, int_field, remember, setup_page, show_error
 from ui.model_source import model_source, units_note
 from ui.multi_gpu import multi_gpu_sidebar
+from ui.charts import style as chart_style
 
 DEFAULT_DEVICES = ["H100 SXM", "A100 SXM 80GB", "H200", "L40S"]
 DEFAULT_MODEL = "Llama-3-70B"
@@ -116,7 +117,7 @@ def results(res, wl: Workload) -> None:
         fig.update_layout(height=520, font=dict(size=14), yaxis=dict(autorange="reversed"),
                           xaxis_title="$ per 1M tokens at this load", yaxis_title="",
                           margin=dict(l=10, r=10, t=60, b=10))
-        st.plotly_chart(fig)
+        st.plotly_chart(chart_style(fig))
         show = df.assign(**{"per-GPU need (GB)": df["per_gpu_needed_bytes"] / GB}).drop(
             columns=["per_gpu_weight_bytes", "per_gpu_kv_bytes", "per_gpu_needed_bytes", "usable_bytes", "plan"])
         df_with_download(show, "feasible_plans", column_config={

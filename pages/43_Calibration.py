@@ -18,6 +18,7 @@ from specs.model_config import SpecError
 from ui import df_with_download, formula_expander, int_field, remember, setup_page, show_error
 from ui.model_source import choice_field
 from ui.multi_gpu import sizing_with_gpus
+from ui.charts import style as chart_style
 
 EXAMPLE_CSV = """prompt_tokens,output_tokens,batch,ttft_ms,itl_ms,tp
 128,128,1,9.0,2.6,1
@@ -71,7 +72,7 @@ def main() -> None:
     fig.add_scatter(x=[0, hi], y=[0, hi], mode="lines", name="perfect", line=dict(dash="dash", color="gray"))
     fig.update_layout(height=420, font=dict(size=14), xaxis_title="measured (ms)", yaxis_title="predicted (ms)",
                       title="Predicted vs measured after fitting", margin=dict(l=10, r=10, t=60, b=10))
-    st.plotly_chart(fig)
+    st.plotly_chart(chart_style(fig))
     df_with_download(df, "calibration", column_config={c: st.column_config.NumberColumn(format="%.3f")
                                                        for c in df.columns if df[c].dtype.kind == "f"})
     st.caption(f"Mean absolute error: ITL {fit['itl_mean_abs_error_percent']:.1f}%, TTFT "

@@ -20,12 +20,12 @@ from ui import df_with_download, formula_expander, setup_page
 from ui.machine import machine_controls, measured_machine
 from ui.model_source import fmt_si
 from ui.server import workers
+from ui.charts import style as chart_style
 
 REFRESH_S = 1.0
 BLOCK_COLUMNS = 32                         # blocks per row of the pool picture
 WORKER_KEY = "class.worker"
 LIVE_KEY = "class.live"
-FONT = dict(size=16)
 
 
 def requests_frame(snap: WorkerSnapshot) -> pd.DataFrame:
@@ -56,7 +56,7 @@ def block_map(snap: WorkerSnapshot) -> go.Figure:
                                showscale=False, xgap=1, ygap=1))
     fig.update_layout(title=f"KV pool: {snap.free_blocks} of {snap.num_blocks} blocks free "
                             f"({snap.block_size} tokens each; dark = free, colours = requests)",
-                      height=max(160, 28 * rows + 80), margin=dict(l=10, r=10, t=50, b=10), font=FONT,
+                      height=max(160, 28 * rows + 80), margin=dict(l=10, r=10, t=50, b=10),
                       xaxis=dict(visible=False), yaxis=dict(visible=False, autorange="reversed"))
     return fig
 
@@ -69,7 +69,7 @@ def steps_chart(snap: WorkerSnapshot) -> go.Figure:
                     marker=dict(size=[6 + s.decode_requests for s in snap.steps]),
                     text=[f"{s.decode_requests} decoding, {s.prefill_tokens} prompt tokens" for s in snap.steps])
     fig.update_layout(title="Each step's time (bigger dot = more sequences decoded together)", height=360,
-                      xaxis_title="seconds ago (0 = now)", yaxis_title="step time (ms)", font=FONT,
+                      xaxis_title="seconds ago (0 = now)", yaxis_title="step time (ms)",
                       margin=dict(l=10, r=10, t=50, b=10))
     return fig
 
@@ -88,7 +88,7 @@ def roofline_chart(model, snap: WorkerSnapshot, device) -> tuple[go.Figure, dict
                         mode="markers+text", marker=dict(size=16, color="#E45756"),
                         text=[f"batch of {point['batch']}"], textposition="top center",
                         name="last decode step (achieved)")
-    fig.update_layout(title="Where the current batch sits on this machine's roofline", height=420, font=FONT,
+    fig.update_layout(title="Where the current batch sits on this machine's roofline", height=420,
                       xaxis=dict(type="log", title="arithmetic intensity (FLOP per byte)"),
                       yaxis=dict(type="log", title="GFLOP/s"), margin=dict(l=10, r=10, t=50, b=10),
                       legend=dict(orientation="h", y=-0.25))
@@ -143,14 +143,14 @@ def live_view(worker: EngineWorker, device) -> None:
     if last is not None:
         st.caption(f"Last step: {last.seconds * 1e3:,.1f} ms, {last.decode_requests} sequences decoded, "
                    f"{last.prefill_tokens} prompt tokens prefilled, {last.tokens_out} tokens out.")
-    st.plotly_chart(block_map(snap), key="class.blocks")
+    st.plotly_chart(chart_style(block_map(snap)), key="class.blocks")
     df_with_download(requests_frame(snap), "class_requests")
     left, right = st.columns(2)
     with left:
-        st.plotly_chart(steps_chart(snap), key="class.steps")
+        st.plotly_chart(chart_style(steps_chart(snap)), key="class.steps")
     with right:
         fig, point = roofline_chart(worker.model, snap, device)
-        st.plotly_chart(fig, key="class.roofline")
+        st.plotly_chart(chart_style(fig), key="class.roofline")
         if point is not None:
             st.caption(f"Last decode step: {fmt_si(point['flops'], 'FLOP')} over {fmt_si(point['bytes'], 'B')} "
                        f"moved = {fmt_num(point['intensity_flop_per_byte'], 3)} FLOP/byte at a context of "

@@ -209,3 +209,16 @@ def test_random_operations_never_lose_or_double_count_a_block():
         bm.check_invariants()
         assert bm.num_used == len(set(held))           # referenced blocks counted two ways
         assert sum(bm.ref_count) == len(held)
+
+
+def test_pool_bytes_formula_matches_the_arrays_the_cache_allocates():
+    """`scheduler.pool_bytes` (what the pages check before building a pool) against the nbytes of the real pools."""
+    from engine import Model
+    from engine.paged_cache import PagedKVCache
+    from engine.scheduler import pool_bytes
+    from specs.model_config import ModelConfig
+    cfg = ModelConfig(name="t", hidden_size=48, num_layers=3, num_heads=6, num_kv_heads=2, head_dim=8,
+                      intermediate_size=64, vocab_size=50, max_position_embeddings=64)
+    cache = PagedKVCache.for_model(Model.random(cfg, seed=0), num_blocks=7, block_size=5)
+    allocated = sum(a.nbytes for a in (*cache.k, *cache.v))
+    assert pool_bytes(cfg, 5, 7) == allocated == 7 * cache.bytes_per_block()

@@ -124,6 +124,49 @@ def test_paged_live_block_tables_then_every_block_returns_to_the_free_list():
     assert at.success and "back on the free list" in at.success[0].value
 
 
+def test_paged_live_pool_larger_than_a_visitor_may_hold_is_refused_before_anything_is_allocated():
+    at = page("Paged_KV_cache")
+    at.text_input(key="paged.block").set_value("256")
+    at.text_input(key="paged.blocks").set_value("4096").run()
+    at.button(key="paged.start").click().run()
+    assert not at.exception
+    # SmolLM2-135M: 2 (K, V) · 30 layers · 3 KV heads · 64 dims · 4 bytes = 46,080 bytes per token, 1,048,576 tokens
+    assert any("48.3 GB of K/V" in e and "this lesson allows up to" in e for e in errors(at)), errors(at)
+    assert "paged.live" not in at.session_state                  # no scheduler (and no pool) was built
+
+
+ENGINE_RUNS = [   # (page, its run button, input edits that keep the run tiny)
+    ("Batching", "batching.measure", {"batching.streams": "2", "batching.new": "2", "batching.plen": "3"}),
+    ("Continuous_batching", "cb.run", {}),
+    ("Prefix_caching", "prefix.run", {}),
+    ("Chunked_prefill", "chunked.run", {}),
+    ("Speculative_decoding", "spec.run", {}),
+]
+
+
+@pytest.mark.parametrize("name, button, edits", ENGINE_RUNS)
+def test_engine_runs_go_through_the_servers_heavy_job_line(name, button, edits):
+    """Thirty students pressing Run must not start thirty engine runs: each run takes a place in the server's
+    heavy-job queue, which checks memory first. With the queue reporting 1 kB free, every run is refused with the
+    queue's message instead of running."""
+    from ui.server import heavy_jobs
+    queue = heavy_jobs()
+    at = page(name)
+    for k, v in edits.items():
+        at.text_input(key=k).set_value(v)
+    at.run()
+    saved = queue.free_memory
+    queue.free_memory = lambda: 1e3
+    try:
+        at.button(key=button).click().run()
+    finally:
+        queue.free_memory = saved
+    assert not at.exception
+    assert any("of memory is free on the server right now" in e for e in errors(at)), errors(at)
+    at.button(key=button).click().run()                          # memory back: the same click runs
+    assert_clean(at)
+
+
 @pytest.mark.parametrize("key, value, message", [("alloc.block", 0, "Block size"),
                                                  ("alloc.pool", 100, "too small for one")])
 def test_paged_allocation_bad_sizes_are_errors(key, value, message):

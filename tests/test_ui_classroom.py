@@ -2,6 +2,7 @@
 the sizing preset that no longer flips between pages (walked page by page in one AppTest session)."""
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 
@@ -9,7 +10,7 @@ import pytest
 from streamlit.testing.v1 import AppTest
 
 from specs.sources import DETAILS_003, readable_source, section_numbers
-from ui.charts import LARGE_TEXT_KEY
+from ui.charts import LARGE_FONT_PX, LARGE_TEXT_KEY
 from ui.model_picker import CHOICE_KEY, random_choice
 from ui.model_source import PRESET_KEY
 from ui.nav import page_files
@@ -84,7 +85,7 @@ def test_walking_every_page_keeps_the_first_preset_and_the_large_text_choice():
     at.run()
     at.sidebar.toggle(key=LARGE_TEXT_KEY).set_value(True)
     at.run()
-    seen = []
+    seen, charts = [], []
     for _ in range(2):
         for f in page_files():
             at.switch_page(f.relative)
@@ -93,7 +94,13 @@ def test_walking_every_page_keeps_the_first_preset_and_the_large_text_choice():
             if PRESET_KEY in at.session_state:
                 seen.append(at.session_state[PRESET_KEY])
             assert at.sidebar.toggle(key=LARGE_TEXT_KEY).value is True, f.relative
+            charts += [(f.relative, json.loads(c.proto.spec)["layout"]) for c in at.get("plotly_chart")]
     assert len(seen) >= 6 and set(seen) == {"TinyLlama-1.1B"}, seen
+    # every chart drawn, on every page, has the projector font (the switch once reached only the Inside pages)
+    pages_with_charts = {page for page, _ in charts}
+    assert len(pages_with_charts) >= 15, sorted(pages_with_charts)
+    small = sorted({page for page, layout in charts if layout.get("font", {}).get("size", 0) < LARGE_FONT_PX})
+    assert not small, f"charts without the large font on: {small}"
 
 
 # ------------------------------------------------------------------------------------------ home: Stop and progress

@@ -56,6 +56,9 @@ def main() -> int:
             time.sleep(1.0)
             browser.wait_ready(300)
         for path in args.paths:
+            # the sidebar lists about ten pages until its "View more" button is pressed
+            browser.js("[...document.querySelectorAll('button')].find(b => /^View \\d+ more/.test(b.innerText))?.click()")
+            time.sleep(0.5)
             browser.js(f"[...document.querySelectorAll('a')].find(a => a.pathname === {path!r}).click()")
             time.sleep(1.0)
             t = browser.wait_ready(600)

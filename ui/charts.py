@@ -67,6 +67,25 @@ def figure(*traces: dict, **layout: Any) -> dict:
     return {"data": list(traces), "layout": layout}
 
 
+LEGEND_ROW_PX = 560   # width a horizontal legend row is assumed to get (less than a page column: plotly pads entries)
+MODEBAR_PX = 34       # the chart's tool icons sit above the title, not on it
+
+
+def legend_height_px(traces: list, px: int) -> int:
+    """Height a horizontal legend of these traces takes at font size px: entries of about 0.6·px per character
+    plus the symbol, packed greedily into rows of LEGEND_ROW_PX. A lone trace has no legend (plotly's default)."""
+    shown = [t for t in traces if t.get("showlegend", True) is not False and t.get("type") not in ("heatmap", "pie")]
+    if len(shown) < 2 and not any(t.get("showlegend") is True for t in shown):
+        return 0
+    rows, used = 0, LEGEND_ROW_PX
+    for t in shown:
+        w = 0.6 * px * len(str(t.get("name") or "trace")) + 50
+        if used + w > LEGEND_ROW_PX:
+            rows, used = rows + 1, 0
+        used += w
+    return rows * (px + 12)
+
+
 def style(fig: Any, *, height: int | None = None, legend_top: bool = True) -> Any:
     """The app's chart look applied to a plotly figure (or a `figure` dict): readable fonts (bigger with large text), titled axes kept,
     margins that leave room for tick labels, a legend above the plot so it never covers data.
@@ -83,16 +102,22 @@ def style(fig: Any, *, height: int | None = None, legend_top: bool = True) -> An
         if isinstance(layout[name].get("title"), str):
             layout[name] = {**layout[name], "title": dict(text=layout[name]["title"])}
     axis = dict(title=dict(font=dict(size=px + 1)), tickfont=dict(size=px), automargin=True)
+    titled = bool(layout.get("title", {}).get("text"))
+    legend_px = legend_height_px(d.get("data", []), px) if legend_top and layout.get("showlegend", True) else 0
+    # top margin = title line + the legend's rows above the plot: the two never overlap, however many entries
     extra: dict[str, Any] = dict(
         font=dict(size=px), hoverlabel=dict(font=dict(size=px)),
-        margin=dict(l=10, r=10, t=60 if layout.get("title", {}).get("text") else 30, b=10),
+        margin=dict(l=10, r=10, t=(px + 24 + MODEBAR_PX if titled else 24) + legend_px, b=10),
     )
     if "title" in layout:
-        extra["title"] = dict(font=dict(size=px + 4))
+        extra["title"] = dict(font=dict(size=px + 4), yref="container", y=1.0, yanchor="top",
+                              pad=dict(t=MODEBAR_PX))
     for name in [k for k in layout if k.startswith(("xaxis", "yaxis"))] or ["xaxis", "yaxis"]:
-        extra[name] = axis
+        log = layout.get(name, {}).get("type") == "log" and "dtick" not in layout.get(name, {})
+        extra[name] = {**axis, "dtick": "D2"} if log else axis    # a log axis labels 1, 2, 5 per decade, not 1-9
     if legend_top:
         extra["legend"] = dict(orientation="h", yanchor="bottom", y=1.02, xanchor="left", x=0, font=dict(size=px))
+    height = height if height is not None else layout.get("height")
     if height is not None:
         extra["height"] = int(height * (1.3 if large_text() else 1.0))
     layout = _merge(layout, extra)

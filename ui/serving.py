@@ -17,11 +17,11 @@ from calculators.batching import StepModel, step_model_for
 from calculators.units import WEIGHT_DTYPES, fmt_bytes, fmt_num
 from calculators.workload import LENGTH_KINDS, Workload, parse_trace, synthetic_workload, trace_csv
 from specs.model_config import SpecError
+from ui.charts import style as chart_style
 from ui.model_source import choice_field, sizing_inputs
 from ui.widgets import float_field, int_field, remember, show_error
 
 PHASE_COLORS = {"prefill": "#f58518", "decode": "#4c78a8", "padding": "#e45756"}
-FONT = dict(size=15)
 POISSON, BURSTS, TRACE = "Poisson", "Bursts", "Trace file (CSV / JSONL)"
 SAMPLE_TRACE = Workload([0.0, 0.0, 0.0, 0.01, 0.05], [10, 10, 10, 40, 200], [50, 120, 20, 30, 60],
                         source="sample")
@@ -110,9 +110,9 @@ def workload_key(w: Workload) -> tuple:
 
 # ============================================================================================ charts
 def style(fig: go.Figure, title: str, x: str, y: str, height: int = 420) -> go.Figure:
-    fig.update_layout(title=title, xaxis_title=x, yaxis_title=y, height=height, font=FONT,
-                      margin=dict(l=10, r=10, t=60, b=10), legend=dict(orientation="h", y=-0.2))
-    return fig
+    """Title and axis titles, then the app's chart look (`ui.charts.style`: bigger with the large-text switch)."""
+    fig.update_layout(title=title, xaxis_title=x, yaxis_title=y)
+    return chart_style(fig, height=height)
 
 
 def gantt_figure(rows: list[dict], title: str, x_title: str = "time (s)", start: str = "start_s",
@@ -133,6 +133,15 @@ def gantt_figure(rows: list[dict], title: str, x_title: str = "time (s)", start:
 
 
 # ============================================================================================ the engine
+def engine_job(label: str, model, tokens: int, sequences: int = 1):
+    """`with engine_job("the batching measurement", model, 16, 8):` a measured engine run through the server's
+    heavy-job line (one at a time, memory checked first): it needs about the K/V of `sequences` sequences of
+    `tokens` positions in the engine's float32. Refusals are ModelErrors (shown like any bad input)."""
+    from calculators.kv_cache import kv_cache_bytes
+    from ui.server import heavy_job
+    return heavy_job(label, kv_cache_bytes(model.config, tokens, sequences, kv_dtype="fp32"))
+
+
 def serve_prompts(model, prompts: list[list[int]], max_new_tokens: list[int], *, block_size: int = 16,
                   max_batch: int | None = None):
     """Submit every prompt (greedy, no early stop) to one new Scheduler and run it to the end:
