@@ -24,7 +24,6 @@ import argparse
 import json
 import os
 import sys
-import time
 from pathlib import Path
 
 if "--threads" in sys.argv:   # BLAS reads its thread count when NumPy is first imported
@@ -36,9 +35,9 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from calculators.speculative import expected_tokens_per_pass, speculative_speedup  # noqa: E402
-from engine import Model, load_model, ops  # noqa: E402
+from engine import Model, load_model  # noqa: E402
 from engine.serving_runs import (chunked_prefill_run, prefix_cache_run, random_prompts,  # noqa: E402
-                                 speculative_run, streams_run)
+                                 speculative_run, streams_run, weight_products_run)
 from engine.speculative import early_exit_draft  # noqa: E402
 from specs.model_config import ModelConfig  # noqa: E402
 
@@ -69,42 +68,24 @@ def bench_streams(model: Model, streams: list[int], new_tokens: int, rounds: int
     return rows
 
 
-def weight_products_ms(model: Model, rows: int) -> float:
-    """One decode step's weight products and nothing else: every layer's QKV, O, gate/up and down, then the LM
-    head, for `rows` sequences, through the engine's own `ops.matmul_t`."""
-    rng = np.random.default_rng(rows)
-    mats = _matrices(model)
-    inputs = [rng.standard_normal((rows, 1, m.shape[1]), dtype=np.float32) for m in mats]
-    t0 = time.perf_counter()
-    for m, x in zip(mats, inputs):
-        ops.matmul_t(x, m)
-    return 1e3 * (time.perf_counter() - t0)
-
-
 def bench_blas_ceiling(model: Model, streams: list[int], rounds: int) -> list[dict]:
     """The best any scheduler could do on this machine's BLAS: the step's weight products alone, n rows vs 1 row
-    (rounds interleaved, median). n·t(1)/t(n) is the tokens/s ratio of a scheduler with zero overhead and free
-    attention."""
-    weight_products_ms(model, 1)                                     # warm up
+    (`weight_products_run`, rounds interleaved, median). n·t(1)/t(n) is the tokens/s ratio of a scheduler with
+    zero overhead and free attention."""
     times = {n: [] for n in streams}
     for _ in range(rounds):
         for n in streams:
-            times[n].append(weight_products_ms(model, n))
-    params = sum(m.size for m in _matrices(model))
+            times[n].append(weight_products_run(model, n, repeats=1)["products_ms"])
+    flops_per_row = weight_products_run(model, 1, repeats=1)["flops"]
     rows = []
     for n in streams:
         ratios = [n * one / t for one, t in zip(times[streams[0]], times[n])]
         t = float(np.median(times[n]))
         rows.append(dict(streams=n, weight_products_ms=t, ceiling_ratio=float(np.median(ratios)),
-                         gflop_s=2.0 * n * params / t / 1e6))
+                         gflop_s=n * flops_per_row / t / 1e6))
         print(f"  {n:>3} rows: weight products {t:7.1f} ms  ({rows[-1]['gflop_s']:5.1f} GFLOP/s)   ceiling "
               f"x{rows[-1]['ceiling_ratio']:5.2f} vs 1 row", flush=True)
     return rows
-
-
-def _matrices(model: Model) -> list[np.ndarray]:
-    w = model.weights
-    return [m for lw in w.layers for m in (lw.wqkv, lw.wo, lw.w_gate_up, lw.w_down)] + [w.lm_head]
 
 
 def bench_speculative(model: Model, prompt: list[int], new_tokens: int, draft_layers: list[int], k: int) -> list[dict]:

@@ -2,9 +2,12 @@
 Scheduler (nothing shared between callers), runs a small workload and returns measured numbers in a dict.
 
 - `streams_run`: N concurrent greedy streams -> decode tokens/s (weights read once per step for all N).
+- `batching_run`: `streams_run` and `weight_products_run` at 1, 2, 4 ... streams, each as a gain over one.
 - `chunked_prefill_run`: a long prompt arrives while others decode -> the decoders' inter-token latency.
 - `prefix_cache_run`: the same system prompt twice -> prefill tokens and TTFT of the second request.
 - `speculative_run`: plain greedy vs speculative decoding on the same prompt -> α, draft cost, speedup.
+- `weight_products_run`: one decode step's weight products alone for N rows -> the most any scheduler can gain
+  from batching on this machine's BLAS.
 """
 from __future__ import annotations
 
@@ -13,6 +16,7 @@ from typing import Sequence
 
 import numpy as np
 
+from engine import ops
 from engine.errors import ModelError
 from engine.model import Model
 from engine.scheduler import Scheduler, StepReport
@@ -34,6 +38,30 @@ def decode_tokens_per_s(reports: Sequence[StepReport]) -> float:
     return sum(r.tokens_produced for r in decode) / seconds
 
 
+def weight_matrices(model: Model) -> list[np.ndarray]:
+    """Every matrix a decode step multiplies by, in order: each layer's QKV, O, gate/up and down, then the LM head."""
+    w = model.weights
+    return [m for lw in w.layers for m in (lw.wqkv, lw.wo, lw.w_gate_up, lw.w_down)] + [w.lm_head]
+
+
+def weight_products_run(model: Model, rows: int, repeats: int = 3) -> dict:
+    """One decode step's weight products and nothing else, for `rows` sequences, through the engine's own
+    `ops.matmul_t` (median of `repeats` after a warm-up): what a step would cost with zero scheduling overhead
+    and free attention. rows · t(1) / t(rows) bounds the tokens/s gain of batching on this machine's BLAS."""
+    mats = weight_matrices(model)
+    rng = np.random.default_rng(rows)
+    inputs = [rng.standard_normal((rows, 1, m.shape[1]), dtype=np.float32) for m in mats]
+    times = []
+    for _ in range(repeats + 1):
+        t0 = time.perf_counter()
+        for m, x in zip(mats, inputs):
+            ops.matmul_t(x, m)
+        times.append(time.perf_counter() - t0)
+    seconds = float(np.median(times[1:]))
+    flops = 2.0 * rows * sum(m.size for m in mats)
+    return dict(rows=rows, products_ms=1e3 * seconds, flops=flops, gflop_s=flops / seconds / 1e9)
+
+
 def streams_run(model: Model, streams: int, prompt_len: int = 8, new_tokens: int = 8) -> dict:
     s = Scheduler(model, block_size=16, max_batch=streams)
     for p in random_prompts(model, streams, prompt_len, seed=streams):
@@ -45,6 +73,35 @@ def streams_run(model: Model, streams: int, prompt_len: int = 8, new_tokens: int
     return dict(streams=streams, decode_tokens_per_s=decode_tokens_per_s(reports),
                 decode_step_ms=1e3 * sum(r.seconds for r in decode) / len(decode),
                 end_to_end_tokens_per_s=streams * new_tokens / seconds, seconds=seconds)
+
+
+PRODUCT_ROUNDS = 3   # timed passes of the weight products per stream count in `batching_run` (median)
+
+
+def batching_run(model: Model, counts: Sequence[int], prompt_len: int = 8, new_tokens: int = 8) -> list[dict]:
+    """At each stream count n (the first must be 1): the scheduler's decode tokens/s (`streams_run`) and the
+    step's weight products alone (`weight_products_run`), each as a gain over one stream:
+        gain    = tokens/s(n) / tokens/s(1)              measured through the scheduler
+        ceiling = n · t_products(1) / t_products(n)      the most batching can give on this machine's BLAS
+    (each a median over PRODUCT_ROUNDS interleaved rounds)."""
+    counts = [int(n) for n in counts]
+    if not counts or counts[0] != 1:
+        raise ModelError("the stream counts must start at 1 (every gain is measured against one stream)")
+    runs = [streams_run(model, n, prompt_len=prompt_len, new_tokens=new_tokens) for n in counts]
+    products = {n: [] for n in counts}            # rounds interleaved: a busy second slows every count alike
+    for _ in range(PRODUCT_ROUNDS):
+        for n in counts:
+            products[n].append(weight_products_run(model, n, repeats=1))
+    rows = []
+    for n, r in zip(counts, runs):
+        ms = [w["products_ms"] for w in products[n]]
+        rows.append(dict(streams=n, decode_tokens_per_s=r["decode_tokens_per_s"], decode_step_ms=r["decode_step_ms"],
+                         weight_products_ms=float(np.median(ms)),
+                         products_gflop_s=products[n][0]["flops"] / float(np.median(ms)) / 1e6,
+                         gain=r["decode_tokens_per_s"] / runs[0]["decode_tokens_per_s"],
+                         ceiling=float(np.median([n * one["products_ms"] / w["products_ms"]
+                                                  for one, w in zip(products[counts[0]], products[n])]))))
+    return rows
 
 
 def chunked_prefill_run(model: Model, long_prompt_len: int, chunk_size: int | None, decoders: int = 4,

@@ -70,6 +70,8 @@ def test_batching_critical_batch_follows_the_context_and_the_engine_measures_eac
     assert_clean(at)
     measured = at.dataframe[-1].value
     assert list(measured["streams"]) == [1, 2] and (measured["decode_tokens_per_s"] > 0).all()
+    assert measured["ceiling"].iloc[0] == 1.0 and measured["ceiling"].iloc[1] > 0
+    assert any("the weight products alone allow" in m.value for m in at.markdown)
     at.text_input(key="batching.context").set_value(str(-1)).run()
     assert any("Context per sequence" in e for e in errors(at)) and not at.exception
 

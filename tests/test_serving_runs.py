@@ -35,3 +35,46 @@ def test_streams_and_speculative_runs_report_consistent_numbers(model):
     assert spec["identical"] and 0 <= spec["acceptance_rate"] <= 1 and spec["speedup_measured"] > 0
     with pytest.raises(ModelError, match="decode"):
         decode_tokens_per_s([])
+
+
+@pytest.mark.parametrize("tied", [False, True])
+def test_weight_products_run_multiplies_every_matrix_of_a_decode_step(tied):
+    """Its FLOP count (2 · rows · Σ matrix sizes, from the engine's own arrays) against the roofline calculator's
+    decode step at context 1 less its attention (QKᵀ and P·V: 4 · d · h_q per layer and row), an independent
+    per-op formula: equal to the FLOP."""
+    from calculators.roofline import forward_flops
+    from engine.serving_runs import weight_products_run
+    cfg = tiny(num_layers=3, max_position_embeddings=256, tie_word_embeddings=tied)
+    m = Model.random(cfg, seed=0)
+    for rows in (1, 4):
+        r = weight_products_run(m, rows, repeats=1)
+        attention = rows * 4 * cfg.head_dim * cfg.num_heads * cfg.num_layers
+        assert r["flops"] == forward_flops(cfg, 1, 1, batch=rows) - attention
+        assert r["products_ms"] > 0 and r["gflop_s"] > 0
+
+
+def test_batching_run_measures_every_gain_against_one_stream(model):
+    from engine.serving_runs import batching_run
+    with pytest.raises(ModelError, match="start at 1"):
+        batching_run(model, [2, 4])
+    rows = batching_run(model, [1, 2], prompt_len=3, new_tokens=2)
+    assert [r["streams"] for r in rows] == [1, 2]
+    assert rows[0]["gain"] == rows[0]["ceiling"] == 1.0
+    assert rows[1]["gain"] == rows[1]["decode_tokens_per_s"] / rows[0]["decode_tokens_per_s"]
+    assert rows[1]["ceiling"] > 0 and rows[1]["weight_products_ms"] > 0
+
+
+def test_batching_run_ceiling_is_the_median_of_each_rounds_ratio(monkeypatch):
+    """A slow round slows 1 row and n rows alike; the ceiling pairs them round by round. Scripted times: rounds
+    (1 row, 2 rows) = (10, 10), (30, 30), (10, 20) ms -> ratios 2, 2, 1 -> median 2 (the ratio of the medians,
+    2·10/20 = 1, would blame the machine's slow second on batching)."""
+    import engine.serving_runs as sr
+    script = {1: [10.0, 30.0, 10.0], 2: [10.0, 30.0, 20.0]}
+    monkeypatch.setattr(sr, "PRODUCT_ROUNDS", 3)
+    monkeypatch.setattr(sr, "weight_products_run", lambda model, n, repeats=3: dict(
+        products_ms=script[n].pop(0), flops=2.0 * n))
+    monkeypatch.setattr(sr, "streams_run", lambda model, n, **kw: dict(
+        decode_tokens_per_s=10.0 * n ** 0.5, decode_step_ms=100.0))
+    rows = sr.batching_run(None, [1, 2])
+    assert rows[1]["ceiling"] == 2.0 and rows[1]["weight_products_ms"] == 20.0
+    assert rows[1]["gain"] == 2 ** 0.5
