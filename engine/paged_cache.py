@@ -31,6 +31,7 @@ class PagedKVCache:
         self.tables: list[list[int]] = [[] for _ in range(batch)]
         self.lengths = np.zeros(batch, np.int64)
         self._gather: np.ndarray | None = None      # [B, nb] physical block of each row's logical blocks
+        self._slots_for: tuple | None = None        # (n_valid bytes, slots): the same for every layer of a pass
 
     @classmethod
     def for_model(cls, model, num_blocks: int, block_size: int = 16, batch: int = 1, prefix_caching: bool = False,
@@ -52,7 +53,7 @@ class PagedKVCache:
         """Make `tables` (shared lists: blocks allocated here show up in the caller's tables) this pass's rows."""
         self.tables = tables
         self.lengths = np.asarray(lengths, np.int64).copy()
-        self._gather = None
+        self._forget()
 
     def bytes_per_block(self) -> int:
         """2 (K and V) · L · h_kv · block_size · d · 4 bytes (float32)."""
@@ -75,7 +76,7 @@ class PagedKVCache:
         for t in self.tables:
             self.blocks.release_all(t)
         self.lengths[:] = 0
-        self._gather = None
+        self._forget()
 
     # ------------------------------------------------------------------------------------ cache protocol
     def check_room(self, n_valid: np.ndarray) -> None:
@@ -92,7 +93,7 @@ class PagedKVCache:
             for logical in range(int(self.lengths[b]) // bs, -(-int(need[b]) // bs)):
                 if self.blocks.ref_count[table[logical]] > 1:
                     table[logical] = self.copy_on_write(table[logical])
-        self._gather = None
+        self._forget()
 
     def copy_on_write(self, block: int) -> int:
         """A private copy of a shared block: new block, same K/V, one reference moved over."""
@@ -126,12 +127,24 @@ class PagedKVCache:
 
     def advance(self, n_valid: np.ndarray) -> None:
         self.lengths += np.asarray(n_valid, np.int64)
-        self._gather = None
+        self._forget()
 
     # ------------------------------------------------------------------------------------ helpers
+    def _forget(self) -> None:
+        """Rows, tables or lengths changed: the gather table and the write slots must be rebuilt."""
+        self._gather = None
+        self._slots_for = None
+
     def _slots(self, n_valid) -> tuple[np.ndarray, ...]:
-        """For every new token: its row, its index among the new tokens, its physical block and offset."""
+        """For every new token: its row, its index among the new tokens, its physical block and offset. Computed
+        once per pass (every layer writes to the same slots) and forgotten when the rows or lengths change."""
         n_valid = np.asarray(n_valid, np.int64)
+        key = n_valid.tobytes()
+        if self._slots_for is None or self._slots_for[0] != key:
+            self._slots_for = (key, self._compute_slots(n_valid))
+        return self._slots_for[1]
+
+    def _compute_slots(self, n_valid: np.ndarray) -> tuple[np.ndarray, ...]:
         rows = np.repeat(np.arange(self.batch), n_valid)                     # [N]
         steps = np.arange(rows.size) - np.repeat(np.cumsum(n_valid) - n_valid, n_valid)
         pos = self.lengths[rows] + steps                                     # absolute positions
