@@ -11,7 +11,7 @@ the code it targets changes, the mutation must be re-targeted.
     python tools/mutation_gate.py gqa_grouping_swapped rope_freqs_ignored      # some of them
 
 Before the mutants, each distinct test selection runs once unmutated and must pass (else a "kill" means nothing).
-A full run takes about 8 minutes on 2 busy cores (33 mutants, 7-11 s each, plus 13 baselines).
+A full run takes about 8 minutes on 2 busy cores (35 mutants, 7-11 s each, plus 13 baselines).
 """
 from __future__ import annotations
 
@@ -164,6 +164,15 @@ MUTATIONS = [
     m("int8_scale_off_by_one", "calculators/quantization.py",
       ("return -(2 ** (bits - 1)), 2 ** (bits - 1) - 1", "return -(2 ** (bits - 1)), 2 ** (bits - 1)"),
       "INT8 codes up to 128 that do not exist: the walk-through's q and error wrong", "tests/test_calc_quant.py"),
+    m("paged_read_blocks_and_heads_swapped", "engine/paged_cache.py",
+      ("x = pool[g[:, None, :], heads].reshape(B, h_kv, nb * self.block_size, d)",
+       "x = pool[g[:, :, None], heads.reshape(1, 1, -1)].reshape(B, h_kv, nb * self.block_size, d)"),
+      "attention would read each head's keys from the wrong blocks: served text differs from the plain engine",
+      "tests/test_paged_cache.py"),
+    m("paged_write_slots_kept_across_passes", "engine/paged_cache.py",
+      ("        self._slots_for = None\n", "        pass\n"),
+      "a decode step would write its K/V over the previous step's slots: the cache forgets tokens",
+      "tests/test_paged_cache.py", "tests/test_scheduler.py"),
     m("paging_blocks_floor", "calculators/paging.py",
       ("return math.ceil(check_int(\"tokens\", tokens, minimum=0) / check_int(\"block_size\", block_size))",
        "return check_int(\"tokens\", tokens, minimum=0) // check_int(\"block_size\", block_size)"),
