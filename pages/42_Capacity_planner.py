@@ -100,7 +100,7 @@ def results(res, wl: Workload) -> None:
     else:
         rows = plan_rows(res, 30)
         best = rows[0]
-        c = st.columns(4)
+        c = st.columns([2.2, 1, 1.2, 1.2])                  # the plan's name is the longest value
         c[0].metric("Cheapest plan", f"{best['gpus']} × {best['device']}",
                     help=f"TP {best['tp']}, PP {best['pp']}, batch cap {best['batch_cap']}")
         c[1].metric("$ per 1M tokens", f"${best['usd_per_million_tokens']:.3f}",

@@ -116,7 +116,8 @@ def style(fig: Any, *, height: int | None = None, legend_top: bool = True) -> An
         log = layout.get(name, {}).get("type") == "log" and "dtick" not in layout.get(name, {})
         extra[name] = {**axis, "dtick": "D2"} if log else axis    # a log axis labels 1, 2, 5 per decade, not 1-9
     if legend_top:
-        extra["legend"] = dict(orientation="h", yanchor="bottom", y=1.02, xanchor="left", x=0, font=dict(size=px))
+        extra["legend"] = dict(orientation="h", yanchor="bottom", y=1.02, xanchor="left", x=0, font=dict(size=px),
+                               title=dict(font=dict(size=px)))
     height = height if height is not None else layout.get("height")
     if height is not None:
         extra["height"] = int(height * (1.3 if large_text() else 1.0))
