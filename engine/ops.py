@@ -141,15 +141,34 @@ def gqa_attention_output(p: np.ndarray, v: np.ndarray) -> np.ndarray:
 
 # ---------------------------------------------------------------------------------------------- weight products
 SMALL_BATCH_ROWS = 64   # up to this many rows, W · xᵀ runs faster than x · Wᵀ with OpenBLAS (measured, bench/)
+MATVEC_ROWS = 4         # 2-4 rows: one matvec per row over 4 MiB blocks of W beats OpenBLAS's GEMM (bench/)
+MATVEC_BLOCK_BYTES = 4 << 20
 
 
 def matmul_t(x: np.ndarray, W: np.ndarray) -> np.ndarray:
-    """x · Wᵀ as ONE BLAS call however many sequences, so a batch reads each weight matrix once.
-    (`x @ W.T` on a stack [B, T, D] would loop over B and re-read W per sequence.)   [..., in], W [out, in] -> [..., out]"""
+    """x · Wᵀ reading W once however many sequences, so a batch shares each weight read.
+    (`x @ W.T` on a stack [B, T, D] would loop over B and re-read W per sequence.)   [..., in], W [out, in] -> [..., out]
+
+    One row: a matvec. 2-4 rows: `matvecs_by_block` (OpenBLAS's GEMM packs W before it multiplies, so a few rows
+    cost up to twice one row; measured on SmolLM2's weights, 2 rows 34 ms vs 48 ms per step). More rows: one GEMM."""
     rows = np.ascontiguousarray(x).reshape(-1, x.shape[-1])                        # [M, in], M = B·T
-    if rows.shape[0] <= SMALL_BATCH_ROWS:
+    if 1 < rows.shape[0] <= MATVEC_ROWS:
+        out = matvecs_by_block(rows, W)
+    elif rows.shape[0] <= SMALL_BATCH_ROWS:
         out = np.ascontiguousarray((W @ rows.T).T)                                  # [out, in] @ [in, M] -> [M, out]
     else:
         out = rows @ W.T                                                            # [M, in] @ [in, out]
     return out.reshape(*x.shape[:-1], W.shape[0])
+
+
+def matvecs_by_block(rows: np.ndarray, W: np.ndarray, block_bytes: int = MATVEC_BLOCK_BYTES) -> np.ndarray:
+    """One matvec per row, W taken MATVEC_BLOCK_BYTES of rows at a time: the first row's matvec streams the block
+    from memory, the others find it in cache, so W is still read from memory once.   [M, in], [out, in] -> [M, out]"""
+    out = np.empty((rows.shape[0], W.shape[0]), np.result_type(rows, W))
+    step = max(1, block_bytes // (W.shape[1] * W.itemsize))
+    for s in range(0, W.shape[0], step):
+        block = W[s:s + step]
+        for r, row in enumerate(rows):
+            np.matmul(block, row, out=out[r, s:s + step])
+    return out
 

@@ -11,7 +11,7 @@ the code it targets changes, the mutation must be re-targeted.
     python tools/mutation_gate.py gqa_grouping_swapped rope_freqs_ignored      # some of them
 
 Before the mutants, each distinct test selection runs once unmutated and must pass (else a "kill" means nothing).
-A full run takes about 8 minutes on 2 busy cores (35 mutants, 7-11 s each, plus 13 baselines).
+A full run takes about 8 minutes on 2 busy cores (36 mutants, 7-11 s each, plus 13 baselines).
 """
 from __future__ import annotations
 
@@ -164,6 +164,10 @@ MUTATIONS = [
     m("int8_scale_off_by_one", "calculators/quantization.py",
       ("return -(2 ** (bits - 1)), 2 ** (bits - 1) - 1", "return -(2 ** (bits - 1)), 2 ** (bits - 1)"),
       "INT8 codes up to 128 that do not exist: the walk-through's q and error wrong", "tests/test_calc_quant.py"),
+    m("matvecs_all_rows_into_the_first", "engine/ops.py",
+      ("np.matmul(block, row, out=out[r, s:s + step])", "np.matmul(block, row, out=out[0, s:s + step])"),
+      "two to four streams decoding together would get one stream's projections: wrong text for all but one",
+      "tests/test_matmul_t.py", "tests/test_scheduler.py"),
     m("paged_read_blocks_and_heads_swapped", "engine/paged_cache.py",
       ("x = pool[g[:, None, :], heads].reshape(B, h_kv, nb * self.block_size, d)",
        "x = pool[g[:, :, None], heads.reshape(1, 1, -1)].reshape(B, h_kv, nb * self.block_size, d)"),
