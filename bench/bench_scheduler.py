@@ -36,55 +36,27 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from calculators.speculative import expected_tokens_per_pass, speculative_speedup  # noqa: E402
 from engine import Model, load_model  # noqa: E402
-from engine.serving_runs import (chunked_prefill_run, prefix_cache_run, random_prompts,  # noqa: E402
-                                 speculative_run, streams_run, weight_products_run)
+from engine.serving_runs import (batching_run, chunked_prefill_run, prefix_cache_run,  # noqa: E402
+                                 random_prompts, speculative_run)
 from engine.speculative import early_exit_draft  # noqa: E402
 from specs.model_config import ModelConfig  # noqa: E402
 
 
 def bench_streams(model: Model, streams: list[int], new_tokens: int, rounds: int) -> list[dict]:
-    """Every stream count once per round, rounds interleaved, so a slow minute on a shared machine hits all counts
-    alike; each round's ratio is taken to that same round's 1-stream run, and the median over rounds reported."""
+    """`batching_run`: every stream count once per round, rounds interleaved, ratios taken round by round to the
+    same round's 1-stream run (median reported). It also times the step's weight products alone at each count."""
     alone = list(model.generate(random_prompts(model, 1, 8)[0], max_new_tokens=new_tokens, stop_at_eos=False))
     print(f"  model.generate, 1 stream (no scheduler): decode {1 / np.mean([t.seconds for t in alone[1:]]):7.1f} "
           "tok/s", flush=True)
-    runs = {n: [] for n in streams}
-    for _ in range(rounds):
-        for n in streams:
-            runs[n].append(streams_run(model, n, prompt_len=8, new_tokens=new_tokens))
-    ones = [r["decode_tokens_per_s"] for r in runs[streams[0]]]
-    rows = []
-    for n in streams:
-        ratios = [r["decode_tokens_per_s"] / one for r, one in zip(runs[n], ones)]
-        rows.append(dict(streams=n, rounds=rounds,
-                         decode_tokens_per_s=float(np.median([r["decode_tokens_per_s"] for r in runs[n]])),
-                         decode_step_ms=float(np.median([r["decode_step_ms"] for r in runs[n]])),
-                         end_to_end_tokens_per_s=float(np.median([r["end_to_end_tokens_per_s"] for r in runs[n]])),
-                         ratio_to_one=float(np.median(ratios)), ratio_min=min(ratios), ratio_max=max(ratios)))
-        r = rows[-1]
-        print(f"  {n:>3} streams: decode {r['decode_tokens_per_s']:7.1f} tok/s  (step {r['decode_step_ms']:7.1f} ms)"
-              f"  x{r['ratio_to_one']:5.2f} vs 1 stream (rounds {r['ratio_min']:.2f}-{r['ratio_max']:.2f})   "
-              f"end-to-end {r['end_to_end_tokens_per_s']:6.1f} tok/s", flush=True)
-    return rows
-
-
-def bench_blas_ceiling(model: Model, streams: list[int], rounds: int) -> list[dict]:
-    """The best any scheduler could do on this machine's BLAS: the step's weight products alone, n rows vs 1 row
-    (`weight_products_run`, rounds interleaved, median). n·t(1)/t(n) is the tokens/s ratio of a scheduler with
-    zero overhead and free attention."""
-    times = {n: [] for n in streams}
-    for _ in range(rounds):
-        for n in streams:
-            times[n].append(weight_products_run(model, n, repeats=1)["products_ms"])
-    flops_per_row = weight_products_run(model, 1, repeats=1)["flops"]
-    rows = []
-    for n in streams:
-        ratios = [n * one / t for one, t in zip(times[streams[0]], times[n])]
-        t = float(np.median(times[n]))
-        rows.append(dict(streams=n, weight_products_ms=t, ceiling_ratio=float(np.median(ratios)),
-                         gflop_s=n * flops_per_row / t / 1e6))
-        print(f"  {n:>3} rows: weight products {t:7.1f} ms  ({rows[-1]['gflop_s']:5.1f} GFLOP/s)   ceiling "
-              f"x{rows[-1]['ceiling_ratio']:5.2f} vs 1 row", flush=True)
+    rows = batching_run(model, streams, prompt_len=8, new_tokens=new_tokens, rounds=rounds)
+    for r in rows:
+        print(f"  {r['streams']:>3} streams: decode {r['decode_tokens_per_s']:7.1f} tok/s  (step "
+              f"{r['decode_step_ms']:7.1f} ms)  x{r['gain']:5.2f} vs 1 stream (rounds {r['gain_min']:.2f}-"
+              f"{r['gain_max']:.2f})", flush=True)
+    print("\n[1b] the ceiling: the same step's weight products alone (no attention, no scheduler)")
+    for r in rows:
+        print(f"  {r['streams']:>3} rows: weight products {r['weight_products_ms']:7.1f} ms  "
+              f"({r['products_gflop_s']:5.1f} GFLOP/s)   ceiling x{r['ceiling']:5.2f} vs 1 row", flush=True)
     return rows
 
 
@@ -151,14 +123,11 @@ def main() -> None:
     out = {"model": model.name, "load_average_start": os.getloadavg()[0]}
     print("\n[1] continuous batching, greedy streams")
     out["streams"] = bench_streams(model, streams, new_tokens, args.rounds)
-    print("\n[1b] the BLAS ceiling: the same step's weight products alone (no attention, no scheduler)")
-    out["blas_ceiling"] = bench_blas_ceiling(model, streams, 3 * args.rounds)
     eight = next((r for r in out["streams"] if r["streams"] == 8), None)
     if eight:
-        ceiling = next(r for r in out["blas_ceiling"] if r["streams"] == 8)["ceiling_ratio"]
-        print(f"  8 streams / 1 stream = {eight['ratio_to_one']:.2f}x (target >= 4: "
-              f"{'PASS' if eight['ratio_to_one'] >= 4 else 'FAIL'}); this BLAS's ceiling for 8 rows: "
-              f"{ceiling:.2f}x, so the scheduler reaches {eight['ratio_to_one'] / ceiling:.0%} of it")
+        print(f"  8 streams / 1 stream = {eight['gain']:.2f}x (target >= 4: "
+              f"{'PASS' if eight['gain'] >= 4 else 'FAIL'}); the weight products alone allow {eight['ceiling']:.2f}x "
+              f"for 8 rows here, so the scheduler reaches {eight['gain'] / eight['ceiling']:.0%} of that ceiling")
     print("\n[2] speculative decoding, early-exit drafts")
     prompt = (model.tokenizer.encode("The capital of France is Paris. The capital of Italy is")
               if model.tokenizer is not None else random_prompts(model, 1, 12)[0])

@@ -141,7 +141,8 @@ def gqa_attention_output(p: np.ndarray, v: np.ndarray) -> np.ndarray:
 
 # ---------------------------------------------------------------------------------------------- weight products
 SMALL_BATCH_ROWS = 64   # up to this many rows, W · xᵀ runs faster than x · Wᵀ with OpenBLAS (measured, bench/)
-MATVEC_ROWS = 4         # 2-4 rows: one matvec per row over 4 MiB blocks of W beats OpenBLAS's GEMM (bench/)
+MATVEC_ROWS = 4                 # 2-4 rows times a matrix far larger than the last-level cache (an LM head):
+MATVEC_MIN_BYTES = 32 << 20     # one matvec per row over 4 MiB blocks of W beats OpenBLAS's GEMM (measured, bench/)
 MATVEC_BLOCK_BYTES = 4 << 20
 
 
@@ -149,10 +150,11 @@ def matmul_t(x: np.ndarray, W: np.ndarray) -> np.ndarray:
     """x · Wᵀ reading W once however many sequences, so a batch shares each weight read.
     (`x @ W.T` on a stack [B, T, D] would loop over B and re-read W per sequence.)   [..., in], W [out, in] -> [..., out]
 
-    One row: a matvec. 2-4 rows: `matvecs_by_block` (OpenBLAS's GEMM packs W before it multiplies, so a few rows
-    cost up to twice one row; measured on SmolLM2's weights, 2 rows 34 ms vs 48 ms per step). More rows: one GEMM."""
+    One row: a matvec. 2-4 rows by a matrix of MATVEC_MIN_BYTES or more: `matvecs_by_block` (OpenBLAS's GEMM packs W
+    before it multiplies, so a few rows cost about twice one row; SmolLM2's 113 MB LM head, 2 rows: 8.5 vs 15.0 ms).
+    Smaller matrices (which may sit in cache, where the GEMM wins) and more rows: one GEMM."""
     rows = np.ascontiguousarray(x).reshape(-1, x.shape[-1])                        # [M, in], M = B·T
-    if 1 < rows.shape[0] <= MATVEC_ROWS:
+    if 1 < rows.shape[0] <= MATVEC_ROWS and W.nbytes >= MATVEC_MIN_BYTES:
         out = matvecs_by_block(rows, W)
     elif rows.shape[0] <= SMALL_BATCH_ROWS:
         out = np.ascontiguousarray((W @ rows.T).T)                                  # [out, in] @ [in, M] -> [M, out]

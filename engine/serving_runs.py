@@ -75,33 +75,42 @@ def streams_run(model: Model, streams: int, prompt_len: int = 8, new_tokens: int
                 end_to_end_tokens_per_s=streams * new_tokens / seconds, seconds=seconds)
 
 
-PRODUCT_ROUNDS = 3   # timed passes of the weight products per stream count in `batching_run` (median)
+BATCHING_ROUNDS = 3   # `batching_run` measures every stream count this many times, rounds interleaved (median)
 
 
-def batching_run(model: Model, counts: Sequence[int], prompt_len: int = 8, new_tokens: int = 8) -> list[dict]:
+def batching_run(model: Model, counts: Sequence[int], prompt_len: int = 8, new_tokens: int = 8,
+                 rounds: int | None = None) -> list[dict]:
     """At each stream count n (the first must be 1): the scheduler's decode tokens/s (`streams_run`) and the
     step's weight products alone (`weight_products_run`), each as a gain over one stream:
         gain    = tokens/s(n) / tokens/s(1)              measured through the scheduler
         ceiling = n · t_products(1) / t_products(n)      the most batching can give on this machine's BLAS
-    (each a median over PRODUCT_ROUNDS interleaved rounds)."""
+    Every count is measured once per round, rounds interleaved (a busy second on a shared machine slows all counts
+    alike); each ratio pairs a round with the same round's one stream, and the median over rounds is reported."""
     counts = [int(n) for n in counts]
     if not counts or counts[0] != 1:
         raise ModelError("the stream counts must start at 1 (every gain is measured against one stream)")
-    runs = [streams_run(model, n, prompt_len=prompt_len, new_tokens=new_tokens) for n in counts]
-    products = {n: [] for n in counts}            # rounds interleaved: a busy second slows every count alike
-    for _ in range(PRODUCT_ROUNDS):
+    runs: dict[int, list[dict]] = {n: [] for n in counts}
+    products: dict[int, list[dict]] = {n: [] for n in counts}
+    for _ in range(rounds or BATCHING_ROUNDS):
         for n in counts:
+            runs[n].append(streams_run(model, n, prompt_len=prompt_len, new_tokens=new_tokens))
             products[n].append(weight_products_run(model, n, repeats=1))
     rows = []
-    for n, r in zip(counts, runs):
-        ms = [w["products_ms"] for w in products[n]]
-        rows.append(dict(streams=n, decode_tokens_per_s=r["decode_tokens_per_s"], decode_step_ms=r["decode_step_ms"],
-                         weight_products_ms=float(np.median(ms)),
-                         products_gflop_s=products[n][0]["flops"] / float(np.median(ms)) / 1e6,
-                         gain=r["decode_tokens_per_s"] / runs[0]["decode_tokens_per_s"],
-                         ceiling=float(np.median([n * one["products_ms"] / w["products_ms"]
-                                                  for one, w in zip(products[counts[0]], products[n])]))))
+    for n in counts:
+        ms = float(np.median([w["products_ms"] for w in products[n]]))
+        rows.append(dict(
+            streams=n, decode_tokens_per_s=float(np.median([r["decode_tokens_per_s"] for r in runs[n]])),
+            decode_step_ms=float(np.median([r["decode_step_ms"] for r in runs[n]])),
+            weight_products_ms=ms, products_gflop_s=products[n][0]["flops"] / ms / 1e6,
+            **_median_and_range("gain", [r["decode_tokens_per_s"] / one["decode_tokens_per_s"]
+                                         for one, r in zip(runs[counts[0]], runs[n])]),
+            ceiling=float(np.median([n * one["products_ms"] / w["products_ms"]
+                                     for one, w in zip(products[counts[0]], products[n])]))))
     return rows
+
+
+def _median_and_range(name: str, values: list[float]) -> dict:
+    return {name: float(np.median(values)), f"{name}_min": float(min(values)), f"{name}_max": float(max(values))}
 
 
 def chunked_prefill_run(model: Model, long_prompt_len: int, chunk_size: int | None, decoders: int = 4,

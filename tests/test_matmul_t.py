@@ -2,10 +2,10 @@
 import numpy as np
 import pytest
 
-from engine.ops import MATVEC_ROWS, SMALL_BATCH_ROWS, matmul_t, matvecs_by_block
+from engine.ops import MATVEC_MIN_BYTES, MATVEC_ROWS, SMALL_BATCH_ROWS, matmul_t, matvecs_by_block
 
 
-@pytest.mark.parametrize("rows", [1, 2, MATVEC_ROWS // 2 + 1, SMALL_BATCH_ROWS, SMALL_BATCH_ROWS + 5])  # every path
+@pytest.mark.parametrize("rows", [1, 3, SMALL_BATCH_ROWS, SMALL_BATCH_ROWS + 5])   # both GEMM paths
 def test_matmul_t_equals_row_by_row_products(rows):
     rng = np.random.default_rng(rows)
     W = rng.standard_normal((40, 24)).astype(np.float32)              # [N, D]
@@ -27,3 +27,21 @@ def test_matvecs_by_block_covers_every_output_row_once(rows, block_bytes):
     out = matvecs_by_block(x, W, block_bytes)
     expected = np.array([[float(np.dot(W[j].astype(np.float64), x[r])) for j in range(40)] for r in range(rows)])
     assert out.shape == (rows, 40) and np.abs(out - expected).max() < 1e-4
+
+
+@pytest.mark.parametrize("rows", [2, MATVEC_ROWS])
+def test_matmul_t_with_a_matrix_larger_than_the_cache_takes_the_matvec_path(rows, monkeypatch):
+    """An LM-head-sized matrix and 2-4 rows: `matvecs_by_block`, and the same numbers as one matvec per row."""
+    import engine.ops as ops
+    calls = []
+    real = ops.matvecs_by_block
+    monkeypatch.setattr(ops, "matvecs_by_block", lambda r, W: calls.append(r.shape) or real(r, W))
+    rng = np.random.default_rng(0)
+    W = rng.standard_normal((MATVEC_MIN_BYTES // (256 * 4) + 3, 256)).astype(np.float32)     # just over the limit
+    x = rng.standard_normal((rows, 1, 256)).astype(np.float32)
+    out = matmul_t(x, W)
+    assert calls == [(rows, 256)]
+    for r in range(rows):
+        assert np.abs(out[r, 0] - W @ x[r, 0]).max() < 1e-3
+    matmul_t(x, W[:1000])                                             # a small matrix: the GEMM
+    assert len(calls) == 1
