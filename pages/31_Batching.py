@@ -20,11 +20,10 @@ from calculators.units import GB, MB, fmt_bytes, fmt_num
 from engine.serving_runs import batching_run
 from specs.model_config import SpecError
 from ui import df_with_download, formula_expander, int_field, model_picker, setup_page, show_error
-from ui.serving import engine_job, step_model_inputs
+from ui.serving import measured_run, step_model_inputs
 from ui.charts import style as chart_style
 
 TABLE_BATCHES = (1, 8, 32, 128)
-MEASURED_KEY = "batching.measured"          # per session: {(model, tokens, streams...): rows}
 
 
 def batch_points(largest: int) -> list[int]:
@@ -103,19 +102,13 @@ def measured(model) -> None:
     plen = int_field("Prompt tokens", 8, 1, 256, key="batching.plen", where=c[2])
     if None in (largest, new, plen):
         return
-    key = (model.source, largest, new, plen)
-    store = st.session_state.setdefault(MEASURED_KEY, {})
-    if st.button("Measure", key="batching.measure", type="primary", icon=":material/science:"):
-        try:
-            with engine_job("the batching measurement", model, plen + new, largest), \
-                    st.spinner("Decoding on the engine …"):
-                store[key] = batching_run(model, batch_points(largest), prompt_len=plen, new_tokens=new)
-        except SpecError as e:
-            show_error(e)
-            return
-    rows = store.get(key)
+    rows = measured_run(
+        "batching measurement", (model.source, largest, new, plen),
+        lambda: batching_run(model, batch_points(largest), prompt_len=plen, new_tokens=new),
+        model=model, tokens=plen + new, sequences=largest, button="Measure", button_key="batching.measure",
+        icon=":material/science:", spinner="Decoding on the engine …",
+        hint="Press Measure to time the engine (a few seconds per stream count on this machine).")
     if not rows:
-        st.info("Press Measure to time the engine (a few seconds per stream count on this machine).")
         return
     df = pd.DataFrame(rows)
     x = df["streams"].astype(str)

@@ -11,11 +11,10 @@ import streamlit as st
 
 from calculators.serving_sim import explain_summary, simulate
 from calculators.units import fmt_num
-from engine.errors import ModelError
 from specs.model_config import SpecError
 from ui import df_with_download, float_field, formula_expander, int_field, model_picker, setup_page, show_error
-from ui.serving import (engine_gantt, engine_job, gantt_figure, remembered, serve_prompts, step_model_inputs,
-                        workload_inputs, workload_key)
+from ui.serving import (engine_gantt, gantt_figure, measured_run, remembered, serve_prompts,
+                        step_model_inputs, workload_inputs, workload_key)
 
 POLICIES = ("static", "continuous")
 SUMMARY_ROWS = (("throughput_tok_s", "throughput (tokens/s)"), ("throughput_req_s", "requests/s"),
@@ -24,7 +23,6 @@ SUMMARY_ROWS = (("throughput_tok_s", "throughput (tokens/s)"), ("throughput_req_
                 ("ttft_p99_ms", "TTFT p99 (ms)"), ("itl_p50_ms", "ITL p50 (ms)"), ("itl_p99_ms", "ITL p99 (ms)"),
                 ("latency_p50_ms", "latency p50 (ms)"), ("latency_p99_ms", "latency p99 (ms)"))
 DEFAULT_PROMPTS = "Write a poem\nExplain gravity\nHello\nName three colours"
-ENGINE_KEY = "cb.engine_run"                 # per session: the last engine run
 
 
 def simulated(model) -> None:
@@ -95,21 +93,20 @@ def measured(model) -> None:
         return
     if None in (slots, block):
         return
-    if st.button("Run on the engine", key="cb.run", type="primary", icon=":material/play_arrow:"):
-        try:
-            ids = [model.encode_prompt(p) for p in prompts]
-            with engine_job("the scheduler run", model, max(len(i) + n for i, n in zip(ids, news)), len(ids)), \
-                    st.spinner("Running the scheduler …"):
-                reqs, reports = serve_prompts(model, ids, news, block_size=block, max_batch=slots)
-        except (ModelError, SpecError) as e:
-            show_error(e)
-            return
-        st.session_state[ENGINE_KEY] = (model.source, reqs, reports)
-    run = st.session_state.get(ENGINE_KEY)
-    if run is None or run[0] != model.source:
-        st.info("Press Run to serve these prompts on the loaded model.")
+    try:
+        ids = [model.encode_prompt(p) for p in prompts]
+    except SpecError as e:
+        show_error(e)
         return
-    _, reqs, reports = run
+    run = measured_run(
+        "scheduler run", (model.source, tuple(prompts), tuple(news), block, slots),
+        lambda: serve_prompts(model, ids, news, block_size=block, max_batch=slots),
+        model=model, tokens=max(len(i) + n for i, n in zip(ids, news)), sequences=len(ids),
+        button="Run on the engine", button_key="cb.run", spinner="Running the scheduler …",
+        hint="Press Run to serve these prompts on the loaded model.")
+    if run is None:
+        return
+    reqs, reports = run
     rows = engine_gantt(reports)
     st.plotly_chart(gantt_figure(rows, f"Engine: {len(reqs)} requests, {slots} slots (measured seconds)"),
                     key="cb.engine_gantt")

@@ -15,13 +15,10 @@ import streamlit as st
 from calculators.explain import explain_prefix_saving
 from calculators.prefix_cache import prefix_cache_numbers
 from calculators.units import fmt_bytes, fmt_num
-from engine.errors import ModelError
 from engine.serving_runs import prefix_cache_run
 from specs.model_config import SpecError
 from ui import df_with_download, formula_expander, int_field, model_picker, setup_page, show_error
-from ui.serving import engine_job, step_model_inputs, style
-
-RUN_KEY = "prefix.runs"                       # per session: {inputs: (off, on)}
+from ui.serving import measured_run, step_model_inputs, style
 
 
 def theory(model) -> None:
@@ -81,20 +78,15 @@ def measured(model) -> None:
     question = int_field("Question (tokens)", 8, 1, 256, key="prefix.question_len", where=c[1])
     if None in (system, question):
         return
-    key = (model.source, system, question)
-    store = st.session_state.setdefault(RUN_KEY, {})
-    if st.button("Run both", key="prefix.run", type="primary", icon=":material/play_arrow:"):
-        try:
-            with engine_job("the prefix-cache run", model, system + question + 8, 2), \
-                    st.spinner("Serving the two requests twice …"):
-                store[key] = [prefix_cache_run(model, system, question, prefix_caching=on) for on in (False, True)]
-        except (ModelError, SpecError) as e:
-            show_error(e)
-            return
-    if key not in store:
-        st.info("Press Run to serve the second request without and with the prefix cache.")
+    runs = measured_run(
+        "prefix-cache run", (model.source, system, question),
+        lambda: [prefix_cache_run(model, system, question, prefix_caching=on) for on in (False, True)],
+        model=model, tokens=system + question + 8, sequences=2, button="Run both", button_key="prefix.run",
+        spinner="Serving the two requests twice …",
+        hint="Press Run to serve the second request without and with the prefix cache.")
+    if runs is None:
         return
-    df = pd.DataFrame(store[key])
+    df = pd.DataFrame(runs)
     df.insert(0, "cache", ["off", "on"])
     fig = go.Figure([go.Bar(x=df["cache"], y=df["prefill_tokens"], name="prompt tokens computed",
                             text=df["prefill_tokens"]),

@@ -15,13 +15,10 @@ from calculators.queueing import chunked_prefill, prefill_stall
 from calculators.batching import batch_row
 from calculators.serving_sim import prefill_stall_runs
 from calculators.units import fmt_num
-from engine.errors import ModelError
 from engine.serving_runs import chunked_prefill_run
 from specs.model_config import SpecError
 from ui import df_with_download, formula_expander, int_field, model_picker, setup_page, show_error
-from ui.serving import engine_job, remembered, step_model_inputs, style
-
-RUN_KEY = "chunked.runs"
+from ui.serving import measured_run, remembered, step_model_inputs, style
 
 
 def theory(model) -> None:
@@ -93,21 +90,15 @@ def measured(model) -> None:
     new = int_field("Tokens per decoding request", 8, 4, 64, key="chunked.new", where=c[3])
     if None in (n_dec, long, chunk, new):
         return
-    key = (model.source, n_dec, long, chunk, new)
-    store = st.session_state.setdefault(RUN_KEY, {})
-    if st.button("Run both", key="chunked.run", type="primary", icon=":material/play_arrow:"):
-        try:
-            with engine_job("the chunked-prefill run", model, long + new, n_dec + 1), \
-                    st.spinner("Running with and without chunks …"):
-                store[key] = [chunked_prefill_run(model, long, c, decoders=n_dec, new_tokens=new)
-                              for c in (None, chunk)]
-        except (ModelError, SpecError) as e:
-            show_error(e)
-            return
-    if key not in store:
-        st.info("Press Run: the decoding requests start, then the long prompt arrives.")
+    runs = measured_run(
+        "chunked-prefill run", (model.source, n_dec, long, chunk, new),
+        lambda: [chunked_prefill_run(model, long, c, decoders=n_dec, new_tokens=new) for c in (None, chunk)],
+        model=model, tokens=long + new, sequences=n_dec + 1, button="Run both", button_key="chunked.run",
+        spinner="Running with and without chunks …",
+        hint="Press Run: the decoding requests start, then the long prompt arrives.")
+    if runs is None:
         return
-    df = pd.DataFrame(store[key])
+    df = pd.DataFrame(runs)
     df.insert(0, "prefill", ["whole", f"chunks of {chunk}"])
     fig = go.Figure([go.Bar(x=df["prefill"], y=df[col], name=label) for col, label in (
         ("itl_max_ms", "decoders' worst gap"), ("itl_p50_ms", "decoders' median gap"),

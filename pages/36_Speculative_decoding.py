@@ -17,14 +17,12 @@ import streamlit as st
 from calculators.explain import explain_speculative
 from calculators.speculative import expected_tokens_per_pass, speculative_speedup
 from calculators.units import fmt_num
-from engine.errors import ModelError
 from engine.serving_runs import speculative_run
 from engine.speculative import early_exit_draft
 from specs.model_config import SpecError
 from ui import df_with_download, float_field, formula_expander, int_field, model_picker, setup_page, show_error
-from ui.serving import engine_job, style
+from ui.serving import measured_run, style
 
-RUN_KEY = "spec.runs"
 ALPHAS = [i / 20 for i in range(21)]
 KS = (1, 2, 4, 8)
 
@@ -78,20 +76,18 @@ def measured(model) -> None:
     if not prompt.strip():
         show_error("Type a prompt.")
         return
-    key = (model.source, prompt, layers, k, new)
-    store = st.session_state.setdefault(RUN_KEY, {})
-    if st.button("Run plain and speculative", key="spec.run", type="primary", icon=":material/play_arrow:"):
-        try:
-            with engine_job("the speculative run", model, len(model.encode_prompt(prompt)) + new + k, 2), \
-                    st.spinner("Decoding twice …"):
-                store[key] = speculative_run(model, early_exit_draft(model, layers), model.encode_prompt(prompt),
-                                             max_new_tokens=new, draft_tokens=k)
-        except (ModelError, SpecError) as e:
-            show_error(e)
-            return
-    r = store.get(key)
+    try:
+        ids = model.encode_prompt(prompt)
+    except SpecError as e:
+        show_error(e)
+        return
+    r = measured_run(
+        "speculative run", (model.source, prompt, layers, k, new),
+        lambda: speculative_run(model, early_exit_draft(model, layers), ids, max_new_tokens=new, draft_tokens=k),
+        model=model, tokens=len(ids) + new + k, sequences=2, button="Run plain and speculative",
+        button_key="spec.run", spinner="Decoding twice …",
+        hint="Press Run to decode the prompt plainly and speculatively.")
     if r is None:
-        st.info("Press Run to decode the prompt plainly and speculatively.")
         return
     (st.success if r["identical"] else st.error)(
         "Same tokens as plain greedy decoding." if r["identical"] else "Tokens differ from plain decoding!")

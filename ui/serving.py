@@ -94,13 +94,41 @@ def _trace_upload(key: str) -> Workload | None:
 
 def remembered(what: str, inputs: tuple, compute: Callable[[], Any]) -> Any:
     """`compute()` once per session for these inputs (a small per-session store: never shared between users)."""
-    store = st.session_state.setdefault(RESULTS_KEY, {})
-    k = (what, *inputs)
+    store, k = _results(), (what, *inputs)
     if k not in store:
-        while len(store) >= RESULTS_KEPT:
-            store.pop(next(iter(store)))
-        store[k] = compute()
+        _keep(store, k, compute())
     return store[k]
+
+
+def measured_run(what: str, inputs: tuple, run: Callable[[], Any], *, model, tokens: int, sequences: int,
+                 button: str, button_key: str, spinner: str, hint: str, icon: str = ":material/play_arrow:") -> Any:
+    """A serving page's engine run: the button runs `run()` through the server's heavy-job line (`engine_job`:
+    one at a time, memory checked first) and keeps the result in this session's small store, per `inputs`.
+    Returns the result for these inputs, or None after showing `hint` (not run yet) or the error."""
+    store, k = _results(), (what, *inputs)
+    if st.button(button, key=button_key, type="primary", icon=icon):
+        try:
+            with engine_job(f"the {what}", model, tokens, sequences), st.spinner(spinner):
+                _keep(store, k, run())
+        except SpecError as e:                  # bad input, a refused job (engine errors are SpecErrors too)
+            show_error(e)
+            return None
+    if k not in store:
+        st.info(hint)
+        return None
+    return store[k]
+
+
+def _results() -> dict:
+    return st.session_state.setdefault(RESULTS_KEY, {})
+
+
+def _keep(store: dict, k: tuple, value: Any) -> None:
+    """Store `value`, dropping the oldest results beyond RESULTS_KEPT."""
+    store.pop(k, None)
+    while len(store) >= RESULTS_KEPT:
+        store.pop(next(iter(store)))
+    store[k] = value
 
 
 def workload_key(w: Workload) -> tuple:
