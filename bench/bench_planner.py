@@ -14,7 +14,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from calculators.latency import Efficiency  # noqa: E402
-from calculators.planner import SearchSpace, Workload, plan  # noqa: E402
+from calculators.planner import Workload, plan  # noqa: E402
 from calculators.tensor_parallel import Mesh, decode_step_parallel, mesh_problem, per_gpu_memory  # noqa: E402
 from specs.devices import load_device  # noqa: E402
 from specs.presets import load_preset  # noqa: E402

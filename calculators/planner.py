@@ -30,7 +30,7 @@ from calculators.memory import DEFAULT_GPU_MEMORY_UTILIZATION, RuntimeOverheads,
 from calculators.params import bytes_per_param, param_breakdown
 from calculators.roofline import compute_precision_for, forward_flops
 from calculators.tensor_parallel import Mesh, mesh_problem
-from calculators.units import bytes_per_element, check_fraction, check_int, check_positive
+from calculators.units import check_fraction, check_int, check_positive
 from specs.devices import Device, Link, device_link
 from specs.model_config import ModelConfig, SpecError
 
@@ -176,7 +176,6 @@ def plan(config: ModelConfig, devices: list[Device], workload: Workload, space: 
 
     # ---- per-GPU memory (tensor_parallel.per_gpu_memory, vectorised)
     bpp = np.array([bytes_per_param(w) for w in space.weight_dtypes])[wdi]
-    kvb = np.array([bytes_per_element(k) for k in space.kv_dtypes])[kdi]
     tbl = np.where(embeddings_16bit & (bpp < 2), 2.0, bpp)
     layers_bytes = (p.total - p.embedding - p.lm_head) * bpp
     stage = np.ceil(L / ppf)

@@ -80,6 +80,20 @@ def check_fraction(what: str, v, allow_one: bool = True) -> float:
     return float(v)
 
 
+def uploaded_text(data: str | bytes, name: str, max_bytes: int, expected: str) -> str:
+    """The text of an uploaded or pasted file: at most `max_bytes`, UTF-8 (a byte-order mark dropped); otherwise a
+    SpecError naming the file and what was `expected` (e.g. "a Hugging Face config.json")."""
+    if len(data) > max_bytes:
+        raise SpecError(f"{name} is {len(data):,} {'bytes' if isinstance(data, bytes) else 'characters'}: "
+                        f"too large for {expected} (at most {max_bytes:,})")
+    if isinstance(data, str):
+        return data
+    try:
+        return data.decode("utf-8-sig")
+    except UnicodeDecodeError:
+        raise SpecError(f"{name} is not UTF-8 text; expected {expected}") from None
+
+
 def fmt_bytes(n: float, binary: bool = False, digits: int = 3) -> str:
     """'2.20 GB' (decimal) or '22.0 KiB' (binary), with `digits` significant digits."""
     if binary:

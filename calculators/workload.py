@@ -15,7 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
-from calculators.units import check_int, check_nonneg, check_positive
+from calculators.units import check_int, check_nonneg, check_positive, uploaded_text
 from specs.model_config import SpecError
 
 LENGTH_KINDS = ("fixed", "uniform", "exponential")
@@ -110,13 +110,7 @@ def synthetic_workload(n: int, rate_rps: float, prompt_mean: float, output_mean:
 def parse_trace(text: str | bytes, name: str = "trace") -> Workload:
     """A workload from the text of a trace: CSV with a header naming arrival_s, prompt_tokens, output_tokens
     (other columns ignored), or JSON Lines with those keys. SpecError names the line and what is wrong."""
-    if isinstance(text, bytes):
-        if len(text) > MAX_TRACE_BYTES:
-            raise SpecError(f"{name} is {len(text):,} bytes; the simulator takes traces up to {MAX_TRACE_BYTES:,}")
-        try:
-            text = text.decode("utf-8-sig")
-        except UnicodeDecodeError:
-            raise SpecError(f"{name} is not UTF-8 text; expected CSV or JSON Lines") from None
+    text = uploaded_text(text, name, MAX_TRACE_BYTES, "a trace (CSV or JSON Lines)")
     if not text.strip():
         raise SpecError(f"{name} is empty; expected a header {','.join(TRACE_COLUMNS)} and one row per request")
     first = text.lstrip()[0]

@@ -22,7 +22,6 @@ import numpy as np
 
 from engine.block_manager import BlockManager, OutOfBlocks, check_block_size, check_count
 from engine.errors import ModelError
-from engine.model import Model
 from engine.generate import _check_max_new
 from engine.paged_cache import PagedKVCache, grow_table
 from engine.sampling import check_sampling, sample

@@ -30,7 +30,7 @@ import statistics
 import threading
 import time
 from collections import deque
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Callable, Iterator, Sequence
 
 from calculators.kv_cache import kv_bytes_per_token

@@ -9,28 +9,19 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
-import pytest
 from streamlit.testing.v1 import AppTest
 
 from ui.model_picker import (ACTIVE_KEY, CHOICE_KEY, DEFAULT_CHOICE, LOCAL_CHOICE, PATH_KEY, choices,
                              random_choice, source_for)
+from helpers_apptest import SMALL_RANDOM, errors, run_script
 
 ROOT = Path(__file__).resolve().parents[1]
 APP = str(ROOT / "app.py")
 TIMEOUT = 60
-SMALL_RANDOM = random_choice("SmolLM2-135M-Instruct")
 
 
 def home(choice: str = SMALL_RANDOM, **state) -> AppTest:
-    at = AppTest.from_file(APP, default_timeout=TIMEOUT)
-    at.session_state[CHOICE_KEY] = choice
-    for k, v in state.items():
-        at.session_state[k] = v
-    return at.run()
-
-
-def errors(at: AppTest) -> list[str]:
-    return [e.value for e in at.error] + [e.value for e in at.sidebar.error]
+    return run_script(APP, TIMEOUT, choice, **state)
 
 
 def generate(at: AppTest, max_new_tokens: int = 4) -> AppTest:

@@ -18,6 +18,8 @@ import ui.machine  # noqa: F401  (so sys.modules holds it)
 from ui.model_picker import CHOICE_KEY, LOCAL_CHOICE, PATH_KEY, RANDOM_PREFIX, REPO_CHOICE, REPO_KEY, SharedModels
 
 TIMEOUT = 60
+from helpers_apptest import errors
+
 ROOT = Path(__file__).resolve().parents[1]
 APP, ROOFLINE = str(ROOT / "app.py"), str(ROOT / "pages" / "23_Roofline.py")
 SMALL_RANDOM = RANDOM_PREFIX + "SmolLM2-135M-Instruct"
@@ -26,10 +28,6 @@ SMALL_RANDOM = RANDOM_PREFIX + "SmolLM2-135M-Instruct"
 @pytest.fixture(scope="module")
 def model():
     return Model.random(tiny(), seed=3)
-
-
-def errors(at: AppTest) -> list[str]:
-    return [e.value for e in at.error] + [e.value for e in at.sidebar.error]
 
 
 # ------------------------------------------------------------------------------------------ session isolation

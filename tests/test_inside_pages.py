@@ -17,6 +17,7 @@ from helpers_checkpoints import SHARED_TINYLLAMA_TOKENIZER, tiny_config, write_h
 from ui.generation import PROMPT_KEY
 from ui.inside import CHAT_KEY, RUN_MAX_NEW_KEY
 from ui.model_picker import CHOICE_KEY, LOCAL_CHOICE, PATH_KEY
+from helpers_apptest import errors
 
 ROOT = Path(__file__).resolve().parents[1]
 PAGES = {p.stem: str(p) for p in (ROOT / "pages").glob("*.py")}
@@ -44,10 +45,6 @@ def open_page(stem: str, folder: str | None = None, prompt: str | None = None, *
     for k, v in state.items():
         at.session_state[k] = v
     return at.run()
-
-
-def errors(at: AppTest) -> list[str]:
-    return [e.value for e in at.error] + [e.value for e in at.sidebar.error]
 
 
 def table(at: AppTest, column: str):

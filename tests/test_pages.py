@@ -14,29 +14,21 @@ import pytest
 from streamlit.testing.v1 import AppTest
 
 from specs.model_config import SpecError
-from ui.model_picker import CHOICE_KEY, random_choice
+from ui.model_picker import CHOICE_KEY
 from ui.model_source import (CONFIG_JSON, CUSTOM, ENGINE, HUB, LOCAL, MODE_KEY, PASTE, PASTE_KEY, PATH_KEY,
                              PRESET_KEY, REPO_KEY, SOURCE_KEY, THIS_MACHINE, UPLOAD, parse_config_text)
+from helpers_apptest import errors, run_script
 
 ROOT = Path(__file__).resolve().parents[1]
 PAGES = {p.stem.split("_", 1)[1]: str(p) for p in sorted((ROOT / "pages").glob("[0-9][0-9]_*.py"))}  # every page
 TIMEOUT = 60
-SMALL_RANDOM = random_choice("SmolLM2-135M-Instruct")
 TINYLLAMA_CONFIG = {"model_type": "llama", "hidden_size": 2048, "intermediate_size": 5632, "num_hidden_layers": 22,
                     "num_attention_heads": 32, "num_key_value_heads": 4, "vocab_size": 32000,
                     "max_position_embeddings": 2048, "_name_or_path": "TinyLlama/TinyLlama-1.1B-Chat-v1.0"}
 
 
 def page(name: str, **state) -> AppTest:
-    at = AppTest.from_file(PAGES[name], default_timeout=TIMEOUT)
-    at.session_state[CHOICE_KEY] = SMALL_RANDOM
-    for k, v in state.items():
-        at.session_state[k] = v
-    return at.run()
-
-
-def errors(at: AppTest) -> list[str]:
-    return [e.value for e in at.error] + [e.value for e in at.sidebar.error]
+    return run_script(PAGES[name], TIMEOUT, **state)
 
 
 def tables(at: AppTest) -> list:

@@ -6,19 +6,15 @@ from pathlib import Path
 
 from streamlit.testing.v1 import AppTest
 
-from ui.model_picker import CHOICE_KEY, random_choice
 from ui.model_source import CUSTOM
+from helpers_apptest import run_script
 
 ROOT = Path(__file__).resolve().parents[1]
 TIMEOUT = 60
 
 
 def page(name: str, **state) -> AppTest:
-    at = AppTest.from_file(str(next((ROOT / "pages").glob(f"{name}*.py"))), default_timeout=TIMEOUT)
-    at.session_state[CHOICE_KEY] = random_choice("SmolLM2-135M-Instruct")     # a fast random engine model
-    for k, v in state.items():
-        at.session_state[k] = v
-    return at.run()
+    return run_script(str(next((ROOT / "pages").glob(f"{name}*.py"))), TIMEOUT, **state)
 
 
 def texts(elements) -> list[str]:

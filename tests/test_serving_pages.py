@@ -3,7 +3,6 @@ calculators compute, runs its engine part on a small random model (tiny requests
 st.error, never an exception."""
 from __future__ import annotations
 
-import math
 from pathlib import Path
 
 import pytest
@@ -13,24 +12,15 @@ from calculators.batching import kv_critical_batch, step_model_for
 from calculators.units import fmt_num
 from specs.devices import load_device
 from specs.presets import load_preset
-from ui.model_picker import CHOICE_KEY, random_choice
+from helpers_apptest import errors, run_script
 
 ROOT = Path(__file__).resolve().parents[1]
 PAGES = {p.stem.split("_", 1)[1]: str(p) for p in sorted((ROOT / "pages").glob("3[0-9]_*.py"))}
 TIMEOUT = 180
-SMALL_RANDOM = random_choice("SmolLM2-135M-Instruct")
 
 
 def page(name: str, **state) -> AppTest:
-    at = AppTest.from_file(PAGES[name], default_timeout=TIMEOUT)
-    at.session_state[CHOICE_KEY] = SMALL_RANDOM
-    for k, v in state.items():
-        at.session_state[k] = v
-    return at.run()
-
-
-def errors(at: AppTest) -> list[str]:
-    return [e.value for e in at.error] + [e.value for e in at.sidebar.error]
+    return run_script(PAGES[name], TIMEOUT, **state)
 
 
 def metrics(at: AppTest) -> dict:

@@ -11,19 +11,15 @@ from streamlit.testing.v1 import AppTest
 
 from specs.sources import DETAILS_003, readable_source, section_numbers
 from ui.charts import LARGE_FONT_PX, LARGE_TEXT_KEY
-from ui.model_picker import CHOICE_KEY, random_choice
+from ui.model_picker import CHOICE_KEY
 from ui.model_source import PRESET_KEY
 from ui.nav import page_files
 from ui.widgets import parse_number
+from helpers_apptest import SMALL_RANDOM, errors
 
 ROOT = Path(__file__).resolve().parents[1]
 APP = str(ROOT / "app.py")
 REFERENCE_003 = Path("/work/shared/reference/003_5263b1745ba7a8d4.txt")
-SMALL_RANDOM = random_choice("SmolLM2-135M-Instruct")
-
-
-def errors(at: AppTest) -> list[str]:
-    return [e.value for e in at.error] + [e.value for e in at.sidebar.error]
 
 
 # ------------------------------------------------------------------------------------------ number fields

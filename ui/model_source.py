@@ -20,7 +20,7 @@ from urllib.parse import urlparse
 
 import streamlit as st
 
-from calculators.units import fmt_bytes, fmt_num
+from calculators.units import fmt_bytes, fmt_num, uploaded_text
 from specs.devices import Device, list_devices, load_device
 from specs.model_config import ModelConfig, SpecError
 from specs.presets import list_presets, load_preset
@@ -59,15 +59,7 @@ _NOT_GIVEN: Any = object()
 # ============================================================================================ parsing
 def parse_config_text(text: str | bytes, name: str = "config.json") -> ModelConfig:
     """A `ModelConfig` from the text of a Hugging Face config.json; SpecError says what is wrong with it."""
-    if isinstance(text, bytes):
-        if len(text) > MAX_CONFIG_BYTES:
-            raise SpecError(f"{name} is {len(text):,} bytes: too large to be a config.json (a few KB)")
-        try:
-            text = text.decode("utf-8-sig")
-        except UnicodeDecodeError:
-            raise SpecError(f"{name} is not UTF-8 text; expected a Hugging Face config.json") from None
-    if len(text) > MAX_CONFIG_BYTES:
-        raise SpecError(f"{name} is {len(text):,} characters: too large to be a config.json (a few KB)")
+    text = uploaded_text(text, name, MAX_CONFIG_BYTES, "a Hugging Face config.json (a few KB)")
     if not text.strip():
         raise SpecError(f"{name} is empty; paste or upload the contents of a Hugging Face config.json")
     try:
