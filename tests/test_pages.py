@@ -241,3 +241,14 @@ def test_parse_config_text_reads_a_hub_config():
 def test_parse_config_text_refuses_junk_with_a_spec_error(text):
     with pytest.raises(SpecError):
         parse_config_text(text)
+
+
+@pytest.mark.parametrize("data, says", [
+    (b"\xff\xfe", "not UTF-8 text; expected a Hugging Face config.json"),
+    (b" " * 2_000_001, "2,000,001 bytes: too large for a Hugging Face config.json"),
+    (" " * 2_000_001, "2,000,001 characters: too large"),
+])
+def test_uploads_that_are_not_a_config_say_why(data, says):
+    """Binary junk and a file of megabytes (the wrong file picked) name what was wrong, for bytes and pasted text."""
+    with pytest.raises(SpecError, match=says):
+        parse_config_text(data)
