@@ -10,7 +10,7 @@
    prefill, timed alternately (median). Target: overhead < 2%.
 2. Peak memory beyond weights and KV cache (tracemalloc: NumPy reports its buffers to it; weights and the cache
    are allocated before tracing starts) for a 4,096-token prompt on the default model (SmolLM2-135M), without
-   hooks and with the attention-pattern hook. Attention runs in blocks of `engine.forward.QUERY_BLOCK` queries,
+   hooks and with the attention-pattern hook. Attention runs in blocks of `engine.model.forward.QUERY_BLOCK` queries,
    so the transient part stays one block of scores whatever the hook asks; what the hook keeps is reported apart.
    (Prefill returns the last position's logits; run_with_cache's [T, V] logits are reported apart.)
 """
@@ -33,8 +33,8 @@ import numpy as np  # noqa: E402
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from engine import ActivationCache, Hooks, Model  # noqa: E402
-from engine import forward as fwd  # noqa: E402
-from engine import ops  # noqa: E402
+from engine.model import forward as fwd  # noqa: E402
+from engine.model import ops  # noqa: E402
 from specs.presets import load_preset  # noqa: E402
 
 

@@ -13,9 +13,9 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from calculators.latency import Efficiency  # noqa: E402
-from calculators.planner import Workload, plan  # noqa: E402
-from calculators.tensor_parallel import Mesh, decode_step_parallel, mesh_problem, per_gpu_memory  # noqa: E402
+from calculators.sizing.latency import Efficiency  # noqa: E402
+from calculators.planning.planner import Workload, plan  # noqa: E402
+from calculators.multi_gpu.tensor_parallel import Mesh, decode_step_parallel, mesh_problem, per_gpu_memory  # noqa: E402
 from specs.devices import load_device  # noqa: E402
 from specs.presets import load_preset  # noqa: E402
 

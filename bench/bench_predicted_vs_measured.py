@@ -1,6 +1,6 @@
 """Theory vs experiment on this machine: the floors of the engine's decode (ITL) and prefill time (fp32 weights,
 this machine's matvec bandwidth and GEMM rate measured in the same run) against the engine's measured time.
-Prints measured / floor ratios (≥ 1). The ITL floor is `calculators.engine_floor.engine_itl_floor_ms`, the same
+Prints measured / floor ratios (≥ 1). The ITL floor is `calculators.sizing.engine_floor.engine_itl_floor_ms`, the same
 function and byte convention as the Your-machine page; prefill is FLOPs / measured GEMM FLOP/s, as there.
 
     python bench/bench_predicted_vs_measured.py [--quick]
@@ -16,9 +16,9 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from calculators.engine_floor import engine_itl_floor_ms  # noqa: E402
+from calculators.sizing.engine_floor import engine_itl_floor_ms  # noqa: E402
 from calculators.explain import explain_compute_time  # noqa: E402
-from calculators.roofline import forward_flops  # noqa: E402
+from calculators.sizing.roofline import forward_flops  # noqa: E402
 from engine import Model, ModelError, load_model  # noqa: E402
 from specs.devices import measure_this_machine  # noqa: E402
 from specs.presets import load_preset  # noqa: E402

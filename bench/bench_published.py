@@ -20,9 +20,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from calculators.kv_cache import kv_cache_bytes  # noqa: E402
-from calculators.latency import IDEAL, Efficiency, bandwidth_floor_ms, prefill_ms, step_weight_bytes  # noqa: E402
-from calculators.tensor_parallel import Mesh, decode_step_parallel, prefill_parallel  # noqa: E402
+from calculators.sizing.kv_cache import kv_cache_bytes  # noqa: E402
+from calculators.sizing.latency import IDEAL, Efficiency, bandwidth_floor_ms, prefill_ms, step_weight_bytes  # noqa: E402
+from calculators.multi_gpu.tensor_parallel import Mesh, decode_step_parallel, prefill_parallel  # noqa: E402
 from calculators.units import default_kv_dtype  # noqa: E402
 from specs.devices import load_device  # noqa: E402
 from specs.presets import load_preset  # noqa: E402

@@ -11,7 +11,7 @@
    scheduler). n·t(1)/t(n) bounds what any scheduler on this machine's BLAS can reach; the measured ratio is also
    printed as a share of it.
 2. Speculative decoding with early-exit drafts (the model's first layers): acceptance, tokens per target pass
-   measured vs (1 - a^(K+1)) / (1 - a), and the wall-time speedup measured vs `calculators.speculative`'s
+   measured vs (1 - a^(K+1)) / (1 - a), and the wall-time speedup measured vs `calculators.serving.speculative`'s
    prediction E[tokens] / (1 + K*c), with a and the draft cost ratio c measured in the same run.
 3. Chunked prefill: a long prompt arrives while 4 requests decode; inter-token latency of those 4 with and
    without chunking.
@@ -34,11 +34,11 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from calculators.speculative import expected_tokens_per_pass, speculative_speedup  # noqa: E402
+from calculators.serving.speculative import expected_tokens_per_pass, speculative_speedup  # noqa: E402
 from engine import Model, load_model  # noqa: E402
-from engine.serving_runs import (batching_run, chunked_prefill_run, prefix_cache_run,  # noqa: E402
+from engine.serve.serving_runs import (batching_run, chunked_prefill_run, prefix_cache_run,  # noqa: E402
                                  random_prompts, speculative_run)
-from engine.speculative import early_exit_draft  # noqa: E402
+from engine.serve.speculative import early_exit_draft  # noqa: E402
 from specs.model_config import ModelConfig  # noqa: E402
 
 

@@ -18,10 +18,10 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from calculators.batching import step_model_for  # noqa: E402
-from calculators.kv_allocation import compare_allocators  # noqa: E402
-from calculators.serving_sim import simulate  # noqa: E402
-from calculators.workload import synthetic_workload  # noqa: E402
+from calculators.serving.batching import step_model_for  # noqa: E402
+from calculators.serving.kv_allocation import compare_allocators  # noqa: E402
+from calculators.serving.serving_sim import simulate  # noqa: E402
+from calculators.serving.workload import synthetic_workload  # noqa: E402
 from specs.devices import load_device  # noqa: E402
 from specs.presets import load_preset  # noqa: E402
 

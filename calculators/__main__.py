@@ -1,4 +1,4 @@
-"""`python -m calculators ...`: see `calculators/cli.py`."""
+"""`python -m calculators ...`: see `calculators/cli/`."""
 import sys
 
 from calculators.cli import main

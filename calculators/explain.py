@@ -13,11 +13,11 @@ import re
 from dataclasses import dataclass
 
 from calculators import arch
-from calculators.kv_cache import CONV_STATE_BYTES, STATE_BYTES
-from calculators.params import attention_parts_per_layer, bytes_per_param, \
+from calculators.sizing.kv_cache import CONV_STATE_BYTES, STATE_BYTES
+from calculators.sizing.params import attention_parts_per_layer, bytes_per_param, \
     param_breakdown
-from calculators.latency import step_weight_bytes
-from calculators.roofline import kv_bytes_step, step_ops
+from calculators.sizing.latency import step_weight_bytes
+from calculators.sizing.roofline import kv_bytes_step, step_ops
 from calculators.units import bytes_per_element, default_kv_dtype, fmt_bytes, fmt_count, fmt_num
 from specs.devices import Device
 from specs.model_config import ModelConfig, SpecError
@@ -223,7 +223,7 @@ def explain_bandwidth_floor(bytes_read: float, bandwidth_bytes_per_s: float) -> 
 def explain_engine_itl_floor(config: ModelConfig, bandwidth_bytes_per_s: float, context_tokens: int) -> Explained:
     """The NumPy engine's decode floor on a measured machine (`engine_floor.engine_itl_floor_ms`): float32 bytes
     the step reads and writes by the Trace convention, over the measured matvec bandwidth."""
-    from calculators.engine_floor import engine_decode_bytes
+    from calculators.sizing.engine_floor import engine_decode_bytes
     b = engine_decode_bytes(config, context_tokens)
     return explain("engine_itl_floor_ms", "(weights + kv_read + kv_written) / bandwidth * 1000", "ms",
                    "003 Detail 12 (the bandwidth floor), with the bytes the engine's Trace counts",
@@ -244,7 +244,7 @@ def explain_decode_floor(config: ModelConfig, device: Device, context_tokens: in
 def explain_prefill(config: ModelConfig, device: Device, prompt_tokens: int, batch: int = 1,
                     weight_dtype: str = "bf16", kv_dtype: str | None = None, efficiency=None) -> Explained:
     """Prefill time of `latency.prefill_ms`: the slower of compute at MFU and the memory traffic at MBU."""
-    from calculators.latency import IDEAL, prefill_ms
+    from calculators.sizing.latency import IDEAL, prefill_ms
     e = efficiency or IDEAL
     p = prefill_ms(config, device, prompt_tokens, batch, weight_dtype, kv_dtype, e)
     return explain("prefill_ms", "max(flops / (peak * mfu), bytes / (bandwidth * mbu)) * 1000", "ms",
@@ -256,7 +256,7 @@ def explain_prefill(config: ModelConfig, device: Device, prompt_tokens: int, bat
 def explain_itl(config: ModelConfig, device: Device, context_tokens: int, batch: int = 1,
                 weight_dtype: str = "bf16", kv_dtype: str | None = None, efficiency=None) -> Explained:
     """One decode step (`latency.decode_step_ms`): the slower of the memory traffic at MBU and compute at MFU."""
-    from calculators.latency import IDEAL, decode_step_ms
+    from calculators.sizing.latency import IDEAL, decode_step_ms
     e = efficiency or IDEAL
     d = decode_step_ms(config, device, context_tokens, batch, weight_dtype, kv_dtype, e)
     return explain("itl_ms", "max(bytes / (bandwidth * mbu), flops / (peak * mfu)) * 1000", "ms",

@@ -10,21 +10,22 @@
 Instruments (hooks, trace) are arguments of each call; a loaded Model is read-only and shared.
 """
 from engine.errors import ModelError
-from engine.hooks import ActivationCache, Hooks, run_with_cache
-from engine.kv_cache import KVCache
-from engine.model import Generated, Model
-from engine.record import GenerationRecord, StepRecord, record_generation
-from engine.trace import Trace
-from engine.block_manager import BlockManager
-from engine.paged_cache import PagedKVCache
-from engine.scheduler import Scheduler, StepReport
-from engine.sequence import Request
+from engine.model.hooks import ActivationCache, Hooks, run_with_cache
+from engine.model.kv_cache import KVCache
+from engine.model.generate import Generated
+from engine.model.model import Model
+from engine.instruments.record import GenerationRecord, StepRecord, record_generation
+from engine.model.trace import Trace
+from engine.serve.block_manager import BlockManager
+from engine.serve.paged_cache import PagedKVCache
+from engine.serve.scheduler import Scheduler, StepReport
+from engine.serve.sequence import Request
 
 
 def load_model(source: str | None = None, progress=None) -> Model:
     """Load a model: None/'smollm2' (default, offline), a .gguf path, a Hugging Face folder, a repo id, or
-    'random:<preset>'. See `engine.loading`."""
-    from engine.loading import load_model as _load
+    'random:<preset>'. See `engine.load.loading`."""
+    from engine.load.loading import load_model as _load
     return _load(source, progress=progress)
 
 

@@ -32,7 +32,7 @@ def _parser() -> argparse.ArgumentParser:
 
 def _generate(args) -> int:
     from engine import load_model
-    from engine.generate import generation_summary
+    from engine.model.generate import generation_summary
 
     def progress(frac: float, msg: str) -> None:
         if not args.json and sys.stderr.isatty():

@@ -2,7 +2,7 @@
 tokens, embeddings, attention, the next-token distribution, one token at a time, the KV cache growing, prefill
 versus decode. Each step links to the page that goes deeper.
 
-Numbers: the same functions as the "Inside the model" pages (`engine.readout`, the run's record, `ui.inside`).
+Numbers: the same functions as the "Inside the model" pages (`engine.instruments.readout`, the run's record, `ui.inside`).
 """
 from __future__ import annotations
 
@@ -10,10 +10,10 @@ import numpy as np
 import plotly.graph_objects as go
 import streamlit as st
 
-from calculators.kv_cache import kv_cache_bytes
+from calculators.sizing.kv_cache import kv_cache_bytes
 from calculators.units import fmt_bytes
 from engine import Model
-from engine.readout import record_timeline, token_end_times_ms, token_table
+from engine.instruments.readout import record_timeline, token_end_times_ms, token_table
 from specs.model_config import SpecError
 from ui import model_picker, setup_page, show_error
 from ui.charts import DIVERGING, WEIGHTS, font_px, label_step, style

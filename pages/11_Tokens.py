@@ -1,7 +1,7 @@
 """Tokens: the teacher's prompt as the model reads it, piece by piece, with ids, special tokens, the chat template,
 counts, a decode round trip, and a second model's tokenizer beside it.
 
-Numbers: `engine.readout.token_table` / `chars_per_token`; the tokenizer is the loaded model's own.
+Numbers: `engine.instruments.readout.token_table` / `chars_per_token`; the tokenizer is the loaded model's own.
 """
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import pandas as pd
 import streamlit as st
 
 from engine import Model
-from engine.readout import chars_per_token, token_table
+from engine.instruments.readout import chars_per_token, token_table
 from specs.model_config import SpecError
 from ui import df_with_download, formula_expander, model_picker, setup_page, show_error
 from ui.inside import Prompt, pieces_html, teacher_prompt
@@ -60,7 +60,7 @@ def other_tokenizer(choice: str):
     """(name, tokenizer) to compare with, or None while the path box is empty. Raises SpecError/OSError."""
     from pathlib import Path
 
-    from engine.tokenizer import Tokenizer
+    from engine.load.tokenizer import Tokenizer
     if choice == DEFAULT_CHOICE:
         m = load_shared("smollm2")
         return m.config.name, m.tokenizer

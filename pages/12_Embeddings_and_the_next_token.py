@@ -2,8 +2,8 @@
 other end of the model: the last position's logits, softmax, and how temperature / top-k / top-p reshape the
 distribution; greedy versus sampled; and a logit lens through every layer.
 
-Numbers: `engine.readout` (nearest_tokens, top_k, logit_lens), `engine.sampling.sampling_probs` (the sampler the
-engine itself uses), `calculators.params.embedding_bytes`; the run is one forward pass (`ui.inside`).
+Numbers: `engine.instruments.readout` (nearest_tokens, top_k, logit_lens), `engine.model.sampling.sampling_probs` (the sampler the
+engine itself uses), `calculators.sizing.params.embedding_bytes`; the run is one forward pass (`ui.inside`).
 """
 from __future__ import annotations
 
@@ -11,11 +11,11 @@ import numpy as np
 import pandas as pd
 import streamlit as st
 
-from calculators.params import embedding_bytes
+from calculators.sizing.params import embedding_bytes
 from calculators.units import fmt_bytes
 from engine import Model
-from engine.readout import embedding_row, logit_lens, nearest_tokens, softmax, support_size, top_k
-from engine.sampling import sampling_probs
+from engine.instruments.readout import embedding_row, logit_lens, nearest_tokens, softmax, support_size, top_k
+from engine.model.sampling import sampling_probs
 from ui import df_with_download, float_field, formula_expander, int_field, model_picker, setup_page
 from ui.charts import DIVERGING, figure, font_px, style
 from ui.inside import Prompt, index_field, prompt_readout, session_cached, teacher_prompt
@@ -41,7 +41,7 @@ def embedding_section(model: Model, prompt: Prompt) -> None:
     cols[2].metric("In bf16 (as shipped)", fmt_bytes(embedding_bytes(c, "bf16")))
     formula_expander("Embedding table size",
                      f"bytes = V × D × bytes per number = {c.vocab_size:,} × {c.hidden_size:,} × 4 "
-                     f"= {predicted:,.0f} (calculators.params.embedding_bytes, float32); the engine's array "
+                     f"= {predicted:,.0f} (calculators.sizing.params.embedding_bytes, float32); the engine's array "
                      f"holds {held:,} bytes.\n\nIn bf16 (2 bytes): {embedding_bytes(c, 'bf16'):,.0f} bytes.\n\n"
                      "Source: 003 Detail 2a")
     pos = index_field("Token position in the prompt", len(prompt.ids), key="emb.position",
@@ -68,7 +68,7 @@ def embedding_section(model: Model, prompt: Prompt) -> None:
     with right:
         df_with_download(df, "nearest_tokens")
         formula_expander("Cosine similarity", "cos(a, b) = a·b ÷ (‖a‖ ‖b‖): 1 = same direction, 0 = unrelated. "
-                         "Computed against all rows of the table (`engine.readout.nearest_tokens`).")
+                         "Computed against all rows of the table (`engine.instruments.readout.nearest_tokens`).")
     if model.random_weights:
         st.caption("Random weights: neighbours are random too (a trained model puts related words together).")
 
@@ -112,7 +112,7 @@ def next_token_section(model: Model, prompt: Prompt, logits: np.ndarray) -> None
                      "p_i = exp(z_i / T) ÷ Σ_j exp(z_j / T), with z the logits and T the temperature.\n\n"
                      "Top-k keeps the k largest z (others get p = 0); top-p keeps the most likely tokens until "
                      "their probabilities reach p, then renormalises. T = 0 puts all mass on the largest z "
-                     "(greedy). These are the engine's own sampler (`engine.sampling.sampling_probs`).\n\n"
+                     "(greedy). These are the engine's own sampler (`engine.model.sampling.sampling_probs`).\n\n"
                      "Source: 003 Detail 3")
     df = pd.DataFrame({"token": labels, "token_id": top_ids, "logit": np.round(logits[top_ids], 4),
                        "p (T=1)": np.round(base[top_ids], 6), "p (your settings)": np.round(shaped[top_ids], 6)})
@@ -141,7 +141,7 @@ def logit_lens_section(model: Model, prompt: Prompt, resid: np.ndarray) -> None:
                                    "probability": np.round(probs, 6)}), "logit_lens")
     formula_expander("Logit lens", "top token after layer l = argmax softmax(RMSNorm(x_l) · W_outᵀ): the model's "
                      "own final norm and LM head applied to the residual stream x_l at the last position "
-                     "(`engine.readout.logit_lens`). The last row equals the model's real prediction.")
+                     "(`engine.instruments.readout.logit_lens`). The last row equals the model's real prediction.")
 
 
 def page() -> None:

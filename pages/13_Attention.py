@@ -2,7 +2,7 @@
 share a K/V head; what each head mostly looks at; one row rebuilt from q and k (dot product, 1/√d, softmax); and
 RoPE, with its relative-position property checked on the model's own q and k.
 
-Numbers: `engine.run_with_cache` (hook_pattern, hook_scores, hook_q, hook_k of one layer), `engine.readout`
+Numbers: `engine.run_with_cache` (hook_pattern, hook_scores, hook_q, hook_k of one layer), `engine.instruments.readout`
 (head_summary, gqa_groups, attention_row_steps, rope_angles, rope_relative_check).
 """
 from __future__ import annotations
@@ -15,7 +15,7 @@ import plotly.graph_objects as go
 import streamlit as st
 
 from engine import Model
-from engine.readout import (attention_row_steps, causal_check, gqa_groups, head_summary, max_abs_difference,
+from engine.instruments.readout import (attention_row_steps, causal_check, gqa_groups, head_summary, max_abs_difference,
                             rope_angles, rope_relative_check)
 from specs.model_config import SpecError
 from ui import df_with_download, formula_expander, model_picker, setup_page, show_error
@@ -112,7 +112,7 @@ def summary_section(model: Model, prompt: Prompt, pattern: np.ndarray, layer: in
                      f"head_summary_layer_{layer}")
     formula_expander("Per-head summary", "For each head, the mean over query rows t of: the weight on position 0 "
                      "(the first token), on position t − 1 (the previous token, rows t ≥ 1) and on position t "
-                     "(itself) (`engine.readout.head_summary`). Many heads park most of their weight on the first "
+                     "(itself) (`engine.instruments.readout.head_summary`). Many heads park most of their weight on the first "
                      "token when nothing else matters.")
 
 
@@ -177,7 +177,7 @@ def rope_section(model: Model, acts: dict, head: int) -> None:
     formula_expander("RoPE", "pair i of a vector at position p is turned by the angle p · θ^(−2i/d) "
                      f"(θ = {c.rope_theta:g}, d = {d}). Turning q by angle a and k by b gives a dot product that "
                      "depends only on a − b, hence only on the distance between the tokens "
-                     "(`engine.readout.rope_relative_check`).\n\nSource: 003 Detail 7")
+                     "(`engine.instruments.readout.rope_relative_check`).\n\nSource: 003 Detail 7")
 
 
 def page() -> None:

@@ -3,8 +3,8 @@ in every layer, the cache's shape and bytes from the run's record next to the ca
 and V each do, and the same model as MHA or MQA.
 
 Numbers: `engine.record_generation` (per step: cache_tokens, kv_bytes_per_layer, k_new/v_new, attention rows),
-`calculators.kv_cache.kv_cache_bytes` (the prediction), `calculators.kv_counterfactual` (MHA/MQA),
-`engine.readout.kv_cache_shape`.
+`calculators.sizing.kv_cache.kv_cache_bytes` (the prediction), `calculators.sizing.kv_counterfactual` (MHA/MQA),
+`engine.instruments.readout.kv_cache_shape`.
 """
 from __future__ import annotations
 
@@ -12,11 +12,11 @@ import numpy as np
 import pandas as pd
 import streamlit as st
 
-from calculators.kv_cache import kv_bytes_per_token, kv_cache_bytes
-from calculators.kv_counterfactual import kv_variant_rows
+from calculators.sizing.kv_cache import kv_bytes_per_token, kv_cache_bytes
+from calculators.sizing.kv_counterfactual import kv_variant_rows
 from calculators.units import fmt_bytes
 from engine import Model
-from engine.readout import kv_cache_shape, kv_rows_read
+from engine.instruments.readout import kv_cache_shape, kv_rows_read
 from specs.model_config import SpecError
 from ui import df_with_download, formula_expander, model_picker, setup_page, show_error
 from ui.charts import DIVERGING, figure, style
@@ -112,7 +112,7 @@ def counterfactual_section(model: Model, tokens: int) -> None:
     c = model.config
     formula_expander("MHA, GQA, MQA", f"bytes per token = 2 × L × h_kv × d × 4 (float32) with L = {c.num_layers}, "
                      f"d = {c.head_dim}; MHA: h_kv = h_q = {c.num_heads}; this model: h_kv = {c.num_kv_heads}; "
-                     "MQA: h_kv = 1 (`calculators.kv_counterfactual`). Only the cache changes; the weights of the "
+                     "MQA: h_kv = 1 (`calculators.sizing.kv_counterfactual`). Only the cache changes; the weights of the "
                      "K and V projections shrink too, but much less.\n\nSource: 003 Details 6 and 10")
 
 
@@ -157,7 +157,7 @@ def page() -> None:
                 f"{s.kv_bytes_per_layer[0]:,} bytes in each layer now.")
     formula_expander("KV cache bytes", f"bytes = 2 × L × h_kv × tokens × d × 4 = 2 × {c.num_layers} × "
                      f"{c.num_kv_heads} × {s.cache_tokens:,} × {c.head_dim} × 4 = {predicted:,.0f} "
-                     "(`calculators.kv_cache.kv_cache_bytes`, float32 as the engine holds it). Recorded: the "
+                     "(`calculators.sizing.kv_cache.kv_cache_bytes`, float32 as the engine holds it). Recorded: the "
                      f"engine's own count after this step's forward pass, {s.kv_bytes:,} bytes.\n\n"
                      "Source: 003 Detail 10")
     growth_chart(model, rec, step)

@@ -2,8 +2,8 @@
 the inter-token latency distribution and tokens/s; then a prompt-length sweep on this machine showing TTFT grow
 while ITL stays flat, beside the calculators' prediction for this machine.
 
-Numbers: `engine.record_generation` (the run), `engine.readout.record_timeline`, `engine.profile.profile_run`
-(the sweep), `calculators.latency.prefill_ms` / `decode_step_ms` on `specs.devices.measure_this_machine`.
+Numbers: `engine.record_generation` (the run), `engine.instruments.readout.record_timeline`, `engine.instruments.profile.profile_run`
+(the sweep), `calculators.sizing.latency.prefill_ms` / `decode_step_ms` on `specs.devices.measure_this_machine`.
 """
 from __future__ import annotations
 
@@ -11,10 +11,10 @@ import numpy as np
 import pandas as pd
 import streamlit as st
 
-from calculators.latency import decode_step_ms, prefill_ms
+from calculators.sizing.latency import decode_step_ms, prefill_ms
 from engine import Model
-from engine.profile import profile_run
-from engine.readout import record_timeline, sweep_lengths, token_end_times_ms
+from engine.instruments.profile import profile_run
+from engine.instruments.readout import record_timeline, sweep_lengths, token_end_times_ms
 from specs.model_config import SpecError
 from ui import df_with_download, formula_expander, model_picker, setup_page, show_error
 from ui.charts import figure, style
@@ -88,7 +88,7 @@ def run_section(model: Model, prompt: Prompt) -> None:
                      "Each forward pass has its own wall-clock timer in the run's record:\n\n"
                      "- **TTFT** = the prefill pass over all prompt tokens (it also yields the first token).\n"
                      "- **ITL** = one decode pass, one token through every layer; the histogram shows every step.\n"
-                     "- **tokens/s** = 1 ÷ mean ITL (`engine.readout.record_timeline`).\n\nSource: 003 Detail 11")
+                     "- **tokens/s** = 1 ÷ mean ITL (`engine.instruments.readout.record_timeline`).\n\nSource: 003 Detail 11")
     df = pd.DataFrame({"step": [s.step for s in rec.steps], "token": texts,
                        "seconds": [round(s.seconds, 6) for s in rec.steps],
                        "cache_tokens": [s.cache_tokens for s in rec.steps]})
@@ -138,7 +138,7 @@ def sweep_section(model: Model) -> None:
     df_with_download(df.round(3), "prefill_decode_sweep")
     formula_expander("The prediction", "TTFT ≈ max(prefill FLOPs ÷ peak FLOP/s, bytes ÷ bandwidth) and "
                      "ITL ≈ max(step FLOPs ÷ peak, (weights + KV cache) ÷ bandwidth), with this machine's measured "
-                     "peak and bandwidth (`calculators.latency.prefill_ms`, `decode_step_ms`, float32).\n\n"
+                     "peak and bandwidth (`calculators.sizing.latency.prefill_ms`, `decode_step_ms`, float32).\n\n"
                      "Source: 003 Details 11 and 12")
 
 

@@ -1,7 +1,7 @@
 """Model anatomy: where a model's parameters live, and every operation of one forward pass with its shapes.
 
-Numbers: `calculators.params` (counts by component), `calculators.explain` (their formulas),
-`calculators.roofline.step_ops` / `op_row` (the op-by-op table, prefill and decode).
+Numbers: `calculators.sizing.params` (counts by component), `calculators.explain` (their formulas),
+`calculators.sizing.roofline.step_ops` / `op_row` (the op-by-op table, prefill and decode).
 """
 from __future__ import annotations
 
@@ -10,12 +10,12 @@ import plotly.express as px
 import streamlit as st
 
 from calculators.explain import explain_forward_flops, explain_params, explain_weight_bytes
-from calculators.params import param_breakdown, weight_bytes
-from calculators.roofline import op_row, step_ops
+from calculators.sizing.params import param_breakdown, weight_bytes
+from calculators.sizing.roofline import op_row, step_ops
 from calculators.units import MB, WEIGHT_DTYPES, fmt_bytes, fmt_count
 from specs.model_config import ModelConfig, SpecError
 from ui import df_with_download, formula_expander, int_field, setup_page, show_error
-from calculators.tensor_parallel import per_gpu_weight_bytes
+from calculators.multi_gpu.tensor_parallel import per_gpu_weight_bytes
 from ui.multi_gpu import multi_gpu_sidebar
 from ui.model_source import choice_field, fmt_si, model_source, table_height, units_note
 from ui.charts import style as chart_style
@@ -112,7 +112,7 @@ def main() -> None:
         if setup is not None and setup.mesh.gpus_per_replica > 1:
             w = per_gpu_weight_bytes(config, setup.mesh, dtype, embeddings_16bit=setup.embeddings_16bit)
             st.info(f"Split over {setup.label()}: the busiest GPU holds {fmt_bytes(w)} of these weights "
-                    "(calculators.tensor_parallel.per_gpu_weight_bytes; see Beyond one GPU → Parallelism).")
+                    "(calculators.multi_gpu.tensor_parallel.per_gpu_weight_bytes; see Beyond one GPU → Parallelism).")
     except SpecError as e:
         show_error(e)
         return

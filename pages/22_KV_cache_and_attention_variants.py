@@ -1,7 +1,7 @@
 """KV cache and attention variants: how the cache grows with context for MHA, GQA, MQA, MLA, sliding windows and
 hybrid linear attention; the three levers that shrink it; and what fits on a device.
 
-Numbers: `calculators.kv_cache` (bytes per token and per sequence), `calculators.memory` (weights + KV +
+Numbers: `calculators.sizing.kv_cache` (bytes per token and per sequence), `calculators.sizing.memory` (weights + KV +
 activations, max batch and context), `calculators.explain` (formulas).
 """
 from __future__ import annotations
@@ -16,9 +16,9 @@ import streamlit as st
 
 from calculators.arch import LINEAR, SLIDING, kind_counts
 from calculators.explain import explain_kv_bytes_per_token, explain_kv_cache_bytes, explain_weight_bytes
-from calculators.kv_cache import kv_bytes_per_token, kv_cache_bytes, kv_reduction
-from calculators.memory import RuntimeOverheads, activation_bytes
-from calculators.tensor_parallel import max_batch_per_replica, max_context_per_replica, per_gpu_memory
+from calculators.sizing.kv_cache import kv_bytes_per_token, kv_cache_bytes, kv_reduction
+from calculators.sizing.memory import RuntimeOverheads, activation_bytes
+from calculators.multi_gpu.tensor_parallel import max_batch_per_replica, max_context_per_replica, per_gpu_memory
 from calculators.units import GB, KV_DTYPES, MB, WEIGHT_DTYPES, default_kv_dtype, fmt_bytes
 from specs.devices import Device
 from specs.model_config import ModelConfig, SpecError
@@ -210,8 +210,8 @@ def fit_section(config: ModelConfig, device: Device, setup: MultiGPU, tokens: in
     kv = explain_kv_cache_bytes(config, tokens, batch, kd)
     formula_expander("Formula: weights + KV cache + activations + overheads, per GPU",
                      f"**Weights (one GPU, all parameters)**: `{w.symbolic}` = {w.formula}\n\n**KV cache (one GPU)**: "
-                     f"`{kv.symbolic}` = {kv.formula}\n\n**Per GPU** (`calculators.tensor_parallel`): "
-                     f"{inspect.getdoc(per_gpu_memory)}\n\n**Activations** (`calculators.memory.activation_bytes`): "
+                     f"`{kv.symbolic}` = {kv.formula}\n\n**Per GPU** (`calculators.multi_gpu.tensor_parallel`): "
+                     f"{inspect.getdoc(per_gpu_memory)}\n\n**Activations** (`calculators.sizing.memory.activation_bytes`): "
                      f"{inspect.getdoc(activation_bytes)}\n\n**Overheads**: {inspect.getdoc(RuntimeOverheads)}"
                      f"\n\n**Max batch / context**: the largest value for which the sum stays within the usable "
                      f"memory (a binary search).")

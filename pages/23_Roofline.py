@@ -1,7 +1,7 @@
 """Roofline: each operation of one layer placed by its arithmetic intensity under a device's two ceilings (memory
 bandwidth and peak compute), for prefill and for decode.
 
-Numbers: `calculators.roofline.roofline` (op table, totals, ridge point, chart points), `roofline_curve` (the roof),
+Numbers: `calculators.sizing.roofline.roofline` (op table, totals, ridge point, chart points), `roofline_curve` (the roof),
 `calculators.explain` (formulas).
 """
 from __future__ import annotations
@@ -12,7 +12,7 @@ import streamlit as st
 
 from calculators.explain import (explain_arithmetic_intensity, explain_bandwidth_floor, explain_compute_time,
                                  explain_ridge_point)
-from calculators.roofline import roofline, roofline_curve
+from calculators.sizing.roofline import roofline, roofline_curve
 from calculators.units import MB, WEIGHT_DTYPES, fmt_bytes, fmt_num
 from specs.devices import Device
 from specs.model_config import SpecError

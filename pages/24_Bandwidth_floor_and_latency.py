@@ -2,7 +2,7 @@
 time and TTFT, ITL, total latency, throughput and cost, ideal (datasheet peaks) and realistic (MBU/MFU knobs),
 the batching table, and a comparison across devices.
 
-Numbers: `calculators.latency` (generation_latency, batch_table_for, Efficiency), `calculators.explain` (formulas).
+Numbers: `calculators.sizing.latency` (generation_latency, batch_table_for, Efficiency), `calculators.explain` (formulas).
 """
 from __future__ import annotations
 
@@ -14,16 +14,17 @@ import streamlit as st
 
 from calculators.explain import (explain_cost_per_million, explain_decode_floor, explain_itl, explain_prefill,
                                  explain_throughput, explain_total_latency)
-from calculators.latency import Efficiency, batch_table_for, generation_latency
+from calculators.sizing.latency import Efficiency, batch_table_for, generation_latency
 from calculators.units import GB, KV_DTYPES, WEIGHT_DTYPES, default_kv_dtype, fmt_num
 from specs.devices import Device
 from specs.model_config import ModelConfig, SpecError
 from ui import df_with_download, float_field, formula_expander, int_field, setup_page, show_error
 from ui.model_source import choice_field, device_multiselect
-from ui.multi_gpu import MultiGPU, show_fit_verdict, sizing_with_gpus
+from ui.model_source import sizing_with_gpus
+from ui.multi_gpu import MultiGPU, show_fit_verdict
 from ui.charts import style as chart_style
-from calculators.cost import cost_per_request
-from calculators.tensor_parallel import (Mesh, decode_step_parallel, generation_latency_parallel, per_gpu_memory,
+from calculators.planning.cost import cost_per_request
+from calculators.multi_gpu.tensor_parallel import (Mesh, decode_step_parallel, generation_latency_parallel, per_gpu_memory,
                                          prefill_parallel)
 
 COMPARE_DEFAULT = ["RTX 4090", "A100 SXM 40GB", "H100 SXM", "H200", "MI300X", "L4"]
@@ -51,7 +52,7 @@ def efficiency_knobs() -> Efficiency | None:
     with st.expander("Realistic efficiency (MBU / MFU knobs)", expanded=False):
         st.caption("Datasheet peaks are never reached. These fractions turn the ideal floor into a realistic "
                    "estimate; defaults are published typical values (see each field's help and "
-                   "`calculators.latency.Efficiency`).")
+                   "`calculators.sizing.latency.Efficiency`).")
         cols = st.columns(4)
         values = {name: float_field(label, getattr(defaults, name), 0.01, 1.0, key=f"lat.{name}", step=0.05,
                                     where=cols[i], help=help_text)
@@ -126,7 +127,7 @@ def cost_split(config: ModelConfig, device: Device, setup: MultiGPU, P: int, N: 
     c[1].metric("$ per 1M output tokens", usd(g["usd_per_million_output_tokens"]),
                 help="The reply's share: output tokens × ITL / batch × GPUs × price.")
     c[2].metric("$ per request", usd(g["usd_per_request"]), help=f"price: {device.price_note or 'unknown'}")
-    formula_expander("Formula: cost per request (calculators.cost)", inspect.getdoc(cost_per_request))
+    formula_expander("Formula: cost per request (calculators.planning.cost)", inspect.getdoc(cost_per_request))
 
 
 def multi_gpu_headline(config: ModelConfig, device: Device, setup: MultiGPU, P: int, N: int, B: int, wd: str,
@@ -153,7 +154,7 @@ def multi_gpu_headline(config: ModelConfig, device: Device, setup: MultiGPU, P: 
     df_with_download(df, "multi_gpu_latency", column_config={
         "ideal": st.column_config.NumberColumn(format="%.4g"),
         "realistic": st.column_config.NumberColumn(format="%.4g")})
-    formula_expander("How the multi-GPU numbers are computed (calculators.tensor_parallel)",
+    formula_expander("How the multi-GPU numbers are computed (calculators.multi_gpu.tensor_parallel)",
                      inspect.getdoc(decode_step_parallel) + "\n\n" + inspect.getdoc(prefill_parallel))
     cost_split(config, device, setup, P, N, B, wd, kd, eff)
 
@@ -187,7 +188,7 @@ def batching(config: ModelConfig, device: Device, setup: MultiGPU, wd: str, kd: 
         "tokens/s all streams": st.column_config.NumberColumn(format="localized"),
         "tokens/s per stream": st.column_config.NumberColumn(format="%.0f"),
         "$ per 1M output tokens": st.column_config.NumberColumn(format="%.4f")})
-    st.caption("One GPU, ideal numbers (peak bandwidth, `calculators.latency.batch_table`); a row that does not "
+    st.caption("One GPU, ideal numbers (peak bandwidth, `calculators.sizing.latency.batch_table`); a row that does not "
                "fit on one GPU cannot run there. Step = (weights + batch × "
                "KV per sequence) / bandwidth; tokens/s = batch / step. Weights count every parameter once per "
                "step (an MoE step counts the experts its tokens touch).")

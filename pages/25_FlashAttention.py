@@ -1,7 +1,7 @@
 """FlashAttention: the memory traffic of attention when the score matrix S and its softmax P go through HBM
 (three kernels) versus tiled in on-chip memory (one kernel), the resulting intensity and time, vs sequence length.
 
-Numbers: `calculators.flash_attention` (flash_attention_report, attention_tensor_bytes, tile_bytes),
+Numbers: `calculators.sizing.flash_attention` (flash_attention_report, attention_tensor_bytes, tile_bytes),
 `calculators.explain` (formulas).
 """
 from __future__ import annotations
@@ -13,7 +13,7 @@ import plotly.express as px
 import streamlit as st
 
 from calculators.explain import explain_arithmetic_intensity, explain_bandwidth_floor, explain_unfused_attention
-from calculators.flash_attention import flash_attention_report, tiled_attention_hbm_bytes
+from calculators.sizing.flash_attention import flash_attention_report, tiled_attention_hbm_bytes
 from calculators.units import GB, MB, bytes_per_element, fmt_bytes, fmt_num
 from specs.model_config import SpecError
 from ui import df_with_download, formula_expander, int_field, setup_page, show_error
@@ -87,7 +87,7 @@ def main() -> None:
     formula_expander(
         "Formulas: traffic, intensity, time",
         f"**Unfused, one head** `{uf.symbolic}`\n\n{uf.formula}\n\n{uf.description} (Source: {uf.source})\n\n"
-        f"**Tiled, one head** (`calculators.flash_attention.tiled_attention_hbm_bytes`): "
+        f"**Tiled, one head** (`calculators.sizing.flash_attention.tiled_attention_hbm_bytes`): "
         f"{inspect.getdoc(tiled_attention_hbm_bytes)}\n\n"
         f"**Intensity unfused** `{ai_u.symbolic}` = {ai_u.formula}\n\n**Intensity tiled** = {ai_t.formula}\n\n"
         f"**Time unfused** = traffic per head × heads × layers / bandwidth: {t_u.formula}")

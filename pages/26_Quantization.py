@@ -2,8 +2,8 @@
 by hand, and what they cost by measurement on the loaded engine model (weight error, logit error, top-1
 agreement, perplexity).
 
-Numbers: `calculators.quantization` (precision_table, quantize/dequantize, quantization_error),
-`calculators.explain` (formulas), `engine.quantize.measure_quantization` (the experiment).
+Numbers: `calculators.sizing.quantization` (precision_table, quantize/dequantize, quantization_error),
+`calculators.explain` (formulas), `engine.model.quantize.measure_quantization` (the experiment).
 """
 from __future__ import annotations
 
@@ -13,13 +13,13 @@ import plotly.express as px
 import streamlit as st
 
 from calculators.explain import explain_bandwidth_floor, explain_quantize_value, explain_weight_bytes
-from calculators.quantization import dequantize, precision_table, q_range, quantization_error, quantize
+from calculators.sizing.quantization import dequantize, precision_table, q_range, quantization_error, quantize
 from calculators.units import GB, fmt_bytes, fmt_num
-from engine.quantize import Scheme, measure_quantization, quantization_memory_bytes
+from engine.model.quantize import Scheme, measure_quantization, quantization_memory_bytes
 from specs.model_config import ModelConfig, SpecError
 from ui import (df_with_download, float_field, formula_expander, int_field, model_picker, remember, setup_page,
                 show_error)
-from calculators.tensor_parallel import per_gpu_memory
+from calculators.multi_gpu.tensor_parallel import per_gpu_memory
 from ui.multi_gpu import MultiGPU, multi_gpu_sidebar
 from ui.server import heavy_job
 from ui.model_source import choice_field, device_picker, model_source, units_note
@@ -119,7 +119,7 @@ def granularity_section() -> None:
         "relative RMSE": st.column_config.NumberColumn(format="%.4f"),
         "SQNR (dB)": st.column_config.NumberColumn(format="%.1f"),
         "storage (bytes, fp16 scales)": st.column_config.NumberColumn(format="localized")})
-    st.caption("Error and storage from `calculators.quantization` (quantize → dequantize → quantization_error).")
+    st.caption("Error and storage from `calculators.sizing.quantization` (quantize → dequantize → quantization_error).")
 
 
 # ============================================================================================ measured
@@ -186,7 +186,7 @@ def measured_section(model) -> None:
         "perplexity_change_pct": st.column_config.NumberColumn("perplexity change (%)", format="%.3f")})
     st.caption(f"On {rows[0]['tokens']} tokens. Weight relative RMSE = RMS(ŵ − w) / RMS(w) over all projection "
                "matrices; top-1 agreement = share of positions whose most likely next token is unchanged "
-               "(`engine.quantize.measure_quantization`).")
+               "(`engine.model.quantize.measure_quantization`).")
 
 
 def main() -> None:

@@ -1,7 +1,7 @@
 """Your machine: the theory's prediction for the loaded model on this computer (measured NumPy bandwidth and GEMM
 speed) next to the engine's own timings and counters, op by op.
 
-Predicted: `calculators.engine_floor` (the engine's decode bytes and ITL floor), `calculators.roofline`
+Predicted: `calculators.sizing.engine_floor` (the engine's decode bytes and ITL floor), `calculators.sizing.roofline`
 (forward_flops) and `calculators.explain`, on `specs.devices.measure_this_machine` (bandwidth of a matvec over a
 weight-sized matrix, the operation a decode step repeats). Measured: `engine.Trace(timing=True)`
 around `Model.prefill` and `Model.decode_step`.
@@ -12,13 +12,13 @@ import pandas as pd
 import plotly.express as px
 import streamlit as st
 
-from calculators.engine_floor import engine_decode_bytes
+from calculators.sizing.engine_floor import engine_decode_bytes
 from calculators.explain import explain_compute_time, explain_engine_itl_floor
-from calculators.kv_cache import kv_cache_bytes
-from calculators.roofline import forward_flops
+from calculators.sizing.kv_cache import kv_cache_bytes
+from calculators.sizing.roofline import forward_flops
 from calculators.units import MB, fmt_bytes, fmt_num
 from engine import Model, Trace
-from engine.profile import ProfileRun, profile_run
+from engine.instruments.profile import ProfileRun, profile_run
 from specs.devices import Device
 from specs.model_config import SpecError
 from ui import df_with_download, formula_expander, int_field, model_picker, setup_page, show_error
@@ -155,15 +155,15 @@ def main() -> None:
                      f"holds them, KV cache at the median step) / measured matvec bandwidth: `{itl.symbolic}` = "
                      f"{itl.formula}\n\n**Prefill** = matmul FLOPs / measured FP32 "
                      f"GEMM FLOP/s: `{pre.symbolic}` = {pre.formula}\n\nSources: {itl.source}; {pre.source}. "
-                     f"Bytes: `calculators.engine_floor.engine_decode_bytes`; FLOPs: `forward_flops`.")
+                     f"Bytes: `calculators.sizing.engine_floor.engine_decode_bytes`; FLOPs: `forward_flops`.")
     df_with_download(pd.DataFrame({
         "quantity": ["measured bandwidth (GB/s)", "measured FP32 GEMM (GFLOP/s)", "weights read per token (MB)",
                      "ITL floor (ms)", f"prefill of {n:,} tokens (GFLOP)", "predicted prefill (ms)"],
         "value": [device.memory_bandwidth_gb_s, device.peak(ENGINE_DTYPE) / GFLOP, pred["weight_bytes"] / MB,
                   itl.value, pred["prefill_flops"] / GFLOP, pre.value],
         "from": ["specs.devices.measure_this_machine", "specs.devices.measure_this_machine",
-                 "calculators.engine_floor.engine_decode_bytes", "calculators.engine_floor (engine_itl_floor)",
-                 "calculators.roofline.forward_flops", "calculators.explain.explain_compute_time"]}),
+                 "calculators.sizing.engine_floor.engine_decode_bytes", "calculators.sizing.engine_floor (engine_itl_floor)",
+                 "calculators.sizing.roofline.forward_flops", "calculators.explain.explain_compute_time"]}),
         "prediction", column_config={"value": st.column_config.NumberColumn(format="%.4g")})
     st.caption("GB = 10⁹ bytes, MB = 10⁶ bytes.")
     key = (model.source, n, steps)

@@ -1,8 +1,8 @@
 """Batching: throughput and per-stream ITL versus batch size from the step-time model, the two critical batches,
 and the engine's measured tokens/s for 1, 2, 4, ... streams decoding together.
 
-Numbers: `calculators.batching` (batch_curve, kv_critical_batch, compute_critical_batch, explain_*),
-`engine.serving_runs.batching_run` (measured: the scheduler's tokens/s and the weight products alone).
+Numbers: `calculators.serving.batching` (batch_curve, kv_critical_batch, compute_critical_batch, explain_*),
+`engine.serve.serving_runs.batching_run` (measured: the scheduler's tokens/s and the weight products alone).
 """
 from __future__ import annotations
 
@@ -13,11 +13,11 @@ import plotly.graph_objects as go
 import streamlit as st
 from plotly.subplots import make_subplots
 
-from calculators.batching import (REFERENCE_003, batch_curve, compute_critical_batch, explain_batch_step,
+from calculators.serving.batching import (REFERENCE_003, batch_curve, compute_critical_batch, explain_batch_step,
                                   explain_compute_critical_batch, explain_kv_critical_batch, kv_critical_batch,
                                   reference_batch_table)
 from calculators.units import GB, MB, fmt_bytes, fmt_num
-from engine.serving_runs import batching_run
+from engine.serve.serving_runs import batching_run
 from specs.model_config import SpecError
 from ui import df_with_download, formula_expander, int_field, model_picker, setup_page, show_error
 from ui.serving import measured_run, step_model_inputs

@@ -1,15 +1,15 @@
 """Continuous batching: static and continuous batching simulated on the same arrivals (slot timelines, padding,
 throughput, TTFT/ITL percentiles), then a real run of several prompts through the engine's Scheduler.
 
-Numbers: `calculators.serving_sim` (simulate, SimResult.summary/gantt, explain_summary), `calculators.workload`;
-measured: the engine's `Scheduler` (`ui.serving.serve_prompts`, `engine.scheduler.step_timeline`).
+Numbers: `calculators.serving.serving_sim` (simulate, SimResult.summary/gantt, explain_summary), `calculators.serving.workload`;
+measured: the engine's `Scheduler` (`ui.serving.serve_prompts`, `engine.serve.scheduler.step_timeline`).
 """
 from __future__ import annotations
 
 import pandas as pd
 import streamlit as st
 
-from calculators.serving_sim import explain_summary, simulate
+from calculators.serving.serving_sim import explain_summary, simulate
 from calculators.units import fmt_num
 from specs.model_config import SpecError
 from ui import df_with_download, float_field, formula_expander, int_field, model_picker, setup_page, show_error

@@ -1,8 +1,8 @@
 """Paged KV cache: a request's cache in fixed-size blocks found through a block table; the engine's live block
 tables step by step; and the same request stream under reserve-for-max, contiguous and paged allocation.
 
-Numbers: `calculators.paging` / `calculators.explain.explain_paging` (blocks, empty slots, logical block),
-`calculators.kv_allocation` (the allocation simulator); live: the engine's `Scheduler` (block tables, free list).
+Numbers: `calculators.serving.paging` / `calculators.explain.explain_paging` (blocks, empty slots, logical block),
+`calculators.serving.kv_allocation` (the allocation simulator); live: the engine's `Scheduler` (block tables, free list).
 """
 from __future__ import annotations
 
@@ -11,12 +11,12 @@ import plotly.graph_objects as go
 import streamlit as st
 
 from calculators.explain import explain_paging
-from calculators.kv_allocation import POLICIES, compare_allocators
-from calculators.paging import logical_block, max_empty_slots
+from calculators.serving.kv_allocation import POLICIES, compare_allocators
+from calculators.serving.paging import logical_block, max_empty_slots
 from calculators.units import fmt_bytes, fmt_num
 from engine import Scheduler
 from engine.errors import ModelError
-from engine.scheduler import DEFAULT_POOL_BYTES, pool_bytes
+from engine.serve.scheduler import DEFAULT_POOL_BYTES, pool_bytes
 from specs.model_config import SpecError
 from ui import df_with_download, formula_expander, int_field, model_picker, setup_page, show_error
 from ui.server import heavy_job

@@ -2,9 +2,9 @@
 time on the step model) and on the engine (the same questions with the cache off and on: tokens computed,
 prefill time, identical replies).
 
-Numbers: `calculators.prefix_cache.prefix_cache_numbers` (prefix_kv_bytes, prefill_with_prefix_cache,
+Numbers: `calculators.serving.prefix_cache.prefix_cache_numbers` (prefix_kv_bytes, prefill_with_prefix_cache,
 redundant_prefill, cacheable_blocks, prefix_prefill_ms), `calculators.explain.explain_prefix_saving`;
-measured: `engine.serving_runs.prefix_cache_run` (the Scheduler with prefix_caching=True/False).
+measured: `engine.serve.serving_runs.prefix_cache_run` (the Scheduler with prefix_caching=True/False).
 """
 from __future__ import annotations
 
@@ -13,9 +13,9 @@ import plotly.graph_objects as go
 import streamlit as st
 
 from calculators.explain import explain_prefix_saving
-from calculators.prefix_cache import prefix_cache_numbers
+from calculators.serving.prefix_cache import prefix_cache_numbers
 from calculators.units import fmt_bytes, fmt_num
-from engine.serving_runs import prefix_cache_run
+from engine.serve.serving_runs import prefix_cache_run
 from specs.model_config import SpecError
 from ui import df_with_download, formula_expander, int_field, model_picker, setup_page, show_error
 from ui.serving import measured_run, step_model_inputs, style

@@ -2,8 +2,8 @@
 split into chunks that ride along with ordinary decode steps. Theory (the stall and the chunked worst gap),
 the simulator's token gaps with and without chunks, and the engine's measured ITL.
 
-Numbers: `calculators.queueing` (prefill_stall, chunked_prefill) on `calculators.batching.StepModel`,
-`calculators.serving_sim.simulate_continuous` (chunk_tokens); measured: `engine.serving_runs.chunked_prefill_run`.
+Numbers: `calculators.serving.queueing` (prefill_stall, chunked_prefill) on `calculators.serving.batching.StepModel`,
+`calculators.serving.serving_sim.simulate_continuous` (chunk_tokens); measured: `engine.serve.serving_runs.chunked_prefill_run`.
 """
 from __future__ import annotations
 
@@ -11,11 +11,11 @@ import pandas as pd
 import plotly.graph_objects as go
 import streamlit as st
 
-from calculators.queueing import chunked_prefill, prefill_stall
-from calculators.batching import batch_row
-from calculators.serving_sim import prefill_stall_runs
+from calculators.serving.queueing import chunked_prefill, prefill_stall
+from calculators.serving.batching import batch_row
+from calculators.serving.serving_sim import prefill_stall_runs
 from calculators.units import fmt_num
-from engine.serving_runs import chunked_prefill_run
+from engine.serve.serving_runs import chunked_prefill_run
 from specs.model_config import SpecError
 from ui import df_with_download, formula_expander, int_field, model_picker, setup_page, show_error
 from ui.serving import measured_run, remembered, step_model_inputs, style

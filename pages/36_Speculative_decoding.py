@@ -2,9 +2,9 @@
 (expected tokens per pass, speedup) and a real run on the engine with an early-exit draft: same tokens as plain
 greedy decoding, measured acceptance and wall-time speedup next to the formula's prediction.
 
-Numbers: `calculators.speculative` (expected_tokens_per_pass, speculative_speedup),
-`calculators.explain.explain_speculative`; measured: `engine.serving_runs.speculative_run` with
-`engine.speculative.early_exit_draft`.
+Numbers: `calculators.serving.speculative` (expected_tokens_per_pass, speculative_speedup),
+`calculators.explain.explain_speculative`; measured: `engine.serve.serving_runs.speculative_run` with
+`engine.serve.speculative.early_exit_draft`.
 """
 from __future__ import annotations
 
@@ -15,10 +15,10 @@ import plotly.graph_objects as go
 import streamlit as st
 
 from calculators.explain import explain_speculative
-from calculators.speculative import expected_tokens_per_pass, speculative_speedup
+from calculators.serving.speculative import expected_tokens_per_pass, speculative_speedup
 from calculators.units import fmt_num
-from engine.serving_runs import speculative_run
-from engine.speculative import early_exit_draft
+from engine.serve.serving_runs import speculative_run
+from engine.serve.speculative import early_exit_draft
 from specs.model_config import SpecError
 from ui import df_with_download, float_field, formula_expander, int_field, model_picker, setup_page, show_error
 from ui.serving import measured_run, style

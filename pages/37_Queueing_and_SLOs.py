@@ -1,8 +1,8 @@
 """Queueing and SLOs: the ρ/(1 − ρ) hockey stick next to the simulator's measured waits, p99 TTFT and goodput
 against load, and the batch cap as the operator's knob.
 
-Numbers: `calculators.queueing` (queue_wait_factor), `calculators.explain.explain_queue_wait`,
-`calculators.slo` (load_sweep, batch_cap_sweep, goodput) on `calculators.serving_sim`.
+Numbers: `calculators.serving.queueing` (queue_wait_factor), `calculators.explain.explain_queue_wait`,
+`calculators.serving.slo` (load_sweep, batch_cap_sweep, goodput) on `calculators.serving.serving_sim`.
 """
 from __future__ import annotations
 
@@ -11,10 +11,10 @@ import plotly.graph_objects as go
 import streamlit as st
 
 from calculators.explain import explain_queue_wait
-from calculators.queueing import md1_wait_factor, queue_wait_factor
-from calculators.slo import batch_cap_sweep, load_sweep
+from calculators.serving.queueing import md1_wait_factor, queue_wait_factor
+from calculators.serving.slo import batch_cap_sweep, load_sweep
 from calculators.units import fmt_num
-from calculators.workload import LENGTH_KINDS, synthetic_workload
+from calculators.serving.workload import LENGTH_KINDS, synthetic_workload
 from specs.model_config import SpecError
 from ui import df_with_download, float_field, formula_expander, int_field, setup_page, show_error
 from ui.model_source import choice_field

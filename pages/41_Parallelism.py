@@ -1,9 +1,9 @@
 """Parallelism: tensor, pipeline, context and expert parallelism, each with the numbers that say what it buys and
 what it costs, and a sharding view of one layer on any device mesh.
 
-Numbers: `calculators.tensor_parallel` (tp_scaling, per-GPU memory, fit verdict), `calculators.pipeline`
-(pp_scaling, bubble_table), `calculators.parallel` (context_parallel_kv, ring_attention, expert_parallel),
-`calculators.sharding` (layer_sharding).
+Numbers: `calculators.multi_gpu.tensor_parallel` (tp_scaling, per-GPU memory, fit verdict), `calculators.multi_gpu.pipeline`
+(pp_scaling, bubble_table), `calculators.multi_gpu.parallel` (context_parallel_kv, ring_attention, expert_parallel),
+`calculators.multi_gpu.sharding` (layer_sharding).
 """
 from __future__ import annotations
 
@@ -15,18 +15,19 @@ import streamlit as st
 
 from calculators import arch
 from calculators.explain import explain_context_parallel_kv
-from calculators.latency import Efficiency
-from calculators.parallel import context_parallel_kv, expert_parallel, ring_allreduce_ms, ring_attention
-from calculators.pipeline import bubble_table, pp_scaling
-from calculators.sharding import layer_sharding
-from calculators.tensor_parallel import tp_scaling
+from calculators.sizing.latency import Efficiency
+from calculators.multi_gpu.parallel import context_parallel_kv, expert_parallel, ring_allreduce_ms, ring_attention
+from calculators.multi_gpu.pipeline import bubble_table, pp_scaling
+from calculators.multi_gpu.sharding import layer_sharding
+from calculators.multi_gpu.tensor_parallel import tp_scaling
 from calculators.units import (GB, KV_DTYPES, WEIGHT_DTYPES, bytes_per_element, default_kv_dtype, fmt_bytes,
                                fmt_num)
 from specs.devices import Device
 from specs.model_config import ModelConfig, SpecError
 from ui import df_with_download, formula_expander, int_field, setup_page, show_error
 from ui.model_source import choice_field
-from ui.multi_gpu import MultiGPU, show_fit_verdict, sizing_with_gpus
+from ui.model_source import sizing_with_gpus
+from ui.multi_gpu import MultiGPU, show_fit_verdict
 from ui.charts import style as chart_style
 
 TPS = (1, 2, 4, 8, 16)

@@ -1,7 +1,7 @@
 """Capacity planner: model + precision choices + devices + workload and targets -> every plan searched, the feasible
 ones ranked by $ per 1M tokens with the constraint that binds each, and why the others fail.
 
-Numbers: `calculators.planner` (plan, plan_rows, rejected_rows; vectorised over the whole search space).
+Numbers: `calculators.planning.planner` (plan, plan_rows, rejected_rows; vectorised over the whole search space).
 """
 from __future__ import annotations
 
@@ -13,9 +13,9 @@ import pandas as pd
 import plotly.express as px
 import streamlit as st
 
-import calculators.planner as planner_module
-from calculators.latency import Efficiency
-from calculators.planner import SearchSpace, Workload, plan, plan_rows, rejected_rows
+import calculators.planning.planner as planner_module
+from calculators.sizing.latency import Efficiency
+from calculators.planning.planner import SearchSpace, Workload, plan, plan_rows, rejected_rows
 from calculators.units import GB
 from specs.devices import device_documents, list_devices, load_device
 from specs.model_config import SpecError
@@ -158,7 +158,7 @@ def main() -> None:
         st.warning(f"**No feasible plan**: {e}")
         return
     results(res, wl)
-    formula_expander("How plans are evaluated (calculators.planner)", inspect.getdoc(planner_module))
+    formula_expander("How plans are evaluated (calculators.planning.planner)", inspect.getdoc(planner_module))
 
 
 main()

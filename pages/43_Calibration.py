@@ -1,7 +1,7 @@
 """Calibration: import measured serving results (vLLM benchmark JSON or a CSV), fit the efficiency knobs and show
 predicted vs measured with the error.
 
-Numbers: `calculators.calibration` (read_vllm_json, read_csv, calibrate).
+Numbers: `calculators.planning.calibration` (read_vllm_json, read_csv, calibrate).
 """
 from __future__ import annotations
 
@@ -11,13 +11,13 @@ import pandas as pd
 import plotly.graph_objects as go
 import streamlit as st
 
-import calculators.calibration as calibration_module
-from calculators.calibration import calibrate, read_csv, read_vllm_json
+import calculators.planning.calibration as calibration_module
+from calculators.planning.calibration import calibrate, read_csv, read_vllm_json
 from calculators.units import KV_DTYPES, WEIGHT_DTYPES, default_kv_dtype
 from specs.model_config import SpecError
 from ui import df_with_download, formula_expander, int_field, remember, setup_page, show_error
 from ui.model_source import choice_field
-from ui.multi_gpu import sizing_with_gpus
+from ui.model_source import sizing_with_gpus
 from ui.charts import style as chart_style
 
 EXAMPLE_CSV = """prompt_tokens,output_tokens,batch,ttft_ms,itl_ms,tp

@@ -1,8 +1,8 @@
 """Class: the live batch of the shared engine worker, i.e. the class itself as the serving lesson's workload.
 
-Numbers: `engine.worker.EngineWorker.snapshot` (requests, block tables, free blocks, each step's time, aggregate
-and single-stream tokens/s), `engine.worker.decode_step_point` (the last decode step's FLOPs, bytes and intensity
-by `calculators.roofline`'s convention), `calculators.roofline.roofline_curve` on this machine as measured
+Numbers: `server.worker.EngineWorker.snapshot` (requests, block tables, free blocks, each step's time, aggregate
+and single-stream tokens/s), `server.worker.decode_step_point` (the last decode step's FLOPs, bytes and intensity
+by `calculators.sizing.roofline`'s convention), `calculators.sizing.roofline.roofline_curve` on this machine as measured
 (`ui.machine`).
 """
 from __future__ import annotations
@@ -12,10 +12,10 @@ import pandas as pd
 import plotly.graph_objects as go
 import streamlit as st
 
-from calculators.latency import decode_step_ms, throughput_tok_s
-from calculators.roofline import roofline_curve
+from calculators.sizing.latency import decode_step_ms, throughput_tok_s
+from calculators.sizing.roofline import roofline_curve
 from calculators.units import fmt_num
-from engine.worker import EngineWorker, WorkerSnapshot, decode_step_point
+from server.worker import EngineWorker, WorkerSnapshot, decode_step_point
 from ui import df_with_download, formula_expander, setup_page
 from ui.machine import machine_controls, measured_machine
 from ui.model_source import fmt_si
@@ -182,16 +182,16 @@ def main() -> None:
     fragment(worker, device)
     formula_expander(
         "Where these numbers come from",
-        "Measured by the engine worker (`engine.worker`) around each scheduler step:\n\n"
+        "Measured by the engine worker (`server.worker`) around each scheduler step:\n\n"
         "- **Aggregate tokens/s** = tokens produced by all requests in the steps of the last 10 s ÷ the time "
         "those steps took (idle time left out).\n"
         "- **One stream alone** = 1 ÷ median time of the steps that decoded exactly one request.\n"
         "- **Batch worth** = aggregate ÷ one stream alone.\n"
         "- **Predicted** step = max(bytes ÷ bandwidth, FLOPs ÷ peak FP32) of this machine "
-        "(`calculators.latency.decode_step_ms`, float32 weights and KV); tokens/s = batch ÷ step time "
+        "(`calculators.sizing.latency.decode_step_ms`, float32 weights and KV); tokens/s = batch ÷ step time "
         "(`throughput_tok_s`).\n"
         "- **Roofline point**: FLOPs and bytes of a decode step of B sequences at the mean context S, counted by "
-        "`calculators.roofline` (forward_flops, weight_bytes_read, kv_bytes_step, all float32 as the engine holds "
+        "`calculators.sizing.roofline` (forward_flops, weight_bytes_read, kv_bytes_step, all float32 as the engine holds "
         "them); intensity = FLOPs ÷ bytes; achieved FLOP/s = FLOPs ÷ measured step time. The roof is "
         "min(peak FP32 FLOP/s, intensity × bandwidth) of this machine as measured.\n"
         "- **Blocks**: each request's block table maps its tokens to physical blocks of the shared pool "

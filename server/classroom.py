@@ -110,15 +110,15 @@ class ClassroomPolicy:
         """Every rule that applies to an `engine.load_model` source, before anything is opened or fetched.
 
         `download_bytes(repo_id)`: total size of what loading the repo would download (default: the Hub's file
-        listing via `engine.hub.repo_download_plan`); a repo already complete in the local cache downloads 0."""
+        listing via `engine.load.hub.repo_download_plan`); a repo already complete in the local cache downloads 0."""
         if not self.enabled:
             return
-        from engine.loading import DEFAULT_NAMES
+        from engine.load.loading import DEFAULT_NAMES
         text = (source or "").strip()
         if text.lower() in DEFAULT_NAMES:
             return
         if text.lower().startswith("random:"):
-            from calculators.params import weight_bytes
+            from calculators.sizing.params import weight_bytes
             from specs.presets import load_preset
             config = load_preset(text.split(":", 1)[1].strip())
             self.check_random(config.name, weight_bytes(config, dtype="fp32"))
@@ -149,7 +149,7 @@ class ClassroomPolicy:
 
 
 def _download_bytes(repo_id: str) -> float:
-    from engine.hub import cached_repo_folder, repo_download_plan
+    from engine.load.hub import cached_repo_folder, repo_download_plan
     if cached_repo_folder(repo_id) is not None:
         return 0.0
     return float(sum(size for _, size in repo_download_plan(repo_id)))

@@ -33,12 +33,13 @@ from collections import deque
 from dataclasses import dataclass
 from typing import Any, Callable, Iterator, Sequence
 
-from calculators.kv_cache import kv_bytes_per_token
-from calculators.roofline import arithmetic_intensity, forward_flops, kv_bytes_step, weight_bytes_read
+from calculators.sizing.kv_cache import kv_bytes_per_token
+from calculators.sizing.roofline import arithmetic_intensity, forward_flops, kv_bytes_step, weight_bytes_read
 from engine.errors import ModelError
-from engine.model import Generated, Model
-from engine.scheduler import Scheduler, StepReport
-from engine.sequence import Request
+from engine.model.generate import Generated
+from engine.model.model import Model
+from engine.serve.scheduler import Scheduler, StepReport
+from engine.serve.sequence import Request
 
 DEFAULT_MAX_BATCH = 32            # requests decoded together in one step
 DEFAULT_MAX_WAITING = 64          # requests allowed to wait in line beyond the batch
@@ -136,7 +137,7 @@ class GenerationHandle:
         tok = self.worker.model.tokenizer
         decoder = None
         if tok is not None:
-            from engine.tokenizer import StreamDecoder
+            from engine.load.tokenizer import StreamDecoder
             decoder = StreamDecoder(tok, continuation=True)
         step = 0
         for ev in self.events(poll_s, on_wait):

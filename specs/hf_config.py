@@ -15,7 +15,9 @@ Every problem raises `SpecError` whose message names the key to fix.
 """
 from __future__ import annotations
 
+import json
 import math
+from pathlib import Path
 from typing import Any
 
 from specs.model_config import ModelConfig, SpecError
@@ -284,3 +286,15 @@ def parse_hf_config(cfg: dict, name: str | None = None) -> ModelConfig:
         learned_position_embeddings=pos_rows,
         **mla_fields, **lin_fields, **moe_fields,
     )
+
+
+def config_from_json_file(path: str | Path, name: str | None = None) -> ModelConfig:
+    """A `ModelConfig` from a Hugging Face config.json on disk (its folder's name unless `name` is given)."""
+    p = Path(path)
+    try:
+        cfg = json.loads(p.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise SpecError(f"config file not found: {p}") from None
+    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise SpecError(f"{p} is not valid JSON ({e}); expected a Hugging Face config.json") from None
+    return parse_hf_config(cfg, name=name or p.parent.name or p.stem)

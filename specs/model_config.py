@@ -6,10 +6,8 @@ reference's symbols where it has them (000: D, F, L, h_q, h_kv, d_k, V).
 from __future__ import annotations
 
 import dataclasses
-import json
 import math
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 
@@ -113,21 +111,3 @@ class ModelConfig:
         d = dataclasses.asdict(self)
         d.pop("extra", None)
         return d
-
-    # -- Hugging Face config.json ----------------------------------------------------------------
-    @classmethod
-    def from_hf_config(cls, cfg: dict, name: str | None = None) -> "ModelConfig":
-        """Build from a Hugging Face `config.json` dict (Llama-family keys; see calculators for other families)."""
-        from specs.hf_config import parse_hf_config
-        return parse_hf_config(cfg, name=name)
-
-    @classmethod
-    def from_json_file(cls, path: str | Path, name: str | None = None) -> "ModelConfig":
-        p = Path(path)
-        try:
-            cfg = json.loads(p.read_text(encoding="utf-8"))
-        except FileNotFoundError:
-            raise SpecError(f"config file not found: {p}") from None
-        except (UnicodeDecodeError, json.JSONDecodeError) as e:
-            raise SpecError(f"{p} is not valid JSON ({e}); expected a Hugging Face config.json") from None
-        return cls.from_hf_config(cfg, name=name or p.parent.name or p.stem)

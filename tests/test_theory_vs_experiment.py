@@ -1,12 +1,12 @@
-"""Theory equals experiment: what the engine counts while it runs (engine/trace.py) equals the closed-form
-calculators (calculators/roofline.py) exactly, under the one convention both document. Both sides count whole
+"""Theory equals experiment: what the engine counts while it runs (engine/model/trace.py) equals the closed-form
+calculators (calculators/sizing/roofline.py) exactly, under the one convention both document. Both sides count whole
 FLOPs and bytes (integers far below 2**53, so their float totals are exact): any difference is a bug."""
 import pytest
 
-from calculators.engine_floor import engine_decode_bytes, engine_itl_floor_ms
+from calculators.sizing.engine_floor import engine_decode_bytes, engine_itl_floor_ms
 from calculators.explain import explain_engine_itl_floor
-from calculators.kv_cache import kv_cache_bytes
-from calculators.roofline import forward_flops, kv_bytes_step, weight_bytes_read
+from calculators.sizing.kv_cache import kv_cache_bytes
+from calculators.sizing.roofline import forward_flops, kv_bytes_step, weight_bytes_read
 from engine import Model, Trace
 from specs.model_config import ModelConfig
 from specs.presets import load_preset

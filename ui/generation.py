@@ -19,7 +19,7 @@ import pandas as pd
 import streamlit as st
 
 from engine import Generated, Model
-from engine.generate import generation_summary
+from engine.model.generate import generation_summary
 from specs.model_config import SpecError
 from ui import server
 from ui.widgets import df_with_download, float_field, formula_expander, int_field, remember, show_error
@@ -232,7 +232,7 @@ def show_result(result: GenerationResult, model: Model) -> None:
     cfg = model.config
     formula_expander(
         "Where these numbers come from",
-        "Measured for this request by the shared engine worker (`engine.worker`), which batches every "
+        "Measured for this request by the shared engine worker (`server.worker`), which batches every "
         "session's requests; the clock runs while the whole batch computes, so the numbers include the load:\n\n"
         "- **TTFT** = from your request entering the queue to its first token (waiting in line + prefill).\n"
         "- **ITL** = time between two of your tokens: one decode step of the whole batch; the mean is over steps "

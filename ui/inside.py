@@ -35,7 +35,7 @@ class Prompt:
 
     def last_word_position(self, model: Model) -> int:
         """The position of the last token the user typed (not the chat template's closing markers)."""
-        from engine.readout import subsequence_end
+        from engine.instruments.readout import subsequence_end
         if model.tokenizer is None or not self.use_chat:
             return len(self.ids) - 1
         end = subsequence_end(self.ids, model.tokenizer.encode(self.text.strip(), add_bos=False))

@@ -20,8 +20,8 @@ from typing import Any, Callable
 import streamlit as st
 
 from engine import Model, load_model
-from engine.classroom import current_policy
-from engine.jobs import available_memory_bytes, check_memory
+from server.classroom import current_policy
+from server.jobs import available_memory_bytes, check_memory
 from specs.model_config import SpecError
 from specs.presets import list_presets, load_preset, preset_document
 from ui.widgets import remember, show_error
@@ -51,8 +51,8 @@ def runnable_presets() -> list[str]:
 
 @functools.lru_cache(maxsize=1)
 def _runnable_presets() -> tuple[str, ...]:
-    from calculators.params import total_params
-    from engine.hf_loader import check_llama_architecture
+    from calculators.sizing.params import total_params
+    from engine.load.hf_loader import check_llama_architecture
 
     out = []
     for name in list_presets():
@@ -214,11 +214,11 @@ def _progress_bar(where: Any, source: str) -> tuple[Callable[[float, str], None]
 def check_random_fits(source: str) -> None:
     """Refuse random weights that would not fit in free memory (allocating them would get the server killed).
 
-    The size comes from the theory, `calculators.params.weight_bytes(config, "fp32")`: the engine holds float32.
+    The size comes from the theory, `calculators.sizing.params.weight_bytes(config, "fp32")`: the engine holds float32.
     """
     if not source.lower().startswith("random:"):
         return
-    from calculators.params import weight_bytes
+    from calculators.sizing.params import weight_bytes
 
     config = load_preset(source.split(":", 1)[1].strip())
     check_memory(f"random weights of {config.name} (float32)", weight_bytes(config, dtype="fp32"),
@@ -227,9 +227,9 @@ def check_random_fits(source: str) -> None:
 
 def load_estimate_bytes(source: str) -> float:
     """Memory a load will take, where the theory can tell before loading (float32 weights of a preset's shape:
-    `calculators.params.weight_bytes`); 0 where unknown (a file or repo of unknown shape)."""
-    from calculators.params import weight_bytes
-    from engine.loading import DEFAULT_NAMES
+    `calculators.sizing.params.weight_bytes`); 0 where unknown (a file or repo of unknown shape)."""
+    from calculators.sizing.params import weight_bytes
+    from engine.load.loading import DEFAULT_NAMES
     text = source.strip()
     name = "SmolLM2-135M-Instruct" if text.lower() in DEFAULT_NAMES else (
         text.split(":", 1)[1].strip() if text.lower().startswith("random:") else None)

@@ -6,7 +6,7 @@ keep their choice across pages.
     config = model_source()        # specs.model_config.ModelConfig, or None (the reason is on screen)
     device = device_picker()       # specs.devices.Device, or None
 
-Nothing here computes a cost: a config is parsed by `ModelConfig.from_hf_config`, a device comes from
+Nothing here computes a cost: a config is parsed by `specs.hf_config.parse_hf_config`, a device comes from
 `specs.devices`; every problem becomes one st.error (never a traceback).
 """
 from __future__ import annotations
@@ -15,7 +15,7 @@ import json
 import os
 import socket
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlparse
 
 import streamlit as st
@@ -26,6 +26,10 @@ from specs.model_config import ModelConfig, SpecError
 from specs.presets import list_presets, load_preset
 from ui.machine import machine_controls, measured_machine
 from ui.widgets import remember, show_error
+
+if TYPE_CHECKING:
+    from ui.multi_gpu import MultiGPU
+from specs.hf_config import parse_hf_config
 
 # ============================================================================================ keys and labels
 PRESET, ENGINE, CONFIG_JSON = "Preset", "Engine model (loaded)", "Hugging Face config.json"
@@ -71,7 +75,7 @@ def parse_config_text(text: str | bytes, name: str = "config.json") -> ModelConf
                         "{\"model_type\": ..., \"hidden_size\": ..., ...}")
     label = str(cfg.get("_name_or_path") or "").strip().rstrip("/").split("/")[-1] or name
     try:
-        return ModelConfig.from_hf_config(cfg, name=label)
+        return parse_hf_config(cfg, name=label)
     except SpecError:
         raise
     except (TypeError, ValueError, KeyError, AttributeError, OverflowError) as e:   # a key of an unexpected type
@@ -81,7 +85,7 @@ def parse_config_text(text: str | bytes, name: str = "config.json") -> ModelConf
 def read_config_path(path: str) -> tuple[str, str]:
     """(name, text) of a config.json given as a file or as the folder holding it (in classroom mode only inside
     the allowed folder)."""
-    from engine.classroom import current_policy
+    from server.classroom import current_policy
     p = Path(os.path.expanduser(path.strip()))
     current_policy().check_local_path(p)
     if p.is_dir():
@@ -114,10 +118,10 @@ def _hub_reachable(timeout_s: float = 3.0) -> bool:
 def fetch_hub_config(repo: str) -> str:
     """The text of `repo`'s config.json: from the local Hugging Face cache, else downloaded. SpecError if the id
     is malformed, the repo is missing or gated, or the machine is offline (with what to do instead)."""
-    from engine.hub import _hub_error, is_repo_id
+    from engine.load.hub import _hub_error, is_repo_id
     from huggingface_hub import hf_hub_download
 
-    from engine.classroom import current_policy
+    from server.classroom import current_policy
     repo = repo.strip()
     if not is_repo_id(repo):
         raise SpecError(f"{repo!r} is not a Hugging Face repository id; expected 'owner/name', "
@@ -385,3 +389,14 @@ def sizing_inputs() -> tuple[Any, Any] | None:
         st.info("Choose a model and a device in the sidebar.")
         return None
     return config, device
+
+
+def sizing_with_gpus() -> "tuple[ModelConfig, Device, MultiGPU] | None":
+    """`sizing_inputs` plus the multi-GPU sidebar (`ui.multi_gpu`): (model, device, layout), or None with the reason shown."""
+    chosen = sizing_inputs()
+    if chosen is None:
+        return None
+    config, device = chosen
+    from ui.multi_gpu import multi_gpu_sidebar
+    setup = multi_gpu_sidebar(config, device)
+    return None if setup is None else (config, device, setup)

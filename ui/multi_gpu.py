@@ -6,7 +6,7 @@ device form (every precision's peak, memory, bandwidth, interconnect, price) and
     setup = multi_gpu_sidebar(config, device)     # MultiGPU or None (the reason is on screen)
     show_fit_verdict(config, device, setup, tokens, batch, wd, kd)
 
-Nothing here computes: the numbers come from `calculators.tensor_parallel` and `specs.devices`.
+Nothing here computes: the numbers come from `calculators.multi_gpu.tensor_parallel` and `specs.devices`.
 """
 from __future__ import annotations
 
@@ -15,8 +15,8 @@ from typing import Any
 
 import streamlit as st
 
-from calculators.memory import DEFAULT_GPU_MEMORY_UTILIZATION, RuntimeOverheads
-from calculators.tensor_parallel import Mesh, fit_verdict, mesh_problem
+from calculators.sizing.memory import DEFAULT_GPU_MEMORY_UTILIZATION, RuntimeOverheads
+from calculators.multi_gpu.tensor_parallel import Mesh, fit_verdict, mesh_problem
 from calculators.units import GiB, fmt_num
 from specs.devices import Device, Link, all_links, custom_device, device_link, load_link
 from specs.model_config import ModelConfig, SpecError
@@ -45,7 +45,7 @@ class MultiGPU:
     embeddings_16bit: bool
 
     def memory_kw(self) -> dict:
-        """Keyword arguments of `calculators.tensor_parallel.per_gpu_memory` / `fit_verdict`."""
+        """Keyword arguments of `calculators.multi_gpu.tensor_parallel.per_gpu_memory` / `fit_verdict`."""
         return dict(usable_fraction=self.usable_fraction, overheads=self.overheads,
                     embeddings_16bit=self.embeddings_16bit)
 
@@ -186,14 +186,3 @@ def custom_device_form(box: Any, key: str) -> Device | None:
     except (SpecError, StopIteration) as e:
         show_error(e if str(e) else "choose an interconnect type", box)
         return None
-
-
-def sizing_with_gpus() -> tuple[ModelConfig, Device, MultiGPU] | None:
-    """`ui.model_source.sizing_inputs` plus this sidebar: (model, device, layout), or None with the reason shown."""
-    from ui.model_source import sizing_inputs
-    chosen = sizing_inputs()
-    if chosen is None:
-        return None
-    config, device = chosen
-    setup = multi_gpu_sidebar(config, device)
-    return None if setup is None else (config, device, setup)

@@ -18,8 +18,8 @@ from typing import Callable, Iterator, Sequence
 import streamlit as st
 
 from engine import Generated, Model
-from engine.jobs import JobQueue
-from engine.worker import GenerationHandle, WorkerRegistry
+from server.jobs import JobQueue
+from server.worker import GenerationHandle, WorkerRegistry
 
 HEAVY_JOBS_AT_ONCE = 1             # 2 cores: one heavy job at a time already uses both
 HEAVY_JOBS_WAITING = 8
@@ -59,7 +59,7 @@ def heavy_jobs() -> JobQueue:
 
 def heavy_job(label: str, memory_bytes: float = 0.0, where=None):
     """`with heavy_job("quantization measurement", 0.5e9):` runs the body when its turn comes, showing
-    "busy: you are #k in line" meanwhile; raises engine.jobs.JobRefused (a ModelError) when it cannot start."""
+    "busy: you are #k in line" meanwhile; raises server.jobs.JobRefused (a ModelError) when it cannot start."""
     slot = (where if where is not None else st).empty()
 
     def on_wait(k: int) -> None:
@@ -88,7 +88,7 @@ class _cleared:
 # ============================================================================================ generation
 def submit(model: Model, ids: Sequence[int], *, max_new_tokens: int, temperature: float = 0.0, top_k: int = 0,
            top_p: float = 1.0, seed: int | None = None) -> GenerationHandle:
-    """This session's request into the model's shared worker. Raises engine.worker.Busy or ModelError (with the
+    """This session's request into the model's shared worker. Raises server.worker.Busy or ModelError (with the
     reason) before any work."""
     sid = session_id()
     return workers().worker(model).submit(sid, ids, max_new_tokens=max_new_tokens, temperature=temperature,
@@ -103,7 +103,7 @@ def generate(model: Model, ids: Sequence[int], max_new_tokens: int = 64, tempera
     requests by the model's engine worker. `chunk_size` is the worker's to choose (its prefill chunk bounds every
     step for everyone), so it is accepted and not used.
 
-    Checks and admission happen here, before anything streams (engine.worker.Busy / ModelError, with the reason).
+    Checks and admission happen here, before anything streams (server.worker.Busy / ModelError, with the reason).
     The returned stream yields this session's tokens (engine.Generated); `stream.stop()`, setting `stop`, or the
     script being stopped (the browser closing, a rerun) cancels the request and frees its KV blocks."""
     handle = submit(model, ids, max_new_tokens=max_new_tokens, temperature=temperature, top_k=top_k, top_p=top_p,

@@ -2,7 +2,7 @@
 or an uploaded trace file), slot timelines (Gantt charts) for the simulator and for a real engine run, and the
 engine's live block tables.
 
-No formula lives here: timings come from `calculators.serving_sim` / `calculators.batching` or from the engine's
+No formula lives here: timings come from `calculators.serving.serving_sim` / `calculators.serving.batching` or from the engine's
 `Scheduler` step reports; this module only arranges them for a chart or a table.
 """
 from __future__ import annotations
@@ -13,9 +13,9 @@ from typing import Any, Callable
 import plotly.graph_objects as go
 import streamlit as st
 
-from calculators.batching import StepModel, step_model_for
+from calculators.serving.batching import StepModel, step_model_for
 from calculators.units import WEIGHT_DTYPES, fmt_bytes, fmt_num
-from calculators.workload import LENGTH_KINDS, Workload, parse_trace, synthetic_workload, trace_csv
+from calculators.serving.workload import LENGTH_KINDS, Workload, parse_trace, synthetic_workload, trace_csv
 from specs.model_config import SpecError
 from ui.charts import style as chart_style
 from ui.model_source import choice_field, sizing_inputs
@@ -165,7 +165,7 @@ def engine_job(label: str, model, tokens: int, sequences: int = 1):
     """`with engine_job("the batching measurement", model, 16, 8):` a measured engine run through the server's
     heavy-job line (one at a time, memory checked first): it needs about the K/V of `sequences` sequences of
     `tokens` positions in the engine's float32. Refusals are ModelErrors (shown like any bad input)."""
-    from calculators.kv_cache import kv_cache_bytes
+    from calculators.sizing.kv_cache import kv_cache_bytes
     from ui.server import heavy_job
     return heavy_job(label, kv_cache_bytes(model.config, tokens, sequences, kv_dtype="fp32"))
 
@@ -182,9 +182,9 @@ def serve_prompts(model, prompts: list[list[int]], max_new_tokens: list[int], *,
 
 
 def engine_gantt(reports) -> list[dict]:
-    """Bars from `engine.scheduler.step_timeline`: a display slot per request (taken at its first step, given
+    """Bars from `engine.serve.scheduler.step_timeline`: a display slot per request (taken at its first step, given
     back after its last), consecutive steps of one phase merged into one bar; x in steps and measured seconds."""
-    from engine.scheduler import step_timeline
+    from engine.serve.scheduler import step_timeline
     rows = step_timeline(reports)
     last = {}
     for r in rows:

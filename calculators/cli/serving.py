@@ -11,17 +11,15 @@ JSON keys are listed in the README ("Serving simulators"). Bad input prints one 
 from __future__ import annotations
 
 import argparse
-import json
-import sys
 
-from calculators.batching import batch_curve, compute_critical_batch, kv_critical_batch, step_model_for
-from calculators.kv_allocation import POLICIES as ALLOC_POLICIES, compare_allocators
-from calculators.latency import Efficiency
-from calculators.serving_sim import simulate
-from calculators.slo import goodput, load_sweep
+from calculators.serving.batching import batch_curve, compute_critical_batch, kv_critical_batch, step_model_for
+from calculators.serving.kv_allocation import POLICIES as ALLOC_POLICIES, compare_allocators
+from calculators.cli.common import Parser, dtype_arg, load_gpu, load_model, positive_int, run_and_print
+from calculators.sizing.latency import Efficiency
+from calculators.serving.serving_sim import simulate
+from calculators.serving.slo import goodput, load_sweep
 from calculators.units import KV_DTYPES, WEIGHT_DTYPES
-from calculators.workload import ARRIVAL_KINDS, LENGTH_KINDS, load_trace, synthetic_workload
-from specs.model_config import SpecError
+from calculators.serving.workload import ARRIVAL_KINDS, LENGTH_KINDS, load_trace, synthetic_workload
 
 COMMANDS = ("simulate", "batching", "kv-alloc", "queue")
 
@@ -44,25 +42,24 @@ def _floats(s: str) -> list[float]:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from calculators.cli import _dtype, _Parser, _positive_int
-    p = _Parser(prog="python -m calculators", description="Serving simulators and batching theory.")
-    sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
+    p = Parser(prog="python -m calculators", description="Serving simulators and batching theory.")
+    sub = p.add_subparsers(dest="command", required=True, parser_class=Parser)
 
     def common(sp, workload=True):
         sp.add_argument("--model", default="tinyllama", help="preset or path to a config.json (default tinyllama)")
         sp.add_argument("--gpu", "--device", dest="gpu", default="a100", help="device name (default a100)")
-        sp.add_argument("--weight-dtype", type=_dtype(WEIGHT_DTYPES), default="bf16")
-        sp.add_argument("--kv-dtype", type=_dtype(KV_DTYPES), default=None)
+        sp.add_argument("--weight-dtype", type=dtype_arg(WEIGHT_DTYPES), default="bf16")
+        sp.add_argument("--kv-dtype", type=dtype_arg(KV_DTYPES), default=None)
         sp.add_argument("--mbu", type=float, default=1.0, help="decode bandwidth utilisation (default 1 = ideal)")
         sp.add_argument("--mfu", type=float, default=1.0, help="compute utilisation (default 1 = ideal)")
         sp.add_argument("--overhead-ms", type=float, default=0.0, help="fixed cost per step (default 0)")
         sp.add_argument("--json", action="store_true", help="print JSON")
         if workload:
             sp.add_argument("--trace", default=None, help="CSV/JSONL with arrival_s,prompt_tokens,output_tokens")
-            sp.add_argument("--requests", type=_positive_int, default=1000)
+            sp.add_argument("--requests", type=positive_int, default=1000)
             sp.add_argument("--rate", type=float, default=20.0, help="arrivals per second (default 20)")
             sp.add_argument("--arrivals", choices=ARRIVAL_KINDS, default="poisson")
-            sp.add_argument("--burst-size", type=_positive_int, default=8)
+            sp.add_argument("--burst-size", type=positive_int, default=8)
             sp.add_argument("--prompt-tokens", type=float, default=200, help="mean prompt length")
             sp.add_argument("--prompt-dist", choices=LENGTH_KINDS, default="fixed")
             sp.add_argument("--output-tokens", type=float, default=128, help="mean output length")
@@ -72,26 +69,26 @@ def build_parser() -> argparse.ArgumentParser:
     s = sub.add_parser("simulate", help="static vs continuous batching on the same arrivals")
     common(s)
     s.add_argument("--policy", choices=("continuous", "static", "both"), default="both")
-    s.add_argument("--max-batch", type=_positive_int, default=32)
-    s.add_argument("--chunk-tokens", type=_positive_int, default=None, help="chunked prefill budget per step")
-    s.add_argument("--kv-pool-tokens", type=_positive_int, default=None, help="KV budget in token positions")
+    s.add_argument("--max-batch", type=positive_int, default=32)
+    s.add_argument("--chunk-tokens", type=positive_int, default=None, help="chunked prefill budget per step")
+    s.add_argument("--kv-pool-tokens", type=positive_int, default=None, help="KV budget in token positions")
     s.add_argument("--batch-timeout", type=float, default=0.0, help="static: wait this long to fill a batch (s)")
     s.add_argument("--ttft-slo-ms", type=float, default=1000.0)
     s.add_argument("--itl-slo-ms", type=float, default=None)
     b = sub.add_parser("batching", help="throughput and ITL vs batch; the critical batches")
     common(b, workload=False)
-    b.add_argument("--tokens", type=_positive_int, default=300, help="context per sequence (default 300)")
+    b.add_argument("--tokens", type=positive_int, default=300, help="context per sequence (default 300)")
     b.add_argument("--batches", type=_ints, default=[1, 8, 32, 128, 256, 512])
     k = sub.add_parser("kv-alloc", help="reserve-for-max vs contiguous vs paged KV allocation")
     common(k)
-    k.add_argument("--pool-tokens", type=_positive_int, required=True, help="KV pool in token positions")
-    k.add_argument("--block-size", type=_positive_int, default=16)
-    k.add_argument("--max-tokens", type=_positive_int, default=None, help="reservation per request")
-    k.add_argument("--grow-tokens", type=_positive_int, default=16)
-    k.add_argument("--max-batch", type=_positive_int, default=None)
+    k.add_argument("--pool-tokens", type=positive_int, required=True, help="KV pool in token positions")
+    k.add_argument("--block-size", type=positive_int, default=16)
+    k.add_argument("--max-tokens", type=positive_int, default=None, help="reservation per request")
+    k.add_argument("--grow-tokens", type=positive_int, default=16)
+    k.add_argument("--max-batch", type=positive_int, default=None)
     q = sub.add_parser("queue", help="waits, p99 TTFT and goodput vs load (the simulator)")
     common(q)
-    q.add_argument("--max-batch", type=_positive_int, default=1)
+    q.add_argument("--max-batch", type=positive_int, default=1)
     q.add_argument("--loads", type=_floats, default=[0.3, 0.5, 0.7, 0.9])
     q.add_argument("--ttft-slo-ms", type=float, default=1000.0)
     q.add_argument("--itl-slo-ms", type=float, default=None)
@@ -99,7 +96,6 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _step_model(a):
-    from calculators.cli import load_gpu, load_model
     c, dev = load_model(a.model), load_gpu(a.gpu)
     eff = Efficiency(decode_mbu=a.mbu, prefill_mfu=a.mfu)
     return c, step_model_for(c, dev, a.weight_dtype, a.kv_dtype, eff, a.overhead_ms)
@@ -168,14 +164,4 @@ def _short(v) -> str:
 
 
 def main(argv: list[str]) -> int:
-    a = build_parser().parse_args(argv)
-    try:
-        out = run(a)
-    except (SpecError, ValueError, OSError, KeyError) as e:
-        print(f"error: {str(e).strip() or type(e).__name__}".replace("\n", " "), file=sys.stderr)
-        return 2
-    try:
-        print(json.dumps(out, indent=2, default=float) if a.json else _render(out))
-    except BrokenPipeError:
-        pass
-    return 0
+    return run_and_print(run, _render, build_parser().parse_args(argv))

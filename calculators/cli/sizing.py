@@ -1,5 +1,4 @@
-"""Command line: `python -m calculators memory|floor|roofline|latency --model M --gpu G [...] [--json]`.
-The serving commands (simulate, batching, kv-alloc, queue) live in `cli_serving.py`.
+"""Sizing commands of `python -m calculators`: memory|floor|roofline|latency|plan --model M --gpu G [...] [--json].
 
 --model takes a preset name (see `specs/models/`) or a path to a Hugging Face config.json; --gpu a device name
 from `specs/devices.json` or "this-machine" (measured for about a second). Bad input prints one line on stderr
@@ -8,71 +7,39 @@ and exits with status 2.
 from __future__ import annotations
 
 import argparse
-import json
 import math
-import sys
-from pathlib import Path
 
 from calculators import explain as ex
-from calculators.kv_cache import kv_bytes_per_token, kv_cache_bytes
-from calculators.latency import Efficiency, bandwidth_floor_ms, decode_step_bytes, generation_latency
-from calculators.memory import DEFAULT_GPU_MEMORY_UTILIZATION, max_batch, max_context, memory_budget
-from calculators.params import param_breakdown, weight_bytes
-from calculators.roofline import roofline
-from calculators.cli_serving import COMMANDS as SERVING_COMMANDS, main as serving_main
-from calculators.units import KV_DTYPES, WEIGHT_DTYPES, default_kv_dtype, dtype_name, fmt_bytes, fmt_count, \
+from calculators.sizing.kv_cache import kv_bytes_per_token, kv_cache_bytes
+from calculators.sizing.latency import Efficiency, bandwidth_floor_ms, decode_step_bytes, generation_latency
+from calculators.sizing.memory import DEFAULT_GPU_MEMORY_UTILIZATION, max_batch, max_context, memory_budget
+from calculators.sizing.params import param_breakdown, weight_bytes
+from calculators.sizing.roofline import roofline
+from calculators.cli.common import Parser, dtype_arg, load_gpu, load_model, nonneg_float, positive_int, run_and_print
+from calculators.units import KV_DTYPES, WEIGHT_DTYPES, default_kv_dtype, fmt_bytes, fmt_count, \
     fmt_num
-from specs.devices import Device, list_devices, load_device, measure_this_machine
+from specs.devices import Device, list_devices
 from specs.model_config import ModelConfig, SpecError
-from specs.presets import list_presets, load_preset
+from specs.presets import list_presets
 
 COMMANDS = ("memory", "floor", "roofline", "latency", "plan")
-THIS_MACHINE = {"this", "this-machine", "thismachine", "local", "measure"}
-
-
-class _Parser(argparse.ArgumentParser):
-    def error(self, message):                      # one line, exit 2 (argparse prints usage + 2 lines)
-        print(f"error: {message}", file=sys.stderr)
-        raise SystemExit(2)
-
-
-def _positive_int(s: str) -> int:
-    try:
-        v = int(s)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a whole number, got {s!r}") from None
-    if v < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1, got {v}")
-    return v
-
-
-def _dtype(allowed):
-    def parse(s: str) -> str:
-        try:
-            d = dtype_name(s)
-        except SpecError as e:
-            raise argparse.ArgumentTypeError(str(e)) from None
-        if d not in allowed:
-            raise argparse.ArgumentTypeError(f"{s!r} is not one of {', '.join(allowed)}")
-        return d
-    return parse
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = _Parser(prog="python -m calculators", description="Size LLM inference: memory, bandwidth floor, "
+    p = Parser(prog="python -m calculators", description="Size LLM inference: memory, bandwidth floor, "
                 "roofline and latency from a model config and a device datasheet.")
     p.add_argument("command", choices=COMMANDS)
     p.add_argument("--model", default="tinyllama",
                    help=f"preset ({', '.join(list_presets())}) or path to a config.json (default tinyllama)")
     p.add_argument("--gpu", "--device", dest="gpu", default="a100",
                    help=f"device ({', '.join(list_devices())}) or this-machine (default a100)")
-    p.add_argument("--tokens", type=_positive_int, default=None,
+    p.add_argument("--tokens", type=positive_int, default=None,
                    help="context / prompt tokens per sequence (default: 2,048 or the model's context if smaller)")
-    p.add_argument("--batch", type=_positive_int, default=1, help="sequences in the batch (default 1)")
-    p.add_argument("--weight-dtype", type=_dtype(WEIGHT_DTYPES), default="bf16")
-    p.add_argument("--kv-dtype", type=_dtype(KV_DTYPES), default=None,
+    p.add_argument("--batch", type=positive_int, default=1, help="sequences in the batch (default 1)")
+    p.add_argument("--weight-dtype", type=dtype_arg(WEIGHT_DTYPES), default="bf16")
+    p.add_argument("--kv-dtype", type=dtype_arg(KV_DTYPES), default=None,
                    help="default: the weight dtype if 16/32-bit float, else bf16")
-    p.add_argument("--output-tokens", type=_positive_int, default=200, help="tokens generated (latency)")
+    p.add_argument("--output-tokens", type=positive_int, default=200, help="tokens generated (latency)")
     p.add_argument("--phase", choices=("decode", "prefill"), default="decode", help="roofline step (default decode)")
     p.add_argument("--json", action="store_true", help="print JSON instead of a table")
     add_parallel_args(p)
@@ -80,25 +47,15 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-def _nonneg_float(s: str) -> float:
-    try:
-        v = float(s)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number, got {s!r}") from None
-    if not math.isfinite(v) or v < 0:
-        raise argparse.ArgumentTypeError(f"must be a finite number >= 0, got {s}")
-    return v
-
-
 def add_parallel_args(p: argparse.ArgumentParser) -> None:
-    """--gpus/--tp/--pp/--ep and the memory budget, for memory, floor and latency (calculators.tensor_parallel)."""
+    """--gpus/--tp/--pp/--ep and the memory budget, for memory, floor and latency (calculators.multi_gpu.tensor_parallel)."""
     g = p.add_argument_group("multi-GPU (memory, floor, latency)")
-    g.add_argument("--gpus", type=_positive_int, default=None, help="GPUs in all (default tp × pp; the rest are "
+    g.add_argument("--gpus", type=positive_int, default=None, help="GPUs in all (default tp × pp; the rest are "
                    "data-parallel replicas)")
-    g.add_argument("--tp", type=_positive_int, default=1, help="tensor-parallel degree (default 1)")
-    g.add_argument("--pp", type=_positive_int, default=1, help="pipeline-parallel stages (default 1)")
-    g.add_argument("--ep", type=_positive_int, default=1, help="expert-parallel degree, MoE only (default 1)")
-    g.add_argument("--gpu-memory-utilization", type=_nonneg_float, default=DEFAULT_GPU_MEMORY_UTILIZATION,
+    g.add_argument("--tp", type=positive_int, default=1, help="tensor-parallel degree (default 1)")
+    g.add_argument("--pp", type=positive_int, default=1, help="pipeline-parallel stages (default 1)")
+    g.add_argument("--ep", type=positive_int, default=1, help="expert-parallel degree, MoE only (default 1)")
+    g.add_argument("--gpu-memory-utilization", type=nonneg_float, default=DEFAULT_GPU_MEMORY_UTILIZATION,
                    help=f"vLLM's meaning: fraction of each GPU's memory the server may use (default "
                         f"{DEFAULT_GPU_MEMORY_UTILIZATION})")
     g.add_argument("--quantize-embeddings", action="store_true", help="store the embedding and LM head at the "
@@ -106,29 +63,14 @@ def add_parallel_args(p: argparse.ArgumentParser) -> None:
 
 
 def add_plan_args(p: argparse.ArgumentParser) -> None:
-    """The workload and targets of `plan` (calculators.planner). --gpu may list several devices, comma-separated."""
+    """The workload and targets of `plan` (calculators.planning.planner). --gpu may list several devices, comma-separated."""
     g = p.add_argument_group("plan")
-    g.add_argument("--rate", type=_nonneg_float, default=1.0, help="requests per second (default 1)")
-    g.add_argument("--prompt-tokens", type=_positive_int, default=None, help="mean prompt (default --tokens)")
-    g.add_argument("--prompt-p99", type=_positive_int, default=None, help="p99 prompt length (default the mean)")
-    g.add_argument("--ttft-ms", type=_nonneg_float, default=2000.0, help="TTFT p99 target in ms (default 2000)")
-    g.add_argument("--itl-ms", type=_nonneg_float, default=50.0, help="ITL target in ms (default 50)")
-    g.add_argument("--top", type=_positive_int, default=10, help="plans to print (default 10)")
-
-
-def load_model(spec: str) -> ModelConfig:
-    p = Path(spec)
-    if spec.endswith(".json") or p.is_file():
-        return ModelConfig.from_json_file(p)
-    if p.is_dir() and (p / "config.json").is_file():
-        return ModelConfig.from_json_file(p / "config.json")
-    return load_preset(spec)
-
-
-def load_gpu(spec: str) -> Device:
-    if spec.strip().lower() in THIS_MACHINE:
-        return measure_this_machine(seconds_budget=1.0)
-    return load_device(spec)
+    g.add_argument("--rate", type=nonneg_float, default=1.0, help="requests per second (default 1)")
+    g.add_argument("--prompt-tokens", type=positive_int, default=None, help="mean prompt (default --tokens)")
+    g.add_argument("--prompt-p99", type=positive_int, default=None, help="p99 prompt length (default the mean)")
+    g.add_argument("--ttft-ms", type=nonneg_float, default=2000.0, help="TTFT p99 target in ms (default 2000)")
+    g.add_argument("--itl-ms", type=nonneg_float, default=50.0, help="ITL target in ms (default 50)")
+    g.add_argument("--top", type=positive_int, default=10, help="plans to print (default 10)")
 
 
 def run(args) -> dict:
@@ -187,7 +129,7 @@ def run(args) -> dict:
 
 def parallel_fields(args, c: ModelConfig, dev: Device, tokens: int, B: int, wd: str, kd: str) -> dict:
     """Per-GPU memory and the TP/PP communication for --gpus/--tp/--pp/--ep (one GPU when none is given)."""
-    from calculators.tensor_parallel import (Mesh, decode_step_parallel, fit_verdict, max_batch_per_replica,
+    from calculators.multi_gpu.tensor_parallel import (Mesh, decode_step_parallel, fit_verdict, max_batch_per_replica,
                                              prefill_parallel)
     mesh = Mesh(tp=args.tp, pp=args.pp, ep=args.ep, gpus=args.gpus)
     kw = dict(usable_fraction=args.gpu_memory_utilization, embeddings_16bit=not args.quantize_embeddings)
@@ -220,7 +162,7 @@ def parallel_fields(args, c: ModelConfig, dev: Device, tokens: int, B: int, wd: 
 
 def run_plan(args) -> dict:
     """`plan`: ranked plans with their binding constraint, or the reason none is feasible."""
-    from calculators.planner import SearchSpace, Workload, plan, plan_rows, rejected_rows
+    from calculators.planning.planner import SearchSpace, Workload, plan, plan_rows, rejected_rows
     c = load_model(args.model)
     devices = [load_gpu(g) for g in args.gpu.split(",") if g.strip()]
     prompt = args.prompt_tokens or args.tokens or min(2048, c.max_position_embeddings)
@@ -300,19 +242,6 @@ def render(out: dict) -> str:
     return "\n".join(lines)
 
 
-def main(argv: list[str] | None = None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
-    if argv and argv[0] in SERVING_COMMANDS:            # simulate, batching, kv-alloc, queue: cli_serving.py
-        return serving_main(argv)
+def main(argv: list[str]) -> int:
     args = build_parser().parse_args(argv)
-    try:
-        out = run(args)
-    except (SpecError, ValueError, OSError, KeyError) as e:
-        msg = str(e).replace("\n", " ").strip() or type(e).__name__
-        print(f"error: {msg}", file=sys.stderr)
-        return 2
-    try:
-        print(json.dumps(out, indent=2, default=float) if args.json else render(out))
-    except BrokenPipeError:        # e.g. piped into `head`
-        pass
-    return 1 if out.get("no_feasible_plan") else 0
+    return run_and_print(run, render, args, failed=lambda out: bool(out.get("no_feasible_plan")))

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import math
 
-from calculators.latency import bandwidth_floor_ms
+from calculators.sizing.latency import bandwidth_floor_ms
 from calculators.units import bytes_per_element, check_int, check_nonneg
 from specs.devices import Link
 from specs.model_config import SpecError

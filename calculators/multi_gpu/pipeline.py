@@ -8,7 +8,7 @@ microbatches in flight, throughput, but never single-request speed. With m micro
 """
 from __future__ import annotations
 
-from calculators.parallel import p2p_ms, pipeline_bubble_fraction, tp_allreduce_bytes
+from calculators.multi_gpu.parallel import p2p_ms, pipeline_bubble_fraction, tp_allreduce_bytes
 from calculators.units import check_int, check_nonneg
 from specs.devices import Link
 from specs.model_config import SpecError
@@ -45,8 +45,8 @@ def pp_scaling(config, device, pps: tuple[int, ...], context_tokens: int, weight
                kv_dtype: str | None = None, efficiency=None, link=None) -> list[dict]:
     """One row per PP degree: layers on the busiest stage, per-GPU weights, the ITL of ONE request (batch 1: it
     visits every stage in turn, so no faster) and the tokens/s with pp sequences in flight (one per stage)."""
-    from calculators.latency import IDEAL
-    from calculators.tensor_parallel import Mesh, decode_step_parallel, mesh_problem, per_gpu_weight_bytes
+    from calculators.sizing.latency import IDEAL
+    from calculators.multi_gpu.tensor_parallel import Mesh, decode_step_parallel, mesh_problem, per_gpu_weight_bytes
     eff = efficiency or IDEAL
     rows = []
     for pp in pps:

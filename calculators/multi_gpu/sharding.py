@@ -9,12 +9,12 @@ Mesh rows × cols (R × C devices). Every weight matrix is cut both ways:
   for FF1/FF3).
 After o_proj and down_proj the C devices of a row all-reduce their partial [T, D/R] results: with R = 1 this is
 Megatron-LM's 1-D tensor parallelism with its two all-reduces per layer.
-Times: `calculators.parallel.ring_allreduce_ms` (alpha-beta over the link's per-direction bandwidth).
+Times: `calculators.multi_gpu.parallel.ring_allreduce_ms` (alpha-beta over the link's per-direction bandwidth).
 """
 from __future__ import annotations
 
 from calculators import arch
-from calculators.parallel import ring_allreduce_ms
+from calculators.multi_gpu.parallel import ring_allreduce_ms
 from calculators.units import bytes_per_element, check_int
 from specs.devices import Link
 from specs.model_config import ModelConfig, SpecError

@@ -10,7 +10,7 @@ Rules (Megatron-LM, Shoeybi et al. 2019; vLLM's sharded layers):
   all-to-alls (dispatch, combine).
 - Communication is not overlapped with compute (an upper bound, as the peer tools assume by default).
 Each stage's time is the roofline max(bytes / (bandwidth·MBU), FLOPs / (peak·MFU)) on its share, plus its
-collectives (`calculators.parallel`, alpha-beta over the link's per-direction bandwidth).
+collectives (`calculators.multi_gpu.parallel`, alpha-beta over the link's per-direction bandwidth).
 """
 from __future__ import annotations
 
@@ -18,14 +18,14 @@ import math
 from dataclasses import dataclass
 
 from calculators import arch
-from calculators.kv_cache import kv_cache_bytes
-from calculators.latency import IDEAL, Efficiency, step_weight_bytes
-from calculators.memory import (DEFAULT_GPU_MEMORY_UTILIZATION, DEFAULT_PREFILL_CHUNK, RuntimeOverheads,
+from calculators.sizing.kv_cache import kv_cache_bytes
+from calculators.sizing.latency import IDEAL, Efficiency, step_weight_bytes
+from calculators.sizing.memory import (DEFAULT_GPU_MEMORY_UTILIZATION, DEFAULT_PREFILL_CHUNK, RuntimeOverheads,
                                 _largest, ffn_width, prefill_scratch_bytes, resident_weight_bytes)
-from calculators.parallel import (expert_parallel, kv_head_replication, p2p_ms, ring_allreduce_ms,
+from calculators.multi_gpu.parallel import (expert_parallel, kv_head_replication, p2p_ms, ring_allreduce_ms,
                                   tp_allreduce_bytes)
-from calculators.params import bytes_per_param, param_breakdown
-from calculators.roofline import compute_precision_for, forward_flops
+from calculators.sizing.params import bytes_per_param, param_breakdown
+from calculators.sizing.roofline import compute_precision_for, forward_flops
 from calculators.units import bytes_per_element, check_fraction, check_int, default_kv_dtype
 from specs.devices import Device, Link, device_link
 from specs.model_config import ModelConfig, SpecError
@@ -329,9 +329,9 @@ def generation_latency_parallel(config: ModelConfig, device: Device, mesh: Mesh,
                                 kv_dtype: str | None = None, efficiency: Efficiency | None = None,
                                 link: Link | None = None, embeddings_16bit: bool = True) -> dict:
     """`latency.generation_latency` on a mesh: ideal and realistic TTFT, ITL (at the reply's mean context),
-    total, tokens/s (all replicas) and cost per request and per 1M input / output tokens (`calculators.cost`),
+    total, tokens/s (all replicas) and cost per request and per 1M input / output tokens (`calculators.planning.cost`),
     with the all-reduce time of each phase."""
-    from calculators.cost import cost_per_request
+    from calculators.planning.cost import cost_per_request
     eff = efficiency or Efficiency()
     P, N = check_int("prompt_tokens", prompt_tokens), check_int("output_tokens", output_tokens)
     mean_ctx = P + max(N - 1, 0) // 2 + 1
@@ -370,7 +370,7 @@ def tp_scaling(config: ModelConfig, device: Device, tps: tuple[int, ...], contex
     """One row per TP degree: per-GPU weights and KV, the weights-only floor per GPU (003's weights / tp /
     bandwidth), the decode step split into memory, compute and all-reduce time, the speed-up over TP 1 and the
     fit verdict. Where the all-reduce column overtakes the memory column, communication eats the gain."""
-    from calculators.parallel import tp_bandwidth_floor_ms
+    from calculators.multi_gpu.parallel import tp_bandwidth_floor_ms
     rows, base = [], None
     for tp in tps:
         mesh = Mesh(tp=tp)

@@ -7,7 +7,7 @@ Inputs: vLLM's `benchmarks/benchmark_serving.py --save-result` JSON (keys `mean_
     prompt_tokens, output_tokens, batch, ttft_ms, itl_ms[, tp][, throughput_tok_s]
 The model and device are stated by the caller (neither file records the hardware).
 
-The fit is linear least squares on the ideal components `calculators.tensor_parallel` computes at 100% efficiency:
+The fit is linear least squares on the ideal components `calculators.multi_gpu.tensor_parallel` computes at 100% efficiency:
     ITL_measured  ≈ memory_ms_ideal / MBU + calls_per_token × alpha_ms       (alpha only when some row has TP > 1)
     TTFT_measured ≈ compute_ms_ideal / MFU
 so 1/MBU, alpha and 1/MFU are the coefficients (Numpy `lstsq`; through the origin).
@@ -21,8 +21,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from calculators.latency import IDEAL, Efficiency
-from calculators.tensor_parallel import Mesh, decode_step_parallel, prefill_parallel, stage_layers
+from calculators.sizing.latency import IDEAL, Efficiency
+from calculators.multi_gpu.tensor_parallel import Mesh, decode_step_parallel, prefill_parallel, stage_layers
 from calculators.units import check_int, check_positive
 from specs.devices import Device, Link
 from specs.model_config import ModelConfig, SpecError

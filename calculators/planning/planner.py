@@ -2,7 +2,7 @@
 within its latency targets, ranked by $ per 1M tokens, each plan naming the constraint that binds it.
 
 Search space: device × GPU count × TP × PP × batch cap × weight precision × KV precision. Every candidate is
-evaluated at once with NumPy arrays, using the same formulas as `calculators.tensor_parallel` (the tests check the
+evaluated at once with NumPy arrays, using the same formulas as `calculators.multi_gpu.tensor_parallel` (the tests check the
 two agree): per-GPU memory against vLLM's gpu_memory_utilization budget, decode ITL at the batch cap, prefill
 time of a p99-length prompt, and queueing at the requested rate:
     replica busy time per request  S = prefill(mean prompt) + output × ITL / batch_cap
@@ -24,12 +24,12 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from calculators import arch
-from calculators.kv_cache import kv_cache_bytes
-from calculators.latency import Efficiency, step_weight_bytes
-from calculators.memory import DEFAULT_GPU_MEMORY_UTILIZATION, RuntimeOverheads, ffn_width
-from calculators.params import bytes_per_param, param_breakdown
-from calculators.roofline import compute_precision_for, forward_flops
-from calculators.tensor_parallel import Mesh, mesh_problem
+from calculators.sizing.kv_cache import kv_cache_bytes
+from calculators.sizing.latency import Efficiency, step_weight_bytes
+from calculators.sizing.memory import DEFAULT_GPU_MEMORY_UTILIZATION, RuntimeOverheads, ffn_width
+from calculators.sizing.params import bytes_per_param, param_breakdown
+from calculators.sizing.roofline import compute_precision_for, forward_flops
+from calculators.multi_gpu.tensor_parallel import Mesh, mesh_problem
 from calculators.units import check_fraction, check_int, check_positive
 from specs.devices import Device, Link, device_link
 from specs.model_config import ModelConfig, SpecError

@@ -23,9 +23,9 @@ import math
 from dataclasses import dataclass
 
 from calculators.explain import Explained, explain
-from calculators.kv_cache import kv_bytes_per_token
-from calculators.latency import IDEAL, Efficiency, step_weight_bytes
-from calculators.roofline import compute_precision_for, forward_flops
+from calculators.sizing.kv_cache import kv_bytes_per_token
+from calculators.sizing.latency import IDEAL, Efficiency, step_weight_bytes
+from calculators.sizing.roofline import compute_precision_for, forward_flops
 from calculators.units import check_int, check_nonneg, check_positive, default_kv_dtype
 from specs.devices import Device
 from specs.model_config import ModelConfig, SpecError

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from calculators.units import check_int, check_positive
-from calculators.workload import Workload
+from calculators.serving.workload import Workload
 from specs.model_config import SpecError
 
 POLICIES = ("reserve", "contiguous", "paged")

@@ -25,9 +25,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from calculators.batching import StepModel
+from calculators.serving.batching import StepModel
 from calculators.units import check_int, check_nonneg
-from calculators.workload import Workload
+from calculators.serving.workload import Workload
 from specs.model_config import SpecError
 
 POLICIES = ("continuous", "static")
@@ -223,7 +223,7 @@ def weighted_percentiles(values: np.ndarray, weights: np.ndarray, qs) -> list[fl
 def _check(workload: Workload, max_batch: int, kv_capacity_tokens: int | None, chunk_tokens: int | None,
            context_tokens: int | None = None):
     if not isinstance(workload, Workload):
-        raise SpecError("expected a Workload (see calculators.workload)")
+        raise SpecError("expected a Workload (see calculators.serving.workload)")
     if context_tokens is not None:
         need = workload.prompt_tokens + workload.output_tokens
         i = int(np.argmax(need))

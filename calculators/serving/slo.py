@@ -11,11 +11,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from calculators.batching import StepModel
-from calculators.queueing import goodput_tok_s, md1_mean_wait_s, mg1_mean_wait_s, queue_wait_factor
-from calculators.serving_sim import SimResult, simulate
+from calculators.serving.batching import StepModel
+from calculators.serving.queueing import goodput_tok_s, md1_mean_wait_s, mg1_mean_wait_s, queue_wait_factor
+from calculators.serving.serving_sim import SimResult, simulate
 from calculators.units import check_fraction, check_int, check_nonneg, check_positive
-from calculators.workload import Workload, synthetic_workload
+from calculators.serving.workload import Workload, synthetic_workload
 from specs.model_config import SpecError
 
 

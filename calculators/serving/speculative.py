@@ -8,7 +8,7 @@ K = 4: α 0.8 -> 3.36 (≈ 3.4), 0.5 -> 1.94 (≈ 1.9), 0.2 -> 1.25 (≈ 1.2).
 """
 from __future__ import annotations
 
-from calculators.params import weight_bytes
+from calculators.sizing.params import weight_bytes
 from calculators.units import check_int, check_nonneg
 from specs.model_config import SpecError
 

@@ -9,7 +9,7 @@ divides ALL parameter bytes, the whole embedding table included, as reference 00
 """
 from __future__ import annotations
 
-from calculators.roofline import kv_bytes_step, weight_bytes_read
+from calculators.sizing.roofline import kv_bytes_step, weight_bytes_read
 from calculators.units import check_positive
 
 ENGINE_BYTES_PER_ELEMENT = 4          # the engine holds weights and K/V in float32

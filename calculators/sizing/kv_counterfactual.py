@@ -4,7 +4,7 @@ head), as it is (GQA), or as MQA (one K/V head for all). 003 Detail 6: TinyLlama
 """
 from __future__ import annotations
 
-from calculators.kv_cache import kv_bytes_per_token, kv_cache_bytes
+from calculators.sizing.kv_cache import kv_bytes_per_token, kv_cache_bytes
 from specs.model_config import ModelConfig
 
 

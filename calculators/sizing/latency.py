@@ -15,9 +15,9 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 
 from calculators import arch
-from calculators.kv_cache import kv_cache_bytes
-from calculators.params import bytes_per_param, expert_params, param_breakdown
-from calculators.roofline import compute_precision_for, experts_touched, forward_flops, kv_bytes_step
+from calculators.sizing.kv_cache import kv_cache_bytes
+from calculators.sizing.params import bytes_per_param, expert_params, param_breakdown
+from calculators.sizing.roofline import compute_precision_for, experts_touched, forward_flops, kv_bytes_step
 from calculators.units import check_fraction, check_int, check_nonneg, check_positive, default_kv_dtype
 from specs.devices import Device
 from specs.model_config import ModelConfig
@@ -33,7 +33,7 @@ class Efficiency:
       NVIDIA aiconfigurator's): large BF16/FP8 GEMMs reach about 70-80% of the dense peak with cuBLAS on A100 and
       H100 (NVIDIA cuBLAS / Transformer Engine GEMM benchmarks), and Pope et al., "Efficiently Scaling
       Transformer Inference" (2022, arXiv:2211.05102) reach 76% MFU on large prefills. Attention, norms and
-      launch gaps keep a whole prefill a little below the GEMM figure. Calibrate it (`calculators.calibration`).
+      launch gaps keep a whole prefill a little below the GEMM figure. Calibrate it (`calculators.planning.calibration`).
     - prefill_mbu 0.8: a long prefill streams the weights once in large, well-coalesced GEMM tiles."""
     decode_mbu: float = 0.6
     prefill_mfu: float = 0.7

@@ -9,8 +9,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 
 from calculators import arch
-from calculators.kv_cache import kv_cache_bytes
-from calculators.params import bytes_per_param, param_breakdown
+from calculators.sizing.kv_cache import kv_cache_bytes
+from calculators.sizing.params import bytes_per_param, param_breakdown
 from calculators.units import GiB, bytes_per_element, check_fraction, check_int, check_nonneg, default_kv_dtype
 from specs.devices import Device
 from specs.model_config import ModelConfig

@@ -6,7 +6,7 @@
     Ŵ     = q × scale
 Walk-through: max|W| = 1.0 -> scale = 1/127 ≈ 0.00787; 0.0217 / 0.00787 = 2.76 -> q = 3 -> Ŵ = 0.0236 (error 0.0019).
 Granularity: one scale per tensor, per output channel, or per group of `group_size` consecutive weights along the
-input (reduction) dimension, as GPTQ/AWQ do. Storage adds the scales (`calculators.params.bytes_per_param`).
+input (reduction) dimension, as GPTQ/AWQ do. Storage adds the scales (`calculators.sizing.params.bytes_per_param`).
 """
 from __future__ import annotations
 
@@ -14,8 +14,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from calculators.latency import bandwidth_floor_ms
-from calculators.params import bytes_per_param, weight_bytes
+from calculators.sizing.latency import bandwidth_floor_ms
+from calculators.sizing.params import bytes_per_param, weight_bytes
 from calculators.units import bytes_per_element, check_int, check_positive
 from specs.model_config import ModelConfig, SpecError
 

@@ -1,6 +1,6 @@
 """Roofline: every operation of a forward pass with its shapes, FLOPs, bytes and which ceiling it hits.
 
-THE THEORY-vs-EXPERIMENT CONVENTION (the engine's counters in `engine/trace.py` follow the same rules, and are
+THE THEORY-vs-EXPERIMENT CONVENTION (the engine's counters in `engine/model/trace.py` follow the same rules, and are
 checked against `forward_flops`, `weight_bytes_read` and `kv_bytes_step` exactly):
 - FLOPs count matrix products only, 2·M·N·K each: per layer the Q, K, V, O projections and gate/up/down (SwiGLU)
   over the `new_tokens` rows; attention scores QKᵀ and P·V over the FULL rectangle new_tokens × context_tokens
@@ -20,7 +20,7 @@ the experts the step touches (expected distinct experts under uniform routing, E
 Elementwise work (norms, RoPE, softmax, SiLU, residual adds) appears in the op table with an estimated FLOP count
 and its activation traffic, but is excluded from `forward_flops` (matmul-only convention).
 Activation traffic assumes unfused kernels except attention, which is taken as fused (FlashAttention: S and P
-stay on chip; see `calculators/flash_attention.py` for the unfused traffic). Source: references 000 (op-by-op
+stay on chip; see `calculators/sizing/flash_attention.py` for the unfused traffic). Source: references 000 (op-by-op
 shapes), 003 Details 11-12 (arithmetic intensity, roofline), 004 (prefill pipeline); Williams et al. 2009.
 """
 from __future__ import annotations
@@ -28,7 +28,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 
 from calculators import arch
-from calculators.kv_cache import linear_state_bytes_per_layer
+from calculators.sizing.kv_cache import linear_state_bytes_per_layer
 from calculators.units import bytes_per_element, check_int, default_kv_dtype, dtype_name
 from specs.devices import Device
 from specs.model_config import ModelConfig, SpecError

@@ -10,8 +10,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from engine.errors import ModelError
-from engine.model import Model
-from engine.trace import Trace
+from engine.model.model import Model
+from engine.model.trace import Trace
 
 
 @dataclass

@@ -11,7 +11,7 @@ from typing import Sequence
 
 import numpy as np
 
-from engine import ops
+from engine.model import ops
 from engine.errors import ModelError
 from specs.model_config import ModelConfig
 

@@ -13,14 +13,14 @@ from typing import TYPE_CHECKING, Iterable, Sequence
 import numpy as np
 
 from engine.errors import ModelError
-from engine.generate import _check_max_new
-from engine.hooks import Hooks, _indices
-from engine.sampling import check_sampling, top_alternatives
-from engine.token_loop import Progress, check_controls, run_tokens
+from engine.model.generate import _check_max_new
+from engine.model.hooks import Hooks, _indices
+from engine.model.sampling import check_sampling, top_alternatives
+from engine.model.token_loop import Progress, check_controls, run_tokens
 from specs.model_config import ModelConfig
 
 if TYPE_CHECKING:
-    from engine.model import Model
+    from engine.model.model import Model
 
 
 @dataclass
@@ -106,7 +106,7 @@ def record_generation(model: "Model", prompt_ids: Sequence[int], max_new_tokens:
                       attention_layers: Iterable[int] = (), attention_heads: Iterable[int] | None = None,
                       kv_layers: Iterable[int] = (), chunk_size: int | None = None, stop=None,
                       on_progress: Progress | None = None) -> GenerationRecord:
-    """Generate like `engine.generate.generate` and record every step (see `StepRecord`).
+    """Generate like `engine.model.generate.generate` and record every step (see `StepRecord`).
 
     attention_layers/attention_heads: which attention rows to keep (heads None = all query heads); kv_layers:
     which layers' new K/V rows to keep. stop (threading.Event): the run ends after the current forward pass,

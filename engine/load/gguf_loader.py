@@ -205,8 +205,8 @@ def load_gguf(path: str | Path, progress: Progress | None = None, name: str | No
     """Load a Llama GGUF file as an engine `Model` (float32 weights, HF names, rotate-half RoPE rows).
 
     name: display name for the model (default: the file's general.name, else the file name)."""
-    from engine.model import Model
-    from engine.tokenizer import Tokenizer
+    from engine.model.model import Model
+    from engine.load.tokenizer import Tokenizer
 
     progress = progress or _no_progress
     p = Path(path)

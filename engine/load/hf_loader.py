@@ -21,6 +21,7 @@ import numpy as np
 from engine.errors import ModelError
 from specs.hf_config import lift_rope_parameters
 from specs.model_config import ModelConfig, SpecError
+from specs.hf_config import parse_hf_config
 
 Progress = Callable[[float, str], None]
 
@@ -168,7 +169,7 @@ def config_from_hf_folder(folder: Path) -> ModelConfig:
     cfg = lift_rope_parameters(read_config_json(folder))
     check_llama_architecture(cfg, str(folder / "config.json"))
     try:
-        return ModelConfig.from_hf_config(cfg, name=cfg.get("_name_or_path") or folder.name)
+        return parse_hf_config(cfg, name=cfg.get("_name_or_path") or folder.name)
     except SpecError as e:
         raise ModelError(f"{folder / 'config.json'}: {e}") from None
 
@@ -176,8 +177,8 @@ def config_from_hf_folder(folder: Path) -> ModelConfig:
 # ---------------------------------------------------------------------------------------- model
 def load_hf_folder(path: str | Path, progress: Progress | None = None, name: str | None = None):
     """Load a Llama checkpoint folder (config.json, model.safetensors[.index.json], tokenizer files)."""
-    from engine.model import Model, hf_tensor_names
-    from engine.tokenizer import Tokenizer
+    from engine.model.model import Model, hf_tensor_names
+    from engine.load.tokenizer import Tokenizer
 
     progress = progress or _no_progress
     folder = Path(path)

@@ -35,14 +35,14 @@ def load_model(source: str | Path | None = None, progress: Progress | None = Non
         raise ModelError(f"model source must be a string, got {type(source).__name__}")
     text = (source or "").strip()
     if text.lower() in DEFAULT_NAMES:
-        from engine.default_model import load_default_model
+        from engine.load.default_model import load_default_model
         return load_default_model(progress=progress)
     if text.lower().startswith("random:"):
         return load_random(text.split(":", 1)[1].strip(), progress=progress)
     path = Path(text).expanduser()
     if path.is_file():
         if path.suffix.lower() == ".gguf":
-            from engine.gguf_loader import load_gguf
+            from engine.load.gguf_loader import load_gguf
             return load_gguf(path, progress=progress)
         if path.name == "config.json":
             return _load_folder(path.parent, progress)
@@ -55,10 +55,10 @@ def load_model(source: str | Path | None = None, progress: Progress | None = Non
     if is_preset(text):
         doc = preset_document(text)
         if doc["name"].lower().startswith("smollm2"):
-            from engine.default_model import load_default_model
+            from engine.load.default_model import load_default_model
             return load_default_model(progress=progress)
         return _load_repo(doc["hf_repo"], progress)
-    from engine.hub import is_repo_id
+    from engine.load.hub import is_repo_id
     if is_repo_id(text):
         return _load_repo(text, progress)
     raise ModelError(f"don't know how to load {text!r}; a model source is one of: " + "; ".join(ACCEPTED_FORMS))
@@ -69,15 +69,15 @@ def _load_folder(folder: Path, progress: Progress):
     if not (folder / "config.json").is_file():
         ggufs = sorted(folder.glob("*.gguf"))
         if len(ggufs) == 1:
-            from engine.gguf_loader import load_gguf
+            from engine.load.gguf_loader import load_gguf
             return load_gguf(ggufs[0], progress=progress)
-    from engine.hf_loader import load_hf_folder
+    from engine.load.hf_loader import load_hf_folder
     return load_hf_folder(folder, progress=progress)
 
 
 def _load_repo(repo_id: str, progress: Progress):
-    from engine.hf_loader import load_hf_folder
-    from engine.hub import download_repo
+    from engine.load.hf_loader import load_hf_folder
+    from engine.load.hub import download_repo
 
     def part(lo: float, hi: float) -> Progress:
         return lambda f, msg: progress(lo + (hi - lo) * f, msg)
@@ -88,7 +88,7 @@ def _load_repo(repo_id: str, progress: Progress):
 
 def load_random(preset: str, seed: int = 0, progress: Progress | None = None):
     """Random weights with a preset's shape: for timing and memory lessons, never for text quality."""
-    from engine.model import Model
+    from engine.model.model import Model
     from specs.model_config import SpecError
     from specs.presets import load_preset
 
@@ -109,7 +109,7 @@ def preset_tokenizer(preset: str, vocab_size: int):
     """The preset's real tokenizer if it can be had offline, else None.
 
     SmolLM2's comes from the bundled GGUF; others from the Hugging Face cache (if the model was downloaded once)."""
-    from engine.tokenizer import Tokenizer
+    from engine.load.tokenizer import Tokenizer
     from specs.presets import preset_document
 
     doc = preset_document(preset)
@@ -134,9 +134,9 @@ def preset_tokenizer(preset: str, vocab_size: int):
 
 
 def _default_gguf_tokenizer():
-    from engine.default_model import default_model_path
-    from engine.gguf_loader import open_gguf, read_fields
-    from engine.tokenizer import Tokenizer
+    from engine.load.default_model import default_model_path
+    from engine.load.gguf_loader import open_gguf, read_fields
+    from engine.load.tokenizer import Tokenizer
 
     path = default_model_path()
     fields = read_fields(open_gguf(path), prefix="tokenizer.")

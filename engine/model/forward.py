@@ -7,8 +7,8 @@
 
 `p` is a `Pass`: what every step of ONE call shares (positions, RoPE angles, the KV cache) and that call's own
 instruments (trace, hooks). Nothing here is stored on the model, which stays read-only and shared.
-Lines starting `if p.trace` count FLOPs and bytes (engine/trace.py); lines starting `if p.hooks` report named
-activations (engine/hooks.py). Without instruments each costs one `if`.
+Lines starting `if p.trace` count FLOPs and bytes (engine/model/trace.py); lines starting `if p.hooks` report named
+activations (engine/model/hooks.py). Without instruments each costs one `if`.
 """
 from __future__ import annotations
 
@@ -18,11 +18,11 @@ from typing import Callable
 
 import numpy as np
 
-from engine import ops
+from engine.model import ops
 from engine.errors import ModelError
-from engine.hooks import Hooks
-from engine.kv_cache import KVCache
-from engine.trace import Trace
+from engine.model.hooks import Hooks
+from engine.model.kv_cache import KVCache
+from engine.model.trace import Trace
 from specs.model_config import ModelConfig
 
 QUERY_BLOCK = 512    # queries per attention block: scores never exceed [B, h_q, QUERY_BLOCK, S]

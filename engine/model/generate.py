@@ -1,19 +1,31 @@
 """Generation loops built on `Model.forward`: one streamed sequence, or a batch of sequences together."""
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Iterator, Sequence
 
 import numpy as np
 
 from engine.errors import ModelError
-from engine.hooks import Hooks
-from engine.kv_cache import KVCache
-from engine.sampling import check_sampling, sample
-from engine.token_loop import check_controls, run_tokens
-from engine.trace import Trace
+from engine.model.hooks import Hooks
+from engine.model.kv_cache import KVCache
+from engine.model.sampling import check_sampling, sample
+from engine.model.token_loop import check_controls, run_tokens
+from engine.model.trace import Trace
 
 if TYPE_CHECKING:
-    from engine.model import Generated, Model
+    from engine.model.model import Model
+
+
+@dataclass
+class Generated:
+    """One generated token, as the generator yields it."""
+    token_id: int
+    text: str                 # new text this token adds (streaming detokenization; "" without a tokenizer)
+    step: int                 # 0 for the token sampled from the prefill, then 1, 2, ...
+    seconds: float            # forward pass that produced its logits + sampling it (TTFT for step 0, ITL after)
+    kv_cache_bytes: int       # bytes of K/V filled after this step
+    finish_reason: str | None = None   # "eos" | "length" | "context" on the last token
 
 
 def _check_max_new(max_new_tokens) -> int:
@@ -25,7 +37,7 @@ def _check_max_new(max_new_tokens) -> int:
 def generate(model: "Model", prompt: str | Sequence[int], max_new_tokens: int = 64, temperature: float = 0.0,
              top_k: int = 0, top_p: float = 1.0, seed: int | None = None, stop_at_eos: bool = True,
              chunk_size: int | None = None, hooks: Hooks | None = None, trace: Trace | None = None,
-             stop=None, on_progress=None) -> Iterator["Generated"]:
+             stop=None, on_progress=None) -> Iterator[Generated]:
     """Prefill the prompt, then decode one token per step, yielding each token as soon as it exists.
 
     Stops at an end-of-sequence token, after `max_new_tokens`, when the context window is full, or when `stop`
@@ -36,7 +48,6 @@ def generate(model: "Model", prompt: str | Sequence[int], max_new_tokens: int = 
     its logits plus sampling it: TTFT for the first token (prefill + sampling), the inter-token latency after.
     All argument checks happen before the first token, so a bad option fails fast with a ModelError.
     """
-    from engine.model import Generated
     max_new = _check_max_new(max_new_tokens)
     check_sampling(temperature, top_k, top_p)
     check_controls(stop, on_progress, chunk_size)

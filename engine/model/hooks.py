@@ -19,7 +19,7 @@ Names and shapes (B batch, T new tokens, S keys = cached + new, D hidden, F FFN,
 
 A hook is `fn(name, array)`. The array is only valid during the call (copy what you keep) and must not be modified.
 
-Attention scores exist one block of queries at a time (see `engine.forward.QUERY_BLOCK`), so the two attention
+Attention scores exist one block of queries at a time (see `engine.model.forward.QUERY_BLOCK`), so the two attention
 points are called once per block, and only for what `Hooks(layers=, heads=, rows=)` selects: h = selected query
 heads (`hooks.head_ids`), t = selected query rows of this block (`hooks.block_rows`, indices among the T new
 tokens). A hook therefore never holds more than one block of scores.

@@ -8,17 +8,20 @@ is built on it.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable, Iterator, Mapping, Sequence
+from typing import TYPE_CHECKING, Callable, Iterator, Mapping, Sequence
 
 import numpy as np
 
-from engine import ops
+from engine.model import ops
 from engine.errors import ModelError
-from engine.forward import Pass, block, embed, lm_head
-from engine.hooks import Hooks
-from engine.kv_cache import KVCache
-from engine.trace import Trace
+from engine.model.forward import Pass, block, embed, lm_head
+from engine.model.hooks import Hooks
+from engine.model.kv_cache import KVCache
+from engine.model.trace import Trace
 from specs.model_config import ModelConfig
+
+if TYPE_CHECKING:
+    from engine.model.generate import Generated
 
 Progress = Callable[[float, str], None]
 
@@ -103,17 +106,6 @@ def _f32(a: np.ndarray) -> np.ndarray:
 
 
 # ============================================================================================ model
-@dataclass
-class Generated:
-    """One generated token, as the generator yields it."""
-    token_id: int
-    text: str                 # new text this token adds (streaming detokenization; "" without a tokenizer)
-    step: int                 # 0 for the token sampled from the prefill, then 1, 2, ...
-    seconds: float            # forward pass that produced its logits + sampling it (TTFT for step 0, ITL after)
-    kv_cache_bytes: int       # bytes of K/V filled after this step
-    finish_reason: str | None = None   # "eos" | "length" | "context" on the last token
-
-
 class Model:
     """A loaded model: config + read-only weights (+ tokenizer). Per-sequence state lives in a `KVCache`."""
 
@@ -237,7 +229,7 @@ class Model:
     # ------------------------------------------------------------------------------------ forward
     def forward(self, tokens: np.ndarray, cache: KVCache, n_valid: Sequence[int] | None = None,
                 all_logits: bool = False, trace: Trace | None = None, hooks: Hooks | None = None) -> np.ndarray:
-        """Run new tokens through the model, appending their K/V to `cache` (the steps: engine/forward.py).
+        """Run new tokens through the model, appending their K/V to `cache` (the steps: engine/model/forward.py).
 
         tokens  [B, T] int: the new tokens of each sequence, left-aligned; row b holds n_valid[b] real tokens
                 (the rest is padding and is ignored). Each sequence starts at its own cache length, so this is
@@ -299,8 +291,8 @@ class Model:
                  top_k: int = 0, top_p: float = 1.0, seed: int | None = None, stop_at_eos: bool = True,
                  chunk_size: int | None = None, hooks: Hooks | None = None, trace: Trace | None = None,
                  stop=None, on_progress=None) -> Iterator[Generated]:
-        """Stream tokens one by one (see `engine.generate.generate`)."""
-        from engine.generate import generate
+        """Stream tokens one by one (see `engine.model.generate.generate`)."""
+        from engine.model.generate import generate
         return generate(self, prompt, max_new_tokens=max_new_tokens, temperature=temperature, top_k=top_k,
                         top_p=top_p, seed=seed, stop_at_eos=stop_at_eos, chunk_size=chunk_size, hooks=hooks,
                         trace=trace, stop=stop, on_progress=on_progress)

@@ -1,7 +1,7 @@
 """The math of a Llama layer as small pure NumPy functions (picoGPT style): shapes in, shapes out.
 
 Every function here is float32 in, float32 out, and allocates only what its output needs. The forward pass in
-`engine/model.py` strings them together; a page that wants to show one step can call the same function.
+`engine/model/model.py` strings them together; a page that wants to show one step can call the same function.
 """
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """Quantization applied to a loaded model, to MEASURE what the calculators predict: weight error, logit error,
 top-1 agreement and perplexity change on a fixed text.
 
-The round trip itself (symmetric INT8/INT4, per tensor / channel / group) is `calculators.quantization`; here it
+The round trip itself (symmetric INT8/INT4, per tensor / channel / group) is `calculators.sizing.quantization`; here it
 is applied to every projection matrix of a real model ("fake quantization": weights are quantized then dequantized
 back to float32, so the engine runs unchanged and only the rounding error remains).
 """
@@ -11,9 +11,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from calculators.quantization import dequantize, quantize
+from calculators.sizing.quantization import dequantize, quantize
 from engine.errors import ModelError
-from engine.model import LayerWeights, Model, Weights
+from engine.model.model import LayerWeights, Model, Weights
 from specs.model_config import SpecError
 
 # A fixed text to score perplexity on (our own words; plain English a small model should predict reasonably).

@@ -14,13 +14,13 @@ from typing import TYPE_CHECKING, Callable, Iterator, Sequence
 import numpy as np
 
 from engine.errors import ModelError
-from engine.hooks import Hooks
-from engine.kv_cache import KVCache
-from engine.sampling import sample_with_prob
-from engine.trace import Trace
+from engine.model.hooks import Hooks
+from engine.model.kv_cache import KVCache
+from engine.model.sampling import sample_with_prob
+from engine.model.trace import Trace
 
 if TYPE_CHECKING:
-    from engine.model import Model
+    from engine.model.model import Model
 
 Progress = Callable[[int, int, str], None]          # on_progress(done_tokens, total_tokens, phase)
 HooksFor = Callable[[str, bool], "Hooks | None"]    # hooks_for(phase, last_prefill_chunk) -> hooks of one pass
@@ -53,7 +53,7 @@ def run_tokens(model: "Model", ids: Sequence[int], max_new: int, temperature: fl
                trace: Trace | None = None, hooks_for: HooksFor | None = None, stop=None,
                on_progress: Progress | None = None,
                prefill_chunks: list[tuple[int, float]] | None = None) -> Iterator[LoopStep]:
-    """Yield one `LoopStep` per generated token. Arguments are assumed checked (see `engine.generate`).
+    """Yield one `LoopStep` per generated token. Arguments are assumed checked (see `engine.model.generate`).
 
     Stops at EOS, after max_new tokens, when the context window is full, or when `stop` is set (checked after
     every forward pass; set during prefill, the run ends after the current chunk without a token). Each prefill
@@ -66,7 +66,7 @@ def run_tokens(model: "Model", ids: Sequence[int], max_new: int, temperature: fl
     eos = set(model.tokenizer.eos_token_ids) if model.tokenizer is not None else set(model.config.eos_token_ids)
     decoder = None
     if model.tokenizer is not None:
-        from engine.tokenizer import StreamDecoder
+        from engine.load.tokenizer import StreamDecoder
         decoder = StreamDecoder(model.tokenizer, continuation=True)   # keep the space before the first word
     ids = np.asarray(list(ids), np.int64)
     n, size = ids.size, int(chunk_size or ids.size)

@@ -1,6 +1,6 @@
 """Counting what a forward pass does: FLOPs, weight bytes read, KV bytes read/written, and time per operation.
 
-Convention (the same one `calculators/roofline.py` uses, so theory and experiment must agree exactly):
+Convention (the same one `calculators/sizing/roofline.py` uses, so theory and experiment must agree exactly):
 - FLOPs count matrix products only, 2·M·N·K each: the Q/K/V/O and gate/up/down projections over the new tokens,
   attention scores QKᵀ and P·V over the full rectangle new_tokens × context_tokens for every query head (no causal
   saving), and the LM head for the positions whose logits are computed (the last one in prefill and decode).

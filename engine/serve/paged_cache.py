@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from engine.block_manager import BlockManager, OutOfBlocks
+from engine.serve.block_manager import BlockManager, OutOfBlocks
 from engine.errors import ModelError
 
 

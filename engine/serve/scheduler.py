@@ -20,13 +20,13 @@ from typing import Sequence
 
 import numpy as np
 
-from engine.block_manager import BlockManager, OutOfBlocks, check_block_size, check_count
+from engine.serve.block_manager import BlockManager, OutOfBlocks, check_block_size, check_count
 from engine.errors import ModelError
-from engine.generate import _check_max_new
-from engine.paged_cache import PagedKVCache, grow_table
-from engine.sampling import check_sampling, sample
-from engine.sequence import Request
-from engine.trace import Trace
+from engine.model.generate import _check_max_new
+from engine.serve.paged_cache import PagedKVCache, grow_table
+from engine.model.sampling import check_sampling, sample
+from engine.serve.sequence import Request
+from engine.model.trace import Trace
 
 DEFAULT_MAX_BATCH = 32
 DEFAULT_POOL_BYTES = 512 * 2 ** 20    # num_blocks=None: at most this much K/V, but always one full context
@@ -351,7 +351,7 @@ class Scheduler:
             req.hashed_blocks = i + 1
 
     def _sample(self, req: Request, logits: np.ndarray, now: float, report: StepReport) -> None:
-        """The same draw and the same stop rules as `engine.generate` for this request alone."""
+        """The same draw and the same stop rules as `engine.model.generate` for this request alone."""
         tok = sample(logits, req.temperature, req.top_k, req.top_p, req.rng)
         req.record_token(tok, now)
         req.status = "running"

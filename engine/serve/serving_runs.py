@@ -16,11 +16,11 @@ from typing import Sequence
 
 import numpy as np
 
-from engine import ops
+from engine.model import ops
 from engine.errors import ModelError
-from engine.model import Model
-from engine.scheduler import Scheduler, StepReport
-from engine.speculative import speculative_generate
+from engine.model.model import Model
+from engine.serve.scheduler import Scheduler, StepReport
+from engine.serve.speculative import speculative_generate
 
 
 def random_prompts(model: Model, n: int, length: int, seed: int = 0) -> list[list[int]]:

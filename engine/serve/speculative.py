@@ -19,9 +19,9 @@ from typing import Sequence
 import numpy as np
 
 from engine.errors import ModelError
-from engine.generate import _check_max_new
-from engine.kv_cache import KVCache
-from engine.model import Model
+from engine.model.generate import _check_max_new
+from engine.model.kv_cache import KVCache
+from engine.model.model import Model
 
 
 def early_exit_draft(model: Model, num_layers: int) -> Model:
@@ -59,7 +59,7 @@ class SpeculativeResult:
 
     @property
     def alpha(self) -> float:
-        """Per-token acceptance probability α of the i.i.d. model behind `calculators.speculative`: a round accepts
+        """Per-token acceptance probability α of the i.i.d. model behind `calculators.serving.speculative`: a round accepts
         drafts until its first rejection, so α̂ = accepted / (accepted + rejections)."""
         n = self.accepted + self.rejections
         return self.accepted / n if n else float("nan")

@@ -4,10 +4,10 @@ import math
 
 import pytest
 
-from calculators.batching import (StepModel, batch_curve, batch_row, compute_critical_batch, kv_critical_batch,
+from calculators.serving.batching import (StepModel, batch_curve, batch_row, compute_critical_batch, kv_critical_batch,
                                   reference_batch_table, step_model_for)
-from calculators.latency import decode_step_ms
-from calculators.roofline import forward_flops
+from calculators.sizing.latency import decode_step_ms
+from calculators.sizing.roofline import forward_flops
 from specs.devices import load_device
 from specs.model_config import SpecError
 from specs.presets import load_preset

@@ -9,7 +9,7 @@ import pytest
 from calculators.cli import main
 from specs.presets import preset_document
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def run_main(capsys, *argv):

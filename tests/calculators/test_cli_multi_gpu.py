@@ -31,7 +31,7 @@ def test_parallel_json_fields(capsys, command):
 def test_floor_per_gpu_is_the_busiest_gpus_bytes_over_bandwidth(capsys):
     # 003's TP rule (weights / tp / bandwidth) on the real Llama-2-70B preset at INT4 on A100s (1,555 GB/s);
     # --quantize-embeddings makes every weight 4-bit, one token of context keeps the KV read at 2·8·128·80·2 B
-    from calculators.params import total_params
+    from calculators.sizing.params import total_params
     from specs.presets import load_preset
     n = total_params(load_preset("llama-2-70b"))
     for tp in (2, 4, 8):

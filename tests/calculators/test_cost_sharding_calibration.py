@@ -3,12 +3,12 @@ import json
 
 import pytest
 
-from calculators.calibration import Measurement, calibrate, read_csv, read_vllm_json
-from calculators.cost import cost_at_load_usd_per_million_tokens, cost_per_request
-from calculators.latency import Efficiency
-from calculators.parallel import tp_allreduce_ms_per_step
-from calculators.sharding import layer_comm_ms, layer_sharding
-from calculators.tensor_parallel import Mesh, decode_step_parallel, prefill_parallel
+from calculators.planning.calibration import Measurement, calibrate, read_csv, read_vllm_json
+from calculators.planning.cost import cost_at_load_usd_per_million_tokens, cost_per_request
+from calculators.sizing.latency import Efficiency
+from calculators.multi_gpu.parallel import tp_allreduce_ms_per_step
+from calculators.multi_gpu.sharding import layer_comm_ms, layer_sharding
+from calculators.multi_gpu.tensor_parallel import Mesh, decode_step_parallel, prefill_parallel
 from specs.devices import load_device, load_link
 from specs.model_config import SpecError
 from specs.presets import load_preset

@@ -5,16 +5,16 @@ checked against TinyLlama numbers worked by hand here (reference 003 Details 2a,
 import pytest
 
 from calculators import explain as ex
-from calculators.flash_attention import unfused_attention_hbm_bytes
-from calculators.kv_cache import kv_bytes_per_token, kv_cache_bytes
-from calculators.latency import IDEAL, total_latency_ms, cost_per_million_tokens
-from calculators.memory import prefill_scratch_bytes
-from calculators.parallel import pipeline_bubble_fraction, tp_bandwidth_floor_ms
-from calculators.params import param_breakdown
-from calculators.quantization import quantize_value
-from calculators.queueing import queue_wait_factor
-from calculators.roofline import forward_flops
-from calculators.speculative import expected_tokens_per_pass
+from calculators.sizing.flash_attention import unfused_attention_hbm_bytes
+from calculators.sizing.kv_cache import kv_bytes_per_token, kv_cache_bytes
+from calculators.sizing.latency import IDEAL, total_latency_ms, cost_per_million_tokens
+from calculators.sizing.memory import prefill_scratch_bytes
+from calculators.multi_gpu.parallel import pipeline_bubble_fraction, tp_bandwidth_floor_ms
+from calculators.sizing.params import param_breakdown
+from calculators.sizing.quantization import quantize_value
+from calculators.serving.queueing import queue_wait_factor
+from calculators.sizing.roofline import forward_flops
+from calculators.serving.speculative import expected_tokens_per_pass
 from specs.devices import load_device
 from specs.model_config import SpecError
 from specs.presets import list_presets, load_preset

@@ -7,7 +7,7 @@ text's figures are those, rounded down to one significant figure.
 """
 import pytest
 
-from calculators.flash_attention import (attention_flops_per_head, attention_tensor_bytes, flash_attention_report,
+from calculators.sizing.flash_attention import (attention_flops_per_head, attention_tensor_bytes, flash_attention_report,
                                          tile_bytes, tiled_attention_hbm_bytes, unfused_attention_hbm_bytes)
 from specs.model_config import SpecError
 

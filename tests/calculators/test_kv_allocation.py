@@ -1,12 +1,12 @@
-"""KV allocation under load (calculators/kv_allocation.py): 003 Details 15-16's numbers where they apply, the
+"""KV allocation under load (calculators/serving/kv_allocation.py): 003 Details 15-16's numbers where they apply, the
 first-fit walk-through, and the invariants (no over-commit, paged waste ≤ block_size − 1 per sequence, no request
 lost or run twice)."""
 import numpy as np
 import pytest
 
-from calculators.kv_allocation import POLICIES, FirstFitPool, compare_allocators, simulate_kv_allocation
-from calculators.paging import REFERENCE_WALKTHROUGH, blocks_needed, contiguous_walkthrough, empty_slots
-from calculators.workload import Workload, synthetic_workload
+from calculators.serving.kv_allocation import POLICIES, FirstFitPool, compare_allocators, simulate_kv_allocation
+from calculators.serving.paging import REFERENCE_WALKTHROUGH, blocks_needed, contiguous_walkthrough, empty_slots
+from calculators.serving.workload import Workload, synthetic_workload
 from specs.model_config import SpecError
 
 PER_TOKEN_45MB = 45e6 / 2048                   # the text's "45 MB / 2,048 tokens"

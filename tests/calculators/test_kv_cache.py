@@ -6,7 +6,7 @@ written as 45 (thousand-KiB) "MB"; the true product is 46.1 MB (44 MiB). Tests f
 """
 import pytest
 
-from calculators.kv_cache import (kv_bytes_per_token, kv_bytes_per_token_from_shape, kv_cache_bytes,
+from calculators.sizing.kv_cache import (kv_bytes_per_token, kv_bytes_per_token_from_shape, kv_cache_bytes,
                                   kv_cache_layers, kv_reduction, linear_state_bytes_per_layer,
                                   mla_kv_elements_per_token)
 from specs.model_config import SpecError

@@ -1,7 +1,7 @@
 """Bandwidth floor, latency, batching and cost (003 Details 12, 18, 21)."""
 import pytest
 
-from calculators.latency import (IDEAL, Efficiency, bandwidth_floor_ms, batch_table, batch_table_for,
+from calculators.sizing.latency import (IDEAL, Efficiency, bandwidth_floor_ms, batch_table, batch_table_for,
                                  cost_per_million_tokens, decode_step_ms, generation_latency, prefill_ms,
                                  step_weight_bytes, throughput_tok_s, total_latency_ms)
 from specs.devices import load_device

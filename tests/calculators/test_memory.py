@@ -1,7 +1,7 @@
 """What fits, and reference 004's scratch-buffer numbers."""
 import pytest
 
-from calculators.memory import (NO_OVERHEADS, RuntimeOverheads, activation_buffer_bytes, fit_grid,
+from calculators.sizing.memory import (NO_OVERHEADS, RuntimeOverheads, activation_buffer_bytes, fit_grid,
                                 gemm_tile_memory_bytes, max_batch, max_context, memory_budget, prefill_scratch_bytes,
                                 prefill_scratch_bytes_for, resident_weight_bytes)
 from specs.devices import custom_device, load_device

@@ -1,10 +1,10 @@
 """Multi-GPU numbers of 003 Detail 22 (tensor, pipeline and context parallelism)."""
 import pytest
 
-from calculators.parallel import (all_gather_ms, allreduces_per_step, context_parallel_kv, expert_parallel,
+from calculators.multi_gpu.parallel import (all_gather_ms, allreduces_per_step, context_parallel_kv, expert_parallel,
                                   pipeline_bubble_fraction, ring_allreduce_ms, ring_attention,
                                   tp_allreduce_ms_per_step, tp_bandwidth_floor_ms)
-from calculators.params import weight_bytes
+from calculators.sizing.params import weight_bytes
 from specs.devices import device_link, load_device, load_link
 from specs.model_config import SpecError
 from specs.presets import load_preset

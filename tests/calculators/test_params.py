@@ -1,7 +1,7 @@
 """Parameter counts and weight bytes: worked numbers of reference 003 (Details 2a, 8, 18, 22)."""
 import pytest
 
-from calculators.params import (active_params, attention_parts_per_layer, bytes_per_param,
+from calculators.sizing.params import (active_params, attention_parts_per_layer, bytes_per_param,
                                 dense_ffn_params_per_layer, embedding_bytes, param_breakdown, total_params,
                                 weight_bytes)
 from specs.model_config import SpecError

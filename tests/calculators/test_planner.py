@@ -6,9 +6,9 @@ import math
 import numpy as np
 import pytest
 
-from calculators.latency import Efficiency
-from calculators.planner import SearchSpace, Workload, plan, plan_rows, rejected_rows
-from calculators.tensor_parallel import Mesh, decode_step_parallel, mesh_problem, per_gpu_memory, prefill_parallel
+from calculators.sizing.latency import Efficiency
+from calculators.planning.planner import SearchSpace, Workload, plan, plan_rows, rejected_rows
+from calculators.multi_gpu.tensor_parallel import Mesh, decode_step_parallel, mesh_problem, per_gpu_memory, prefill_parallel
 from specs.devices import custom_device, load_device
 from specs.model_config import SpecError
 from specs.presets import load_preset

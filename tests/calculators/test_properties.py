@@ -5,12 +5,12 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-from calculators.kv_cache import kv_bytes_per_token, kv_cache_bytes
-from calculators.latency import Efficiency, bandwidth_floor_ms, decode_step_ms, generation_latency
-from calculators.memory import memory_budget
-from calculators.params import param_breakdown, weight_bytes
-from calculators.quantization import dequantize, quantize
-from calculators.roofline import forward_flops, kv_bytes_step, roofline, weight_bytes_read
+from calculators.sizing.kv_cache import kv_bytes_per_token, kv_cache_bytes
+from calculators.sizing.latency import Efficiency, bandwidth_floor_ms, decode_step_ms, generation_latency
+from calculators.sizing.memory import memory_budget
+from calculators.sizing.params import param_breakdown, weight_bytes
+from calculators.sizing.quantization import dequantize, quantize
+from calculators.sizing.roofline import forward_flops, kv_bytes_step, roofline, weight_bytes_read
 from specs.devices import custom_device
 from specs.hf_config import parse_hf_config
 from specs.model_config import ModelConfig, SpecError

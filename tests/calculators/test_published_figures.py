@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from calculators.latency import Efficiency
+from calculators.sizing.latency import Efficiency
 
-_PATH = Path(__file__).resolve().parents[1] / "bench" / "bench_published.py"
+_PATH = Path(__file__).resolve().parents[2] / "bench" / "bench_published.py"
 _spec = importlib.util.spec_from_file_location("bench_published", _PATH)
 bench = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(bench)

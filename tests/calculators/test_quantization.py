@@ -2,7 +2,7 @@
 import numpy as np
 import pytest
 
-from calculators.quantization import (dequantize, kv_bytes_ratio, precision_table, q_range, quantization_error,
+from calculators.sizing.quantization import (dequantize, kv_bytes_ratio, precision_table, q_range, quantization_error,
                                       quantize, quantize_value)
 from specs.model_config import SpecError
 from specs.presets import load_preset

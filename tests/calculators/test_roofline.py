@@ -1,9 +1,9 @@
 """Roofline and the theory-vs-experiment convention (003 Details 11-13; references 000, 004)."""
 import pytest
 
-from calculators.latency import compute_utilization, decode_step_bytes, step_weight_bytes
-from calculators.params import total_params
-from calculators.roofline import (arithmetic_intensity, experts_touched, forward_flops, kv_bytes_step,
+from calculators.sizing.latency import compute_utilization, decode_step_bytes, step_weight_bytes
+from calculators.sizing.params import total_params
+from calculators.sizing.roofline import (arithmetic_intensity, experts_touched, forward_flops, kv_bytes_step,
                                   layer_ops, roofline, roofline_curve, step_ops, weight_bytes_read)
 from specs.devices import load_device
 from specs.model_config import SpecError

@@ -1,14 +1,14 @@
 """Serving numbers of 003 Details 15, 16, 19, 20, 21: paging, speculative decoding, prefix caching, queueing."""
 import pytest
 
-from calculators.kv_cache import kv_bytes_per_token
-from calculators.paging import (REFERENCE_WALKTHROUGH, blocks_needed, contiguous_walkthrough, empty_slots,
+from calculators.sizing.kv_cache import kv_bytes_per_token
+from calculators.serving.paging import (REFERENCE_WALKTHROUGH, blocks_needed, contiguous_walkthrough, empty_slots,
                                 logical_block, max_empty_slots, paged_vs_reserved, physical_slot, reserve_for_max)
-from calculators.prefix_cache import (cacheable_blocks, prefill_with_prefix_cache, prefix_kv_bytes,
+from calculators.serving.prefix_cache import (cacheable_blocks, prefill_with_prefix_cache, prefix_kv_bytes,
                                       redundant_prefill)
-from calculators.queueing import (chunked_prefill, goodput_p99_slo, goodput_tok_s, mean_queue_wait_ms,
+from calculators.serving.queueing import (chunked_prefill, goodput_p99_slo, goodput_tok_s, mean_queue_wait_ms,
                                   prefill_stall, queue_wait_factor)
-from calculators.speculative import expected_tokens_per_pass, speculative_memory_bytes, speculative_speedup
+from calculators.serving.speculative import expected_tokens_per_pass, speculative_memory_bytes, speculative_speedup
 from specs.model_config import SpecError
 from specs.presets import load_preset
 

@@ -1,4 +1,4 @@
-"""The serving simulator (calculators/serving_sim.py): its timing against brute-force sums of the step model, the
+"""The serving simulator (calculators/serving/serving_sim.py): its timing against brute-force sums of the step model, the
 invariants (no request lost or duplicated, slots and KV never over-committed, Little's law), the M/D/1 queue,
 003 Details 13-14's static vs continuous scenario, trace files and bad input, and the CLI."""
 import json
@@ -7,13 +7,13 @@ import math
 import numpy as np
 import pytest
 
-from calculators.batching import StepModel, step_model_for
+from calculators.serving.batching import StepModel, step_model_for
 from calculators.cli import main as cli_main
-from calculators.prefix_cache import prefix_cache_numbers
-from calculators.queueing import md1_mean_wait_s, mg1_mean_wait_s
-from calculators.serving_sim import (_decode_lines, littles_law, prefill_stall_runs, simulate, simulate_continuous,
+from calculators.serving.prefix_cache import prefix_cache_numbers
+from calculators.serving.queueing import md1_mean_wait_s, mg1_mean_wait_s
+from calculators.serving.serving_sim import (_decode_lines, littles_law, prefill_stall_runs, simulate, simulate_continuous,
                                      simulate_static, weighted_percentiles)
-from calculators.workload import Workload, parse_trace, synthetic_workload, trace_csv
+from calculators.serving.workload import Workload, parse_trace, synthetic_workload, trace_csv
 from specs.devices import load_device
 from specs.model_config import SpecError
 from specs.presets import load_preset
@@ -290,7 +290,7 @@ def test_closed_form_queues_refuse_utilisation_of_one_or_more(call):
 
 
 def test_pollaczek_khinchine_gives_md1_for_fixed_and_mm1_for_exponential_service():
-    from calculators.queueing import mm1_mean_wait_s
+    from calculators.serving.queueing import mm1_mean_wait_s
     lam, S = 6.0, 0.1                                    # ρ = 0.6
     assert mg1_mean_wait_s(lam, S, S ** 2) == pytest.approx(md1_mean_wait_s(lam, S))        # E[S²] = S²
     assert mg1_mean_wait_s(lam, S, 2 * S ** 2) == pytest.approx(mm1_mean_wait_s(lam, S))    # exponential: 2S²

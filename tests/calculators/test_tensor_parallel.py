@@ -1,13 +1,13 @@
-"""Multi-GPU sizing (calculators.tensor_parallel): per-GPU memory two ways, invariants, replication, pipelines."""
+"""Multi-GPU sizing (calculators.multi_gpu.tensor_parallel): per-GPU memory two ways, invariants, replication, pipelines."""
 import math
 
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from calculators.latency import IDEAL, decode_step_ms
-from calculators.memory import RuntimeOverheads, memory_budget, resident_weight_bytes
-from calculators.pipeline import bubble_table, layers_per_stage, pipeline_pass_ms
-from calculators.tensor_parallel import (Mesh, decode_step_parallel, fit_verdict, mesh_problem, per_gpu_kv_bytes,
+from calculators.sizing.latency import IDEAL, decode_step_ms
+from calculators.sizing.memory import RuntimeOverheads, memory_budget, resident_weight_bytes
+from calculators.multi_gpu.pipeline import bubble_table, layers_per_stage, pipeline_pass_ms
+from calculators.multi_gpu.tensor_parallel import (Mesh, decode_step_parallel, fit_verdict, mesh_problem, per_gpu_kv_bytes,
                                          per_gpu_memory, per_gpu_weight_bytes, tp_scaling)
 from specs.devices import load_device
 from specs.model_config import SpecError

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 CHATML_WRITE_A_STORY = ("<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by Hugging Face"
                         "<|im_end|>\n<|im_start|>user\nWrite a story<|im_end|>\n<|im_start|>assistant\n")
 # Greedy continuation, 40 tokens. Obtained independently of this engine: transformers 5.23
@@ -90,7 +90,7 @@ def test_cli_errors_are_one_line_without_traceback(args, needle):
 
 def test_default_model_batched_generation_matches_single(default_model):
     """Two prompts of different lengths decoded together give each one's own greedy continuation."""
-    from engine.generate import generate_batch
+    from engine.model.generate import generate_batch
     tok = default_model.tokenizer
     other = tok.encode(tok.apply_chat_template([{"role": "user", "content": "What is the capital of France?"}]))
     assert len(other) != len(PROMPT_IDS)

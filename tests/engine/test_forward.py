@@ -3,20 +3,12 @@ import numpy as np
 import pytest
 
 from engine import Hooks, Model, ModelError
-from engine.generate import generate_batch
-from specs.model_config import ModelConfig
+from engine.model.generate import generate_batch
+from helpers_models import prompt, tiny
 
 # float32 (eps 6e-8) through 2 layers, sums over <= 96 terms in other orders: ~1e-6 on logits of size ~1;
 # a wrong position, mask or cache row moves them by > 1e-2
 TOL = 1e-5
-
-
-def tiny(**kw) -> ModelConfig:
-    base = dict(name="tiny", hidden_size=64, num_layers=2, num_heads=4, num_kv_heads=2, head_dim=16,
-                intermediate_size=96, vocab_size=300, max_position_embeddings=48, rms_norm_eps=1e-5,
-                rope_theta=10000.0, eos_token_id=2)
-    base.update(kw)
-    return ModelConfig(**base)
 
 
 SHAPES = {
@@ -31,10 +23,6 @@ SHAPES = {
 @pytest.fixture(params=list(SHAPES), scope="module")
 def model(request):
     return Model.random(SHAPES[request.param], seed=3)
-
-
-def prompt(n, seed=0, vocab=300):
-    return [int(t) for t in np.random.default_rng(seed).integers(3, vocab, n)]
 
 
 def test_prefill_last_logits_equal_full_forward(model):
@@ -226,7 +214,7 @@ def test_prompt_longer_than_context_window_is_refused_with_advice():
 
 
 def test_profile_run_counts_one_trace_per_step():
-    from engine.profile import profile_run
+    from engine.instruments.profile import profile_run
     model = Model.random(SHAPES["gqa"], seed=1)
     run = profile_run(model, prompt_tokens=9, decode_steps=4)
     assert len(run.decodes) == 4 and run.prefill_ms > 0 and run.itl_ms > 0

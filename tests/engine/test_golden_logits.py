@@ -12,16 +12,16 @@ frequency or norm moves logits by 1e-2 or more.
 import numpy as np
 import pytest
 
-from engine.model import Model
+from engine.model.model import Model
 from golden_cases import CASES, GOLDEN_DIR, case_tokens, case_weights
-from specs.model_config import ModelConfig
+from specs.hf_config import parse_hf_config
 
 ATOL = 1e-5
 
 
 def _engine(name: str) -> Model:
     cfg = CASES[name][0]
-    return Model.from_hf_tensors(ModelConfig.from_hf_config(cfg, name=name), case_weights(name))
+    return Model.from_hf_tensors(parse_hf_config(cfg, name=name), case_weights(name))
 
 
 @pytest.mark.parametrize("name", list(CASES))

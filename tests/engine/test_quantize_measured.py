@@ -1,9 +1,9 @@
-"""Quantization measured on a real forward pass (engine/quantize.py)."""
+"""Quantization measured on a real forward pass (engine/model/quantize.py)."""
 import numpy as np
 import pytest
 
 from engine import Model, ModelError
-from engine.quantize import Scheme, measure_quantization, perplexity, quantized_model
+from engine.model.quantize import Scheme, measure_quantization, perplexity, quantized_model
 from specs.presets import load_preset
 
 

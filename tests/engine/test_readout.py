@@ -1,12 +1,12 @@
-"""engine.readout (reading a run) and calculators.kv_counterfactual, checked against hand-made arrays, brute-force
+"""engine.instruments.readout (reading a run) and calculators.sizing.kv_counterfactual, checked against hand-made arrays, brute-force
 loops and the reference's worked numbers."""
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from calculators.kv_counterfactual import kv_variant_rows
-from engine.readout import (causal_check, head_summary, kv_cache_bytes_from_shape, nearest_tokens, subsequence_end,
+from calculators.sizing.kv_counterfactual import kv_variant_rows
+from engine.instruments.readout import (causal_check, head_summary, kv_cache_bytes_from_shape, nearest_tokens, subsequence_end,
                             sweep_lengths, top_k)
 from specs.presets import load_preset
 

@@ -1,6 +1,6 @@
 import numpy as np
 
-from engine.sampling import sample, sampling_probs
+from engine.model.sampling import sample, sampling_probs
 
 
 def test_greedy_is_argmax():

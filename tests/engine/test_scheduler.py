@@ -5,8 +5,8 @@ import numpy as np
 import pytest
 
 from engine import Model, ModelError, Scheduler, Trace
-from engine.scheduler import split_rows, step_timeline
-from test_engine_forward import prompt, tiny
+from engine.serve.scheduler import split_rows, step_timeline
+from helpers_models import prompt, tiny
 
 # float32 logits of the same computation; only the batch composition and the gathered K/V differ, ~1e-7
 # relative on O(1) logits. 1e-5 is the bound test_engine_forward uses for the same forward pass.

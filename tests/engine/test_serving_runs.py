@@ -2,10 +2,10 @@
 import pytest
 
 from engine import Model, ModelError
-from engine.serving_runs import (chunked_prefill_run, decode_tokens_per_s, prefix_cache_run, speculative_run,
+from engine.serve.serving_runs import (chunked_prefill_run, decode_tokens_per_s, prefix_cache_run, speculative_run,
                                  streams_run)
-from engine.speculative import early_exit_draft
-from test_engine_forward import tiny
+from engine.serve.speculative import early_exit_draft
+from helpers_models import tiny
 
 
 @pytest.fixture(scope="module")
@@ -42,8 +42,8 @@ def test_weight_products_run_multiplies_every_matrix_of_a_decode_step(tied):
     """Its FLOP count (2 · rows · Σ matrix sizes, from the engine's own arrays) against the roofline calculator's
     decode step at context 1 less its attention (QKᵀ and P·V: 4 · d · h_q per layer and row), an independent
     per-op formula: equal to the FLOP."""
-    from calculators.roofline import forward_flops
-    from engine.serving_runs import weight_products_run
+    from calculators.sizing.roofline import forward_flops
+    from engine.serve.serving_runs import weight_products_run
     cfg = tiny(num_layers=3, max_position_embeddings=256, tie_word_embeddings=tied)
     m = Model.random(cfg, seed=0)
     for rows in (1, 4):
@@ -54,7 +54,7 @@ def test_weight_products_run_multiplies_every_matrix_of_a_decode_step(tied):
 
 
 def test_batching_run_measures_every_gain_against_one_stream(model):
-    from engine.serving_runs import batching_run
+    from engine.serve.serving_runs import batching_run
     with pytest.raises(ModelError, match="start at 1"):
         batching_run(model, [2, 4])
     rows = batching_run(model, [1, 2], prompt_len=3, new_tokens=2)
@@ -68,7 +68,7 @@ def test_batching_run_gains_are_medians_of_each_rounds_ratio(monkeypatch):
     (1 row, 2 rows) = (10, 10), (30, 30), (10, 20) ms -> ratios 2, 2, 1 -> median 2 (the ratio of the medians,
     2·10/20 = 1, would blame the machine's slow second on batching). Tokens/s likewise: (10, 15), (5, 7.5), (10, 5)
     -> gains 1.5, 1.5, 0.5 -> 1.5, where the ratio of the medians would say 7.5 / 10 = 0.75."""
-    import engine.serving_runs as sr
+    import engine.serve.serving_runs as sr
     products = {1: [10.0, 30.0, 10.0], 2: [10.0, 30.0, 20.0]}
     speeds = {1: [10.0, 5.0, 10.0], 2: [15.0, 7.5, 5.0]}
     monkeypatch.setattr(sr, "weight_products_run", lambda model, n, repeats=3: dict(

@@ -2,10 +2,10 @@
 import numpy as np
 import pytest
 
-from calculators.speculative import expected_tokens_per_pass
+from calculators.serving.speculative import expected_tokens_per_pass
 from engine import Model, ModelError
-from engine.speculative import early_exit_draft, speculative_generate
-from test_engine_forward import prompt, tiny
+from engine.serve.speculative import early_exit_draft, speculative_generate
+from helpers_models import prompt, tiny
 
 
 @pytest.fixture(scope="module")

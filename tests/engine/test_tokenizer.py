@@ -4,7 +4,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from engine.errors import ModelError
-from engine.tokenizer import StreamDecoder, Tokenizer, derive_merges
+from engine.load.tokenizer import StreamDecoder, Tokenizer, derive_merges
 from helpers_checkpoints import byte_level_tokenizer_fields, sentencepiece_gguf_fields
 
 # Ground truth computed once with transformers 5.23 from the same file, independently of our code:

@@ -11,16 +11,16 @@ import pytest
 from streamlit.testing.v1 import AppTest
 
 from engine import Hooks, Model, ModelError, record_generation
-from engine.classroom import ClassroomPolicy
-from engine.jobs import JobQueue, JobRefused
-from test_engine_forward import prompt, tiny
+from server.classroom import ClassroomPolicy
+from server.jobs import JobQueue, JobRefused
+from helpers_models import prompt, tiny
 import ui.machine  # noqa: F401  (so sys.modules holds it)
 from ui.model_picker import CHOICE_KEY, LOCAL_CHOICE, PATH_KEY, RANDOM_PREFIX, REPO_CHOICE, REPO_KEY, SharedModels
 
 TIMEOUT = 60
 from helpers_apptest import errors
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 APP, ROOFLINE = str(ROOT / "app.py"), str(ROOT / "pages" / "23_Roofline.py")
 SMALL_RANDOM = RANDOM_PREFIX + "SmolLM2-135M-Instruct"
 
@@ -253,7 +253,7 @@ def test_measure_again_never_replaces_another_sessions_machine(monkeypatch):
 
 # ------------------------------------------------------------------------------------------ the Class page
 def test_class_page_shows_the_live_batch(monkeypatch, model):
-    from engine.worker import EngineWorker
+    from server.worker import EngineWorker
     from ui.server import workers
     monkeypatch.setattr(sys.modules["ui.machine"], "MEASURE_SECONDS", 0.05)
     at = AppTest.from_file(str(ROOT / "pages" / "51_Class.py"), default_timeout=TIMEOUT)

@@ -9,10 +9,10 @@ import time
 
 import pytest
 
-from calculators.roofline import forward_flops
+from calculators.sizing.roofline import forward_flops
 from engine import Model, ModelError, Trace
-from engine.worker import Busy, EngineWorker
-from test_engine_forward import prompt, tiny
+from server.worker import Busy, EngineWorker
+from helpers_models import prompt, tiny
 
 NEVER = 1e9                     # abandon_after_s for tests that step by hand (nobody reads between steps)
 
@@ -202,7 +202,7 @@ def test_snapshot_block_tables_account_for_every_used_block(model):
 def test_decode_step_point_counts_what_a_batched_decode_pass_computes(model):
     """The roofline point's FLOPs (calculators convention) equal the engine's Trace of the same decode pass:
     B = 3 sequences, each with S − 1 cached tokens feeding 1 new one."""
-    from engine.worker import StepView, decode_step_point
+    from server.worker import StepView, decode_step_point
     B, S = 3, 10
     cache = model.new_cache(B, S)
     model.forward(__import__("numpy").array([prompt(S - 1, seed=b) for b in range(B)]), cache)

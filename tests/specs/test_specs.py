@@ -7,9 +7,10 @@ import pytest
 from specs.devices import (all_devices, custom_device, device_documents, list_devices, load_device,
                            measure_this_machine)
 from specs.hf_config import parse_hf_config
-from specs.model_config import ModelConfig, SpecError
+from specs.model_config import SpecError
 from specs.presets import load_preset, preset_document
-from calculators.params import param_breakdown
+from calculators.sizing.params import param_breakdown
+from specs.hf_config import config_from_json_file
 
 REQUIRED_MODELS = ["TinyLlama-1.1B", "SmolLM2-135M", "Llama-2-7B", "Llama-2-13B", "Llama-2-70B", "Llama-3-8B",
                    "Llama-3-70B", "Llama-3.1-405B", "Mistral-7B", "Qwen2.5-7B", "Gemma-2-9B", "Gemma-3-27B",
@@ -145,7 +146,7 @@ def test_opt_125m_parameter_count():
 def test_parse_any_config_file(tmp_path):
     p = tmp_path / "config.json"
     p.write_text(json.dumps(preset_document("mistral-7b")["config"]))
-    assert ModelConfig.from_json_file(p).hidden_size == 4096
+    assert config_from_json_file(p).hidden_size == 4096
 
 
 # --- malformed and unsupported configs ------------------------------------------------------------------------
@@ -188,7 +189,7 @@ def test_non_json_file_is_a_spec_error(tmp_path):
     p = tmp_path / "config.json"
     p.write_text("{not json")
     with pytest.raises(SpecError, match="not valid JSON"):
-        ModelConfig.from_json_file(p)
+        config_from_json_file(p)
 
 
 # --- devices --------------------------------------------------------------------------------------------------

@@ -15,7 +15,7 @@ from ui.model_picker import (ACTIVE_KEY, CHOICE_KEY, DEFAULT_CHOICE, LOCAL_CHOIC
                              random_choice, source_for)
 from helpers_apptest import SMALL_RANDOM, errors, run_script
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 APP = str(ROOT / "app.py")
 TIMEOUT = 60
 

@@ -19,7 +19,7 @@ from ui.inside import CHAT_KEY, RUN_MAX_NEW_KEY
 from ui.model_picker import CHOICE_KEY, LOCAL_CHOICE, PATH_KEY
 from helpers_apptest import errors
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 PAGES = {p.stem: str(p) for p in (ROOT / "pages").glob("*.py")}
 TIMEOUT = 120
 TINY = tiny_config(num_layers=3, num_heads=4, num_kv_heads=2)        # GQA: 2 query heads per K/V head
@@ -245,5 +245,5 @@ def test_readout_of_a_long_prompt_in_chunks_equals_one_full_pass(tmp_path):
     # float32: the chunked pass sums attention in a different order; 1e-5 of the logits' scale is ~100 ulps
     assert np.abs(readout.last_logits - full).max() <= 1e-5 * np.abs(full).max()
     assert readout.last_resid.shape == (model.config.num_layers, model.config.hidden_size)
-    from engine.readout import logit_lens                           # the last layer's residual IS the prediction
+    from engine.instruments.readout import logit_lens                           # the last layer's residual IS the prediction
     assert logit_lens(model.weights, model.config, readout.last_resid)[0][-1] == int(np.argmax(full))

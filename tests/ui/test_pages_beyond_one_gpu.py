@@ -9,7 +9,7 @@ from streamlit.testing.v1 import AppTest
 from ui.model_source import CUSTOM
 from helpers_apptest import run_script
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 TIMEOUT = 60
 
 

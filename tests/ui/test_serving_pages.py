@@ -8,13 +8,13 @@ from pathlib import Path
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from calculators.batching import kv_critical_batch, step_model_for
+from calculators.serving.batching import kv_critical_batch, step_model_for
 from calculators.units import fmt_num
 from specs.devices import load_device
 from specs.presets import load_preset
 from helpers_apptest import errors, run_script
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 PAGES = {p.stem.split("_", 1)[1]: str(p) for p in sorted((ROOT / "pages").glob("3[0-9]_*.py"))}
 TIMEOUT = 180
 
@@ -237,7 +237,7 @@ def test_queueing_hockey_stick_and_utilisation_of_one_or_more_is_an_error():
 
 # ------------------------------------------------------------------------------------------ the engine Gantt
 def test_engine_gantt_reuses_a_freed_slot_and_merges_consecutive_steps():
-    from engine.scheduler import StepReport
+    from engine.serve.scheduler import StepReport
     from ui.serving import engine_gantt
     # 2 slots: A and B prefill, decode twice; B leaves after step 2; C takes B's slot from step 3
     reps = [StepReport(1, prefilled={"A": 5, "B": 3}, seconds=0.5, started_at=10.0),

@@ -17,7 +17,7 @@ from ui.nav import page_files
 from ui.widgets import parse_number
 from helpers_apptest import SMALL_RANDOM, errors
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 APP = str(ROOT / "app.py")
 REFERENCE_003 = Path("/work/shared/reference/003_5263b1745ba7a8d4.txt")
 

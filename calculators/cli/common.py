@@ -1,0 +1,86 @@
+"""What every command of `python -m calculators` shares: a parser that fails in one line, argument types, model and
+device look-up, and printing a result as a table or JSON (bad input: one line on stderr, exit status 2).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+from pathlib import Path
+
+from calculators.units import dtype_name
+from specs.devices import Device, load_device, measure_this_machine
+from specs.model_config import ModelConfig, SpecError
+from specs.presets import load_preset
+from specs.hf_config import config_from_json_file
+
+THIS_MACHINE = {"this", "this-machine", "thismachine", "local", "measure"}
+
+
+class Parser(argparse.ArgumentParser):
+    def error(self, message):                      # one line, exit 2 (argparse prints usage + 2 lines)
+        print(f"error: {message}", file=sys.stderr)
+        raise SystemExit(2)
+
+
+def positive_int(s: str) -> int:
+    try:
+        v = int(s)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {s!r}") from None
+    if v < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {v}")
+    return v
+
+
+def dtype_arg(allowed):
+    def parse(s: str) -> str:
+        try:
+            d = dtype_name(s)
+        except SpecError as e:
+            raise argparse.ArgumentTypeError(str(e)) from None
+        if d not in allowed:
+            raise argparse.ArgumentTypeError(f"{s!r} is not one of {', '.join(allowed)}")
+        return d
+    return parse
+
+
+def nonneg_float(s: str) -> float:
+    try:
+        v = float(s)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {s!r}") from None
+    if not math.isfinite(v) or v < 0:
+        raise argparse.ArgumentTypeError(f"must be a finite number >= 0, got {s}")
+    return v
+
+
+def load_model(spec: str) -> ModelConfig:
+    p = Path(spec)
+    if spec.endswith(".json") or p.is_file():
+        return config_from_json_file(p)
+    if p.is_dir() and (p / "config.json").is_file():
+        return config_from_json_file(p / "config.json")
+    return load_preset(spec)
+
+
+def load_gpu(spec: str) -> Device:
+    if spec.strip().lower() in THIS_MACHINE:
+        return measure_this_machine(seconds_budget=1.0)
+    return load_device(spec)
+
+
+def run_and_print(run, render, args, failed=lambda out: False) -> int:
+    """Run one command: its result as JSON (--json) or a table; a SpecError/ValueError/OSError/KeyError is one line."""
+    try:
+        out = run(args)
+    except (SpecError, ValueError, OSError, KeyError) as e:
+        msg = str(e).replace("\n", " ").strip() or type(e).__name__
+        print(f"error: {msg}", file=sys.stderr)
+        return 2
+    try:
+        print(json.dumps(out, indent=2, default=float) if args.json else render(out))
+    except BrokenPipeError:        # e.g. piped into `head`
+        pass
+    return 1 if failed(out) else 0

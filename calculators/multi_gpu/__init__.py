@@ -1,0 +1,4 @@
+"""Beyond one GPU: collectives (alpha-beta), tensor/pipeline/context/expert parallelism, per-GPU memory and step
+time on a TP/PP/EP mesh with its fit verdict, pipeline stages, one layer sharded on a device mesh.
+May import: specs, calculators.units/arch, calculators.sizing, calculators.serving. Never engine, server, ui.
+"""
