@@ -5,7 +5,7 @@ Run once, with torch and transformers installed (requirements-reference.txt), th
 
     python tools/make_golden_logits.py
 
-tests/test_golden_logits.py compares the engine with them in every default test run, without torch. Each file
+tests/engine/test_golden_logits.py compares the engine with them in every default test run, without torch. Each file
 holds `logits` (float32 [P, V] at the case's stored positions), `positions`, `tokens`, and the versions used.
 The reference runs in float64 (weights are float32 values, exactly representable), so the stored numbers are the
 float32 weights' exact-arithmetic logits to ~1e-7 (then rounded to float32).

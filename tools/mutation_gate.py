@@ -11,7 +11,7 @@ the code it targets changes, the mutation must be re-targeted.
     python tools/mutation_gate.py gqa_grouping_swapped rope_freqs_ignored      # some of them
 
 Before the mutants, each distinct test selection runs once unmutated and must pass (else a "kill" means nothing).
-A full run takes about 8 minutes on 2 busy cores (36 mutants, 7-11 s each, plus 13 baselines).
+A full run takes about 8 minutes on 2 busy cores (38 mutants, 7-11 s each, plus the baselines).
 """
 from __future__ import annotations
 
@@ -28,9 +28,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 
 TVE = "tests/test_theory_vs_experiment.py"
-GOLD = "tests/test_golden_logits.py"
-FWD = "tests/test_engine_forward.py"
-LOAD = ("tests/test_loading.py", "-k", "gguf or rope")
+GOLD = "tests/engine/test_golden_logits.py"
+FWD = "tests/engine/test_forward.py"
+LOAD = ("tests/engine/test_loading.py", "-k", "gguf or rope")
 
 
 @dataclass(frozen=True)
@@ -128,65 +128,73 @@ MUTATIONS = [
       "every row of a sampled batch would draw the same random stream", FWD),
     m("top_p_keeps_one_token_too_few", "engine/model/sampling.py",
       ("keep = cum - p[order] < top_p", "keep = cum < top_p"),
-      "nucleus sampling would drop the token that crosses p", "tests/test_sampling.py"),
+      "nucleus sampling would drop the token that crosses p", "tests/engine/test_sampling.py"),
     # ------------------------------------------------------------------ calculators
     m("kv_per_token_factor_2_dropped", "calculators/sizing/kv_cache.py",
       ("    return 2 * config.kv_dim\n", "    return config.kv_dim\n"),
-      "KV cache sized for K only: every fit verdict too optimistic", "tests/test_calc_kv.py"),
+      "KV cache sized for K only: every fit verdict too optimistic", "tests/calculators/test_kv_cache.py"),
     m("roofline_attention_flops_halved", "calculators/sizing/roofline.py",
       ("flops=2.0 * B * T * Skeep * d * hq, act_read_bytes=R * qd * ab,",
        "flops=1.0 * B * T * Skeep * d * hq, act_read_bytes=R * qd * ab,"),
-      "the theory's attention FLOPs a factor 2 short", TVE, "tests/test_calc_roofline.py"),
+      "the theory's attention FLOPs a factor 2 short", TVE, "tests/calculators/test_roofline.py"),
     m("roofline_norm_weights_dropped", "calculators/sizing/roofline.py",
       ("return _ew(name, R, width, ab, flops_per_elem=4.0, weight_bytes=nw * wb, layer_kind=layer_kind)",
        "return _ew(name, R, width, ab, flops_per_elem=4.0, weight_bytes=0, layer_kind=layer_kind)"),
-      "the theory's bytes per token leave out the norm vectors", TVE, "tests/test_calc_roofline.py"),
+      "the theory's bytes per token leave out the norm vectors", TVE, "tests/calculators/test_roofline.py"),
     m("decode_floor_without_kv", "calculators/sizing/latency.py",
       ("return dict(weights=w, kv_read=kv[\"read\"], kv_written=kv[\"written\"], total=w + kv[\"read\"] + kv[\"written\"])",
        "return dict(weights=w, kv_read=kv[\"read\"], kv_written=kv[\"written\"], total=w)"),
-      "long-context ITL predicted as if the KV cache cost nothing to read", "tests/test_calc_explain.py",
-      "tests/test_calc_latency.py"),
+      "long-context ITL predicted as if the KV cache cost nothing to read", "tests/calculators/test_explain.py",
+      "tests/calculators/test_latency.py"),
     m("engine_floor_without_kv_written", "calculators/sizing/engine_floor.py",
       ("total=weights + kv[\"read\"] + kv[\"written\"])", "total=weights + kv[\"read\"])"),
       "the engine's ITL floor would no longer equal what its Trace counts", TVE),
     m("tied_head_counted_twice", "calculators/sizing/params.py",
       ("lm_head = 0 if c.tie_word_embeddings else c.vocab_size * c.hidden_size",
        "lm_head = c.vocab_size * c.hidden_size"),
-      "tied models (SmolLM2, Gemma) sized with a second embedding table", "tests/test_calc_params.py",
-      "tests/test_specs.py"),
+      "tied models (SmolLM2, Gemma) sized with a second embedding table", "tests/calculators/test_params.py",
+      "tests/specs/test_specs.py"),
     m("fits_comparison_loosened", "calculators/sizing/memory.py",
       ("usable_bytes=usable, fits=needed <= usable,", "usable_bytes=usable, fits=needed <= 2 * usable,"),
-      "models twice the GPU's memory reported as fitting", "tests/test_calc_memory.py"),
+      "models twice the GPU's memory reported as fitting", "tests/calculators/test_memory.py"),
     m("flash_tiled_blocks_floor", "calculators/sizing/flash_attention.py",
       ("blocks = math.ceil(seq_len / check_int(\"block_q\", block_q))",
        "blocks = seq_len // check_int(\"block_q\", block_q)"),
-      "a partial last query block would read no K/V: tiled traffic under-counted", "tests/test_calc_flash.py"),
+      "a partial last query block would read no K/V: tiled traffic under-counted", "tests/calculators/test_flash_attention.py"),
     m("int8_scale_off_by_one", "calculators/sizing/quantization.py",
       ("return -(2 ** (bits - 1)), 2 ** (bits - 1) - 1", "return -(2 ** (bits - 1)), 2 ** (bits - 1)"),
-      "INT8 codes up to 128 that do not exist: the walk-through's q and error wrong", "tests/test_calc_quant.py"),
+      "INT8 codes up to 128 that do not exist: the walk-through's q and error wrong", "tests/calculators/test_quantization.py"),
     m("matvecs_all_rows_into_the_first", "engine/model/ops.py",
       ("np.matmul(block, row, out=out[r, s:s + step])", "np.matmul(block, row, out=out[0, s:s + step])"),
       "two to four streams decoding together would get one stream's projections: wrong text for all but one",
-      "tests/test_matmul_t.py", "tests/test_scheduler.py"),
+      "tests/engine/test_matmul_t.py", "tests/engine/test_scheduler.py"),
+    m("prefix_hash_without_parent", "engine/serve/block_manager.py",
+      ("return hash((parent, tuple(int(t) for t in tokens)))", "return hash((None, tuple(int(t) for t in tokens)))"),
+      "a block whose tokens appeared at another position after another prefix would be reused with the wrong K/V",
+      "tests/engine/test_scheduler.py"),
+    m("preempt_the_oldest", "engine/serve/scheduler.py",
+      ("victim = self.running[-1]", "victim = self.running[0]"),
+      "the request that did the most work would be thrown away first (the README promises the newest)",
+      "tests/engine/test_scheduler.py"),
     m("paged_read_blocks_and_heads_swapped", "engine/serve/paged_cache.py",
       ("x = pool[g[:, None, :], heads].reshape(B, h_kv, nb * self.block_size, d)",
        "x = pool[g[:, :, None], heads.reshape(1, 1, -1)].reshape(B, h_kv, nb * self.block_size, d)"),
       "attention would read each head's keys from the wrong blocks: served text differs from the plain engine",
-      "tests/test_paged_cache.py"),
+      "tests/engine/test_paged_cache.py"),
     m("paged_write_slots_kept_across_passes", "engine/serve/paged_cache.py",
       ("        self._slots_for = None\n", "        pass\n"),
       "a decode step would write its K/V over the previous step's slots: the cache forgets tokens",
-      "tests/test_paged_cache.py", "tests/test_scheduler.py"),
+      "tests/engine/test_paged_cache.py", "tests/engine/test_scheduler.py"),
     m("paging_blocks_floor", "calculators/serving/paging.py",
       ("return math.ceil(check_int(\"tokens\", tokens, minimum=0) / check_int(\"block_size\", block_size))",
        "return check_int(\"tokens\", tokens, minimum=0) // check_int(\"block_size\", block_size)"),
-      "a partly filled last block not allocated: paged memory under-counted", "tests/test_calc_serving.py"),
+      "a partly filled last block not allocated: paged memory under-counted", "tests/calculators/test_serving_curriculum.py"),
     m("speculative_sum_off_by_one", "calculators/serving/speculative.py",
       ("return (1 - acceptance ** (k + 1)) / (1 - acceptance)", "return (1 - acceptance ** k) / (1 - acceptance)"),
-      "speculative decoding's tokens per pass would miss the bonus token", "tests/test_calc_serving.py"),
+      "speculative decoding's tokens per pass would miss the bonus token", "tests/calculators/test_serving_curriculum.py"),
     m("queue_wait_without_rho", "calculators/serving/queueing.py",
       ("return rho / (1 - rho)", "return 1 / (1 - rho)"),
-      "queueing delay at low load overstated (M/M/1 wait factor wrong)", "tests/test_calc_serving.py"),
+      "queueing delay at low load overstated (M/M/1 wait factor wrong)", "tests/calculators/test_serving_curriculum.py"),
 ]
 
 

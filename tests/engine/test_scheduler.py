@@ -396,3 +396,37 @@ def test_default_model_scheduler_equals_each_request_alone(default_model):
     for p, r in zip(prompts, reqs):
         assert r.token_ids == alone(default_model, p, max_new_tokens=5, stop_at_eos=False)
     assert s.free_blocks == s.num_blocks
+
+
+def test_equal_block_tokens_after_a_different_prefix_are_not_reused(model):
+    """The chain hash covers every token before a block, not only its own: request A = X + Y caches Y as its second
+    block; request B starts with Y. B's first block must not reuse A's Y block, whose K/V were computed at positions
+    4-7 after X (a hash of the block's tokens alone would hand them over)."""
+    x, y, tail = prompt(4, seed=11), prompt(4, seed=12), prompt(3, seed=13)
+    s = Scheduler(model, block_size=4, num_blocks=32, prefix_caching=True)
+    a = s.submit(x + y + tail, max_new_tokens=2, stop_at_eos=False)
+    s.run()
+    b = s.submit(y + tail, max_new_tokens=4, stop_at_eos=False)
+    s.run()
+    assert a.prefix_cached_tokens == 0 and b.prefix_cached_tokens == 0
+    assert b.token_ids == alone(model, y + tail, max_new_tokens=4, stop_at_eos=False)
+    c = s.submit(x + y + prompt(2, seed=14), max_new_tokens=1, stop_at_eos=False)   # the same prefix IS reused
+    s.run()
+    assert c.prefix_cached_tokens == 8
+
+
+def test_preemption_takes_the_newest_request(model):
+    """When a decode finds no free block, the most recently admitted request gives its blocks back (it has done the
+    least work, so recomputing it costs least), never the oldest. Pool: 6 blocks of 4; three 7-token prompts hold 2
+    blocks each; the first decode step of the oldest needs a 7th block."""
+    s = Scheduler(model, block_size=4, num_blocks=6)
+    reqs = [s.submit(prompt(7, seed=20 + i), max_new_tokens=6, stop_at_eos=False) for i in range(3)]
+    first_preemption = None
+    while s.has_work and first_preemption is None:
+        rep = s.step()
+        if rep.preempted:
+            first_preemption = rep.preempted
+    assert first_preemption == [reqs[2].request_id]
+    s.run()
+    for r, p in zip(reqs, [prompt(7, seed=20 + i) for i in range(3)]):
+        assert r.token_ids == alone(model, p, max_new_tokens=6, stop_at_eos=False)

@@ -148,7 +148,7 @@ def test_home_links_every_page_file(tmp_path):
     assert labels == ["First lesson", "KV cache"]
 
 
-# (every page file runs once with its defaults in tests/test_pages.py::test_page_runs_with_defaults...)
+# (every page file runs once with its defaults in tests/ui/test_pages.py::test_page_runs_with_defaults...)
 
 
 def test_model_choice_survives_a_page_switch(tmp_path):
