@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Iterable, Sequence
 import numpy as np
 
 from engine.errors import ModelError
-from engine.model.generate import _check_max_new
+from engine.model.stopping import check_max_new_tokens
 from engine.model.hooks import Hooks, _indices
 from engine.model.sampling import check_sampling, top_alternatives
 from engine.model.token_loop import Progress, check_controls, run_tokens
@@ -115,7 +115,7 @@ def record_generation(model: "Model", prompt_ids: Sequence[int], max_new_tokens:
     All argument checks happen before any work (ModelError).
     """
     c = model.config
-    max_new = _check_max_new(max_new_tokens)
+    max_new = check_max_new_tokens(max_new_tokens)
     check_sampling(temperature, top_k, top_p)
     check_controls(stop, on_progress, chunk_size)
     ids = [int(t) for t in prompt_ids]

@@ -10,6 +10,7 @@ from engine.errors import ModelError
 from engine.model.hooks import Hooks
 from engine.model.kv_cache import KVCache
 from engine.model.sampling import check_sampling, sample
+from engine.model.stopping import check_max_new_tokens, eos_ids, finish_reason
 from engine.model.token_loop import check_controls, run_tokens
 from engine.model.trace import Trace
 
@@ -28,12 +29,6 @@ class Generated:
     finish_reason: str | None = None   # "eos" | "length" | "context" on the last token
 
 
-def _check_max_new(max_new_tokens) -> int:
-    if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, (int, np.integer)) or max_new_tokens < 1:
-        raise ModelError(f"max_new_tokens must be a whole number ≥ 1, got {max_new_tokens!r}")
-    return int(max_new_tokens)
-
-
 def generate(model: "Model", prompt: str | Sequence[int], max_new_tokens: int = 64, temperature: float = 0.0,
              top_k: int = 0, top_p: float = 1.0, seed: int | None = None, stop_at_eos: bool = True,
              chunk_size: int | None = None, hooks: Hooks | None = None, trace: Trace | None = None,
@@ -48,7 +43,7 @@ def generate(model: "Model", prompt: str | Sequence[int], max_new_tokens: int = 
     its logits plus sampling it: TTFT for the first token (prefill + sampling), the inter-token latency after.
     All argument checks happen before the first token, so a bad option fails fast with a ModelError.
     """
-    max_new = _check_max_new(max_new_tokens)
+    max_new = check_max_new_tokens(max_new_tokens)
     check_sampling(temperature, top_k, top_p)
     check_controls(stop, on_progress, chunk_size)
     ids = model.encode_prompt(prompt)
@@ -78,7 +73,7 @@ def generate_batch(model: "Model", prompts: Sequence[Sequence[int]], max_new_tok
 
     returns the new token ids of each sequence; with `with_finish_reasons=True`, (ids, finish reasons).
     """
-    max_new = _check_max_new(max_new_tokens)
+    max_new = check_max_new_tokens(max_new_tokens)
     check_sampling(temperature, top_k, top_p)
     prompts = [model.encode_prompt(p) for p in prompts]
     if not prompts:
@@ -93,7 +88,7 @@ def generate_batch(model: "Model", prompts: Sequence[Sequence[int]], max_new_tok
     for b, p in enumerate(prompts):
         tokens[b, :len(p)] = p
     rngs = [np.random.default_rng(s) for s in seeds]
-    eos = set(model.tokenizer.eos_token_ids) if model.tokenizer is not None else set(model.config.eos_token_ids)
+    eos = eos_ids(model)
     logits = model.forward(tokens, cache, n_valid=lens)               # [B, V]
     out: list[list[int]] = [[] for _ in range(B)]
     reasons: list[str | None] = [None] * B
@@ -103,14 +98,11 @@ def generate_batch(model: "Model", prompts: Sequence[Sequence[int]], max_new_tok
         keep = []
         for i, b in enumerate(rows):
             out[b].append(int(nxt[i]))
-            if stop_at_eos and nxt[i] in eos:
-                reasons[b] = "eos"
-            elif len(out[b]) >= max_new:
-                reasons[b] = "length"
-            elif cache.lengths[i] >= ctx:
-                reasons[b] = "context"
-            else:
+            reason = finish_reason(int(nxt[i]), eos, stop_at_eos, len(out[b]), max_new, int(cache.lengths[i]), ctx)
+            if reason is None:
                 keep.append(i)
+            else:
+                reasons[b] = reason
         if not keep:
             break
         if len(keep) < len(rows):                                     # finished rows leave the batch

@@ -17,6 +17,7 @@ from engine.errors import ModelError
 from engine.model.hooks import Hooks
 from engine.model.kv_cache import KVCache
 from engine.model.sampling import sample_with_prob
+from engine.model.stopping import FinishReason, eos_ids, finish_reason
 from engine.model.trace import Trace
 
 if TYPE_CHECKING:
@@ -63,7 +64,7 @@ def run_tokens(model: "Model", ids: Sequence[int], max_new: int, temperature: fl
     capacity = min(len(ids) + max_new, ctx)
     cache = model.new_cache(1, capacity)
     rng = np.random.default_rng(seed)
-    eos = set(model.tokenizer.eos_token_ids) if model.tokenizer is not None else set(model.config.eos_token_ids)
+    eos = eos_ids(model)
     decoder = None
     if model.tokenizer is not None:
         from engine.load.tokenizer import StreamDecoder
@@ -86,15 +87,9 @@ def run_tokens(model: "Model", ids: Sequence[int], max_new: int, temperature: fl
         t0 = time.perf_counter()
         tok, prob = sample_with_prob(logits, temperature, top_k, top_p, rng)
         seconds += time.perf_counter() - t0
-        finish = None
-        if stop_at_eos and tok in eos:
-            finish = "eos"
-        elif step + 1 >= max_new:
-            finish = "length"
-        elif int(cache.lengths[0]) >= capacity:
-            finish = "context"
-        elif stop is not None and stop.is_set():
-            finish = "stopped"
+        finish = finish_reason(tok, eos, stop_at_eos, step + 1, max_new, int(cache.lengths[0]), capacity)
+        if finish is None and stop is not None and stop.is_set():
+            finish = FinishReason.STOPPED
         text = ""
         if decoder is not None:
             text = "" if finish == "eos" else decoder.push(tok)

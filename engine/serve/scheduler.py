@@ -22,7 +22,7 @@ import numpy as np
 
 from engine.serve.block_manager import BlockManager, OutOfBlocks, check_block_size, check_count
 from engine.errors import ModelError
-from engine.model.generate import _check_max_new
+from engine.model.stopping import FinishReason, Status, check_max_new_tokens, eos_ids, finish_reason
 from engine.serve.paged_cache import PagedKVCache, grow_table
 from engine.model.sampling import check_sampling, sample
 from engine.serve.sequence import Request
@@ -123,8 +123,7 @@ class Scheduler:
         self.blocks = BlockManager(nb, block_size, prefix_caching, prefix_cache_blocks)
         c = model.config
         self.cache = PagedKVCache(c.num_layers, c.num_kv_heads, c.head_dim, self.blocks, c.max_position_embeddings)
-        tok = model.tokenizer
-        self.eos = set(tok.eos_token_ids) if tok is not None else set(c.eos_token_ids)
+        self.eos = eos_ids(model)
         self.waiting: list[Request] = []
         self.running: list[Request] = []
         self.steps = 0
@@ -165,7 +164,7 @@ class Scheduler:
             return self._submit(prompt_ids, max_new_tokens, temperature, top_k, top_p, seed, stop_at_eos, request_id)
 
     def _submit(self, prompt_ids, max_new_tokens, temperature, top_k, top_p, seed, stop_at_eos, request_id):
-        max_new = _check_max_new(max_new_tokens)
+        max_new = check_max_new_tokens(max_new_tokens)
         check_sampling(temperature, top_k, top_p)
         ids = self.model.encode_prompt(prompt_ids)
         self.model.check_prompt(ids)
@@ -193,7 +192,7 @@ class Scheduler:
             if req not in self.running and req not in self.waiting:
                 raise ModelError(f"request {req.request_id!r} was not submitted to this scheduler")
             self._remove(req)
-            req.finish("cancelled")
+            req.finish(FinishReason.CANCELLED)
 
     def _remove(self, req: Request) -> None:
         if req in self.running:
@@ -237,7 +236,7 @@ class Scheduler:
             if not self._allocate_prompt(req):
                 break
             self.waiting.pop(0)
-            req.status = "prefill"
+            req.status = Status.PREFILL
             self.running.append(req)
             admitted.append(req.request_id)
         return admitted
@@ -304,7 +303,7 @@ class Scheduler:
         self.running.remove(req)
         self.blocks.release_all(req.block_table)
         req.num_cached, req.hashed_blocks, req.last_hash = 0, 0, None
-        req.status = "waiting"
+        req.status = Status.WAITING
         req.preemptions += 1
         self.waiting.insert(0, req)
 
@@ -318,7 +317,7 @@ class Scheduler:
             start = rows[i].num_cached + off
             tokens[row, :n] = rows[i].all_ids[start:start + n]
         for req, n in zip(rows, chunks):
-            if req.status == "prefill":
+            if req.status is Status.PREFILL:
                 report.prefilled[req.request_id] = n
             else:
                 report.decoded.append(req.request_id)
@@ -329,14 +328,14 @@ class Scheduler:
         except BaseException:
             for req in rows:                                   # never leave blocks behind a failed pass
                 self._remove(req)
-                req.finish("error")
+                req.finish(FinishReason.ERROR)
             raise
         report.forward_tokens, report.padded_tokens, report.forward_rows = int(sum(chunks)), R * T, R
         last_row = {i: row for row, (i, _, _) in enumerate(pieces)}   # a request's last token is in its last row
         now = time.perf_counter()
         for i, (req, n) in enumerate(zip(rows, chunks)):
             req.num_cached += n
-            if req.status == "prefill":
+            if req.status is Status.PREFILL:
                 self.prefill_tokens_computed += n
             self._register_full_blocks(req)
             if req.num_pending == 0:
@@ -354,16 +353,11 @@ class Scheduler:
         """The same draw and the same stop rules as `engine.model.generate` for this request alone."""
         tok = sample(logits, req.temperature, req.top_k, req.top_p, req.rng)
         req.record_token(tok, now)
-        req.status = "running"
+        req.status = Status.RUNNING
         report.tokens_produced += 1
-        reason = None
-        if req.stop_at_eos and tok in self.eos:
-            reason = "eos"
-        elif len(req.token_ids) >= req.max_new_tokens:
-            reason = "length"
-        elif req.num_cached >= self.model.config.max_position_embeddings:
-            reason = "context"
-        if reason:
+        reason = finish_reason(tok, self.eos, req.stop_at_eos, len(req.token_ids), req.max_new_tokens, req.num_cached,
+                               self.model.config.max_position_embeddings)
+        if reason is not None:
             self._remove(req)
             req.finish(reason, now)
             report.finished.append(req.request_id)

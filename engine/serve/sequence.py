@@ -6,8 +6,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-FINISH_REASONS = ("eos", "length", "context", "cancelled", "error")
-
+from engine.model.stopping import FinishReason, Status
 
 @dataclass(eq=False)
 class Request:
@@ -26,8 +25,8 @@ class Request:
     seed: int | None = None
     stop_at_eos: bool = True
     token_ids: list[int] = field(default_factory=list)
-    status: str = "waiting"
-    finish_reason: str | None = None
+    status: Status = Status.WAITING
+    finish_reason: FinishReason | None = None
     block_table: list[int] = field(default_factory=list)
     num_cached: int = 0
     prefix_cached_tokens: int = 0     # prompt tokens served from the prefix cache (not recomputed)
@@ -55,7 +54,7 @@ class Request:
 
     @property
     def done(self) -> bool:
-        return self.status == "finished"
+        return self.status is Status.FINISHED
 
     @property
     def ttft_s(self) -> float | None:
@@ -69,6 +68,6 @@ class Request:
         self.last_token_at = now
         self.token_ids.append(int(token_id))
 
-    def finish(self, reason: str, now: float | None = None) -> None:
-        self.status, self.finish_reason = "finished", reason
+    def finish(self, reason: FinishReason, now: float | None = None) -> None:
+        self.status, self.finish_reason = Status.FINISHED, FinishReason(reason)
         self.finished_at = time.perf_counter() if now is None else now

@@ -19,7 +19,7 @@ from typing import Sequence
 import numpy as np
 
 from engine.errors import ModelError
-from engine.model.generate import _check_max_new
+from engine.model.stopping import check_max_new_tokens, eos_ids, finish_reason
 from engine.model.kv_cache import KVCache
 from engine.model.model import Model
 
@@ -79,7 +79,7 @@ def speculative_generate(target: Model, draft: Model, prompt: str | Sequence[int
                          draft_tokens: int = 4, stop_at_eos: bool = True) -> SpeculativeResult:
     """Greedy decoding of `target` with drafts from `draft`; the tokens equal `target.generate(..., temperature=0)`,
     with the same stop rules (eos, length, context)."""
-    max_new = _check_max_new(max_new_tokens)
+    max_new = check_max_new_tokens(max_new_tokens)
     if isinstance(draft_tokens, bool) or not isinstance(draft_tokens, int) or not 1 <= draft_tokens <= 64:
         raise ModelError(f"draft_tokens must be a whole number from 1 to 64, got {draft_tokens!r}")
     if draft.config.vocab_size != target.config.vocab_size:
@@ -88,8 +88,7 @@ def speculative_generate(target: Model, draft: Model, prompt: str | Sequence[int
     ids = target.encode_prompt(prompt)
     target.check_prompt(ids)
     ctx = min(target.config.max_position_embeddings, draft.config.max_position_embeddings)
-    tok = target.tokenizer
-    eos = set(tok.eos_token_ids) if tok is not None else set(target.config.eos_token_ids)
+    eos = eos_ids(target)
     out = SpeculativeResult([], "", draft_tokens)
     t_start = time.perf_counter()
     t_cache, d_cache = target.new_cache(1, ctx), draft.new_cache(1, ctx)
@@ -99,13 +98,8 @@ def speculative_generate(target: Model, draft: Model, prompt: str | Sequence[int
         """Append one token under generate's stop rules; True when generation is over."""
         out.token_ids.append(token)
         seq.append(token)
-        if stop_at_eos and token in eos:
-            out.finish_reason = "eos"
-        elif len(out.token_ids) >= max_new:
-            out.finish_reason = "length"
-        elif len(seq) - 1 >= ctx:                            # the cache would hold the whole context window
-            out.finish_reason = "context"
-        return bool(out.finish_reason)
+        out.finish_reason = finish_reason(token, eos, stop_at_eos, len(out.token_ids), max_new, len(seq) - 1, ctx)
+        return out.finish_reason is not None
 
     done = emit(int(np.argmax(target.prefill(ids, t_cache))))
     while not done:
