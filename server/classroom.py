@@ -113,29 +113,18 @@ class ClassroomPolicy:
         listing via `engine.load.hub.repo_download_plan`); a repo already complete in the local cache downloads 0."""
         if not self.enabled:
             return
-        from engine.load.loading import DEFAULT_NAMES
-        text = (source or "").strip()
-        if text.lower() in DEFAULT_NAMES:
-            return
-        if text.lower().startswith("random:"):
+        from engine.load.loading import parse_source
+        src = parse_source(source)
+        if src.kind == "random":
             from calculators.sizing.params import weight_bytes
             from specs.presets import load_preset
-            config = load_preset(text.split(":", 1)[1].strip())
+            config = load_preset(src.name)
             self.check_random(config.name, weight_bytes(config, dtype="fp32"))
-            return
-        path = Path(text).expanduser()
-        if path.exists() or text.lower().endswith(".gguf") or text.startswith((".", "/", "~")) or "\\" in text:
-            self.check_local_path(path)
-            return
-        from specs.presets import is_preset, preset_document
-        repo = text
-        if is_preset(text):
-            doc = preset_document(text)
-            if doc["name"].lower().startswith("smollm2"):
-                return                                       # the bundled default model
-            repo = doc["hf_repo"]
-        self.check_hub_repo(repo)
-        self.check_hub_size(repo, (download_bytes or _download_bytes)(repo))
+        elif src.kind == "path":
+            self.check_local_path(src.path)
+        elif src.kind in ("repo", "unknown"):        # an unknown source is checked as a repository id: refused
+            self.check_hub_repo(src.name or src.text)
+            self.check_hub_size(src.name or src.text, (download_bytes or _download_bytes)(src.name or src.text))
 
     def describe(self) -> list[str]:
         """The rules in force, one line each (for the sidebar)."""

@@ -9,6 +9,7 @@
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
@@ -26,20 +27,60 @@ def _no_progress(fraction: float, message: str) -> None:
     pass
 
 
-def load_model(source: str | Path | None = None, progress: Progress | None = None):
-    """Load a model for the engine from any accepted `source` (see the module docstring)."""
-    progress = progress or _no_progress
+@dataclass(frozen=True)
+class Source:
+    """What a model source names, before anything is opened or fetched. kind: "default" (the bundled model, also
+    its preset), "random" (`name` is the preset), "path" (a file or folder, existing or not), "repo" (a Hub
+    repository id, from a preset or typed), or "unknown"."""
+    kind: str
+    text: str
+    name: str = ""               # random: the preset; repo: the repository id
+    path: Path | None = None
+
+
+def parse_source(source: str | Path | None) -> Source:
+    """The one grammar of model sources: the loader and classroom mode's policy both read it."""
     if isinstance(source, Path):
         source = str(source)
     if source is not None and not isinstance(source, str):
         raise ModelError(f"model source must be a string, got {type(source).__name__}")
     text = (source or "").strip()
     if text.lower() in DEFAULT_NAMES:
+        return Source("default", text)
+    if text.lower().startswith("random:"):
+        return Source("random", text, name=text.split(":", 1)[1].strip())
+    path = Path(text).expanduser()
+    if path.exists() or text.lower().endswith(".gguf") or text.startswith((".", "/", "~")) or "\\" in text:
+        return Source("path", text, path=path)
+    from specs.presets import is_preset, preset_document
+    if is_preset(text):
+        doc = preset_document(text)
+        if doc["name"].lower().startswith("smollm2"):
+            return Source("default", text)
+        return Source("repo", text, name=doc["hf_repo"])
+    from engine.load.hub import is_repo_id
+    if is_repo_id(text):
+        return Source("repo", text, name=text)
+    return Source("unknown", text)
+
+
+def load_model(source: str | Path | None = None, progress: Progress | None = None):
+    """Load a model for the engine from any accepted `source` (see the module docstring)."""
+    progress = progress or _no_progress
+    src = parse_source(source)
+    if src.kind == "default":
         from engine.load.default_model import load_default_model
         return load_default_model(progress=progress)
-    if text.lower().startswith("random:"):
-        return load_random(text.split(":", 1)[1].strip(), progress=progress)
-    path = Path(text).expanduser()
+    if src.kind == "random":
+        return load_random(src.name, progress=progress)
+    if src.kind == "repo":
+        return _load_repo(src.name, progress)
+    if src.kind == "path":
+        return _load_path(src.path, src.text, progress)
+    raise ModelError(f"don't know how to load {src.text!r}; a model source is one of: " + "; ".join(ACCEPTED_FORMS))
+
+
+def _load_path(path: Path, text: str, progress: Progress):
     if path.is_file():
         if path.suffix.lower() == ".gguf":
             from engine.load.gguf_loader import load_gguf
@@ -49,19 +90,7 @@ def load_model(source: str | Path | None = None, progress: Progress | None = Non
         raise ModelError(f"{path} is a file but not a .gguf file; pass a .gguf file or a model folder")
     if path.is_dir():
         return _load_folder(path, progress)
-    if text.lower().endswith(".gguf") or text.startswith((".", "/", "~")) or "\\" in text:
-        raise ModelError(f"{text} does not exist; check the path")
-    from specs.presets import is_preset, preset_document
-    if is_preset(text):
-        doc = preset_document(text)
-        if doc["name"].lower().startswith("smollm2"):
-            from engine.load.default_model import load_default_model
-            return load_default_model(progress=progress)
-        return _load_repo(doc["hf_repo"], progress)
-    from engine.load.hub import is_repo_id
-    if is_repo_id(text):
-        return _load_repo(text, progress)
-    raise ModelError(f"don't know how to load {text!r}; a model source is one of: " + "; ".join(ACCEPTED_FORMS))
+    raise ModelError(f"{text} does not exist; check the path")
 
 
 def _load_folder(folder: Path, progress: Progress):
