@@ -186,14 +186,6 @@ def load_device(name: str) -> Device:
     raise SpecError(f"unknown device {name!r}; choose one of: {', '.join(list_devices())}")
 
 
-def is_device(name: str) -> bool:
-    try:
-        load_device(name)
-        return True
-    except SpecError:
-        return False
-
-
 def custom_device(name: str, memory_gb: float, bandwidth_gb_s: float, peak_tflops: float | dict,
                   interconnect_gb_s: float | None = None, price_usd_per_hour: float | None = None,
                   source: str = "user input", interconnect_link: str | None = None) -> Device:

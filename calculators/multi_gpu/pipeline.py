@@ -8,9 +8,8 @@ microbatches in flight, throughput, but never single-request speed. With m micro
 """
 from __future__ import annotations
 
-from calculators.multi_gpu.parallel import p2p_ms, pipeline_bubble_fraction, tp_allreduce_bytes
+from calculators.multi_gpu.parallel import pipeline_bubble_fraction
 from calculators.units import check_int, check_nonneg
-from specs.devices import Link
 from specs.model_config import SpecError
 
 
@@ -32,13 +31,6 @@ def bubble_table(stages: int, microbatches: tuple[int, ...] = (1, 4, 16, 64)) ->
     """003 Detail 22's table: p = 4 stages, m = 1, 4, 16, 64 -> 75%, 43%, 16%, ≈ 4% idle."""
     return [dict(stages=stages, microbatches=m, bubble_percent=100 * pipeline_bubble_fraction(stages, m),
                  pass_stage_times=m + stages - 1) for m in microbatches]
-
-
-def stage_boundary_ms(hidden_size: int, tokens: int, link: Link, act_bytes: float | str = 2) -> dict:
-    """One activation handed to the next stage: a [tokens, D] tensor, alpha + bytes / bandwidth (per direction).
-    Decode of one token of a 70B (D 8,192) in bf16: 16,384 bytes."""
-    b = tp_allreduce_bytes(hidden_size, tokens, act_bytes)
-    return dict(bytes=b, ms=p2p_ms(b, link))
 
 
 def pp_scaling(config, device, pps: tuple[int, ...], context_tokens: int, weight_dtype: str = "bf16",

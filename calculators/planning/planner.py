@@ -329,20 +329,6 @@ def _sentence(col: dict, i: int, wl: Workload) -> str:
     return "no hourly price for this device: enter one"
 
 
-def brute_force_cheapest(config: ModelConfig, devices: list[Device], workload: Workload, space: SearchSpace,
-                         **kw) -> dict | None:
-    """The cheapest feasible plan by a plain loop over `plan`'s own candidates (for tests): min over feasible of
-    ($/1M, ITL)."""
-    res = plan(config, devices, workload, space, **kw)
-    best = None
-    for i in range(res.n_candidates):
-        if res.columns["feasible"][i]:
-            key = (res.columns["usd_per_million_tokens"][i], res.columns["itl_ms"][i])
-            if best is None or key < best[0]:
-                best = (key, i)
-    return None if best is None else res.plan(best[1])
-
-
 def plan_rows(res: PlanResult, top: int = 20) -> list[dict]:
     """Ranked feasible plans as plain dicts with the columns a reader needs (JSON/CSV export)."""
     keep = ("device", "gpus", "tp", "pp", "ep", "replicas", "batch_cap", "weight_dtype", "kv_dtype", "per_gpu_weight_bytes",
@@ -357,5 +343,5 @@ def rejected_rows(res: PlanResult, top: int = 50) -> list[dict]:
     return [{k: r[k] for k in keep} for r in res.rejected(top)]
 
 
-__all__ = ["Workload", "SearchSpace", "PlanResult", "plan", "plan_rows", "rejected_rows", "brute_force_cheapest",
+__all__ = ["Workload", "SearchSpace", "PlanResult", "plan", "plan_rows", "rejected_rows",
            "CONSTRAINTS"]

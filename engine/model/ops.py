@@ -117,13 +117,6 @@ def causal_visible(q_positions: np.ndarray, n_keys: int, key_valid: np.ndarray) 
     return (keys[None, None, :] <= q_positions[:, :, None]) & key_valid[:, None, :]
 
 
-def causal_mask(q_positions: np.ndarray, n_keys: int, key_valid: np.ndarray) -> np.ndarray:
-    """Additive mask: 0 where `causal_visible`, else -inf.   -> [B, 1, 1, T, S] float32 (for small T only: the
-    forward pass builds `causal_visible` one query block at a time instead)"""
-    visible = causal_visible(q_positions, n_keys, key_valid)
-    return np.where(visible, 0.0, -np.inf).astype(np.float32)[:, None, None]
-
-
 def gqa_attention_scores(q: np.ndarray, k: np.ndarray, scale: float) -> np.ndarray:
     """Scaled dot products, each K/V head shared by G query heads WITHOUT copying K.
 
