@@ -79,8 +79,9 @@ def live(model) -> None:
                        f"this lesson allows up to {fmt_bytes(DEFAULT_POOL_BYTES)} per visitor: use fewer or smaller "
                        "blocks.")
             return
-        try:
-            sched = Scheduler(model, block_size=block, num_blocks=blocks, max_batch=slots)
+        try:                                   # the pool is allocated in the heavy-job line (memory checked first)
+            with heavy_job("the paged-cache pool", need):
+                sched = Scheduler(model, block_size=block, num_blocks=blocks, max_batch=slots)
             for k, p in enumerate(prompts):
                 sched.submit(model.encode_prompt(p), max_new_tokens=new, stop_at_eos=False, request_id=f"R{k}")
         except (ModelError, SpecError) as e:

@@ -295,3 +295,21 @@ def test_pollaczek_khinchine_gives_md1_for_fixed_and_mm1_for_exponential_service
     assert mg1_mean_wait_s(lam, S, S ** 2) == pytest.approx(md1_mean_wait_s(lam, S))        # E[S²] = S²
     assert mg1_mean_wait_s(lam, S, 2 * S ** 2) == pytest.approx(mm1_mean_wait_s(lam, S))    # exponential: 2S²
     assert mm1_mean_wait_s(lam, S) == pytest.approx(0.6 / 0.4 * S)                         # ρ/(1 − ρ)·S = 0.15 s
+
+
+def test_load_trace_reads_a_real_file_sorted_by_arrival(tmp_path):
+    """A CSV written to disk (extra column, rows out of order) and the same rows as JSON Lines load alike."""
+    from calculators.serving.workload import load_trace
+    csv = tmp_path / "requests.csv"
+    csv.write_text("arrival_s,prompt_tokens,output_tokens,user\n0.5,120,40,b\n0.0,200,64,a\n2.25,8,1,c\n")
+    jsonl = tmp_path / "requests.jsonl"
+    jsonl.write_text('{"arrival_s": 0.5, "prompt_tokens": 120, "output_tokens": 40}\n'
+                     '{"arrival_s": 0.0, "prompt_tokens": 200, "output_tokens": 64}\n'
+                     '{"arrival_s": 2.25, "prompt_tokens": 8, "output_tokens": 1}\n')
+    for path in (csv, jsonl):
+        w = load_trace(path)
+        assert [r["arrival_s"] for r in w.rows()] == [0.0, 0.5, 2.25]
+        assert [r["prompt_tokens"] for r in w.rows()] == [200, 120, 8]
+        assert [r["output_tokens"] for r in w.rows()] == [64, 40, 1]
+    with pytest.raises(SpecError, match="cannot read trace"):
+        load_trace(tmp_path / "missing.csv")

@@ -1,4 +1,5 @@
 """Continuous batching: per request the scheduler's output equals the request run alone, and no block leaks."""
+import time
 from types import SimpleNamespace
 
 import numpy as np
@@ -430,3 +431,35 @@ def test_preemption_takes_the_newest_request(model):
     s.run()
     for r, p in zip(reqs, [prompt(7, seed=20 + i) for i in range(3)]):
         assert r.token_ids == alone(model, p, max_new_tokens=6, stop_at_eos=False)
+
+
+def test_submit_and_cancel_from_other_threads_while_steps_run(model):
+    """A server submits and cancels from request threads while one thread steps: nothing is lost, nothing leaks.
+    Every request ends (finished or cancelled), a finished one equals its run alone, and every block is free."""
+    import threading
+    s = Scheduler(model, block_size=4, num_blocks=64)
+    prompts = [prompt(5 + i % 4, seed=40 + i) for i in range(12)]
+    reqs, go = [None] * len(prompts), threading.Event()
+
+    def client(i):
+        go.wait()
+        reqs[i] = s.submit(prompts[i], max_new_tokens=5, stop_at_eos=False)
+        if i % 3 == 0:
+            s.cancel(reqs[i])
+
+    threads = [threading.Thread(target=client, args=(i,)) for i in range(len(prompts))]
+    for t in threads:
+        t.start()
+    go.set()
+    deadline = time.monotonic() + 60
+    while (any(t.is_alive() for t in threads) or s.has_work) and time.monotonic() < deadline:
+        s.step()
+    for t in threads:
+        t.join(5)
+    assert all(r is not None and r.done for r in reqs)
+    for i, r in enumerate(reqs):
+        if r.finish_reason == "length":
+            assert r.token_ids == alone(model, prompts[i], max_new_tokens=5, stop_at_eos=False)
+        else:
+            assert i % 3 == 0 and r.finish_reason == "cancelled"
+    assert s.free_blocks == s.num_blocks

@@ -15,6 +15,7 @@ from bench.bench_classroom import run
 pytest.importorskip("websockets")
 
 
+@pytest.mark.live_server
 def test_four_sessions_generate_together_and_blocks_come_back(default_gguf_path):
     if shutil.which("streamlit") is None and not __import__("importlib").util.find_spec("streamlit"):
         pytest.skip("streamlit is not installed")
