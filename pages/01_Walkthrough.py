@@ -138,7 +138,7 @@ STEPS = [("Your prompt and its reply", step_prompt), ("Text becomes tokens", ste
          ("The memory that grows", step_kv_cache), ("Two speeds: prefill and decode", step_two_speeds)]
 
 
-def page() -> None:
+def main() -> None:
     setup_page("Walkthrough", icon=":material/school:")
     st.title("Walkthrough")
     st.markdown("A tour of one real request through a real model, in eight steps. Type the prompt you want the "
@@ -168,4 +168,4 @@ def page() -> None:
     draw(model, prompt, rec, texts)
 
 
-page()
+main()

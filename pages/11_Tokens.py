@@ -110,7 +110,7 @@ def compare_tokenizers(model: Model, prompt: Prompt) -> None:
     st.caption("Both read the typed text as is (no chat template), so the counts compare like with like.")
 
 
-def page() -> None:
+def main() -> None:
     setup_page("Tokens", icon=":material/segment:")
     st.title("Tokens")
     st.markdown(
@@ -129,4 +129,4 @@ def page() -> None:
     compare_tokenizers(model, prompt)
 
 
-page()
+main()

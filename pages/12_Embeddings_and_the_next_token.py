@@ -144,7 +144,7 @@ def logit_lens_section(model: Model, prompt: Prompt, resid: np.ndarray) -> None:
                      "(`engine.instruments.readout.logit_lens`). The last row equals the model's real prediction.")
 
 
-def page() -> None:
+def main() -> None:
     setup_page("Embeddings and the next token", icon=":material/scatter_plot:")
     st.title("Embeddings and the next token")
     st.markdown("Each token id picks one row of a big table: a list of numbers the rest of the model works on. At "
@@ -160,4 +160,4 @@ def page() -> None:
     logit_lens_section(model, prompt, readout.last_resid)
 
 
-page()
+main()

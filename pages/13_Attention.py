@@ -180,7 +180,7 @@ def rope_section(model: Model, acts: dict, head: int) -> None:
                      "(`engine.instruments.readout.rope_relative_check`).\n\nSource: 003 Detail 7")
 
 
-def page() -> None:
+def main() -> None:
     setup_page("Attention", icon=":material/visibility:")
     st.title("Attention")
     st.markdown("In every layer, each token builds a query and compares it with the keys of all tokens up to "
@@ -219,4 +219,4 @@ def page() -> None:
     rope_section(model, acts, head)
 
 
-page()
+main()

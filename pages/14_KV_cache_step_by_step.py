@@ -116,7 +116,7 @@ def counterfactual_section(model: Model, tokens: int) -> None:
                      "K and V projections shrink too, but much less.\n\nSource: 003 Details 6 and 10")
 
 
-def page() -> None:
+def main() -> None:
     setup_page("KV cache, step by step", icon=":material/stacks:")
     st.title("KV cache, step by step")
     st.markdown("Each new token needs the keys and values of every token before it. Rather than recompute them, "
@@ -173,4 +173,4 @@ def page() -> None:
     df_with_download(df, "kv_cache_steps")
 
 
-page()
+main()

@@ -142,7 +142,7 @@ def sweep_section(model: Model) -> None:
                      "Source: 003 Details 11 and 12")
 
 
-def page() -> None:
+def main() -> None:
     setup_page("Prefill and decode, measured", icon=":material/timer:")
     st.title("Prefill and decode, measured")
     st.markdown("A reply has two phases. First the model reads the whole prompt in one pass (prefill): that is the "
@@ -156,4 +156,4 @@ def page() -> None:
     sweep_section(model)
 
 
-page()
+main()
