@@ -116,9 +116,10 @@ MUTATIONS = [
       ("return int(2 * len(self.k) * int(self.lengths.sum())", "return int(len(self.k) * int(self.lengths.sum())"),
       "the KV-cache size shown after each token would be half the real one", TVE),
     # ------------------------------------------------------------------ engine: generation
-    m("batch_context_check_loosened", "engine/model/generate.py",
-      ("elif cache.lengths[i] >= ctx:", "elif cache.lengths[i] > ctx:"),
-      "a batch row at the context window would be fed one more token than the model has positions for", FWD),
+    m("context_check_loosened", "engine/model/stopping.py",
+      ("if cached_tokens >= context_tokens:", "if cached_tokens > context_tokens:"),
+      "a sequence at the context window would be fed one more token than the model has positions for", FWD,
+      "tests/engine/test_stopping.py"),
     m("batch_finished_rows_keep_decoding", "engine/model/generate.py",
       ("if len(keep) < len(rows):", "if False:"),
       "finished rows keep generating (wasted work, wrong tokens appended)", FWD),
