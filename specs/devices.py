@@ -130,6 +130,8 @@ class Link:
     alpha_base_s: float
     alpha_per_hop_s: float
     source: str
+    switched: bool = False                     # every GPU reaches every other in one hop (NVSwitch, full mesh)
+    multicast: bool = False                    # the switch can reduce and multicast (NVLS: NVLink 4 and later)
 
 
 @lru_cache(maxsize=None)
@@ -138,7 +140,8 @@ def _links() -> dict:
     return {k: Link(key=k, name=v["name"], kind=v["kind"],
                     bytes_per_s=None if v.get("per_direction_gb_s") is None else float(v["per_direction_gb_s"]) * 1e9,
                     alpha_base_s=float(v["alpha_base_us"]) * 1e-6, alpha_per_hop_s=float(v["alpha_per_hop_us"]) * 1e-6,
-                    source=v["source"]) for k, v in doc.get("links", {}).items()}
+                    source=v["source"], switched=bool(v.get("switched", False)),
+                    multicast=bool(v.get("multicast", False))) for k, v in doc.get("links", {}).items()}
 
 
 def all_links() -> list[Link]:
@@ -161,7 +164,8 @@ def device_link(device: "Device") -> Link | None:
     base = load_link(device.interconnect_link)
     return Link(key=base.key, name=device.interconnect_name or base.name, kind=base.kind,
                 bytes_per_s=device.interconnect_bytes_per_s, alpha_base_s=base.alpha_base_s,
-                alpha_per_hop_s=base.alpha_per_hop_s, source=base.source)
+                alpha_per_hop_s=base.alpha_per_hop_s, source=base.source, switched=base.switched,
+                multicast=base.multicast)
 
 
 def device_documents() -> list[dict]:

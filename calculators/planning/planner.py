@@ -31,8 +31,10 @@ from calculators.sizing.params import bytes_per_param, param_breakdown
 from calculators.sizing.roofline import compute_precision_for, forward_flops
 from calculators.multi_gpu.tensor_parallel import Mesh, mesh_problem
 from calculators.units import check_fraction, check_int, check_positive
+from calculators.multi_gpu.collectives import allreduce_ms as collective_ms
 from specs.devices import Device, Link, device_link
 from specs.model_config import ModelConfig, SpecError
+from specs.stacks import Stack, load_stack
 
 CONSTRAINTS = ("memory", "bandwidth", "compute", "communication", "queueing")
 REASONS = ("feasible", "mesh", "memory", "itl", "utilisation", "concurrency", "ttft", "no price")
@@ -143,14 +145,19 @@ def _grid(devices, space: SearchSpace, c: ModelConfig):
 
 
 def plan(config: ModelConfig, devices: list[Device], workload: Workload, space: SearchSpace = SearchSpace(),
-         efficiency: Efficiency = Efficiency(), usable_fraction: float = DEFAULT_GPU_MEMORY_UTILIZATION,
+         efficiency: Efficiency | None = None, usable_fraction: float = DEFAULT_GPU_MEMORY_UTILIZATION,
          overheads: RuntimeOverheads = RuntimeOverheads(), embeddings_16bit: bool = True,
-         link: Link | None = None) -> PlanResult:
+         link: Link | None = None, stack: Stack | str | None = None) -> PlanResult:
     """Evaluate every candidate of `space` on `devices` for `workload`; feasible plans ranked by $/1M tokens at
-    the load (then by ITL). Bad input raises SpecError; an empty result carries `no_plan_reason()`."""
+    the load (then by ITL). The serving `stack` (vLLM when None) sets the all-reduce algorithm, and, unless
+    `efficiency` is given, the efficiencies and the fixed step cost per device class. Bad input raises SpecError;
+    an empty result carries `no_plan_reason()`."""
     c, wl = config, workload.check()
     if not devices:
         raise SpecError("choose at least one device")
+    stack = stack if isinstance(stack, Stack) else load_stack(stack)
+    effs = [efficiency or Efficiency.for_stack(stack, dv) for dv in devices]
+    efficiency = effs[0]
     check_fraction("gpu_memory_utilization", usable_fraction)
     notes = []
     bad_tp = [t for t in space.tp if mesh_problem(c, Mesh(tp=t)) is not None]
@@ -209,12 +216,19 @@ def plan(config: ModelConfig, devices: list[Device], workload: Workload, space: 
     a0 = np.array([lk.alpha_base_s if lk is not None else 0.0 for lk in links])[di]
     a1 = np.array([lk.alpha_per_hop_s if lk is not None else 0.0 for lk in links])[di]
     price = np.array([dv.price_usd_per_hour if dv.price_usd_per_hour else np.nan for dv in devices])[di]
+    overhead = np.array([e.step_overhead_ms for e in effs])[di]
+    seq_over = np.array([e.sequence_overhead_us for e in effs])[di] / 1e3
     link_ok = has_link | (tp * pp == 1)
 
     def allreduce_ms(rows):
-        msg = rows * D * 2.0
-        t = (a0 + 2 * (tpf - 1) * a1 + 2 * (tpf - 1) / tpf * msg / lbw) * 1e3
-        return np.where(tp > 1, t, 0.0)
+        """The stack's all-reduce of a [rows, D] activation (`collectives.allreduce`), once per distinct
+        (device, TP, rows)."""
+        rows_arr = np.broadcast_to(np.asarray(rows, dtype=float), tp.shape)
+        keys = np.stack([di, tp, rows_arr], axis=1)
+        uniq, inv = np.unique(keys, axis=0, return_inverse=True)
+        vals = np.array([0.0 if int(t) == 1 or links[int(d)] is None else
+                         collective_ms(r * D * 2.0, int(t), links[int(d)], stack) for d, t, r in uniq])
+        return vals[inv.ravel()] if len(vals) else np.zeros(len(tp))
 
     moe_share = arch.moe_layer_count(c) / L if arch.is_moe(c) else 0.0
     k_top = c.num_experts_per_tok or 0
@@ -237,7 +251,7 @@ def plan(config: ModelConfig, devices: list[Device], workload: Workload, space: 
     mem_ms = (w_gpu * ratio + kv_seq * rows) / (bw * efficiency.decode_mbu) * 1e3
     comp_ms = S["decode_flops_per_row"] * rows * share / tpf / (peak * efficiency.decode_mfu) * 1e3
     comm_ms = stage * layer_comm_ms(rows)
-    stage_ms = np.maximum(mem_ms, comp_ms) + comm_ms
+    stage_ms = np.maximum(mem_ms, comp_ms) + comm_ms + overhead + rows * seq_over
     itl = np.maximum(m, pp) * stage_ms + (pp - 1) * p2p(rows)
 
     # ---- prefill of one prompt (tensor_parallel.prefill_parallel, vectorised), mean and p99 length
@@ -245,7 +259,7 @@ def plan(config: ModelConfig, devices: list[Device], workload: Workload, space: 
         kv_p = np.array([kv_cache_bytes(c, P, 1, k) for k in space.kv_dtypes])[kdi] * share * kv_div
         cm = S["prefill_flops"][P] * share / tpf / (peak * efficiency.prefill_mfu) * 1e3
         mm = (w_gpu * S["read_ratio_prefill"][P] + kv_p) / (bw * efficiency.prefill_mbu) * 1e3
-        st = np.maximum(cm, mm) + stage * layer_comm_ms(float(P))
+        st = np.maximum(cm, mm) + stage * layer_comm_ms(float(P)) + overhead + seq_over
         return ppf * st + (pp - 1) * p2p(float(P)), cm
     pre_mean, _ = prefill(wl.prompt_tokens)
     pre_p99, pre_comp = prefill(wl.p99_prompt)

@@ -26,10 +26,10 @@ def _scalar(c, dev, row, wl):
     mean_ctx = wl.prompt_tokens + (wl.output_tokens - 1) // 2 + 1
     mem = per_gpu_memory(c, dev, mesh, wl.prompt_tokens + wl.output_tokens, row["batch_cap"], row["weight_dtype"],
                          row["kv_dtype"])
-    dec = decode_step_parallel(c, dev, mesh, mean_ctx, row["batch_cap"], row["weight_dtype"], row["kv_dtype"],
-                               Efficiency())
-    pre = prefill_parallel(c, dev, mesh, wl.prompt_tokens, 1, row["weight_dtype"], row["kv_dtype"], Efficiency())
-    pre99 = prefill_parallel(c, dev, mesh, wl.p99_prompt, 1, row["weight_dtype"], row["kv_dtype"], Efficiency())
+    eff = Efficiency.for_stack(None, dev)          # the planner's default: vLLM's efficiencies and step cost
+    dec = decode_step_parallel(c, dev, mesh, mean_ctx, row["batch_cap"], row["weight_dtype"], row["kv_dtype"], eff)
+    pre = prefill_parallel(c, dev, mesh, wl.prompt_tokens, 1, row["weight_dtype"], row["kv_dtype"], eff)
+    pre99 = prefill_parallel(c, dev, mesh, wl.p99_prompt, 1, row["weight_dtype"], row["kv_dtype"], eff)
     return mem, dec, pre, pre99
 
 
