@@ -230,15 +230,10 @@ def plan(config: ModelConfig, devices: list[Device], workload: Workload, space: 
                          collective_ms(r * D * 2.0, int(t), links[int(d)], stack) for d, t, r in uniq])
         return vals[inv.ravel()] if len(vals) else np.zeros(len(tp))
 
-    moe_share = arch.moe_layer_count(c) / L if arch.is_moe(c) else 0.0
-    k_top = c.num_experts_per_tok or 0
-
     def layer_comm_ms(rows):
-        """Per layer: the attention all-reduce, then the FFN's all-reduce or (MoE layers under EP) two all-to-alls."""
-        ar = allreduce_ms(rows)
-        a2a = np.where(tp > 1, (a0 + (tpf - 1) * a1 + (tpf - 1) / tpf * rows * k_top * D * 2.0 / lbw) * 1e3, 0.0)
-        ffn = np.where(ep_on, (1 - moe_share) * ar + moe_share * 2 * a2a, ar)
-        return ar + ffn
+        """Per layer: the attention all-reduce and the FFN's (EP inside the TP group sums the experts' partial
+        outputs with the same all-reduce)."""
+        return 2 * allreduce_ms(rows)
 
     def p2p(rows):
         return np.where(pp > 1, (a0 + a1 + rows * D * 2.0 / lbw) * 1e3, 0.0)

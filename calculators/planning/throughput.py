@@ -21,8 +21,10 @@ import math
 from calculators import arch
 from calculators.sizing.latency import Efficiency, step_weight_bytes
 from calculators.sizing.roofline import compute_precision_for, forward_flops
-from calculators.multi_gpu.tensor_parallel import (Mesh, _comm_per_stage_ms, _link_for, _need_link, check_mesh,
-                                         max_batch_per_replica, per_gpu_kv_bytes, per_gpu_weight_bytes, stage_layers)
+from calculators.multi_gpu.tensor_parallel import (Mesh, _comm_per_stage_ms, _expert_flops_extra, _link_for,
+                                                   _need_link, check_mesh, ep_tokens, expert_imbalance_for,
+                                                   max_batch_per_replica, per_gpu_kv_bytes, per_gpu_weight_bytes,
+                                                   stage_layers)
 from calculators.units import check_fraction, check_int, default_kv_dtype
 from specs.devices import Device, Link
 from specs.model_config import ModelConfig, SpecError
@@ -58,7 +60,8 @@ def batch_limits(config: ModelConfig, device: Device, mesh: Mesh, prompt_tokens:
 
 
 def step_time(config: ModelConfig, device: Device, mesh: Mesh, batch: int, prompt_tokens: int, output_tokens: int,
-              weight_dtype: str, kv_dtype: str, efficiency: Efficiency, link: Link | None, stack: Stack) -> dict:
+              weight_dtype: str, kv_dtype: str, efficiency: Efficiency, link: Link | None, stack: Stack,
+              expert_imbalance: float | None = None) -> dict:
     """One steady-state step of `batch` decode rows plus batch·I/O prompt tokens on the busiest GPU."""
     c, I, O = config, prompt_tokens, output_tokens
     m = min(batch, mesh.pp)
@@ -67,28 +70,32 @@ def step_time(config: ModelConfig, device: Device, mesh: Mesh, batch: int, promp
     mean_ctx = I + O // 2
     share = stage_layers(c, mesh.pp) / c.num_layers
     full = step_weight_bytes(c, weight_dtype, rows=1 << 30)
-    touched = step_weight_bytes(c, weight_dtype, rows=max(1, math.ceil(rows + new_prompt_tokens)))
+    step_tokens = rows + new_prompt_tokens
+    imb = expert_imbalance_for(c, mesh, step_tokens, expert_imbalance)
+    touched = step_weight_bytes(c, weight_dtype, rows=max(1, math.ceil(ep_tokens(mesh, step_tokens))))
     w = per_gpu_weight_bytes(c, mesh, weight_dtype) * touched / full
     kv = per_gpu_kv_bytes(c, mesh, mean_ctx, rows, kv_dtype)
-    flops = (forward_flops(c, 1, mean_ctx, rows) + forward_flops(c, I, I, 1) * rows / O) * share / mesh.tp
+    flops = ((forward_flops(c, 1, mean_ctx, rows) + forward_flops(c, I, I, 1) * rows / O) / mesh.tp
+             + _expert_flops_extra(c, mesh, step_tokens, imb)) * share
     peak, prec = device.flops_for(compute_precision_for(weight_dtype))
     mem_ms = (w + kv) / (device.memory_bandwidth_bytes_per_s * efficiency.decode_mbu) * 1e3
     comp_ms = flops / (peak * efficiency.prefill_mfu) * 1e3
-    comm_ms = _comm_per_stage_ms(c, mesh, math.ceil(rows + new_prompt_tokens), link, stack)
+    comm_ms = _comm_per_stage_ms(c, mesh, math.ceil(step_tokens), link, stack, imb)
     stage_ms = max(mem_ms, comp_ms) + comm_ms + efficiency.overhead_ms(rows)
     step_ms = max(m, mesh.pp) * stage_ms
     bound = "compute" if comp_ms > mem_ms else "memory bandwidth"
     if comm_ms > max(mem_ms, comp_ms):
         bound = "communication"
     return dict(step_ms=step_ms, stage_ms=stage_ms, memory_ms=mem_ms, compute_ms=comp_ms, comm_ms=comm_ms,
-                overhead_ms=efficiency.overhead_ms(rows), bound=bound, precision=prec, microbatches=m)
+                overhead_ms=efficiency.overhead_ms(rows), bound=bound, precision=prec, microbatches=m,
+                expert_imbalance=imb)
 
 
 def max_throughput(config: ModelConfig, device: Device, mesh: Mesh, prompt_tokens: int, output_tokens: int,
                    weight_dtype: str = "bf16", kv_dtype: str | None = None, stack: Stack | str | None = None,
                    gpu_memory_utilization: float | None = None, efficiency: Efficiency | None = None,
                    link: Link | None = None, max_num_seqs: int | None = None,
-                   max_num_batched_tokens: int | None = None) -> dict:
+                   max_num_batched_tokens: int | None = None, expert_imbalance: float | None = None) -> dict:
     """Output and total tokens/s of `mesh.total_gpus` GPUs with every request queued, as `stack` (vLLM when
     None) would serve it with its default limits; what binds the batch and what binds the step."""
     s = stack if isinstance(stack, Stack) else load_stack(stack)
@@ -110,7 +117,7 @@ def max_throughput(config: ModelConfig, device: Device, mesh: Mesh, prompt_token
                         f"with one sequence of {lim['reserved_context_tokens']:,} tokens at "
                         f"gpu_memory_utilization {gmu:g}: add GPUs (TP/PP) or use narrower weights")
     B = lim["batch"]
-    st = step_time(config, device, mesh, B, I, O, weight_dtype, kd, eff, lk, s)
+    st = step_time(config, device, mesh, B, I, O, weight_dtype, kd, eff, lk, s, expert_imbalance)
     replica = B / st["step_ms"] * 1e3
     out = replica * mesh.replicas
     return dict(output_tok_s=out, total_tok_s=out * (I + O) / O, requests_per_s=out / O,
@@ -123,4 +130,4 @@ def max_throughput(config: ModelConfig, device: Device, mesh: Mesh, prompt_token
                 efficiency=dict(decode_mbu=eff.decode_mbu, prefill_mfu=eff.prefill_mfu,
                                 step_overhead_ms=eff.step_overhead_ms),
                 binds=f"batch: {lim['binding']} ({B:,} sequences); step: {st['bound']}",
-                is_moe=arch.is_moe(config))
+                is_moe=arch.is_moe(config), expert_imbalance=st["expert_imbalance"])
