@@ -27,11 +27,12 @@ from calculators import arch
 from calculators.sizing.kv_cache import kv_cache_bytes
 from calculators.sizing.latency import Efficiency, step_weight_bytes
 from calculators.sizing.memory import DEFAULT_GPU_MEMORY_UTILIZATION, RuntimeOverheads, ffn_width
-from calculators.sizing.params import bytes_per_param, param_breakdown
+from calculators.sizing.params import bytes_per_param, expert_params, param_breakdown
 from calculators.sizing.roofline import compute_precision_for, forward_flops
 from calculators.multi_gpu.tensor_parallel import Mesh, mesh_problem
 from calculators.units import check_fraction, check_int, check_positive
 from calculators.multi_gpu.collectives import allreduce_ms as collective_ms
+from calculators.multi_gpu.moe import routing_imbalance
 from specs.devices import Device, Link, device_link
 from specs.model_config import ModelConfig, SpecError
 from specs.stacks import Stack, load_stack
@@ -244,7 +245,20 @@ def plan(config: ModelConfig, devices: list[Device], workload: Workload, space: 
     uniq, inv = np.unique(rows, return_inverse=True)
     ratio = np.array([S["read_ratio"][int(r)] for r in uniq])[inv.ravel()]
     mem_ms = (w_gpu * ratio + kv_seq * rows) / (bw * efficiency.decode_mbu) * 1e3
-    comp_ms = S["decode_flops_per_row"] * rows * share / tpf / (peak * efficiency.decode_mfu) * 1e3
+    expert_flops_per_token = (c.num_experts_per_tok * 2 * expert_params(c) * arch.moe_layer_count(c)
+                              if arch.is_moe(c) else 0.0)
+
+    def extra_expert_flops(tokens):
+        """The busiest EP rank's routed-expert FLOPs beyond the mean (`tensor_parallel._expert_flops_extra`)."""
+        tok = np.broadcast_to(np.asarray(tokens, dtype=float), tp.shape)
+        keys = np.stack([tok, ep], axis=1)
+        uniq, inv = np.unique(keys, axis=0, return_inverse=True)
+        imb = np.array([1.0 if e == 1 else routing_imbalance(t, c.num_experts, c.num_experts_per_tok, int(e))
+                        for t, e in uniq])[inv.ravel()]
+        return (imb - 1) * tok * expert_flops_per_token / tpf
+
+    comp_ms = (S["decode_flops_per_row"] * rows / tpf + extra_expert_flops(rows)) * share / \
+        (peak * efficiency.decode_mfu) * 1e3
     comm_ms = stage * layer_comm_ms(rows)
     stage_ms = np.maximum(mem_ms, comp_ms) + comm_ms + overhead + rows * seq_over
     itl = np.maximum(m, pp) * stage_ms + (pp - 1) * p2p(rows)
@@ -252,7 +266,8 @@ def plan(config: ModelConfig, devices: list[Device], workload: Workload, space: 
     # ---- prefill of one prompt (tensor_parallel.prefill_parallel, vectorised), mean and p99 length
     def prefill(P):
         kv_p = np.array([kv_cache_bytes(c, P, 1, k) for k in space.kv_dtypes])[kdi] * share * kv_div
-        cm = S["prefill_flops"][P] * share / tpf / (peak * efficiency.prefill_mfu) * 1e3
+        cm = (S["prefill_flops"][P] / tpf + extra_expert_flops(float(P))) * share / \
+            (peak * efficiency.prefill_mfu) * 1e3
         mm = (w_gpu * S["read_ratio_prefill"][P] + kv_p) / (bw * efficiency.prefill_mbu) * 1e3
         st = np.maximum(cm, mm) + stage * layer_comm_ms(float(P)) + overhead + seq_over
         return ppf * st + (pp - 1) * p2p(float(P)), cm
