@@ -47,6 +47,10 @@ def test_calibration_page_fits_the_example_and_rejects_a_bad_csv():
     at = page("43_")
     assert not at.exception and not texts(at.error)
     assert any(m.label == "Decode MBU (fitted)" for m in at.metric)
+    # the published data-centre table: its median and worst error shown, within issue 17's bands
+    med = next(m.value for m in at.metric if m.label == "Median |error|")
+    worst = next(m.value for m in at.metric if m.label == "Worst |error|")
+    assert float(med.rstrip("%")) <= 15 and float(worst.rstrip("%")) <= 35
     at.text_area(key="cal.text").set_value("a,b\n1,2\n").run()
     assert not at.exception and any("lacks" in e for e in texts(at.error))
 
