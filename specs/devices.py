@@ -79,9 +79,14 @@ class Device:
 
     def flops_for(self, precision: str = "bf16", sparse: bool = False) -> tuple[float, str]:
         """(FLOP/s, precision actually used): dense peak for `precision`, or for the next wider format the
-        device has when it lacks that one (FP8 on an A100 runs at its BF16 rate)."""
+        device has when it lacks that one (FP8 on an A100 runs at its BF16 rate). FP4 is the exception: a device
+        without FP4 tensor cores is refused with one message instead of a silent fallback."""
         p = precision_name(precision)
         table = self.peak_flops_sparse if sparse else self.peak_flops
+        if p == "fp4" and "fp4" not in self.peak_flops:
+            raise SpecError(f"{self.name} has no FP4 tensor cores, so FP4 weights would run as a silent upcast: "
+                            "choose FP8 or INT4 weights here, or a device with native FP4 (B200, B300, GB200, GB300, "
+                            "MI355X, RTX 5090)")
         for q in (p, *_WIDER.get(p, ())):
             if q in table:
                 return float(table[q]), q

@@ -38,7 +38,7 @@ from specs.model_config import ModelConfig, SpecError
 from specs.stacks import Stack, load_stack
 
 CONSTRAINTS = ("memory", "bandwidth", "compute", "communication", "queueing")
-REASONS = ("feasible", "mesh", "memory", "itl", "utilisation", "concurrency", "ttft", "no price")
+REASONS = ("feasible", "mesh", "precision", "memory", "itl", "utilisation", "concurrency", "ttft", "no price")
 
 
 @dataclass(frozen=True)
@@ -74,7 +74,7 @@ class SearchSpace:
     tp: tuple[int, ...] = (1, 2, 4, 8)
     pp: tuple[int, ...] = (1, 2, 4, 8)
     batch_caps: tuple[int, ...] = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024)
-    weight_dtypes: tuple[str, ...] = ("bf16", "fp8", "int4")
+    weight_dtypes: tuple[str, ...] = ("bf16", "fp8", "int4", "fp4")   # fp4 only where the device has it
     kv_dtypes: tuple[str, ...] = ("bf16", "fp8")
     expert_parallel: bool = True          # MoE models: also try EP = TP (two all-to-alls instead of an all-reduce)
 
@@ -208,7 +208,12 @@ def plan(config: ModelConfig, devices: list[Device], workload: Workload, space: 
 
     # ---- device and link numbers per candidate
     bw = np.array([dv.memory_bandwidth_bytes_per_s for dv in devices])[di]
-    peak_tab = np.array([[dv.flops_for(compute_precision_for(w))[0] for w in space.weight_dtypes]
+    def _peak(dv, w):
+        try:
+            return dv.flops_for(compute_precision_for(w))[0]
+        except SpecError:               # FP4 weights on a device without FP4 tensor cores: refused, never upcast
+            return np.nan
+    peak_tab = np.array([[_peak(dv, w) for w in space.weight_dtypes]
                          for dv in devices])
     peak = peak_tab[di, wdi]
     links = [link if link is not None else device_link(dv) for dv in devices]
@@ -291,7 +296,7 @@ def plan(config: ModelConfig, devices: list[Device], workload: Workload, space: 
     # ---- verdicts
     mem_r, itl_r, ttft_r = needed / usable, itl / wl.itl_ms, ttft / wl.ttft_p99_ms
     conc_r = concurrency / Bf
-    ok = {"mesh": mesh_ok & link_ok, "memory": mem_r <= 1, "itl": itl_r <= 1, "utilisation": rho < 1,
+    ok = {"mesh": mesh_ok & link_ok, "precision": ~np.isnan(peak), "memory": mem_r <= 1, "itl": itl_r <= 1, "utilisation": rho < 1,
           "concurrency": conc_r <= 1, "ttft": ttft_r <= 1, "no price": ~np.isnan(price)}
     feasible = np.logical_and.reduce(list(ok.values()))
     code = np.zeros(len(tp), dtype=np.int8)              # index into REASONS; the first failing check wins
@@ -335,6 +340,8 @@ def _sentence(col: dict, i: int, wl: Workload) -> str:
     r = col["reason"][i]
     if r == "feasible":
         return f"meets every target; binding: {col['binding'][i]} ({col['worst_ratio'][i]:.0%} of its limit)"
+    if r == "precision":
+        return "the device has no FP4 tensor cores: FP4 weights run only where they are native"
     if r == "mesh":
         return "TP × PP does not divide the GPU count or the model's heads/layers, or no interconnect"
     if r == "memory":

@@ -129,7 +129,18 @@ def test_a_model_that_fits_nowhere_says_memory():
     res = plan(load_preset("llama-3.1-405b"), [t4], WL, SearchSpace(gpu_counts=(1, 2, 4), tp=(1, 2, 4), pp=(1,)))
     reason = res.no_plan_reason()
     assert reason.startswith("no feasible plan") and "memory" in reason
-    assert all(r["reason"] in ("memory", "mesh") for r in rejected_rows(res, 100))
+    # T4 has no FP4 tensor cores: the FP4 candidates are refused as such, never upcast
+    assert all(r["reason"] in ("memory", "mesh", "precision") for r in rejected_rows(res, 100))
+    fp4 = [r for r in rejected_rows(res, 10 ** 6) if r["weight_dtype"] == "fp4"]
+    assert fp4 and all(r["reason"] in ("precision", "mesh") for r in fp4)
+
+
+def test_fp4_weights_are_searched_where_the_device_runs_them_natively():
+    res = plan(load_preset("llama-3-70b"), [load_device("b200"), H100], WL, SearchSpace(
+        gpu_counts=(1, 2), tp=(1, 2), pp=(1,), batch_caps=(8, 64), weight_dtypes=("fp8", "fp4")))
+    rows = [res.plan(int(i)) for i in res.feasible_order]
+    assert any(r["weight_dtype"] == "fp4" and r["device"] == "B200" for r in rows)
+    assert not any(r["weight_dtype"] == "fp4" and r["device"] == H100.name for r in rows)
 
 
 def test_a_tp_degree_that_does_not_divide_the_heads_is_named():

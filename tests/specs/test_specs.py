@@ -19,7 +19,8 @@ REQUIRED_MODELS = ["TinyLlama-1.1B", "SmolLM2-135M", "Llama-2-7B", "Llama-2-13B"
                    "Llama-4-Maverick-17B-128E"]
 REQUIRED_DEVICES = ["A100 SXM 40GB", "A100 SXM 80GB", "H100 SXM", "H100 PCIe", "H200", "B200", "GB200", "MI300X",
                     "MI325X", "L4", "L40S", "RTX 4090", "RTX 3090", "A10G", "T4", "Apple M1 Ultra", "Apple M2 Ultra",
-                    "Apple M3 Max", "Apple M4 Max", "TPU v5e", "TPU v5p", "Gaudi 3"]
+                    "Apple M3 Max", "Apple M4 Max", "TPU v5e", "TPU v5p", "Gaudi 3", "B300", "GB300", "MI355X", "H20",
+                    "RTX 5090", "TPU v6e"]
 
 
 # --- presets ---------------------------------------------------------------------------------------------------
@@ -228,6 +229,14 @@ def test_dense_peaks_are_dense_not_sparse():
         for p, sparse in d.peak_flops_sparse.items():
             # 2:4 sparsity doubles the rate (L40S's sheet rounds: 362.05 dense, 733 sparse)
             assert sparse == pytest.approx(2 * d.peak_flops[p], rel=0.02), (d.name, p)
+
+
+def test_fp4_runs_natively_where_the_datasheet_has_it_and_is_refused_elsewhere():
+    for name in ("B200", "B300", "GB300", "MI355X", "RTX 5090"):
+        peak, used = load_device(name).flops_for("fp4")
+        assert used == "fp4" and peak > load_device(name).peak("fp8")
+    with pytest.raises(SpecError, match="H100 SXM has no FP4 tensor cores.*choose FP8 or INT4"):
+        load_device("H100 SXM").flops_for("fp4")
 
 
 def test_reference_bandwidths():
