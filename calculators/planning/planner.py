@@ -13,8 +13,11 @@ Constraints: memory, ITL target (bound by bandwidth, compute or communication, w
 TTFT p99 target (compute, or queueing when the wait dominates), ρ < 1 and concurrency (queueing).
 A plan's binding constraint is the one with the least slack (used / limit closest to 1).
 Cost at the load: every GPU is paid, busy or not: $/1M = gpus × price / (rate × tokens per request × 3,600) × 10^6.
-MoE models are also tried with expert parallelism over each TP group (EP = TP). Not searched: context
-parallelism, speculative decoding, prefix caching.
+MoE models are also tried with expert parallelism over each TP group (EP = TP). A prefix-cache hit rate h
+(Workload.prefix_hit_rate) leaves ceil(P·(1 − h)) new prompt tokens to prefill, attending over all P. The
+serving stack (vLLM by default) sets the all-reduce algorithm, the efficiencies and the fixed step cost; FP4
+weights are tried only on devices with FP4 tensor cores. Not searched: context parallelism, speculative decoding,
+EP across data-parallel replicas (see `calculators.multi_gpu.moe`).
 """
 from __future__ import annotations
 
@@ -50,6 +53,7 @@ class Workload:
     ttft_p99_ms: float
     itl_ms: float
     prompt_tokens_p99: int | None = None
+    prefix_hit_rate: float = 0.0         # share of each prompt served from the prefix cache (a shared system prompt)
 
     def check(self) -> "Workload":
         check_positive("request rate (requests/s)", self.requests_per_s, limit=1e7)
@@ -60,7 +64,15 @@ class Workload:
         if self.prompt_tokens_p99 is not None and check_int("p99 prompt tokens", self.prompt_tokens_p99,
                                                             limit=1 << 24) < self.prompt_tokens:
             raise SpecError("the p99 prompt length cannot be shorter than the mean")
+        h = self.prefix_hit_rate
+        if isinstance(h, bool) or not isinstance(h, (int, float)) or not 0 <= h < 1:
+            raise SpecError(f"prefix-cache hit rate is the share of prompt tokens found in the cache: from 0 up to "
+                            f"(not including) 1, got {h!r}")
         return self
+
+    def new_prompt_tokens(self, prompt_tokens: int) -> int:
+        """Prompt tokens a prefill still computes when `prefix_hit_rate` of them hit the cache (at least 1)."""
+        return max(1, math.ceil(prompt_tokens * (1 - self.prefix_hit_rate)))
 
     @property
     def p99_prompt(self) -> int:
@@ -125,11 +137,14 @@ def _model_scalars(c: ModelConfig, wl: Workload, kv_dtypes, weight_dtypes, batch
     rows_needed = sorted({math.ceil(B / min(B, p)) for B in batch_caps for p in pp_values})
     full = step_weight_bytes(c, "bf16", rows=1 << 30)
     ratio = {r: step_weight_bytes(c, "bf16", rows=r) / full for r in rows_needed}
-    ratio_prefill = {P: step_weight_bytes(c, "bf16", rows=P) / full for P in (wl.prompt_tokens, wl.p99_prompt)}
+    ratio_prefill = {P: step_weight_bytes(c, "bf16", rows=wl.new_prompt_tokens(P)) / full
+                     for P in (wl.prompt_tokens, wl.p99_prompt)}
     return dict(params=b, mean_ctx=mean_ctx, kv_seq=kv_seq, mem_ctx=mem_ctx, kv_seq_mem=kv_seq_mem, read_ratio=ratio,
                 read_ratio_prefill=ratio_prefill,
                 decode_flops_per_row=forward_flops(c, 1, mean_ctx, 1),
-                prefill_flops={P: forward_flops(c, P, P, 1) for P in (wl.prompt_tokens, wl.p99_prompt)},
+                # a prefix-cache hit skips the cached tokens' FLOPs; the new ones still attend over the whole prompt
+                prefill_flops={P: forward_flops(c, wl.new_prompt_tokens(P), P, 1)
+                               for P in (wl.prompt_tokens, wl.p99_prompt)},
                 ffn=ffn_width(c))
 
 
@@ -274,8 +289,8 @@ def plan(config: ModelConfig, devices: list[Device], workload: Workload, space: 
         cm = (S["prefill_flops"][P] / tpf + extra_expert_flops(float(P))) * share / \
             (peak * efficiency.prefill_mfu) * 1e3
         mm = (w_gpu * S["read_ratio_prefill"][P] + kv_p) / (bw * efficiency.prefill_mbu) * 1e3
-        st = np.maximum(cm, mm) + stage * layer_comm_ms(float(P)) + overhead + seq_over
-        return ppf * st + (pp - 1) * p2p(float(P)), cm
+        st = np.maximum(cm, mm) + stage * layer_comm_ms(float(wl.new_prompt_tokens(P))) + overhead + seq_over
+        return ppf * st + (pp - 1) * p2p(float(wl.new_prompt_tokens(P))), cm
     pre_mean, _ = prefill(wl.prompt_tokens)
     pre_p99, pre_comp = prefill(wl.p99_prompt)
 

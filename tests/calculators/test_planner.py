@@ -152,3 +152,22 @@ def test_a_device_without_a_price_is_not_ranked():
     free = custom_device("no price", 80, 3350, {"bf16": 989, "fp8": 1979}, interconnect_gb_s=450)
     res = plan(L8, [free], WL, SMALL)
     assert not len(res.feasible_order) and res.reasons["no price"] > 0
+
+
+def test_prefix_cache_hits_remove_prefill_flops_of_the_cached_tokens():
+    # Llama-3-70B, 3,000-token prompts, 75% cached: 750 new tokens attend over all 3,000. On 8 H100s (FP8 peak
+    # 1,978.9 TFLOP/s, vLLM's prefill MFU 0.4) the prefill is compute-bound: FLOPs / 8 / (peak × 0.4), plus
+    # 160 all-reduces of a [750, 8,192] bf16 activation: 12.3 MB is past vLLM's 8 MiB custom kernel, so NCCL runs
+    # it and picks NVLS on the NVSwitch (23 us + 12.3 MB / 450 GB/s, below the ring's 15 us + 2·7/8 × 12.3 MB / B);
+    # and the fixed step cost (0.4 ms + 1 sequence × 4 us)
+    from calculators.sizing.roofline import forward_flops
+    wl = Workload(1.0, 3000, 200, 5000, 100, prefix_hit_rate=0.75)
+    space = SearchSpace(gpu_counts=(8,), tp=(8,), pp=(1,), batch_caps=(8,), weight_dtypes=("fp8",), kv_dtypes=("fp8",))
+    row = plan(L70, [H100], wl, space).plan(0)
+    compute = forward_flops(L70, 750, 3000, 1) / 8 / (1978.9e12 * 0.4) * 1e3
+    allreduce = 160 * (23e-3 + 750 * 8192 * 2 / 450e9 * 1e3)
+    assert row["prefill_ms"] == pytest.approx(compute + allreduce + 0.4 + 0.004, rel=1e-9)
+    full = plan(L70, [H100], Workload(1.0, 3000, 200, 5000, 100), space).plan(0)
+    assert row["prefill_ms"] < 0.35 * full["prefill_ms"]
+    with pytest.raises(SpecError, match="prefix-cache hit rate"):
+        Workload(1.0, 3000, 200, 5000, 100, prefix_hit_rate=1.0).check()
