@@ -36,6 +36,11 @@ def test_capacity_planner_ranks_plans_and_explains_no_feasible_plan():
     at = page("42_")
     assert not at.exception and not texts(at.error)
     assert any(m.label == "Binding constraint" for m in at.metric)
+    assert any(m.label == "Output tokens/s" for m in at.metric)                 # maximum throughput section
+    at.selectbox(key="plan.stack").set_value("nccl").run()
+    assert not at.exception and not texts(at.error)
+    at.text_input(key="plan.tput.ep").set_value(str(2)).run()                  # EP on a dense model: one message
+    assert any("needs a mixture-of-experts model" in e for e in texts(at.error))
     at.text_input(key="plan.rate").set_value(str(0.0)).run()
     assert not at.exception and any("No feasible plan" in w and "rate" in w for w in texts(at.warning))
     at.text_input(key="plan.rate").set_value(str(1.0)).run()
