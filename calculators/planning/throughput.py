@@ -9,6 +9,7 @@ prefilled in the same step (chunked prefill), so one step carries B decode rows 
                  request's whole KV up front (TensorRT-LLM), I + O/2 on average when it grows (vLLM, SGLang)
     B_tokens   = max batched tokens per step × O / (I + O)    (decode rows + their share of prompt tokens)
     step       = max(bytes / (bandwidth·MBU), FLOPs / (peak·MFU)) + all-reduces + fixed step cost
+                 (MBU = decode_mbu, MFU = decode_mfu: the stack's efficiency for a mixed serving step)
                  bytes = weights (the experts the step's tokens touch) + KV of B sequences at context I + O/2
                  FLOPs = B decode rows at that context + B/O prompts of I tokens
     output tok/s = B / step × replicas;  total tok/s = output × (I + O) / O
@@ -79,7 +80,7 @@ def step_time(config: ModelConfig, device: Device, mesh: Mesh, batch: int, promp
              + _expert_flops_extra(c, mesh, step_tokens, imb)) * share
     peak, prec = device.flops_for(compute_precision_for(weight_dtype))
     mem_ms = (w + kv) / (device.memory_bandwidth_bytes_per_s * efficiency.decode_mbu) * 1e3
-    comp_ms = flops / (peak * efficiency.prefill_mfu) * 1e3
+    comp_ms = flops / (peak * efficiency.decode_mfu) * 1e3     # a mixed step: decode rows + prompt chunks
     comm_ms = _comm_per_stage_ms(c, mesh, math.ceil(step_tokens), link, stack, imb)
     stage_ms = max(mem_ms, comp_ms) + comm_ms + efficiency.overhead_ms(rows)
     step_ms = max(m, mesh.pp) * stage_ms
@@ -127,7 +128,7 @@ def max_throughput(config: ModelConfig, device: Device, mesh: Mesh, prompt_token
                 replicas=mesh.replicas, gpus=mesh.total_gpus, stack=s.name, kv_reservation=s.kv_reservation,
                 reserved_context_tokens=lim["reserved_context_tokens"], gpu_memory_utilization=gmu,
                 max_num_seqs=lim["max_num_seqs"], max_num_batched_tokens=lim["max_num_batched_tokens"],
-                efficiency=dict(decode_mbu=eff.decode_mbu, prefill_mfu=eff.prefill_mfu,
+                efficiency=dict(decode_mbu=eff.decode_mbu, decode_mfu=eff.decode_mfu,
                                 step_overhead_ms=eff.step_overhead_ms),
                 binds=f"batch: {lim['binding']} ({B:,} sequences); step: {st['bound']}",
                 is_moe=arch.is_moe(config), expert_imbalance=st["expert_imbalance"])
