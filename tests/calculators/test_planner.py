@@ -156,17 +156,19 @@ def test_a_device_without_a_price_is_not_ranked():
 
 def test_prefix_cache_hits_remove_prefill_flops_of_the_cached_tokens():
     # Llama-3-70B, 3,000-token prompts, 75% cached: 750 new tokens attend over all 3,000. On 8 H100s (FP8 peak
-    # 1,978.9 TFLOP/s, vLLM's prefill MFU 0.4) the prefill is compute-bound: FLOPs / 8 / (peak × 0.4), plus
+    # 1,978.9 TFLOP/s, vLLM's prefill MFU from specs/stacks.json) it is compute-bound: FLOPs / 8 / (peak × MFU), plus
     # 160 all-reduces of a [750, 8,192] bf16 activation: 12.3 MB is past vLLM's 8 MiB custom kernel, so NCCL runs
     # it and picks NVLS on the NVSwitch (23 us + 12.3 MB / 450 GB/s, below the ring's 15 us + 2·7/8 × 12.3 MB / B);
-    # and the fixed step cost (0.4 ms + 1 sequence × 4 us)
+    # and the fixed step cost (per step + 1 sequence)
     from calculators.sizing.roofline import forward_flops
     wl = Workload(1.0, 3000, 200, 5000, 100, prefix_hit_rate=0.75)
     space = SearchSpace(gpu_counts=(8,), tp=(8,), pp=(1,), batch_caps=(8,), weight_dtypes=("fp8",), kv_dtypes=("fp8",))
     row = plan(L70, [H100], wl, space).plan(0)
-    compute = forward_flops(L70, 750, 3000, 1) / 8 / (1978.9e12 * 0.4) * 1e3
+    eff = Efficiency.for_stack("vllm", H100)                    # the stack's data (specs/stacks.json), not a formula
+    compute = forward_flops(L70, 750, 3000, 1) / 8 / (1978.9e12 * eff.prefill_mfu) * 1e3
     allreduce = 160 * (23e-3 + 750 * 8192 * 2 / 450e9 * 1e3)
-    assert row["prefill_ms"] == pytest.approx(compute + allreduce + 0.4 + 0.004, rel=1e-9)
+    fixed = eff.step_overhead_ms + eff.sequence_overhead_us / 1e3
+    assert row["prefill_ms"] == pytest.approx(compute + allreduce + fixed, rel=1e-9)
     full = plan(L70, [H100], Workload(1.0, 3000, 200, 5000, 100), space).plan(0)
     assert row["prefill_ms"] < 0.35 * full["prefill_ms"]
     with pytest.raises(SpecError, match="prefix-cache hit rate"):
