@@ -111,6 +111,17 @@ def load_stack(name: str | None = None) -> Stack:
                  fit_rows=d.get("fit_rows", ""), doc=d)
 
 
+def check_stack_device(stack: "Stack", device) -> None:
+    """SpecError when `stack` does not run on `device`'s vendor (TensorRT-LLM on an AMD GPU, ...), naming the
+    stacks that do."""
+    vendors = stack.doc.get("runs_on_vendors")
+    vendor = "measured" if (device.kind or "") == "measured" else (device.vendor or "")
+    if vendors and vendor and vendor not in vendors and (device.kind or "") != "custom":
+        ok = [load_stack(k).name for k in list_stacks() if vendor in _doc()["stacks"][k].get("runs_on_vendors", [])]
+        raise SpecError(f"{stack.name} does not run on {device.name} ({vendor}): it runs on "
+                        f"{', '.join(vendors)} hardware; for {device.name} choose {', '.join(ok) or 'another device'}")
+
+
 def device_class(device) -> str:
     """Which overhead class a `specs.devices.Device` belongs to: datacenter-gpu (NVIDIA/AMD/Intel accelerators
     with 40 GiB or more), consumer-gpu (other GPUs), apple, tpu, cpu (a measured machine), other."""

@@ -21,7 +21,7 @@ from calculators.sizing.roofline import compute_precision_for, experts_touched, 
 from calculators.units import check_fraction, check_int, check_nonneg, check_positive, default_kv_dtype
 from specs.devices import Device
 from specs.model_config import ModelConfig
-from specs.stacks import Stack, device_class, load_stack
+from specs.stacks import Stack, check_stack_device, device_class, load_stack
 
 
 @dataclass(frozen=True)
@@ -59,6 +59,8 @@ class Efficiency:
         """The default efficiencies and fixed step cost of a serving stack (vLLM when None) on `device`'s class
         (fitted to published measurements; specs/stacks.json says which rows)."""
         s = stack if isinstance(stack, Stack) else load_stack(stack)
+        if device is not None:
+            check_stack_device(s, device)
         over = s.overhead_ms(device_class(device)) if device is not None else s.overhead_ms("other")
         return cls(**{k: float(v) for k, v in s.efficiency.items()}, step_overhead_ms=over)
 

@@ -27,3 +27,11 @@ def test_device_classes():
     assert device_class(load_device("rtx4090")) == "consumer-gpu"
     assert device_class(load_device("m2-ultra")) == "apple"
     assert device_class(load_device("tpu-v5e")) == "tpu"
+
+
+def test_a_stack_on_hardware_it_does_not_run_on_is_one_message():
+    from calculators.sizing.latency import Efficiency
+    from specs.model_config import SpecError
+    with pytest.raises(SpecError, match="TensorRT-LLM does not run on MI300X \\(AMD\\).*choose vLLM, SGLang"):
+        Efficiency.for_stack("trtllm", load_device("mi300x"))
+    Efficiency.for_stack("vllm", load_device("mi300x"))                 # vLLM runs on ROCm
