@@ -22,7 +22,7 @@ from ui import df_with_download, float_field, formula_expander, int_field, remem
 from ui.model_source import model_source, units_note
 from ui.multi_gpu import multi_gpu_sidebar
 from ui.charts import style as chart_style
-from ui.frontier import frontier_chart, stack_inputs, throughput_section
+from ui.frontier import frontier_chart, stack_inputs, throughput_section, what_if_table
 
 DEFAULT_DEVICES = ["H100 SXM", "A100 SXM 80GB", "H200", "L40S"]
 DEFAULT_MODEL = "Llama-3-70B"
@@ -162,6 +162,8 @@ def main() -> None:
         return
     results(res, wl)
     frontier_chart(res)
+    what_if_table(config, devices, wl, sp, stack[0], usable_fraction=setup.usable_fraction,
+                  overheads=setup.overheads, embeddings_16bit=setup.embeddings_16bit)
     throughput_section(config, devices, wl, stack[0])
     formula_expander("How plans are evaluated (calculators.planning.planner)", inspect.getdoc(planner_module))
 

@@ -70,6 +70,33 @@ def frontier_chart(res, metric: str = "ttft_p99_ms") -> None:
                   f"{knee['lat']:.3g} ms for ${knee['cost']:.3g}." if knee else ""))
 
 
+def what_if_table(config, devices: list, wl, space, stack_key: str, **plan_kw) -> None:
+    """The cheapest plan now, at twice the request rate, and with prompts twice as long."""
+    from dataclasses import replace
+
+    from calculators.planning.planner import plan
+    cases = [("as entered", wl), ("rate × 2", replace(wl, requests_per_s=2 * wl.requests_per_s)),
+             ("prompts × 2", replace(wl, prompt_tokens=2 * wl.prompt_tokens,
+                                     prompt_tokens_p99=2 * wl.p99_prompt))]
+    rows = []
+    for name, w in cases:
+        try:
+            res = plan(config, devices, w, space, None, stack=stack_key, **plan_kw)
+        except SpecError as e:
+            rows.append({"what if": name, "cheapest plan": str(e)})
+            continue
+        if not len(res.feasible_order):
+            rows.append({"what if": name, "cheapest plan": res.no_plan_reason()})
+            continue
+        b = res.plan(int(res.feasible_order[0]))
+        rows.append({"what if": name, "cheapest plan": f"{b['gpus']}× {b['device']} TP{b['tp']} PP{b['pp']} "
+                     f"b≤{b['batch_cap']} {b['weight_dtype']}", "$ per 1M tokens": b["usd_per_million_tokens"],
+                     "TTFT p99 (ms)": b["ttft_p99_ms"], "ITL (ms)": b["itl_ms"], "binding": b["binding"]})
+    st.markdown("**What if**: the same search at twice the load and with prompts twice as long.")
+    df_with_download(pd.DataFrame(rows), "what_if", column_config={
+        c: st.column_config.NumberColumn(format="%.4g") for c in ("$ per 1M tokens", "TTFT p99 (ms)", "ITL (ms)")})
+
+
 def throughput_section(config, devices: list, wl, stack_key: str) -> None:
     """Maximum throughput of one deployment (all requests queued): `python -m calculators throughput`."""
     st.subheader("Maximum throughput of one deployment")

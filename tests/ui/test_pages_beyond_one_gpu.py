@@ -37,6 +37,8 @@ def test_capacity_planner_ranks_plans_and_explains_no_feasible_plan():
     assert not at.exception and not texts(at.error)
     assert any(m.label == "Binding constraint" for m in at.metric)
     assert any(m.label == "Output tokens/s" for m in at.metric)                 # maximum throughput section
+    what_if = next(d.value for d in at.dataframe if "what if" in d.value.columns)
+    assert list(what_if["what if"]) == ["as entered", "rate × 2", "prompts × 2"]
     at.selectbox(key="plan.stack").set_value("nccl").run()
     assert not at.exception and not texts(at.error)
     at.text_input(key="plan.tput.ep").set_value(str(2)).run()                  # EP on a dense model: one message
