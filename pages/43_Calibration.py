@@ -65,6 +65,8 @@ def main() -> None:
     c[1].metric("Prefill MFU (fitted)", f"{fit['prefill_mfu']:.2f}")
     c[2].metric("Per-call communication latency", f"{fit['alpha_ms_per_call'] * 1e3:.1f} µs",
                 help="Fitted only when some row has TP > 1.")
+    st.caption(f"Fixed per-step cost (fitted when three or more single-GPU rows differ in size): "
+               f"{fit['step_overhead_ms']:.2f} ms.")
     df = pd.DataFrame(fit["rows"])
     fig = go.Figure()
     fig.add_scatter(x=df["measured_itl_ms"], y=df["predicted_itl_ms"], mode="markers", name="ITL",
