@@ -10,7 +10,12 @@ A figure is tokens/s (`tok_s`) or a time (`ttft_ms`, `itl_ms`); `error` compares
 published speed - 1, so + means the calculator is too optimistic, whatever the unit. `published / ideal` is the
 fraction of the datasheet roof the measurement reached (achieved MBU for decode, achieved MFU for prefill).
 
-    python bench/bench_published.py            # prints a Markdown table
+    python bench/bench_published.py            # prints two Markdown tables
+    python bench/bench_published.py --fit trtllm    # refits a stack's efficiencies and step costs (specs/stacks.json)
+
+The second table is data-centre serving (bench/published_serving.csv: TensorRT-LLM, NVIDIA NIM and vLLM figures at
+concurrency 1-250, TP 1-8, EP 8, maximum throughput), each predicted with the default settings of the stack its
+source names (`calculators.planning.published`); it ends with the median and worst |error|.
 """
 from __future__ import annotations
 
@@ -98,7 +103,56 @@ def band_label(row: dict) -> str:
     return "roof only" if b is None else f"±{100 * b:.0f}%"
 
 
+def serving_table() -> None:
+    """The data-centre serving rows with their predictions (`calculators.planning.published`)."""
+    from calculators.planning.published import compare_all
+    res = compare_all()
+    print("\n| stack | model | GPUs | in / out | mode | metric | published | predicted | error | source |")
+    print("|---|---|---|---|---|---|---:|---:|---:|---|")
+    for r in res["rows"]:
+        mode = r["mode"] + (f" {r['concurrency']}" if r["concurrency"] else "")
+        par = f"{r['gpus']} × {load_device(r['device']).name} (TP {r['tp']}" + (f", EP {r['ep']})" if r["ep"] != "1"
+                                                                                 else ")")
+        print(f"| {r['stack']} | {r['model']} {r['weights']} | {par} | {r['prompt_tokens']} / {r['output_tokens']} | "
+              f"{mode} | {r['metric']} | {float(r['published']):,.2f} | {r['predicted']:,.2f} | "
+              f"{100 * r['error']:+.0f}% | {r['url']} |")
+    print(f"\n{len(res['rows'])} figures: median |error| {100 * res['median_abs_error']:.1f}%, worst "
+          f"{100 * res['worst_abs_error']:.1f}% (stack defaults from specs/stacks.json).")
+
+
+def fit(stack: str) -> None:
+    """Grid search of decode MBU, prefill MFU, the fixed step cost and the per-sequence cost over one stack's rows
+    of bench/published_serving.csv: the values with the smallest worst |error| (then median) are printed."""
+    import itertools
+    import statistics
+
+    from calculators.planning import published as P
+    from calculators.sizing import latency
+    rows = [r for r in P.load_rows() if r["stack"] == stack]
+    if not rows:
+        raise SystemExit(f"no rows of stack {stack!r} in {P.SERVING_CSV}")
+    original = latency.Efficiency.for_stack
+    best = []
+    try:
+        for mbu, mfu, over, seq in itertools.product((0.5, 0.55, 0.6, 0.65, 0.7, 0.75), (0.35, 0.4, 0.45, 0.5),
+                                                     (0.0, 0.4, 1.0, 2.0, 3.0), (0.0, 4.0, 8.0)):
+            latency.Efficiency.for_stack = classmethod(
+                lambda cls, s=None, d=None: latency.Efficiency(mbu, mfu, 0.8, 0.5, over, seq))
+            errs = [abs(P.speed_error(r, P.predict(r))) for r in rows]
+            best.append((max(errs), statistics.median(errs), mbu, mfu, over, seq))
+    finally:
+        latency.Efficiency.for_stack = original
+    best.sort()
+    print(f"{stack}: {len(rows)} rows; best (worst |err|, median |err|, decode_mbu, prefill_mfu, step_overhead_ms, "
+          "sequence_overhead_us):")
+    for b in best[:5]:
+        print("  ", tuple(round(x, 3) for x in b))
+
+
 def main() -> None:
+    if len(sys.argv) > 2 and sys.argv[1] == "--fit":
+        fit(sys.argv[2])
+        return
     rows = load_rows()
     print("| device | model, settings | phase | unit | published | predicted ideal | predicted realistic | "
           "error | band | published / ideal | source |")
@@ -110,6 +164,7 @@ def main() -> None:
               f"{100 * x['error']:+.0f}% | {band_label(r)} | {x['of_ideal']:.2f} | {r['url']} |")
     print(f"\nRealistic = default {Efficiency()}. Error = predicted speed / published speed − 1 "
           "(+ = the calculator is too optimistic).")
+    serving_table()
 
 
 if __name__ == "__main__":

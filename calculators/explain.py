@@ -247,10 +247,12 @@ def explain_prefill(config: ModelConfig, device: Device, prompt_tokens: int, bat
     from calculators.sizing.latency import IDEAL, prefill_ms
     e = efficiency or IDEAL
     p = prefill_ms(config, device, prompt_tokens, batch, weight_dtype, kv_dtype, e)
-    return explain("prefill_ms", "max(flops / (peak * mfu), bytes / (bandwidth * mbu)) * 1000", "ms",
-                   "003 Details 11-12 (prefill: compute-bound once the prompt is long)",
-                   flops=p["flops"], peak=device.peak(p["precision"]), mfu=e.prefill_mfu, bytes=p["bytes"],
-                   bandwidth=device.memory_bandwidth_bytes_per_s, mbu=e.prefill_mbu)
+    return explain("prefill_ms", "max(flops / (peak * mfu), bytes / (bandwidth * mbu)) * 1000 + step_overhead_ms"
+                   " + batch * sequence_overhead_us / 1000", "ms",
+                   "003 Details 11-12 (prefill: compute-bound once the prompt is long); fixed step cost: "
+                   "specs/stacks.json", flops=p["flops"], peak=device.peak(p["precision"]), mfu=e.prefill_mfu,
+                   bytes=p["bytes"], bandwidth=device.memory_bandwidth_bytes_per_s, mbu=e.prefill_mbu,
+                   step_overhead_ms=e.step_overhead_ms, batch=batch, sequence_overhead_us=e.sequence_overhead_us)
 
 
 def explain_itl(config: ModelConfig, device: Device, context_tokens: int, batch: int = 1,
@@ -259,10 +261,12 @@ def explain_itl(config: ModelConfig, device: Device, context_tokens: int, batch:
     from calculators.sizing.latency import IDEAL, decode_step_ms
     e = efficiency or IDEAL
     d = decode_step_ms(config, device, context_tokens, batch, weight_dtype, kv_dtype, e)
-    return explain("itl_ms", "max(bytes / (bandwidth * mbu), flops / (peak * mfu)) * 1000", "ms",
-                   "003 Details 12 and 21 (decode: bandwidth-bound)", bytes=d["bytes"],
-                   bandwidth=device.memory_bandwidth_bytes_per_s, mbu=e.decode_mbu, flops=d["flops"],
-                   peak=device.peak(d["precision"]), mfu=e.decode_mfu)
+    return explain("itl_ms", "max(bytes / (bandwidth * mbu), flops / (peak * mfu)) * 1000 + step_overhead_ms"
+                   " + batch * sequence_overhead_us / 1000", "ms",
+                   "003 Details 12 and 21 (decode: bandwidth-bound); fixed step cost: specs/stacks.json",
+                   bytes=d["bytes"], bandwidth=device.memory_bandwidth_bytes_per_s, mbu=e.decode_mbu,
+                   flops=d["flops"], peak=device.peak(d["precision"]), mfu=e.decode_mfu,
+                   step_overhead_ms=e.step_overhead_ms, batch=batch, sequence_overhead_us=e.sequence_overhead_us)
 
 
 def explain_compute_time(flops: float, peak_flop_s: float, efficiency: float = 1.0) -> Explained:

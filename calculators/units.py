@@ -18,7 +18,7 @@ KiB, MiB, GiB = 2 ** 10, 2 ** 20, 2 ** 30
 # Storage width of one element. "tf32" is stored as 32 bits; integer formats hold no scale here (see
 # `params.bytes_per_param` for per-group scale overhead).
 DTYPE_BITS = {"fp32": 32, "tf32": 32, "bf16": 16, "fp16": 16, "fp8": 8, "int8": 8, "int4": 4, "fp4": 4}
-WEIGHT_DTYPES = ("fp32", "bf16", "fp16", "fp8", "int8", "int4")
+WEIGHT_DTYPES = ("fp32", "bf16", "fp16", "fp8", "int8", "int4", "fp4")
 KV_DTYPES = ("fp32", "bf16", "fp16", "fp8", "int8", "int4")
 
 

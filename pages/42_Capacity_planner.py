@@ -14,7 +14,6 @@ import plotly.express as px
 import streamlit as st
 
 import calculators.planning.planner as planner_module
-from calculators.sizing.latency import Efficiency
 from calculators.planning.planner import SearchSpace, Workload, plan, plan_rows, rejected_rows
 from calculators.units import GB
 from specs.devices import device_documents, list_devices, load_device
@@ -23,6 +22,7 @@ from ui import df_with_download, float_field, formula_expander, int_field, remem
 from ui.model_source import model_source, units_note
 from ui.multi_gpu import multi_gpu_sidebar
 from ui.charts import style as chart_style
+from ui.frontier import frontier_chart, stack_inputs, throughput_section, what_if_table
 
 DEFAULT_DEVICES = ["H100 SXM", "A100 SXM 80GB", "H200", "L40S"]
 DEFAULT_MODEL = "Llama-3-70B"
@@ -56,7 +56,8 @@ def search_inputs() -> tuple[list, SearchSpace] | None:
                                  "device on the sizing pages).")
     c = st.columns(2)
     store = remember("plan.wds", ["bf16", "fp8", "int4"])
-    wds = c[0].multiselect("Weight precisions", ["bf16", "fp8", "int8", "int4"], key="plan.wds", on_change=store)
+    wds = c[0].multiselect("Weight precisions", ["bf16", "fp8", "int8", "int4", "fp4"], key="plan.wds",
+                           on_change=store, help="FP4 is tried only on devices with FP4 tensor cores.")
     store = remember("plan.kds", ["bf16", "fp8"])
     kds = c[1].multiselect("KV precisions", ["bf16", "fp8", "int8"], key="plan.kds", on_change=store)
     if not chosen or not wds or not kds:
@@ -147,17 +148,23 @@ def main() -> None:
         st.info("Choose a model (and a valid memory budget) in the sidebar.")
         return
     wl = workload_inputs(config.max_position_embeddings)
+    stack = stack_inputs()
     space = search_inputs()
-    if wl is None or space is None:
+    if wl is None or space is None or stack is None:
         return
     devices, sp = space
     try:
-        res = plan(config, devices, wl, sp, Efficiency(), usable_fraction=setup.usable_fraction,
-                   overheads=setup.overheads, embeddings_16bit=setup.embeddings_16bit)
+        wl = replace(wl, prefix_hit_rate=stack[1]).check()
+        res = plan(config, devices, wl, sp, None, usable_fraction=setup.usable_fraction,
+                   overheads=setup.overheads, embeddings_16bit=setup.embeddings_16bit, stack=stack[0])
     except SpecError as e:
         st.warning(f"**No feasible plan**: {e}")
         return
     results(res, wl)
+    frontier_chart(res)
+    what_if_table(config, devices, wl, sp, stack[0], usable_fraction=setup.usable_fraction,
+                  overheads=setup.overheads, embeddings_16bit=setup.embeddings_16bit)
+    throughput_section(config, devices, wl, stack[0])
     formula_expander("How plans are evaluated (calculators.planning.planner)", inspect.getdoc(planner_module))
 
 

@@ -19,6 +19,7 @@ from ui import df_with_download, formula_expander, int_field, remember, setup_pa
 from ui.model_source import choice_field
 from ui.model_source import sizing_with_gpus
 from ui.charts import style as chart_style
+from ui.published import published_serving_section
 
 EXAMPLE_CSV = """prompt_tokens,output_tokens,batch,ttft_ms,itl_ms,tp
 128,128,1,9.0,2.6,1
@@ -33,6 +34,8 @@ def main() -> None:
     st.markdown("Predictions use datasheet peaks scaled by efficiency knobs. Measure your own server, paste the "
                 "results here, and the knobs are fitted to them: the table then says how far each prediction is "
                 "from what you measured.")
+    published_serving_section()
+    st.subheader("Your measurements")
     chosen = sizing_with_gpus()
     if chosen is None:
         return
@@ -62,6 +65,8 @@ def main() -> None:
     c[1].metric("Prefill MFU (fitted)", f"{fit['prefill_mfu']:.2f}")
     c[2].metric("Per-call communication latency", f"{fit['alpha_ms_per_call'] * 1e3:.1f} µs",
                 help="Fitted only when some row has TP > 1.")
+    st.caption(f"Fixed per-step cost (fitted when three or more single-GPU rows differ in size): "
+               f"{fit['step_overhead_ms']:.2f} ms.")
     df = pd.DataFrame(fit["rows"])
     fig = go.Figure()
     fig.add_scatter(x=df["measured_itl_ms"], y=df["predicted_itl_ms"], mode="markers", name="ITL",

@@ -79,9 +79,14 @@ class Device:
 
     def flops_for(self, precision: str = "bf16", sparse: bool = False) -> tuple[float, str]:
         """(FLOP/s, precision actually used): dense peak for `precision`, or for the next wider format the
-        device has when it lacks that one (FP8 on an A100 runs at its BF16 rate)."""
+        device has when it lacks that one (FP8 on an A100 runs at its BF16 rate). FP4 is the exception: a device
+        without FP4 tensor cores is refused with one message instead of a silent fallback."""
         p = precision_name(precision)
         table = self.peak_flops_sparse if sparse else self.peak_flops
+        if p == "fp4" and "fp4" not in self.peak_flops:
+            raise SpecError(f"{self.name} has no FP4 tensor cores, so FP4 weights would run as a silent upcast: "
+                            "choose FP8 or INT4 weights here, or a device with native FP4 (B200, B300, GB200, GB300, "
+                            "MI355X, RTX 5090)")
         for q in (p, *_WIDER.get(p, ())):
             if q in table:
                 return float(table[q]), q
@@ -130,6 +135,8 @@ class Link:
     alpha_base_s: float
     alpha_per_hop_s: float
     source: str
+    switched: bool = False                     # every GPU reaches every other in one hop (NVSwitch, full mesh)
+    multicast: bool = False                    # the switch can reduce and multicast (NVLS: NVLink 4 and later)
 
 
 @lru_cache(maxsize=None)
@@ -138,7 +145,8 @@ def _links() -> dict:
     return {k: Link(key=k, name=v["name"], kind=v["kind"],
                     bytes_per_s=None if v.get("per_direction_gb_s") is None else float(v["per_direction_gb_s"]) * 1e9,
                     alpha_base_s=float(v["alpha_base_us"]) * 1e-6, alpha_per_hop_s=float(v["alpha_per_hop_us"]) * 1e-6,
-                    source=v["source"]) for k, v in doc.get("links", {}).items()}
+                    source=v["source"], switched=bool(v.get("switched", False)),
+                    multicast=bool(v.get("multicast", False))) for k, v in doc.get("links", {}).items()}
 
 
 def all_links() -> list[Link]:
@@ -161,7 +169,8 @@ def device_link(device: "Device") -> Link | None:
     base = load_link(device.interconnect_link)
     return Link(key=base.key, name=device.interconnect_name or base.name, kind=base.kind,
                 bytes_per_s=device.interconnect_bytes_per_s, alpha_base_s=base.alpha_base_s,
-                alpha_per_hop_s=base.alpha_per_hop_s, source=base.source)
+                alpha_per_hop_s=base.alpha_per_hop_s, source=base.source, switched=base.switched,
+                multicast=base.multicast)
 
 
 def device_documents() -> list[dict]:

@@ -245,6 +245,12 @@ def parse_hf_config(cfg: dict, name: str | None = None) -> ModelConfig:
             shared_expert_intermediate_size=shared_width,
             first_k_dense_layers=_int(cfg, "dense layers", "first_k_dense_replace", default=0, allow_zero=True),
             moe_layer_step=_int(cfg, "MoE layer step", "decoder_sparse_step", "moe_layer_freq", default=1))
+        if model_type in ("llama4", "llama4_text"):
+            # Llama 4: intermediate_size is the expert width, intermediate_size_mlp the dense layers' FFN; MoE
+            # every `interleave_moe_layer_step`-th layer, each with one always-on shared expert of expert width
+            moe_fields.update(moe_intermediate_size=inter, num_shared_experts=1,
+                              moe_layer_step=_int(cfg, "MoE layer step", "interleave_moe_layer_step", default=1))
+            inter = _int(cfg, "FFN size", "intermediate_size_mlp", default=inter)
         if moe_fields["first_k_dense_layers"] > layers:
             raise SpecError(f"config.json: first_k_dense_replace ({moe_fields['first_k_dense_layers']}) "
                             f"exceeds num_hidden_layers ({layers})")

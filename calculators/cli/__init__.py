@@ -2,15 +2,16 @@
 
     sizing  (calculators/cli/sizing.py):  memory, floor, roofline, latency, plan
     serving (calculators/cli/serving.py): simulate, batching, kv-alloc, queue
+    planning (calculators/cli/planning.py): throughput
 An area module has COMMANDS (its command names) and main(argv); argv[0] picks the area.
 """
 from __future__ import annotations
 
 import sys
 
-from calculators.cli import serving, sizing
+from calculators.cli import planning, serving, sizing
 
-AREAS = (sizing, serving)
+AREAS = (sizing, serving, planning)
 
 
 def main(argv: list[str] | None = None) -> int:

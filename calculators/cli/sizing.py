@@ -21,6 +21,7 @@ from calculators.units import KV_DTYPES, WEIGHT_DTYPES, default_kv_dtype, fmt_by
 from specs.devices import Device, list_devices
 from specs.model_config import ModelConfig, SpecError
 from specs.presets import list_presets
+from specs.stacks import load_stack
 
 COMMANDS = ("memory", "floor", "roofline", "latency", "plan")
 
@@ -55,6 +56,8 @@ def add_parallel_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--tp", type=positive_int, default=1, help="tensor-parallel degree (default 1)")
     g.add_argument("--pp", type=positive_int, default=1, help="pipeline-parallel stages (default 1)")
     g.add_argument("--ep", type=positive_int, default=1, help="expert-parallel degree, MoE only (default 1)")
+    g.add_argument("--stack", default=None, help="serving stack: vllm (default), sglang, trtllm, llamacpp, nccl; sets "
+                   "the all-reduce algorithm, the efficiencies and the fixed step cost (specs/stacks.json)")
     g.add_argument("--gpu-memory-utilization", type=nonneg_float, default=DEFAULT_GPU_MEMORY_UTILIZATION,
                    help=f"vLLM's meaning: fraction of each GPU's memory the server may use (default "
                         f"{DEFAULT_GPU_MEMORY_UTILIZATION})")
@@ -104,14 +107,16 @@ def run(args) -> dict:
             out["usd_per_million_tokens_at_floor"] = dev.price_usd_per_hour / (B / floor * 1e3 * 3600) * 1e6
         formulas["bandwidth_floor_ms"] = ex.explain_decode_floor(c, dev, tokens, B, wd, kd).formula
     if args.command == "latency":
-        g = generation_latency(c, dev, tokens, args.output_tokens, B, wd, kd, Efficiency())
+        eff = Efficiency.for_stack(args.stack, dev)
+        g = generation_latency(c, dev, tokens, args.output_tokens, B, wd, kd, eff)
         r, i = g["realistic"], g["ideal"]
         out.update(output_tokens=args.output_tokens, ttft_ms=r["ttft_ms"], itl_ms=r["itl_ms"],
                    total_ms=r["total_ms"], per_stream_tok_s=r["per_stream_tok_s"], total_tok_s=r["total_tok_s"],
                    usd_per_million_tokens=r["usd_per_million_tokens"], ideal_ttft_ms=i["ttft_ms"],
                    ideal_itl_ms=i["itl_ms"], ideal_total_ms=i["total_ms"], efficiency=g["efficiency"])
-        formulas["ttft_ms"] = ex.explain_prefill(c, dev, tokens, B, wd, kd, Efficiency()).formula
-        formulas["itl_ms"] = ex.explain_itl(c, dev, g["mean_context_tokens"], B, wd, kd, Efficiency()).formula
+        formulas["ttft_ms"] = ex.explain_prefill(c, dev, tokens, B, wd, kd, eff).formula
+        formulas["itl_ms"] = ex.explain_itl(c, dev, g["mean_context_tokens"], B, wd, kd, eff).formula
+        out["stack"] = load_stack(args.stack).name
         formulas["total_ms"] = ex.explain_total_latency(r["ttft_ms"], r["itl_ms"], args.output_tokens).formula
     if args.command == "roofline":
         new = tokens if args.phase == "prefill" else 1
@@ -146,11 +151,12 @@ def parallel_fields(args, c: ModelConfig, dev: Device, tokens: int, B: int, wd: 
             return out
     else:
         out["max_batch_per_replica"] = max_batch_per_replica(c, dev, mesh, tokens, wd, kd, **kw)
-    eff = Efficiency()
+    eff = Efficiency.for_stack(args.stack, dev)
     e16 = kw["embeddings_16bit"]
-    dec = decode_step_parallel(c, dev, mesh, tokens, B, wd, kd, eff, embeddings_16bit=e16)
-    pre = prefill_parallel(c, dev, mesh, tokens, B, wd, kd, eff, embeddings_16bit=e16)
-    floor = decode_step_parallel(c, dev, mesh, tokens, B, wd, kd, embeddings_16bit=e16)      # IDEAL: the floor
+    dec = decode_step_parallel(c, dev, mesh, tokens, B, wd, kd, eff, embeddings_16bit=e16, stack=args.stack)
+    pre = prefill_parallel(c, dev, mesh, tokens, B, wd, kd, eff, embeddings_16bit=e16, stack=args.stack)
+    floor = decode_step_parallel(c, dev, mesh, tokens, B, wd, kd, embeddings_16bit=e16,      # IDEAL: the floor
+                                 stack=args.stack)
     out.update(per_gpu_bandwidth_floor_ms=floor["memory_ms"],
                allreduce_ms_per_token=dec["allreduce_ms_per_token"], allreduce_ms_prefill=pre["allreduce_ms_prefill"],
                parallel_itl_ms=dec["itl_ms"], parallel_prefill_ms=pre["prefill_ms"],
@@ -172,7 +178,7 @@ def run_plan(args) -> dict:
     try:
         wl = Workload(args.rate, prompt, args.output_tokens, args.ttft_ms, args.itl_ms, args.prompt_p99).check()
         res = plan(c, devices, wl, SearchSpace(), usable_fraction=args.gpu_memory_utilization,
-                   embeddings_16bit=not args.quantize_embeddings)
+                   embeddings_16bit=not args.quantize_embeddings, stack=args.stack)
     except SpecError as e:
         out.update(candidates=0, plans=[], no_feasible_plan=f"no feasible plan: {e}")
         return out

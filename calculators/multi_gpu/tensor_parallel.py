@@ -22,13 +22,15 @@ from calculators.sizing.kv_cache import kv_cache_bytes
 from calculators.sizing.latency import IDEAL, Efficiency, step_weight_bytes
 from calculators.sizing.memory import (DEFAULT_GPU_MEMORY_UTILIZATION, DEFAULT_PREFILL_CHUNK, RuntimeOverheads,
                                 _largest, ffn_width, prefill_scratch_bytes, resident_weight_bytes)
-from calculators.multi_gpu.parallel import (expert_parallel, kv_head_replication, p2p_ms, ring_allreduce_ms,
-                                  tp_allreduce_bytes)
-from calculators.sizing.params import bytes_per_param, param_breakdown
+from calculators.multi_gpu.collectives import allreduce_ms
+from calculators.multi_gpu.moe import ep_problem, moe_layer_comm_ms, routing_imbalance
+from calculators.multi_gpu.parallel import kv_head_replication, p2p_ms, tp_allreduce_bytes
+from calculators.sizing.params import bytes_per_param, expert_params, param_breakdown
 from calculators.sizing.roofline import compute_precision_for, forward_flops
 from calculators.units import bytes_per_element, check_fraction, check_int, default_kv_dtype
 from specs.devices import Device, Link, device_link
 from specs.model_config import ModelConfig, SpecError
+from specs.stacks import Stack
 
 
 @dataclass(frozen=True)
@@ -55,8 +57,9 @@ class Mesh:
 
 def mesh_problem(config: ModelConfig, mesh: Mesh) -> str | None:
     """Why this layout cannot run this model (None if it can): TP must divide the query heads and split the KV
-    heads evenly (or replicate them evenly), PP at most the layer count, EP only for MoE and dividing both the
-    expert count and TP, the GPU count a multiple of tp·pp."""
+    heads evenly (or replicate them evenly), PP at most the layer count, EP only for MoE, dividing the experts,
+    and a divisor or a multiple of TP (`moe.ep_problem`), the GPU count a multiple of tp·pp (of ep·pp when the
+    EP group spans several data-parallel replicas)."""
     c = config
     try:
         tp, pp, ep = check_int("tp", mesh.tp, limit=4096), check_int("pp", mesh.pp, limit=4096), \
@@ -71,13 +74,14 @@ def mesh_problem(config: ModelConfig, mesh: Mesh) -> str | None:
         return f"TP {tp} cannot split or evenly replicate {c.num_kv_heads} KV heads"
     if pp > c.num_layers:
         return f"PP {pp} exceeds the {c.num_layers} layers: a stage needs at least one layer"
-    if ep > 1:
-        if not arch.is_moe(c):
-            return f"EP {ep} needs a mixture-of-experts model; {c.name} is dense"
-        if c.num_experts % ep or tp % ep:
-            return f"EP {ep} must divide the {c.num_experts} experts and the TP degree {tp}"
+    problem = ep_problem(c, ep, tp)
+    if problem:
+        return problem
     if gpus % (tp * pp):
         return f"{gpus} GPUs are not a multiple of TP {tp} × PP {pp} = {tp * pp}"
+    if ep > tp and gpus % (ep * pp):
+        return (f"an EP group of {ep} GPUs spans {ep // tp} data-parallel replicas: {gpus} GPUs are not a multiple "
+                f"of EP {ep} × PP {pp} = {ep * pp}")
     return None
 
 
@@ -115,7 +119,36 @@ def per_gpu_weight_bytes(config: ModelConfig, mesh: Mesh, weight_dtype: str = "b
     if not arch.is_mla(c) and tp > c.num_kv_heads:
         per_layer_kv_proj = 2 * c.hidden_size * c.head_dim * bpp          # one KV head's k and v projections
         extra = per_layer_kv_proj * (1 - c.num_kv_heads / tp) * stage_layers(c, pp)
-    return layers_bytes * share / tp + extra + tables / tp
+    routed = 0.0
+    if mesh.ep > tp:                       # EP across replicas: routed experts split ep ways, the rest tp ways
+        routed = b.experts_routed * bpp * share
+    return (layers_bytes * share - routed) / tp + routed / mesh.ep + extra + tables / tp
+
+
+def ep_tokens(mesh: Mesh, rows: float) -> float:
+    """Tokens that meet in one EP group's MoE layer when each replica brings `rows`: rows × max(1, ep / tp)."""
+    return rows * max(1.0, mesh.ep / mesh.tp)
+
+
+def expert_imbalance_for(config: ModelConfig, mesh: Mesh, rows: float, imbalance: float | None) -> float:
+    """The busiest EP rank's load ÷ the mean: `imbalance` if given (≥ 1), else uniform random routing's."""
+    if not arch.is_moe(config) or mesh.ep == 1:
+        return 1.0
+    if imbalance is not None:
+        if not imbalance >= 1:
+            raise SpecError(f"expert imbalance is the busiest GPU's load over the mean: at least 1, got {imbalance!r}")
+        return float(imbalance)
+    return routing_imbalance(ep_tokens(mesh, rows), config.num_experts, config.num_experts_per_tok, mesh.ep)
+
+
+def _expert_flops_extra(config: ModelConfig, mesh: Mesh, tokens: float, imbalance: float) -> float:
+    """FLOPs the busiest GPU does beyond its mean share of the routed experts: (imbalance − 1) × tokens · k ·
+    2 · expert params × MoE layers / tp."""
+    if imbalance <= 1:
+        return 0.0
+    c = config
+    per_token = c.num_experts_per_tok * 2 * expert_params(c) * arch.moe_layer_count(c)
+    return (imbalance - 1) * tokens * per_token / mesh.tp
 
 
 def per_gpu_kv_bytes(config: ModelConfig, mesh: Mesh, context_tokens: int, batch: int = 1,
@@ -189,29 +222,35 @@ def _weight_read_ratio(config: ModelConfig, weight_dtype: str, rows: int) -> flo
     return step_weight_bytes(config, weight_dtype, rows=rows) / step_weight_bytes(config, weight_dtype, rows=1 << 30)
 
 
-def _comm_per_stage_ms(config: ModelConfig, mesh: Mesh, rows: int, link: Link | None) -> float:
+def _comm_per_stage_ms(config: ModelConfig, mesh: Mesh, rows: int, link: Link | None,
+                       stack: Stack | str | None = None, imbalance: float = 1.0) -> float:
     """Collectives one stage runs for `rows` tokens: an all-reduce after attention in each of its layers; after
-    the FFN an all-reduce (dense, or MoE without EP) or dispatch + combine all-to-alls (MoE with EP)."""
+    the FFN an all-reduce (dense, MoE without EP or with EP inside the TP group), or, when the EP group spans
+    data-parallel replicas, dispatch + combine all-to-alls in the MoE layers (`moe.moe_layer_comm_ms`). The
+    all-reduce is the one `stack` runs (`calculators.multi_gpu.collectives`; vLLM when None)."""
     c, tp = config, mesh.tp
-    if tp == 1 or link is None:
+    if (tp == 1 and mesh.ep == 1) or link is None:
         return 0.0
     n_layers = stage_layers(c, mesh.pp)
     share_moe = arch.moe_layer_count(c) / c.num_layers if mesh.ep > 1 else 0.0
-    ar = ring_allreduce_ms(tp_allreduce_bytes(c.hidden_size, rows), tp, link)
-    ffn = ar
-    if share_moe:
-        ffn = (1 - share_moe) * ar + share_moe * expert_parallel(
-            c.num_experts, c.num_experts_per_tok, c.hidden_size, rows, mesh.ep, link)["ms_per_layer"]
-    return n_layers * (ar + ffn)
+    ar = allreduce_ms(tp_allreduce_bytes(c.hidden_size, rows), tp, link, stack)
+    if mesh.ep > tp:                       # data-parallel attention, EP across replicas: two all-to-alls per MoE layer
+        a2a = moe_layer_comm_ms(rows, c, mesh.ep, link, imbalance=imbalance)
+        return n_layers * (ar + (1 - share_moe) * ar + share_moe * a2a)
+    # EP inside the TP group: after attention's all-reduce every rank holds every token, runs its own experts on
+    # them and the partial outputs are summed by the FFN's all-reduce, exactly as for a TP-split dense FFN
+    return n_layers * 2 * ar
 
 
 def decode_step_parallel(config: ModelConfig, device: Device, mesh: Mesh, context_tokens: int, batch: int = 1,
                          weight_dtype: str = "bf16", kv_dtype: str | None = None,
                          efficiency: Efficiency = IDEAL, link: Link | None = None, microbatches: int | None = None,
-                         embeddings_16bit: bool = True) -> dict:
+                         embeddings_16bit: bool = True, stack: Stack | str | None = None,
+                         expert_imbalance: float | None = None) -> dict:
     """One decode step of `batch` sequences on one replica. The batch runs as m = min(batch, pp) microbatches;
     a stage's time is the roofline of its share for batch/m rows plus its collectives; a token of one sequence
-    waits for every stage and every microbatch: ITL = max(m, pp) × stage + (pp − 1) × stage-boundary send.
+    waits for every stage and every microbatch: ITL = max(m, pp) × stage + (pp − 1) × stage-boundary send, a stage
+    being max(memory, compute) + its collectives (as `stack` runs them) + the fixed step cost.
     Why PP does not speed up one request: max(1, pp) × (a stage with 1/pp of the layers) = the whole model."""
     check_mesh(config, mesh)
     c = config
@@ -222,17 +261,20 @@ def decode_step_parallel(config: ModelConfig, device: Device, mesh: Mesh, contex
     m = min(B, mesh.pp) if microbatches is None else check_int("microbatches", microbatches)
     rows = math.ceil(B / m)
     share = stage_layers(c, mesh.pp) / c.num_layers
-    w = per_gpu_weight_bytes(c, mesh, weight_dtype, None, embeddings_16bit) * _weight_read_ratio(c, weight_dtype, rows)
+    imb = expert_imbalance_for(c, mesh, rows, expert_imbalance)
+    w = per_gpu_weight_bytes(c, mesh, weight_dtype, None, embeddings_16bit) * \
+        _weight_read_ratio(c, weight_dtype, math.ceil(ep_tokens(mesh, rows)))
     kv = per_gpu_kv_bytes(c, mesh, context_tokens, rows, kd)
-    flops = forward_flops(c, 1, context_tokens, rows) * share / mesh.tp
+    flops = (forward_flops(c, 1, context_tokens, rows) / mesh.tp + _expert_flops_extra(c, mesh, rows, imb)) * share
     peak, prec = device.flops_for(compute_precision_for(weight_dtype))
     mem_ms = (w + kv) / (device.memory_bandwidth_bytes_per_s * efficiency.decode_mbu) * 1e3
     comp_ms = flops / (peak * efficiency.decode_mfu) * 1e3
-    comm_ms = _comm_per_stage_ms(c, mesh, rows, link)
-    stage_ms = max(mem_ms, comp_ms) + comm_ms
+    comm_ms = _comm_per_stage_ms(c, mesh, rows, link, stack, imb)
+    stage_ms = max(mem_ms, comp_ms) + comm_ms + efficiency.overhead_ms(rows)
     send_ms = p2p_ms(tp_allreduce_bytes(c.hidden_size, rows), link) if mesh.pp > 1 else 0.0
     itl = max(m, mesh.pp) * stage_ms + (mesh.pp - 1) * send_ms
     return dict(itl_ms=itl, stage_ms=stage_ms, memory_ms=mem_ms, compute_ms=comp_ms, comm_ms_per_stage=comm_ms,
+                overhead_ms=efficiency.overhead_ms(rows),
                 allreduce_ms_per_token=mesh.pp * comm_ms, pp_send_ms=send_ms, microbatches=m,
                 bubble_fraction=max(0, mesh.pp - m) / mesh.pp, total_tok_s=B / itl * 1e3 * mesh.replicas,
                 replica_tok_s=B / itl * 1e3, bound="memory" if mem_ms >= comp_ms else "compute",
@@ -242,7 +284,8 @@ def decode_step_parallel(config: ModelConfig, device: Device, mesh: Mesh, contex
 
 def prefill_parallel(config: ModelConfig, device: Device, mesh: Mesh, prompt_tokens: int, batch: int = 1,
                      weight_dtype: str = "bf16", kv_dtype: str | None = None, efficiency: Efficiency = IDEAL,
-                     link: Link | None = None, embeddings_16bit: bool = True) -> dict:
+                     link: Link | None = None, embeddings_16bit: bool = True,
+                     stack: Stack | str | None = None, expert_imbalance: float | None = None) -> dict:
     """Prefill of `batch` prompts of `prompt_tokens` on one replica: each stage runs its share of the FLOPs
     (/tp) or of the bytes, whichever is slower, plus 2 all-reduces per layer of a [batch·P, D] activation; the
     stages run one after the other for a single prompt: TTFT = pp × stage + (pp − 1) × boundary send."""
@@ -253,17 +296,20 @@ def prefill_parallel(config: ModelConfig, device: Device, mesh: Mesh, prompt_tok
     link = _link_for(device, link)
     _need_link(mesh, link, device)
     share = stage_layers(c, mesh.pp) / c.num_layers
-    w = per_gpu_weight_bytes(c, mesh, weight_dtype, None, embeddings_16bit) * _weight_read_ratio(c, weight_dtype, B * P)
+    imb = expert_imbalance_for(c, mesh, B * P, expert_imbalance)
+    w = per_gpu_weight_bytes(c, mesh, weight_dtype, None, embeddings_16bit) * \
+        _weight_read_ratio(c, weight_dtype, math.ceil(ep_tokens(mesh, B * P)))
     kv = per_gpu_kv_bytes(c, mesh, P, B, kd)
-    flops = forward_flops(c, P, P, B) * share / mesh.tp
+    flops = (forward_flops(c, P, P, B) / mesh.tp + _expert_flops_extra(c, mesh, B * P, imb)) * share
     peak, prec = device.flops_for(compute_precision_for(weight_dtype))
     comp_ms = flops / (peak * efficiency.prefill_mfu) * 1e3
     mem_ms = (w + kv) / (device.memory_bandwidth_bytes_per_s * efficiency.prefill_mbu) * 1e3
-    comm_ms = _comm_per_stage_ms(c, mesh, B * P, link)
-    stage_ms = max(comp_ms, mem_ms) + comm_ms
+    comm_ms = _comm_per_stage_ms(c, mesh, B * P, link, stack, imb)
+    stage_ms = max(comp_ms, mem_ms) + comm_ms + efficiency.overhead_ms(B)
     send_ms = p2p_ms(tp_allreduce_bytes(c.hidden_size, B * P), link) if mesh.pp > 1 else 0.0
     ttft = mesh.pp * stage_ms + (mesh.pp - 1) * send_ms
     return dict(prefill_ms=ttft, stage_ms=stage_ms, compute_ms=comp_ms, memory_ms=mem_ms,
+                overhead_ms=efficiency.overhead_ms(B),
                 allreduce_ms_prefill=mesh.pp * comm_ms, pp_send_ms=send_ms,
                 bound="compute" if comp_ms > mem_ms else "memory", flops_per_gpu=flops, precision=prec,
                 comm_fraction=mesh.pp * comm_ms / ttft if ttft else 0.0)
@@ -327,29 +373,35 @@ def fit_verdict(config: ModelConfig, device: Device, mesh: Mesh, context_tokens:
 def generation_latency_parallel(config: ModelConfig, device: Device, mesh: Mesh, prompt_tokens: int,
                                 output_tokens: int, batch: int = 1, weight_dtype: str = "bf16",
                                 kv_dtype: str | None = None, efficiency: Efficiency | None = None,
-                                link: Link | None = None, embeddings_16bit: bool = True) -> dict:
+                                link: Link | None = None, embeddings_16bit: bool = True,
+                                stack: Stack | str | None = None) -> dict:
     """`latency.generation_latency` on a mesh: ideal and realistic TTFT, ITL (at the reply's mean context),
     total, tokens/s (all replicas) and cost per request and per 1M input / output tokens (`calculators.planning.cost`),
-    with the all-reduce time of each phase."""
+    with the all-reduce time of each phase. Realistic numbers default to `stack`'s efficiencies and fixed step
+    cost on this device (vLLM when None)."""
     from calculators.planning.cost import cost_per_request
-    eff = efficiency or Efficiency()
+    eff = efficiency or Efficiency.for_stack(stack, device)
     P, N = check_int("prompt_tokens", prompt_tokens), check_int("output_tokens", output_tokens)
     mean_ctx = P + max(N - 1, 0) // 2 + 1
     out = {}
     for label, e in (("ideal", IDEAL), ("realistic", eff)):
-        pre = prefill_parallel(config, device, mesh, P, batch, weight_dtype, kv_dtype, e, link, embeddings_16bit)
+        pre = prefill_parallel(config, device, mesh, P, batch, weight_dtype, kv_dtype, e, link, embeddings_16bit,
+                               stack=stack)
         dec = decode_step_parallel(config, device, mesh, mean_ctx, batch, weight_dtype, kv_dtype, e, link,
-                                   embeddings_16bit=embeddings_16bit)
+                                   embeddings_16bit=embeddings_16bit, stack=stack)
         row = dict(ttft_ms=pre["prefill_ms"], prefill_ms=pre["prefill_ms"], prefill_bound=pre["bound"],
                    itl_ms=dec["itl_ms"], decode_bound=dec["bound"],
                    total_ms=pre["prefill_ms"] + dec["itl_ms"] * (N - 1), per_stream_tok_s=1e3 / dec["itl_ms"],
                    total_tok_s=dec["total_tok_s"], allreduce_ms_per_token=dec["allreduce_ms_per_token"],
-                   allreduce_ms_prefill=pre["allreduce_ms_prefill"], decode_comm_fraction=dec["comm_fraction"])
+                   allreduce_ms_prefill=pre["allreduce_ms_prefill"], decode_comm_fraction=dec["comm_fraction"],
+                   step_overhead_ms=e.step_overhead_ms)
         if device.price_usd_per_hour:
             row.update(cost_per_request(device.price_usd_per_hour, mesh.gpus_per_replica, pre["prefill_ms"],
                                         dec["itl_ms"], batch, P, N))
         out[label] = row
     out["mean_context_tokens"] = mean_ctx
+    out["efficiency"] = {k: getattr(eff, k) for k in ("decode_mbu", "prefill_mfu", "prefill_mbu", "decode_mfu",
+                                                      "step_overhead_ms")}
     return out
 
 
@@ -366,7 +418,7 @@ def max_context_per_replica(config: ModelConfig, device: Device, mesh: Mesh, bat
 
 def tp_scaling(config: ModelConfig, device: Device, tps: tuple[int, ...], context_tokens: int, batch: int = 1,
                weight_dtype: str = "bf16", kv_dtype: str | None = None, efficiency: Efficiency = IDEAL,
-               link: Link | None = None, **memory_kw) -> list[dict]:
+               link: Link | None = None, stack: Stack | str | None = None, **memory_kw) -> list[dict]:
     """One row per TP degree: per-GPU weights and KV, the weights-only floor per GPU (003's weights / tp /
     bandwidth), the decode step split into memory, compute and all-reduce time, the speed-up over TP 1 and the
     fit verdict. Where the all-reduce column overtakes the memory column, communication eats the gain."""
@@ -380,7 +432,7 @@ def tp_scaling(config: ModelConfig, device: Device, tps: tuple[int, ...], contex
             continue
         mem = per_gpu_memory(config, device, mesh, context_tokens, batch, weight_dtype, kv_dtype, **memory_kw)
         d = decode_step_parallel(config, device, mesh, context_tokens, batch, weight_dtype, kv_dtype, efficiency,
-                                 link, embeddings_16bit=memory_kw.get("embeddings_16bit", True))
+                                 link, embeddings_16bit=memory_kw.get("embeddings_16bit", True), stack=stack)
         base = base or d["itl_ms"]
         rows.append(dict(tp=tp, problem=None, per_gpu_weight_bytes=mem["per_gpu_weight_bytes"],
                          per_gpu_kv_bytes=mem["per_gpu_kv_bytes"], fits=mem["fits"],

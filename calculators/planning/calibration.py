@@ -10,7 +10,9 @@ The model and device are stated by the caller (neither file records the hardware
 The fit is linear least squares on the ideal components `calculators.multi_gpu.tensor_parallel` computes at 100% efficiency:
     ITL_measured  ≈ memory_ms_ideal / MBU + calls_per_token × alpha_ms       (alpha only when some row has TP > 1)
     TTFT_measured ≈ compute_ms_ideal / MFU
-so 1/MBU, alpha and 1/MFU are the coefficients (Numpy `lstsq`; through the origin).
+so 1/MBU, alpha and 1/MFU are the coefficients (Numpy `lstsq`; through the origin). With three or more
+single-GPU rows of different step sizes the ITL fit also takes an intercept, the fixed per-step cost
+(ITL ≈ memory_ms_ideal / MBU + step_overhead_ms; kept only when both come out positive).
 """
 from __future__ import annotations
 
@@ -124,18 +126,24 @@ def calibrate(config: ModelConfig, device: Device, measurements: list[Measuremen
         (inv_mbu, alpha_ms), *_ = np.linalg.lstsq(np.stack([mem, calls], axis=1), itl, rcond=None)
     else:
         inv_mbu, alpha_ms = float(mem @ itl / (mem @ mem)), 0.0
+    step_ms = 0.0
+    if len(set(np.round(mem, 9))) >= 3 and not calls.any():       # enough distinct steps: fit the fixed cost too
+        (inv_b, step_b), *_ = np.linalg.lstsq(np.stack([mem, np.ones_like(mem)], axis=1), itl, rcond=None)
+        if step_b > 0 and inv_b > 0:
+            inv_mbu, step_ms = float(inv_b), float(step_b)
     inv_mfu = float(comp @ ttft / (comp @ comp))
     mbu, mfu = min(1.0, 1 / max(inv_mbu, 1e-9)), min(1.0, 1 / max(inv_mfu, 1e-9))
     alpha_ms = max(0.0, float(alpha_ms))
     rows = []
     for m, p in zip(measurements, parts):
-        pi = p["mem_ms"] / mbu + p["calls"] * alpha_ms
+        pi = p["mem_ms"] / mbu + p["calls"] * alpha_ms + step_ms
         pt = p["comp_ms"] / mfu
         rows.append(dict(prompt_tokens=m.prompt_tokens, output_tokens=m.output_tokens, batch=m.batch, tp=m.tp,
                          measured_itl_ms=m.itl_ms, predicted_itl_ms=pi, itl_error_percent=100 * (pi - m.itl_ms) / m.itl_ms,
                          measured_ttft_ms=m.ttft_ms, predicted_ttft_ms=pt,
                          ttft_error_percent=100 * (pt - m.ttft_ms) / m.ttft_ms))
-    return dict(decode_mbu=mbu, prefill_mfu=mfu, alpha_ms_per_call=alpha_ms,
-                efficiency=Efficiency(decode_mbu=max(mbu, 1e-3), prefill_mfu=max(mfu, 1e-3)), rows=rows,
+    return dict(decode_mbu=mbu, prefill_mfu=mfu, alpha_ms_per_call=alpha_ms, step_overhead_ms=step_ms,
+                efficiency=Efficiency(decode_mbu=max(mbu, 1e-3), prefill_mfu=max(mfu, 1e-3),
+                                      step_overhead_ms=step_ms), rows=rows,
                 itl_mean_abs_error_percent=float(np.mean([abs(r["itl_error_percent"]) for r in rows])),
                 ttft_mean_abs_error_percent=float(np.mean([abs(r["ttft_error_percent"]) for r in rows])))

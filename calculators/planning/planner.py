@@ -13,8 +13,11 @@ Constraints: memory, ITL target (bound by bandwidth, compute or communication, w
 TTFT p99 target (compute, or queueing when the wait dominates), ρ < 1 and concurrency (queueing).
 A plan's binding constraint is the one with the least slack (used / limit closest to 1).
 Cost at the load: every GPU is paid, busy or not: $/1M = gpus × price / (rate × tokens per request × 3,600) × 10^6.
-MoE models are also tried with expert parallelism over each TP group (EP = TP). Not searched: context
-parallelism, speculative decoding, prefix caching.
+MoE models are also tried with expert parallelism over each TP group (EP = TP). A prefix-cache hit rate h
+(Workload.prefix_hit_rate) leaves ceil(P·(1 − h)) new prompt tokens to prefill, attending over all P. The
+serving stack (vLLM by default) sets the all-reduce algorithm, the efficiencies and the fixed step cost; FP4
+weights are tried only on devices with FP4 tensor cores. Not searched: context parallelism, speculative decoding,
+EP across data-parallel replicas (see `calculators.multi_gpu.moe`).
 """
 from __future__ import annotations
 
@@ -27,15 +30,18 @@ from calculators import arch
 from calculators.sizing.kv_cache import kv_cache_bytes
 from calculators.sizing.latency import Efficiency, step_weight_bytes
 from calculators.sizing.memory import DEFAULT_GPU_MEMORY_UTILIZATION, RuntimeOverheads, ffn_width
-from calculators.sizing.params import bytes_per_param, param_breakdown
+from calculators.sizing.params import bytes_per_param, expert_params, param_breakdown
 from calculators.sizing.roofline import compute_precision_for, forward_flops
 from calculators.multi_gpu.tensor_parallel import Mesh, mesh_problem
 from calculators.units import check_fraction, check_int, check_positive
+from calculators.multi_gpu.collectives import allreduce_ms as collective_ms
+from calculators.multi_gpu.moe import routing_imbalance
 from specs.devices import Device, Link, device_link
 from specs.model_config import ModelConfig, SpecError
+from specs.stacks import Stack, load_stack
 
 CONSTRAINTS = ("memory", "bandwidth", "compute", "communication", "queueing")
-REASONS = ("feasible", "mesh", "memory", "itl", "utilisation", "concurrency", "ttft", "no price")
+REASONS = ("feasible", "mesh", "precision", "memory", "itl", "utilisation", "concurrency", "ttft", "no price")
 
 
 @dataclass(frozen=True)
@@ -47,6 +53,7 @@ class Workload:
     ttft_p99_ms: float
     itl_ms: float
     prompt_tokens_p99: int | None = None
+    prefix_hit_rate: float = 0.0         # share of each prompt served from the prefix cache (a shared system prompt)
 
     def check(self) -> "Workload":
         check_positive("request rate (requests/s)", self.requests_per_s, limit=1e7)
@@ -57,7 +64,15 @@ class Workload:
         if self.prompt_tokens_p99 is not None and check_int("p99 prompt tokens", self.prompt_tokens_p99,
                                                             limit=1 << 24) < self.prompt_tokens:
             raise SpecError("the p99 prompt length cannot be shorter than the mean")
+        h = self.prefix_hit_rate
+        if isinstance(h, bool) or not isinstance(h, (int, float)) or not 0 <= h < 1:
+            raise SpecError(f"prefix-cache hit rate is the share of prompt tokens found in the cache: from 0 up to "
+                            f"(not including) 1, got {h!r}")
         return self
+
+    def new_prompt_tokens(self, prompt_tokens: int) -> int:
+        """Prompt tokens a prefill still computes when `prefix_hit_rate` of them hit the cache (at least 1)."""
+        return max(1, math.ceil(prompt_tokens * (1 - self.prefix_hit_rate)))
 
     @property
     def p99_prompt(self) -> int:
@@ -71,7 +86,7 @@ class SearchSpace:
     tp: tuple[int, ...] = (1, 2, 4, 8)
     pp: tuple[int, ...] = (1, 2, 4, 8)
     batch_caps: tuple[int, ...] = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024)
-    weight_dtypes: tuple[str, ...] = ("bf16", "fp8", "int4")
+    weight_dtypes: tuple[str, ...] = ("bf16", "fp8", "int4", "fp4")   # fp4 only where the device has it
     kv_dtypes: tuple[str, ...] = ("bf16", "fp8")
     expert_parallel: bool = True          # MoE models: also try EP = TP (two all-to-alls instead of an all-reduce)
 
@@ -122,11 +137,14 @@ def _model_scalars(c: ModelConfig, wl: Workload, kv_dtypes, weight_dtypes, batch
     rows_needed = sorted({math.ceil(B / min(B, p)) for B in batch_caps for p in pp_values})
     full = step_weight_bytes(c, "bf16", rows=1 << 30)
     ratio = {r: step_weight_bytes(c, "bf16", rows=r) / full for r in rows_needed}
-    ratio_prefill = {P: step_weight_bytes(c, "bf16", rows=P) / full for P in (wl.prompt_tokens, wl.p99_prompt)}
+    ratio_prefill = {P: step_weight_bytes(c, "bf16", rows=wl.new_prompt_tokens(P)) / full
+                     for P in (wl.prompt_tokens, wl.p99_prompt)}
     return dict(params=b, mean_ctx=mean_ctx, kv_seq=kv_seq, mem_ctx=mem_ctx, kv_seq_mem=kv_seq_mem, read_ratio=ratio,
                 read_ratio_prefill=ratio_prefill,
                 decode_flops_per_row=forward_flops(c, 1, mean_ctx, 1),
-                prefill_flops={P: forward_flops(c, P, P, 1) for P in (wl.prompt_tokens, wl.p99_prompt)},
+                # a prefix-cache hit skips the cached tokens' FLOPs; the new ones still attend over the whole prompt
+                prefill_flops={P: forward_flops(c, wl.new_prompt_tokens(P), P, 1)
+                               for P in (wl.prompt_tokens, wl.p99_prompt)},
                 ffn=ffn_width(c))
 
 
@@ -143,14 +161,19 @@ def _grid(devices, space: SearchSpace, c: ModelConfig):
 
 
 def plan(config: ModelConfig, devices: list[Device], workload: Workload, space: SearchSpace = SearchSpace(),
-         efficiency: Efficiency = Efficiency(), usable_fraction: float = DEFAULT_GPU_MEMORY_UTILIZATION,
+         efficiency: Efficiency | None = None, usable_fraction: float = DEFAULT_GPU_MEMORY_UTILIZATION,
          overheads: RuntimeOverheads = RuntimeOverheads(), embeddings_16bit: bool = True,
-         link: Link | None = None) -> PlanResult:
+         link: Link | None = None, stack: Stack | str | None = None) -> PlanResult:
     """Evaluate every candidate of `space` on `devices` for `workload`; feasible plans ranked by $/1M tokens at
-    the load (then by ITL). Bad input raises SpecError; an empty result carries `no_plan_reason()`."""
+    the load (then by ITL). The serving `stack` (vLLM when None) sets the all-reduce algorithm, and, unless
+    `efficiency` is given, the efficiencies and the fixed step cost per device class. Bad input raises SpecError;
+    an empty result carries `no_plan_reason()`."""
     c, wl = config, workload.check()
     if not devices:
         raise SpecError("choose at least one device")
+    stack = stack if isinstance(stack, Stack) else load_stack(stack)
+    effs = [efficiency or Efficiency.for_stack(stack, dv) for dv in devices]
+    efficiency = effs[0]
     check_fraction("gpu_memory_utilization", usable_fraction)
     notes = []
     bad_tp = [t for t in space.tp if mesh_problem(c, Mesh(tp=t)) is not None]
@@ -200,7 +223,12 @@ def plan(config: ModelConfig, devices: list[Device], workload: Workload, space: 
 
     # ---- device and link numbers per candidate
     bw = np.array([dv.memory_bandwidth_bytes_per_s for dv in devices])[di]
-    peak_tab = np.array([[dv.flops_for(compute_precision_for(w))[0] for w in space.weight_dtypes]
+    def _peak(dv, w):
+        try:
+            return dv.flops_for(compute_precision_for(w))[0]
+        except SpecError:               # FP4 weights on a device without FP4 tensor cores: refused, never upcast
+            return np.nan
+    peak_tab = np.array([[_peak(dv, w) for w in space.weight_dtypes]
                          for dv in devices])
     peak = peak_tab[di, wdi]
     links = [link if link is not None else device_link(dv) for dv in devices]
@@ -209,22 +237,24 @@ def plan(config: ModelConfig, devices: list[Device], workload: Workload, space: 
     a0 = np.array([lk.alpha_base_s if lk is not None else 0.0 for lk in links])[di]
     a1 = np.array([lk.alpha_per_hop_s if lk is not None else 0.0 for lk in links])[di]
     price = np.array([dv.price_usd_per_hour if dv.price_usd_per_hour else np.nan for dv in devices])[di]
+    overhead = np.array([e.step_overhead_ms for e in effs])[di]
+    seq_over = np.array([e.sequence_overhead_us for e in effs])[di] / 1e3
     link_ok = has_link | (tp * pp == 1)
 
     def allreduce_ms(rows):
-        msg = rows * D * 2.0
-        t = (a0 + 2 * (tpf - 1) * a1 + 2 * (tpf - 1) / tpf * msg / lbw) * 1e3
-        return np.where(tp > 1, t, 0.0)
-
-    moe_share = arch.moe_layer_count(c) / L if arch.is_moe(c) else 0.0
-    k_top = c.num_experts_per_tok or 0
+        """The stack's all-reduce of a [rows, D] activation (`collectives.allreduce`), once per distinct
+        (device, TP, rows)."""
+        rows_arr = np.broadcast_to(np.asarray(rows, dtype=float), tp.shape)
+        keys = np.stack([di, tp, rows_arr], axis=1)
+        uniq, inv = np.unique(keys, axis=0, return_inverse=True)
+        vals = np.array([0.0 if int(t) == 1 or links[int(d)] is None else
+                         collective_ms(r * D * 2.0, int(t), links[int(d)], stack) for d, t, r in uniq])
+        return vals[inv.ravel()] if len(vals) else np.zeros(len(tp))
 
     def layer_comm_ms(rows):
-        """Per layer: the attention all-reduce, then the FFN's all-reduce or (MoE layers under EP) two all-to-alls."""
-        ar = allreduce_ms(rows)
-        a2a = np.where(tp > 1, (a0 + (tpf - 1) * a1 + (tpf - 1) / tpf * rows * k_top * D * 2.0 / lbw) * 1e3, 0.0)
-        ffn = np.where(ep_on, (1 - moe_share) * ar + moe_share * 2 * a2a, ar)
-        return ar + ffn
+        """Per layer: the attention all-reduce and the FFN's (EP inside the TP group sums the experts' partial
+        outputs with the same all-reduce)."""
+        return 2 * allreduce_ms(rows)
 
     def p2p(rows):
         return np.where(pp > 1, (a0 + a1 + rows * D * 2.0 / lbw) * 1e3, 0.0)
@@ -235,18 +265,32 @@ def plan(config: ModelConfig, devices: list[Device], workload: Workload, space: 
     uniq, inv = np.unique(rows, return_inverse=True)
     ratio = np.array([S["read_ratio"][int(r)] for r in uniq])[inv.ravel()]
     mem_ms = (w_gpu * ratio + kv_seq * rows) / (bw * efficiency.decode_mbu) * 1e3
-    comp_ms = S["decode_flops_per_row"] * rows * share / tpf / (peak * efficiency.decode_mfu) * 1e3
+    expert_flops_per_token = (c.num_experts_per_tok * 2 * expert_params(c) * arch.moe_layer_count(c)
+                              if arch.is_moe(c) else 0.0)
+
+    def extra_expert_flops(tokens):
+        """The busiest EP rank's routed-expert FLOPs beyond the mean (`tensor_parallel._expert_flops_extra`)."""
+        tok = np.broadcast_to(np.asarray(tokens, dtype=float), tp.shape)
+        keys = np.stack([tok, ep], axis=1)
+        uniq, inv = np.unique(keys, axis=0, return_inverse=True)
+        imb = np.array([1.0 if e == 1 else routing_imbalance(t, c.num_experts, c.num_experts_per_tok, int(e))
+                        for t, e in uniq])[inv.ravel()]
+        return (imb - 1) * tok * expert_flops_per_token / tpf
+
+    comp_ms = (S["decode_flops_per_row"] * rows / tpf + extra_expert_flops(rows)) * share / \
+        (peak * efficiency.decode_mfu) * 1e3
     comm_ms = stage * layer_comm_ms(rows)
-    stage_ms = np.maximum(mem_ms, comp_ms) + comm_ms
+    stage_ms = np.maximum(mem_ms, comp_ms) + comm_ms + overhead + rows * seq_over
     itl = np.maximum(m, pp) * stage_ms + (pp - 1) * p2p(rows)
 
     # ---- prefill of one prompt (tensor_parallel.prefill_parallel, vectorised), mean and p99 length
     def prefill(P):
         kv_p = np.array([kv_cache_bytes(c, P, 1, k) for k in space.kv_dtypes])[kdi] * share * kv_div
-        cm = S["prefill_flops"][P] * share / tpf / (peak * efficiency.prefill_mfu) * 1e3
+        cm = (S["prefill_flops"][P] / tpf + extra_expert_flops(float(P))) * share / \
+            (peak * efficiency.prefill_mfu) * 1e3
         mm = (w_gpu * S["read_ratio_prefill"][P] + kv_p) / (bw * efficiency.prefill_mbu) * 1e3
-        st = np.maximum(cm, mm) + stage * layer_comm_ms(float(P))
-        return ppf * st + (pp - 1) * p2p(float(P)), cm
+        st = np.maximum(cm, mm) + stage * layer_comm_ms(float(wl.new_prompt_tokens(P))) + overhead + seq_over
+        return ppf * st + (pp - 1) * p2p(float(wl.new_prompt_tokens(P))), cm
     pre_mean, _ = prefill(wl.prompt_tokens)
     pre_p99, pre_comp = prefill(wl.p99_prompt)
 
@@ -267,7 +311,7 @@ def plan(config: ModelConfig, devices: list[Device], workload: Workload, space: 
     # ---- verdicts
     mem_r, itl_r, ttft_r = needed / usable, itl / wl.itl_ms, ttft / wl.ttft_p99_ms
     conc_r = concurrency / Bf
-    ok = {"mesh": mesh_ok & link_ok, "memory": mem_r <= 1, "itl": itl_r <= 1, "utilisation": rho < 1,
+    ok = {"mesh": mesh_ok & link_ok, "precision": ~np.isnan(peak), "memory": mem_r <= 1, "itl": itl_r <= 1, "utilisation": rho < 1,
           "concurrency": conc_r <= 1, "ttft": ttft_r <= 1, "no price": ~np.isnan(price)}
     feasible = np.logical_and.reduce(list(ok.values()))
     code = np.zeros(len(tp), dtype=np.int8)              # index into REASONS; the first failing check wins
@@ -311,6 +355,8 @@ def _sentence(col: dict, i: int, wl: Workload) -> str:
     r = col["reason"][i]
     if r == "feasible":
         return f"meets every target; binding: {col['binding'][i]} ({col['worst_ratio'][i]:.0%} of its limit)"
+    if r == "precision":
+        return "the device has no FP4 tensor cores: FP4 weights run only where they are native"
     if r == "mesh":
         return "TP × PP does not divide the GPU count or the model's heads/layers, or no interconnect"
     if r == "memory":

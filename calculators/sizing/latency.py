@@ -21,6 +21,7 @@ from calculators.sizing.roofline import compute_precision_for, experts_touched, 
 from calculators.units import check_fraction, check_int, check_nonneg, check_positive, default_kv_dtype
 from specs.devices import Device
 from specs.model_config import ModelConfig
+from specs.stacks import Stack, check_stack_device, device_class, load_stack
 
 
 @dataclass(frozen=True)
@@ -34,18 +35,41 @@ class Efficiency:
       H100 (NVIDIA cuBLAS / Transformer Engine GEMM benchmarks), and Pope et al., "Efficiently Scaling
       Transformer Inference" (2022, arXiv:2211.05102) reach 76% MFU on large prefills. Attention, norms and
       launch gaps keep a whole prefill a little below the GEMM figure. Calibrate it (`calculators.planning.calibration`).
-    - prefill_mbu 0.8: a long prefill streams the weights once in large, well-coalesced GEMM tiles."""
+    - prefill_mbu 0.8: a long prefill streams the weights once in large, well-coalesced GEMM tiles.
+    - step_overhead_ms 0: a fixed cost every forward step pays whatever its size (kernel launches, the scheduler,
+      sampling); a serving stack's value per device class comes from `for_stack` (specs/stacks.json).
+    - sequence_overhead_us 0: a cost per sequence in the step (the scheduler's and sampler's bookkeeping for each
+      running request), so a step of B sequences pays step_overhead_ms + B × sequence_overhead_us / 1000."""
     decode_mbu: float = 0.6
     prefill_mfu: float = 0.7
     prefill_mbu: float = 0.8
     decode_mfu: float = 0.5
+    step_overhead_ms: float = 0.0
+    sequence_overhead_us: float = 0.0
 
     def __post_init__(self):
         for k, v in asdict(self).items():
-            check_fraction(k, v)
+            if k in ("step_overhead_ms", "sequence_overhead_us"):
+                check_nonneg(k, v, limit=1e4)
+            else:
+                check_fraction(k, v)
+
+    @classmethod
+    def for_stack(cls, stack: "Stack | str | None" = None, device: Device | None = None) -> "Efficiency":
+        """The default efficiencies and fixed step cost of a serving stack (vLLM when None) on `device`'s class
+        (fitted to published measurements; specs/stacks.json says which rows)."""
+        s = stack if isinstance(stack, Stack) else load_stack(stack)
+        if device is not None:
+            check_stack_device(s, device)
+        over = s.overhead_ms(device_class(device)) if device is not None else s.overhead_ms("other")
+        return cls(**{k: float(v) for k, v in s.efficiency.items()}, step_overhead_ms=over)
+
+    def overhead_ms(self, sequences: int | float = 1) -> float:
+        """Fixed cost of one step that carries `sequences` sequences: step + per-sequence part, in ms."""
+        return self.step_overhead_ms + sequences * self.sequence_overhead_us / 1e3
 
 
-IDEAL = Efficiency(1.0, 1.0, 1.0, 1.0)
+IDEAL = Efficiency(1.0, 1.0, 1.0, 1.0, 0.0, 0.0)
 
 
 def bandwidth_floor_ms(bytes_read: float, bandwidth_bytes_per_s: float) -> float:
@@ -77,19 +101,23 @@ def decode_step_bytes(config: ModelConfig, context_tokens: int, batch: int = 1, 
 def decode_step_ms(config: ModelConfig, device: Device, context_tokens: int, batch: int = 1,
                    weight_dtype: str = "bf16", kv_dtype: str | None = None,
                    efficiency: Efficiency = IDEAL) -> dict:
-    """One decode step (= ITL): max(bytes / (bandwidth·MBU), FLOPs / (peak·MFU)), with both parts shown."""
+    """One decode step (= ITL): max(bytes / (bandwidth·MBU), FLOPs / (peak·MFU)) + the fixed step cost, each
+    part shown."""
     by = decode_step_bytes(config, context_tokens, batch, weight_dtype, kv_dtype)
     flops = forward_flops(config, 1, context_tokens, batch)
     peak, prec = device.flops_for(compute_precision_for(weight_dtype))
     mem_ms = by["total"] / (device.memory_bandwidth_bytes_per_s * efficiency.decode_mbu) * 1e3
     comp_ms = flops / (peak * efficiency.decode_mfu) * 1e3
-    return dict(step_ms=max(mem_ms, comp_ms), memory_ms=mem_ms, compute_ms=comp_ms, bytes=by["total"],
+    over = efficiency.overhead_ms(batch)
+    return dict(step_ms=max(mem_ms, comp_ms) + over, memory_ms=mem_ms, compute_ms=comp_ms,
+                overhead_ms=over, bytes=by["total"],
                 flops=flops, bound="memory" if mem_ms >= comp_ms else "compute", precision=prec)
 
 
 def prefill_ms(config: ModelConfig, device: Device, prompt_tokens: int, batch: int = 1, weight_dtype: str = "bf16",
                kv_dtype: str | None = None, efficiency: Efficiency = IDEAL, start_position: int = 0) -> dict:
-    """Prefill of `prompt_tokens` per sequence: max(FLOPs / (peak·MFU), bytes / (bandwidth·MBU)).
+    """Prefill of `prompt_tokens` per sequence: max(FLOPs / (peak·MFU), bytes / (bandwidth·MBU)) + the fixed
+    step cost.
     FLOPs and KV bytes follow `roofline.py`'s convention; weights are one full read. 003 Detail 12: a
     1,000-token TinyLlama prefill ≈ 2.2 TFLOP over ≈ 2.2 GB of weights."""
     T = check_int("prompt_tokens", prompt_tokens)
@@ -100,7 +128,9 @@ def prefill_ms(config: ModelConfig, device: Device, prompt_tokens: int, batch: i
     peak, prec = device.flops_for(compute_precision_for(weight_dtype))
     comp_ms = flops / (peak * efficiency.prefill_mfu) * 1e3
     mem_ms = by / (device.memory_bandwidth_bytes_per_s * efficiency.prefill_mbu) * 1e3
-    return dict(prefill_ms=max(comp_ms, mem_ms), compute_ms=comp_ms, memory_ms=mem_ms, flops=flops, bytes=by,
+    over = efficiency.overhead_ms(batch)
+    return dict(prefill_ms=max(comp_ms, mem_ms) + over, compute_ms=comp_ms, memory_ms=mem_ms,
+                overhead_ms=over, flops=flops, bytes=by,
                 intensity_flop_per_byte=flops / by, bound="compute" if comp_ms > mem_ms else "memory",
                 precision=prec)
 

@@ -326,12 +326,13 @@ def op_row(op: Op, device: Device | None = None, precision: str = "bf16") -> dic
 
 
 def compute_precision_for(weight_dtype: str | float) -> str:
-    """The matmul precision a weight format implies: fp8 weights -> fp8 math, fp32 -> fp32, everything else
-    (bf16/fp16, weight-only int8/int4 dequantised on the fly) -> bf16 activations and math (003 Detail 18)."""
+    """The matmul precision a weight format implies: fp8 weights -> fp8 math, fp4 (NVFP4/MXFP4) -> fp4 math on
+    tensor cores that have it, fp32 -> fp32, everything else (bf16/fp16, weight-only int8/int4 dequantised on the
+    fly) -> bf16 activations and math (003 Detail 18)."""
     if isinstance(weight_dtype, (int, float)):
         return "bf16"
     d = dtype_name(weight_dtype)
-    return {"fp8": "fp8", "fp32": "fp32", "tf32": "tf32"}.get(d, "bf16")
+    return {"fp8": "fp8", "fp4": "fp4", "fp32": "fp32", "tf32": "tf32"}.get(d, "bf16")
 
 
 def roofline(config: ModelConfig, device: Device, new_tokens: int, context_tokens: int, batch: int = 1,

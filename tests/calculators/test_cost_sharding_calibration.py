@@ -81,3 +81,19 @@ def test_readers_take_vllm_json_and_csv_and_refuse_bad_rows():
         read_csv("prompt_tokens,output_tokens,batch,ttft_ms,itl_ms\n100,50,0,10,2\n")
     with pytest.raises(SpecError):
         read_vllm_json("{not json")
+
+
+def test_calibration_fits_the_fixed_step_cost_from_rows_of_different_sizes():
+    # ITL rows generated as memory_ms / 0.5 + 3 ms from the calculators' own ideal memory time at batch 1, 8, 32:
+    # the fit must return MBU 0.5 and a 3 ms step cost
+    from calculators.multi_gpu.tensor_parallel import Mesh, decode_step_parallel
+    from calculators.planning.calibration import Measurement, calibrate
+    from specs.devices import load_device
+    from specs.presets import load_preset
+    c, dev = load_preset("llama-3-8b"), load_device("h100")
+    rows = []
+    for b in (1, 8, 32):
+        mem = decode_step_parallel(c, dev, Mesh(), 128 + 64, b, "bf16")["memory_ms"]
+        rows.append(Measurement(128, 128, b, 20.0, mem / 0.5 + 3.0))
+    fit = calibrate(c, dev, rows, "bf16")
+    assert fit["decode_mbu"] == pytest.approx(0.5, rel=1e-6) and fit["step_overhead_ms"] == pytest.approx(3.0, rel=1e-6)

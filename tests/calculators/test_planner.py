@@ -26,10 +26,10 @@ def _scalar(c, dev, row, wl):
     mean_ctx = wl.prompt_tokens + (wl.output_tokens - 1) // 2 + 1
     mem = per_gpu_memory(c, dev, mesh, wl.prompt_tokens + wl.output_tokens, row["batch_cap"], row["weight_dtype"],
                          row["kv_dtype"])
-    dec = decode_step_parallel(c, dev, mesh, mean_ctx, row["batch_cap"], row["weight_dtype"], row["kv_dtype"],
-                               Efficiency())
-    pre = prefill_parallel(c, dev, mesh, wl.prompt_tokens, 1, row["weight_dtype"], row["kv_dtype"], Efficiency())
-    pre99 = prefill_parallel(c, dev, mesh, wl.p99_prompt, 1, row["weight_dtype"], row["kv_dtype"], Efficiency())
+    eff = Efficiency.for_stack(None, dev)          # the planner's default: vLLM's efficiencies and step cost
+    dec = decode_step_parallel(c, dev, mesh, mean_ctx, row["batch_cap"], row["weight_dtype"], row["kv_dtype"], eff)
+    pre = prefill_parallel(c, dev, mesh, wl.prompt_tokens, 1, row["weight_dtype"], row["kv_dtype"], eff)
+    pre99 = prefill_parallel(c, dev, mesh, wl.p99_prompt, 1, row["weight_dtype"], row["kv_dtype"], eff)
     return mem, dec, pre, pre99
 
 
@@ -129,7 +129,18 @@ def test_a_model_that_fits_nowhere_says_memory():
     res = plan(load_preset("llama-3.1-405b"), [t4], WL, SearchSpace(gpu_counts=(1, 2, 4), tp=(1, 2, 4), pp=(1,)))
     reason = res.no_plan_reason()
     assert reason.startswith("no feasible plan") and "memory" in reason
-    assert all(r["reason"] in ("memory", "mesh") for r in rejected_rows(res, 100))
+    # T4 has no FP4 tensor cores: the FP4 candidates are refused as such, never upcast
+    assert all(r["reason"] in ("memory", "mesh", "precision") for r in rejected_rows(res, 100))
+    fp4 = [r for r in rejected_rows(res, 10 ** 6) if r["weight_dtype"] == "fp4"]
+    assert fp4 and all(r["reason"] in ("precision", "mesh") for r in fp4)
+
+
+def test_fp4_weights_are_searched_where_the_device_runs_them_natively():
+    res = plan(load_preset("llama-3-70b"), [load_device("b200"), H100], WL, SearchSpace(
+        gpu_counts=(1, 2), tp=(1, 2), pp=(1,), batch_caps=(8, 64), weight_dtypes=("fp8", "fp4")))
+    rows = [res.plan(int(i)) for i in res.feasible_order]
+    assert any(r["weight_dtype"] == "fp4" and r["device"] == "B200" for r in rows)
+    assert not any(r["weight_dtype"] == "fp4" and r["device"] == H100.name for r in rows)
 
 
 def test_a_tp_degree_that_does_not_divide_the_heads_is_named():
@@ -141,3 +152,24 @@ def test_a_device_without_a_price_is_not_ranked():
     free = custom_device("no price", 80, 3350, {"bf16": 989, "fp8": 1979}, interconnect_gb_s=450)
     res = plan(L8, [free], WL, SMALL)
     assert not len(res.feasible_order) and res.reasons["no price"] > 0
+
+
+def test_prefix_cache_hits_remove_prefill_flops_of_the_cached_tokens():
+    # Llama-3-70B, 3,000-token prompts, 75% cached: 750 new tokens attend over all 3,000. On 8 H100s (FP8 peak
+    # 1,978.9 TFLOP/s, vLLM's prefill MFU from specs/stacks.json) it is compute-bound: FLOPs / 8 / (peak × MFU), plus
+    # 160 all-reduces of a [750, 8,192] bf16 activation: 12.3 MB is past vLLM's 8 MiB custom kernel, so NCCL runs
+    # it and picks NVLS on the NVSwitch (23 us + 12.3 MB / 450 GB/s, below the ring's 15 us + 2·7/8 × 12.3 MB / B);
+    # and the fixed step cost (per step + 1 sequence)
+    from calculators.sizing.roofline import forward_flops
+    wl = Workload(1.0, 3000, 200, 5000, 100, prefix_hit_rate=0.75)
+    space = SearchSpace(gpu_counts=(8,), tp=(8,), pp=(1,), batch_caps=(8,), weight_dtypes=("fp8",), kv_dtypes=("fp8",))
+    row = plan(L70, [H100], wl, space).plan(0)
+    eff = Efficiency.for_stack("vllm", H100)                    # the stack's data (specs/stacks.json), not a formula
+    compute = forward_flops(L70, 750, 3000, 1) / 8 / (1978.9e12 * eff.prefill_mfu) * 1e3
+    allreduce = 160 * (23e-3 + 750 * 8192 * 2 / 450e9 * 1e3)
+    fixed = eff.step_overhead_ms + eff.sequence_overhead_us / 1e3
+    assert row["prefill_ms"] == pytest.approx(compute + allreduce + fixed, rel=1e-9)
+    full = plan(L70, [H100], Workload(1.0, 3000, 200, 5000, 100), space).plan(0)
+    assert row["prefill_ms"] < 0.35 * full["prefill_ms"]
+    with pytest.raises(SpecError, match="prefix-cache hit rate"):
+        Workload(1.0, 3000, 200, 5000, 100, prefix_hit_rate=1.0).check()

@@ -14,10 +14,13 @@ from specs.hf_config import config_from_json_file
 
 REQUIRED_MODELS = ["TinyLlama-1.1B", "SmolLM2-135M", "Llama-2-7B", "Llama-2-13B", "Llama-2-70B", "Llama-3-8B",
                    "Llama-3-70B", "Llama-3.1-405B", "Mistral-7B", "Qwen2.5-7B", "Gemma-2-9B", "Gemma-3-27B",
-                   "DeepSeek-V2", "DeepSeek-V3", "Qwen3-Next-80B-A3B", "Mixtral-8x7B"]
+                   "DeepSeek-V2", "DeepSeek-V3", "Qwen3-Next-80B-A3B", "Mixtral-8x7B", "Llama-3.1-8B", "DeepSeek-R1",
+                   "Qwen3-30B-A3B", "Qwen3-235B-A22B", "gpt-oss-120b", "gpt-oss-20b", "Llama-4-Scout-17B-16E",
+                   "Llama-4-Maverick-17B-128E"]
 REQUIRED_DEVICES = ["A100 SXM 40GB", "A100 SXM 80GB", "H100 SXM", "H100 PCIe", "H200", "B200", "GB200", "MI300X",
                     "MI325X", "L4", "L40S", "RTX 4090", "RTX 3090", "A10G", "T4", "Apple M1 Ultra", "Apple M2 Ultra",
-                    "Apple M3 Max", "Apple M4 Max", "TPU v5e", "TPU v5p", "Gaudi 3"]
+                    "Apple M3 Max", "Apple M4 Max", "TPU v5e", "TPU v5p", "Gaudi 3", "B300", "GB300", "MI355X", "H20",
+                    "RTX 5090", "TPU v6e"]
 
 
 # --- presets ---------------------------------------------------------------------------------------------------
@@ -36,14 +39,26 @@ def test_every_required_model_is_a_preset_with_a_source(name):
     ("Llama-2-70B", 69.0, None), ("Llama-3-8B", 8.03, None), ("Llama-3-70B", 70.6, None),
     ("Llama-3.1-405B", 405.9, None), ("Mistral-7B", 7.24, None), ("Qwen2.5-7B", 7.61, None),
     ("Gemma-2-9B", 9.24, None), ("DeepSeek-V2", 236, 21), ("DeepSeek-V3", 671, 37), ("Mixtral-8x7B", 46.7, 12.9),
-    ("Qwen3-Next-80B-A3B", 80, None), ("SmolLM2-135M", 0.1345, None),
+    ("Qwen3-Next-80B-A3B", 80, None), ("SmolLM2-135M", 0.1345, None), ("Llama-3.1-8B", 8.03, None),
+    ("DeepSeek-R1", 671, 37), ("Qwen3-30B-A3B", 30.5, 3.3), ("Qwen3-235B-A22B", 235, 22),
+    ("Llama-4-Maverick-17B-128E", 400, 17),
+    # gpt-oss model card (arXiv:2508.10925): 116.83B and 20.91B total; its active counts (5.13B, 3.61B) leave out
+    # the embedding table, which ours include, so only totals are compared
+    ("gpt-oss-120b", 116.83, None), ("gpt-oss-20b", 20.91, None),
 ])
+
 def test_preset_parameter_counts_match_published_totals(name, billions, active):
     b = param_breakdown(load_preset(name))
     assert b.total / 1e9 == pytest.approx(billions, rel=0.01)
     if active is not None:
         # published active counts are rounded to 2-3 digits (12.9, 21, 37): up to 2.4% apart
         assert b.active / 1e9 == pytest.approx(active, rel=0.03)
+
+
+def test_llama4_scout_is_109b_with_its_vision_tower_and_17b_active():
+    # the card's 109B counts the vision encoder (not in the text config): the language model is within 2% of it
+    b = param_breakdown(load_preset("Llama-4-Scout-17B-16E"))
+    assert b.total / 1e9 == pytest.approx(109, rel=0.02) and b.active / 1e9 == pytest.approx(17, rel=0.03)
 
 
 def test_gemma3_text_model_is_27B_without_its_vision_tower():
@@ -214,6 +229,14 @@ def test_dense_peaks_are_dense_not_sparse():
         for p, sparse in d.peak_flops_sparse.items():
             # 2:4 sparsity doubles the rate (L40S's sheet rounds: 362.05 dense, 733 sparse)
             assert sparse == pytest.approx(2 * d.peak_flops[p], rel=0.02), (d.name, p)
+
+
+def test_fp4_runs_natively_where_the_datasheet_has_it_and_is_refused_elsewhere():
+    for name in ("B200", "B300", "GB300", "MI355X", "RTX 5090"):
+        peak, used = load_device(name).flops_for("fp4")
+        assert used == "fp4" and peak > load_device(name).peak("fp8")
+    with pytest.raises(SpecError, match="H100 SXM has no FP4 tensor cores.*choose FP8 or INT4"):
+        load_device("H100 SXM").flops_for("fp4")
 
 
 def test_reference_bandwidths():

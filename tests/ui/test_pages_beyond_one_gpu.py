@@ -36,6 +36,13 @@ def test_capacity_planner_ranks_plans_and_explains_no_feasible_plan():
     at = page("42_")
     assert not at.exception and not texts(at.error)
     assert any(m.label == "Binding constraint" for m in at.metric)
+    assert any(m.label == "Output tokens/s" for m in at.metric)                 # maximum throughput section
+    what_if = next(d.value for d in at.dataframe if "what if" in d.value.columns)
+    assert list(what_if["what if"]) == ["as entered", "rate × 2", "prompts × 2"]
+    at.selectbox(key="plan.stack").set_value("nccl").run()
+    assert not at.exception and not texts(at.error)
+    at.text_input(key="plan.tput.ep").set_value(str(2)).run()                  # EP on a dense model: one message
+    assert any("needs a mixture-of-experts model" in e for e in texts(at.error))
     at.text_input(key="plan.rate").set_value(str(0.0)).run()
     assert not at.exception and any("No feasible plan" in w and "rate" in w for w in texts(at.warning))
     at.text_input(key="plan.rate").set_value(str(1.0)).run()
@@ -47,6 +54,10 @@ def test_calibration_page_fits_the_example_and_rejects_a_bad_csv():
     at = page("43_")
     assert not at.exception and not texts(at.error)
     assert any(m.label == "Decode MBU (fitted)" for m in at.metric)
+    # the published data-centre table: its median and worst error shown, within issue 17's bands
+    med = next(m.value for m in at.metric if m.label == "Median |error|")
+    worst = next(m.value for m in at.metric if m.label == "Worst |error|")
+    assert float(med.rstrip("%")) <= 15 and float(worst.rstrip("%")) <= 35
     at.text_area(key="cal.text").set_value("a,b\n1,2\n").run()
     assert not at.exception and any("lacks" in e for e in texts(at.error))
 

@@ -1,0 +1,73 @@
+"""Planning commands of `python -m calculators`: throughput (the maximum throughput of a deployment).
+
+    python -m calculators throughput --model llama-3-70b --gpu h100 --gpus 8 --tp 2 --weight-dtype fp8 \\
+        --kv-dtype fp8 --prompt-tokens 1000 --output-tokens 1000 --stack trtllm --json
+
+Every request queued at once, fixed lengths (what `trtllm-bench throughput` and `vllm bench throughput` report):
+output_tok_s, total_tok_s, max_batch, step_ms and what binds (the batch: KV memory or the stack's scheduler
+limits; the step: bandwidth, compute or communication). Bad input prints one line and exits with status 2.
+"""
+from __future__ import annotations
+
+import argparse
+
+from calculators.cli.common import Parser, dtype_arg, load_gpu, load_model, nonneg_float, positive_int, run_and_print
+from calculators.multi_gpu.tensor_parallel import Mesh
+from calculators.planning.throughput import max_throughput
+from calculators.units import KV_DTYPES, WEIGHT_DTYPES, default_kv_dtype, fmt_num
+from specs.stacks import list_stacks
+
+COMMANDS = ("throughput",)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = Parser(prog="python -m calculators throughput", description="Maximum throughput of a deployment: every "
+               "request queued, fixed prompt and output lengths.")
+    p.add_argument("command", choices=COMMANDS)
+    p.add_argument("--model", required=True, help="preset name or a path to a Hugging Face config.json")
+    p.add_argument("--gpu", "--device", dest="gpu", required=True, help="device name from specs/devices.json")
+    p.add_argument("--gpus", type=positive_int, default=None, help="GPUs in all (default tp × pp; the rest are "
+                   "data-parallel replicas)")
+    p.add_argument("--tp", type=positive_int, default=1, help="tensor-parallel degree (default 1)")
+    p.add_argument("--pp", type=positive_int, default=1, help="pipeline-parallel stages (default 1)")
+    p.add_argument("--ep", type=positive_int, default=1, help="expert-parallel degree, MoE only (default 1)")
+    p.add_argument("--weight-dtype", type=dtype_arg(WEIGHT_DTYPES), default="bf16")
+    p.add_argument("--kv-dtype", type=dtype_arg(KV_DTYPES), default=None, help="default: the weights' float format")
+    p.add_argument("--prompt-tokens", type=positive_int, required=True, help="input tokens per request")
+    p.add_argument("--output-tokens", type=positive_int, required=True, help="output tokens per request")
+    p.add_argument("--stack", default=None, help=f"serving stack: {', '.join(list_stacks())} (default vllm)")
+    p.add_argument("--gpu-memory-utilization", type=nonneg_float, default=None,
+                   help="fraction of each GPU the server may use (default: the stack's, 0.9 for vLLM)")
+    p.add_argument("--max-num-seqs", type=positive_int, default=None, help="scheduler cap on sequences "
+                   "(default: the stack's)")
+    p.add_argument("--max-num-batched-tokens", type=positive_int, default=None,
+                   help="scheduler cap on tokens per step (default: the stack's)")
+    p.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    return p
+
+
+def run(args) -> dict:
+    c, dev = load_model(args.model), load_gpu(args.gpu)
+    mesh = Mesh(tp=args.tp, pp=args.pp, ep=args.ep, gpus=args.gpus)
+    kd = args.kv_dtype or default_kv_dtype(args.weight_dtype)
+    r = max_throughput(c, dev, mesh, args.prompt_tokens, args.output_tokens, args.weight_dtype, kd, args.stack,
+                       args.gpu_memory_utilization, max_num_seqs=args.max_num_seqs,
+                       max_num_batched_tokens=args.max_num_batched_tokens)
+    return dict(command="throughput", model=c.name, device=dev.name, tp=mesh.tp, pp=mesh.pp, ep=mesh.ep,
+                weight_dtype=args.weight_dtype, kv_dtype=kd, prompt_tokens=args.prompt_tokens,
+                output_tokens=args.output_tokens, **r)
+
+
+def render(out: dict) -> str:
+    lines = [f"throughput: {out['model']} on {out['gpus']} × {out['device']} (TP {out['tp']}, PP {out['pp']}, "
+             f"EP {out['ep']}), {out['stack']}, {out['prompt_tokens']:,} in / {out['output_tokens']:,} out"]
+    for k in ("output_tok_s", "total_tok_s", "requests_per_s", "output_tok_s_per_gpu", "max_batch", "step_ms",
+              "memory_ms", "compute_ms", "comm_ms", "overhead_ms"):
+        lines.append(f"  {k:<22} {fmt_num(out[k], 4)}")
+    lines.append(f"  binds                  {out['binds']}")
+    lines.append(f"  batch caps             " + ", ".join(f"{k} {v:,}" for k, v in out["batch_caps"].items()))
+    return "\n".join(lines)
+
+
+def main(argv: list[str]) -> int:
+    return run_and_print(run, render, build_parser().parse_args(argv))

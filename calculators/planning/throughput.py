@@ -1,0 +1,134 @@
+"""Maximum throughput of a deployment: every request queued at once, fixed prompt and output lengths (what
+`trtllm-bench throughput` and `vllm bench throughput` report).
+
+In the steady state a replica keeps B sequences decoding; each step every one of them emits a token, and the
+requests that finish (B / O per step on average) are replaced by new ones whose prompts (I tokens each) are
+prefilled in the same step (chunked prefill), so one step carries B decode rows and B·I/O prompt tokens:
+    B          = min(B_memory, max sequences, B_tokens)       whichever binds is reported
+    B_memory   = sequences whose KV fits next to the weights: I + O tokens each when the stack reserves a
+                 request's whole KV up front (TensorRT-LLM), I + O/2 on average when it grows (vLLM, SGLang)
+    B_tokens   = max batched tokens per step × O / (I + O)    (decode rows + their share of prompt tokens)
+    step       = max(bytes / (bandwidth·MBU), FLOPs / (peak·MFU)) + all-reduces + fixed step cost
+                 (MBU = decode_mbu, MFU = decode_mfu: the stack's efficiency for a mixed serving step)
+                 bytes = weights (the experts the step's tokens touch) + KV of B sequences at context I + O/2
+                 FLOPs = B decode rows at that context + B/O prompts of I tokens
+    output tok/s = B / step × replicas;  total tok/s = output × (I + O) / O
+With pipeline parallelism the B sequences run as pp microbatches and a step takes pp stage times.
+"""
+from __future__ import annotations
+
+import math
+
+from calculators import arch
+from calculators.sizing.latency import Efficiency, step_weight_bytes
+from calculators.sizing.roofline import compute_precision_for, forward_flops
+from calculators.multi_gpu.tensor_parallel import (Mesh, _comm_per_stage_ms, _expert_flops_extra, _link_for,
+                                                   _need_link, check_mesh, ep_tokens, expert_imbalance_for,
+                                                   max_batch_per_replica, per_gpu_kv_bytes, per_gpu_weight_bytes,
+                                                   stage_layers)
+from calculators.units import check_fraction, check_int, default_kv_dtype
+from specs.devices import Device, Link
+from specs.model_config import ModelConfig, SpecError
+from specs.stacks import Stack, load_stack
+
+GiB = 2 ** 30
+
+
+def reserved_context(prompt_tokens: int, output_tokens: int, kv_reservation: str) -> int:
+    """KV tokens one sequence holds on average: I + O when reserved up front ('full'), I + O/2 when it grows
+    ('on_demand': a sequence holds I + t tokens at its t-th step, O/2 on average over its life)."""
+    if kv_reservation == "full":
+        return prompt_tokens + output_tokens
+    return prompt_tokens + math.ceil(output_tokens / 2)
+
+
+def batch_limits(config: ModelConfig, device: Device, mesh: Mesh, prompt_tokens: int, output_tokens: int,
+                 weight_dtype: str, kv_dtype: str, stack: Stack, gpu_memory_utilization: float,
+                 max_num_seqs: int | None = None, max_num_batched_tokens: int | None = None) -> dict:
+    """The three caps on concurrent sequences per replica and which one binds."""
+    seqs, tokens = stack.scheduler_limits(device.memory_bytes / GiB, device.name)
+    seqs = check_int("max sequences", max_num_seqs, limit=1 << 20) if max_num_seqs is not None else seqs
+    tokens = check_int("max batched tokens", max_num_batched_tokens, limit=1 << 24) \
+        if max_num_batched_tokens is not None else tokens
+    ctx = reserved_context(prompt_tokens, output_tokens, stack.kv_reservation)
+    b_mem = max_batch_per_replica(config, device, mesh, ctx, weight_dtype, kv_dtype, limit=1 << 17,
+                                  usable_fraction=gpu_memory_utilization)
+    b_tok = max(1, tokens * output_tokens // (prompt_tokens + output_tokens))
+    caps = {"memory (KV cache)": b_mem, "scheduler max sequences": seqs, "scheduler token budget": b_tok}
+    binding = min(caps, key=caps.get)
+    return dict(batch=caps[binding], binding=binding, caps=caps, reserved_context_tokens=ctx,
+                max_num_seqs=seqs, max_num_batched_tokens=tokens)
+
+
+def step_time(config: ModelConfig, device: Device, mesh: Mesh, batch: int, prompt_tokens: int, output_tokens: int,
+              weight_dtype: str, kv_dtype: str, efficiency: Efficiency, link: Link | None, stack: Stack,
+              expert_imbalance: float | None = None) -> dict:
+    """One steady-state step of `batch` decode rows plus batch·I/O prompt tokens on the busiest GPU."""
+    c, I, O = config, prompt_tokens, output_tokens
+    m = min(batch, mesh.pp)
+    rows = math.ceil(batch / m)
+    new_prompt_tokens = rows * I / O
+    mean_ctx = I + O // 2
+    share = stage_layers(c, mesh.pp) / c.num_layers
+    full = step_weight_bytes(c, weight_dtype, rows=1 << 30)
+    step_tokens = rows + new_prompt_tokens
+    imb = expert_imbalance_for(c, mesh, step_tokens, expert_imbalance)
+    touched = step_weight_bytes(c, weight_dtype, rows=max(1, math.ceil(ep_tokens(mesh, step_tokens))))
+    w = per_gpu_weight_bytes(c, mesh, weight_dtype) * touched / full
+    kv = per_gpu_kv_bytes(c, mesh, mean_ctx, rows, kv_dtype)
+    flops = ((forward_flops(c, 1, mean_ctx, rows) + forward_flops(c, I, I, 1) * rows / O) / mesh.tp
+             + _expert_flops_extra(c, mesh, step_tokens, imb)) * share
+    peak, prec = device.flops_for(compute_precision_for(weight_dtype))
+    mem_ms = (w + kv) / (device.memory_bandwidth_bytes_per_s * efficiency.decode_mbu) * 1e3
+    comp_ms = flops / (peak * efficiency.decode_mfu) * 1e3     # a mixed step: decode rows + prompt chunks
+    comm_ms = _comm_per_stage_ms(c, mesh, math.ceil(step_tokens), link, stack, imb)
+    stage_ms = max(mem_ms, comp_ms) + comm_ms + efficiency.overhead_ms(rows)
+    step_ms = max(m, mesh.pp) * stage_ms
+    bound = "compute" if comp_ms > mem_ms else "memory bandwidth"
+    if comm_ms > max(mem_ms, comp_ms):
+        bound = "communication"
+    return dict(step_ms=step_ms, stage_ms=stage_ms, memory_ms=mem_ms, compute_ms=comp_ms, comm_ms=comm_ms,
+                overhead_ms=efficiency.overhead_ms(rows), bound=bound, precision=prec, microbatches=m,
+                expert_imbalance=imb)
+
+
+def max_throughput(config: ModelConfig, device: Device, mesh: Mesh, prompt_tokens: int, output_tokens: int,
+                   weight_dtype: str = "bf16", kv_dtype: str | None = None, stack: Stack | str | None = None,
+                   gpu_memory_utilization: float | None = None, efficiency: Efficiency | None = None,
+                   link: Link | None = None, max_num_seqs: int | None = None,
+                   max_num_batched_tokens: int | None = None, expert_imbalance: float | None = None) -> dict:
+    """Output and total tokens/s of `mesh.total_gpus` GPUs with every request queued, as `stack` (vLLM when
+    None) would serve it with its default limits; what binds the batch and what binds the step."""
+    s = stack if isinstance(stack, Stack) else load_stack(stack)
+    check_mesh(config, mesh)
+    I = check_int("prompt tokens", prompt_tokens, limit=1 << 24)
+    O = check_int("output tokens", output_tokens, limit=1 << 24)
+    if I + O > config.max_position_embeddings:
+        raise SpecError(f"prompt + output = {I + O:,} tokens exceeds {config.name}'s context window of "
+                        f"{config.max_position_embeddings:,}")
+    kd = kv_dtype or default_kv_dtype(weight_dtype)
+    gmu = check_fraction("gpu_memory_utilization", gpu_memory_utilization if gpu_memory_utilization is not None
+                         else s.gpu_memory_utilization)
+    eff = efficiency or Efficiency.for_stack(s, device)
+    lk = _link_for(device, link)
+    _need_link(mesh, lk, device)
+    lim = batch_limits(config, device, mesh, I, O, weight_dtype, kd, s, gmu, max_num_seqs, max_num_batched_tokens)
+    if lim["caps"]["memory (KV cache)"] == 0:
+        raise SpecError(f"{config.name} in {weight_dtype} does not fit on {mesh.gpus_per_replica} × {device.name} "
+                        f"with one sequence of {lim['reserved_context_tokens']:,} tokens at "
+                        f"gpu_memory_utilization {gmu:g}: add GPUs (TP/PP) or use narrower weights")
+    B = lim["batch"]
+    st = step_time(config, device, mesh, B, I, O, weight_dtype, kd, eff, lk, s, expert_imbalance)
+    replica = B / st["step_ms"] * 1e3
+    out = replica * mesh.replicas
+    return dict(output_tok_s=out, total_tok_s=out * (I + O) / O, requests_per_s=out / O,
+                output_tok_s_per_gpu=out / mesh.total_gpus, max_batch=B, batch_binding=lim["binding"],
+                batch_caps=lim["caps"], step_ms=st["step_ms"], step_bound=st["bound"], memory_ms=st["memory_ms"],
+                compute_ms=st["compute_ms"], comm_ms=st["comm_ms"], overhead_ms=st["overhead_ms"],
+                replicas=mesh.replicas, gpus=mesh.total_gpus, stack=s.name, kv_reservation=s.kv_reservation,
+                reserved_context_tokens=lim["reserved_context_tokens"], gpu_memory_utilization=gmu,
+                max_num_seqs=lim["max_num_seqs"], max_num_batched_tokens=lim["max_num_batched_tokens"],
+                efficiency=dict(decode_mbu=eff.decode_mbu, decode_mfu=eff.decode_mfu,
+                                step_overhead_ms=eff.step_overhead_ms),
+                binds=f"batch: {lim['binding']} ({B:,} sequences); step: {st['bound']}",
+                is_moe=arch.is_moe(config), expert_imbalance=st["expert_imbalance"])

@@ -1,0 +1,139 @@
+"""Serving stacks (`specs/stacks.json`): the all-reduce algorithms each runs, its scheduler limits, KV reservation
+policy, fixed per-step cost per device class and default efficiencies, each with its source.
+
+A `Stack` is plain data; the formulas that use it live in `calculators.multi_gpu.collectives` (all-reduce time)
+and `calculators.planning.throughput` (maximum throughput).
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+
+from specs.model_config import SpecError
+
+STACKS_FILE = Path(__file__).parent / "stacks.json"
+DEVICE_CLASSES = ("datacenter-gpu", "consumer-gpu", "apple", "tpu", "cpu", "other")
+_ALIASES = {"vllm": "vllm", "sglang": "sglang", "trtllm": "trtllm", "tensorrtllm": "trtllm", "trt": "trtllm",
+            "llamacpp": "llamacpp", "llama.cpp": "llamacpp", "nccl": "nccl", "plainnccl": "nccl"}
+
+
+@dataclass(frozen=True)
+class CustomAllReduce:
+    """A stack's own all-reduce kernels: which world sizes, up to what message, one-shot below which size."""
+    world_sizes: tuple[int, ...]
+    max_bytes: float
+    one_shot_below_bytes: dict            # world size -> bytes
+    alpha_s: float
+    needs: str
+    source: str
+
+
+@dataclass(frozen=True)
+class Stack:
+    key: str
+    name: str
+    custom_allreduce: CustomAllReduce | None
+    max_num_seqs: int
+    max_num_batched_tokens: int
+    small_gpu_limits: dict | None
+    scheduler_source: str
+    gpu_memory_utilization: float
+    kv_reservation: str                   # "on_demand" (paged, grows) | "full" (prompt + max output up front)
+    step_overhead_ms: dict                # device class -> ms
+    efficiency: dict                      # decode_mbu, prefill_mfu, prefill_mbu, decode_mfu
+    fit_rows: str
+    doc: dict
+
+    def overhead_ms(self, device_class: str) -> float:
+        """Fixed cost of one forward step (launches, scheduling, sampling) on a device class; 'other' if absent."""
+        table = self.step_overhead_ms
+        return float(table.get(device_class, table.get("other", 0.0)))
+
+    def scheduler_limits(self, memory_gib: float, device_name: str = "") -> tuple[int, int]:
+        """(max sequences, max batched tokens per step) the stack defaults to on a GPU of this size."""
+        s = self.small_gpu_limits
+        if s and (memory_gib < s.get("below_gib", 0) or s.get("or_name_contains", "\0") in device_name.lower()):
+            return int(s["max_num_seqs"]), int(s["max_num_batched_tokens"])
+        return self.max_num_seqs, self.max_num_batched_tokens
+
+
+def _key(name: str) -> str:
+    return "".join(ch for ch in str(name).lower() if ch.isalnum() or ch == ".")
+
+
+@lru_cache(maxsize=None)
+def _doc() -> dict:
+    return json.loads(STACKS_FILE.read_text(encoding="utf-8"))
+
+
+def _custom(d: dict | None) -> CustomAllReduce | None:
+    if not d:
+        return None
+    return CustomAllReduce(world_sizes=tuple(int(n) for n in d["world_sizes"]), max_bytes=float(d["max_bytes"]),
+                           one_shot_below_bytes={int(k): float(v) for k, v in d["one_shot_below_bytes"].items()},
+                           alpha_s=float(d["alpha_us"]) * 1e-6, needs=d["needs"], source=d["source"])
+
+
+def list_stacks() -> list[str]:
+    """Stack keys in file order: vllm, sglang, trtllm, llamacpp, nccl."""
+    return list(_doc()["stacks"])
+
+
+def default_stack_key() -> str:
+    return _doc()["default"]
+
+
+def algorithm_doc(name: str) -> dict:
+    """The source entry of an all-reduce algorithm (ring, tree, nvls, one_shot, two_shot)."""
+    algos = _doc()["algorithms"]
+    if name not in algos:
+        raise SpecError(f"unknown all-reduce algorithm {name!r}; choose one of: {', '.join(algos)}")
+    return algos[name]
+
+
+@lru_cache(maxsize=None)
+def load_stack(name: str | None = None) -> Stack:
+    """A stack by key or common name ('vllm', 'SGLang', 'TensorRT-LLM', 'llama.cpp', 'nccl'); None: the default
+    (vLLM, what most users run)."""
+    key = default_stack_key() if name is None else _ALIASES.get(_key(name).replace(".", ""), _key(name))
+    stacks = _doc()["stacks"]
+    if key not in stacks:
+        raise SpecError(f"unknown serving stack {name!r}; choose one of: {', '.join(stacks)}")
+    d = stacks[key]
+    sch = d["scheduler"]
+    return Stack(key=key, name=d["name"], custom_allreduce=_custom(d.get("custom_allreduce")),
+                 max_num_seqs=int(sch["max_num_seqs"]), max_num_batched_tokens=int(sch["max_num_batched_tokens"]),
+                 small_gpu_limits=sch.get("small_gpu"), scheduler_source=sch["source"],
+                 gpu_memory_utilization=float(d["gpu_memory_utilization"]), kv_reservation=d["kv_reservation"],
+                 step_overhead_ms=dict(d["step_overhead_ms"]), efficiency=dict(d["efficiency"]),
+                 fit_rows=d.get("fit_rows", ""), doc=d)
+
+
+def check_stack_device(stack: "Stack", device) -> None:
+    """SpecError when `stack` does not run on `device`'s vendor (TensorRT-LLM on an AMD GPU, ...), naming the
+    stacks that do."""
+    vendors = stack.doc.get("runs_on_vendors")
+    vendor = "measured" if (device.kind or "") == "measured" else (device.vendor or "")
+    if vendors and vendor and vendor not in vendors and (device.kind or "") != "custom":
+        ok = [load_stack(k).name for k in list_stacks() if vendor in _doc()["stacks"][k].get("runs_on_vendors", [])]
+        raise SpecError(f"{stack.name} does not run on {device.name} ({vendor}): it runs on "
+                        f"{', '.join(vendors)} hardware; for {device.name} choose {', '.join(ok) or 'another device'}")
+
+
+def device_class(device) -> str:
+    """Which overhead class a `specs.devices.Device` belongs to: datacenter-gpu (NVIDIA/AMD/Intel accelerators
+    with 40 GiB or more), consumer-gpu (other GPUs), apple, tpu, cpu (a measured machine), other."""
+    name, vendor, kind = device.name.lower(), (device.vendor or "").lower(), (device.kind or "").lower()
+    if "apple" in name or vendor == "apple":
+        return "apple"
+    if name.startswith("tpu") or vendor == "google":
+        return "tpu"
+    if kind in ("measured", "cpu"):
+        return "cpu"
+    if kind == "gpu" and device.memory_bytes >= 40 * 2 ** 30:
+        return "datacenter-gpu"
+    if kind == "gpu":
+        return "consumer-gpu"
+    return "other"

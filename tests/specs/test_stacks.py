@@ -1,0 +1,37 @@
+"""specs/stacks.json: every stack has its sources, limits and fitted values; device classes."""
+import pytest
+
+from specs.devices import load_device
+from specs.stacks import algorithm_doc, device_class, list_stacks, load_stack
+
+
+@pytest.mark.parametrize("key", ["vllm", "sglang", "trtllm", "llamacpp", "nccl"])
+def test_every_stack_has_sources_and_sane_numbers(key):
+    s = load_stack(key)
+    assert s.scheduler_source and s.doc["kv_reservation_source"] and s.fit_rows
+    assert s.kv_reservation in ("full", "on_demand") and 0 < s.gpu_memory_utilization <= 1
+    assert s.max_num_seqs >= 1 and s.max_num_batched_tokens >= 1
+    assert all(v >= 0 for v in s.step_overhead_ms.values())
+    if s.custom_allreduce:
+        assert s.custom_allreduce.source and 0 < s.custom_allreduce.alpha_s < 20e-6
+
+
+def test_algorithms_cite_nccl_or_the_stack_source():
+    for name in ("ring", "tree", "nvls", "one_shot", "two_shot"):
+        assert algorithm_doc(name)["source"]
+    assert list_stacks()[0] == "vllm"
+
+
+def test_device_classes():
+    assert device_class(load_device("h100")) == "datacenter-gpu"
+    assert device_class(load_device("rtx4090")) == "consumer-gpu"
+    assert device_class(load_device("m2-ultra")) == "apple"
+    assert device_class(load_device("tpu-v5e")) == "tpu"
+
+
+def test_a_stack_on_hardware_it_does_not_run_on_is_one_message():
+    from calculators.sizing.latency import Efficiency
+    from specs.model_config import SpecError
+    with pytest.raises(SpecError, match="TensorRT-LLM does not run on MI300X \\(AMD\\).*choose vLLM, SGLang"):
+        Efficiency.for_stack("trtllm", load_device("mi300x"))
+    Efficiency.for_stack("vllm", load_device("mi300x"))                 # vLLM runs on ROCm

@@ -1,0 +1,127 @@
+"""Planner page pieces for issue 17: the serving stack and prefix-cache inputs, the cost-latency frontier of every
+feasible plan, and the maximum throughput of a chosen deployment. The page only wires them."""
+from __future__ import annotations
+
+import inspect
+
+import pandas as pd
+import plotly.graph_objects as go
+import streamlit as st
+
+import calculators.planning.throughput as throughput_module
+from calculators.multi_gpu.tensor_parallel import Mesh
+from calculators.planning.frontier import collapse_near_duplicates, pareto_front
+from calculators.planning.throughput import max_throughput
+from specs.model_config import SpecError
+from specs.stacks import list_stacks, load_stack
+from ui.charts import style as chart_style
+from ui.widgets import df_with_download, float_field, formula_expander, int_field, show_error
+
+PALETTE = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f", "#17becf"]
+
+
+def stack_inputs() -> tuple[str, float] | None:
+    """The serving stack (default vLLM) and the prefix-cache hit rate (%)."""
+    c = st.columns(2)
+    keys = list_stacks()
+    key = c[0].selectbox("Serving stack", keys, index=0, key="plan.stack", format_func=lambda k: load_stack(k).name,
+                         help="Sets the all-reduce algorithm, the scheduler limits, the efficiencies and the fixed "
+                              "step cost (specs/stacks.json, each number with its source). vLLM is what most "
+                              "deployments run.")
+    hit = float_field("Prefix-cache hit rate (%)", 0.0, 0.0, 99.0, key="plan.prefix_hit", where=c[1], step=5.0,
+                      help="Share of each prompt already in the prefix cache (a shared system prompt): those "
+                           "tokens are not prefilled again.")
+    return None if hit is None else (key, hit / 100)
+
+
+def frontier_chart(res, metric: str = "ttft_p99_ms") -> None:
+    """Every feasible plan as cost per 1M tokens against latency, coloured by device, near-duplicates collapsed,
+    the Pareto front drawn."""
+    cols = res.columns
+    idx = [int(i) for i in res.feasible_order]
+    if not idx:
+        return
+    pts = [dict(device=cols["device"][i], gpus=int(cols["gpus"][i]), batch_cap=int(cols["batch_cap"][i]),
+                tp=int(cols["tp"][i]), pp=int(cols["pp"][i]), wd=cols["weight_dtype"][i],
+                cost=float(cols["usd_per_million_tokens"][i]), lat=float(cols[metric][i])) for i in idx]
+    pts = collapse_near_duplicates(pts, "lat", "cost")
+    front = pareto_front(pts, "lat", "cost")
+    label = "TTFT p99 (ms)" if metric == "ttft_p99_ms" else "ITL (ms)"
+    fig = go.Figure()
+    for k, dev in enumerate(sorted({p["device"] for p in pts})):
+        mine = [p for p in pts if p["device"] == dev]
+        fig.add_scatter(x=[p["lat"] for p in mine], y=[p["cost"] for p in mine], mode="markers", name=dev,
+                        marker=dict(size=10, color=PALETTE[k % len(PALETTE)], opacity=0.75),
+                        text=[f"{p['gpus']}× TP{p['tp']} PP{p['pp']} b≤{p['batch_cap']} {p['wd']} "
+                              f"({p['represents']} plan{'s' if p['represents'] > 1 else ''})" for p in mine],
+                        hovertemplate="%{text}<br>%{x:.3g} ms, $%{y:.3g}<extra></extra>")
+    fig.add_scatter(x=[p["lat"] for p in front], y=[p["cost"] for p in front], mode="lines+markers",
+                    name="Pareto front", line=dict(color="black", width=2, shape="hv"),
+                    marker=dict(size=12, symbol="diamond-open", color="black"))
+    fig.update_layout(height=480, font=dict(size=15), title=f"Every feasible plan: cost against {label}",
+                      xaxis_title=label, yaxis_title="$ per 1M tokens at this load", xaxis_type="log",
+                      yaxis_type="log", margin=dict(l=10, r=10, t=60, b=10), legend_title_text="device")
+    st.plotly_chart(chart_style(fig))
+    knee = front[len(front) // 2] if front else None
+    st.caption(f"{len(idx):,} feasible plans drawn as {len(pts):,} points (plans within 2% in cost and latency on "
+               f"the same device are one point). The black line is the Pareto front: {len(front)} plans no other "
+               "plan beats on both axes; everything above it pays more for no speed."
+               + (f" A middle point of the front: {knee['gpus']}× {knee['device']} TP{knee['tp']} at "
+                  f"{knee['lat']:.3g} ms for ${knee['cost']:.3g}." if knee else ""))
+
+
+def what_if_table(config, devices: list, wl, space, stack_key: str, **plan_kw) -> None:
+    """The cheapest plan now, at twice the request rate, and with prompts twice as long."""
+    from dataclasses import replace
+
+    from calculators.planning.planner import plan
+    cases = [("as entered", wl), ("rate × 2", replace(wl, requests_per_s=2 * wl.requests_per_s)),
+             ("prompts × 2", replace(wl, prompt_tokens=2 * wl.prompt_tokens,
+                                     prompt_tokens_p99=2 * wl.p99_prompt))]
+    rows = []
+    for name, w in cases:
+        try:
+            res = plan(config, devices, w, space, None, stack=stack_key, **plan_kw)
+        except SpecError as e:
+            rows.append({"what if": name, "cheapest plan": str(e)})
+            continue
+        if not len(res.feasible_order):
+            rows.append({"what if": name, "cheapest plan": res.no_plan_reason()})
+            continue
+        b = res.plan(int(res.feasible_order[0]))
+        rows.append({"what if": name, "cheapest plan": f"{b['gpus']}× {b['device']} TP{b['tp']} PP{b['pp']} "
+                     f"b≤{b['batch_cap']} {b['weight_dtype']}", "$ per 1M tokens": b["usd_per_million_tokens"],
+                     "TTFT p99 (ms)": b["ttft_p99_ms"], "ITL (ms)": b["itl_ms"], "binding": b["binding"]})
+    st.markdown("**What if**: the same search at twice the load and with prompts twice as long.")
+    df_with_download(pd.DataFrame(rows), "what_if", column_config={
+        c: st.column_config.NumberColumn(format="%.4g") for c in ("$ per 1M tokens", "TTFT p99 (ms)", "ITL (ms)")})
+
+
+def throughput_section(config, devices: list, wl, stack_key: str) -> None:
+    """Maximum throughput of one deployment (all requests queued): `python -m calculators throughput`."""
+    st.subheader("Maximum throughput of one deployment")
+    c = st.columns(5)
+    dev_name = c[0].selectbox("Device", [d.name for d in devices], key="plan.tput.dev")
+    gpus = int_field("GPUs", 8, 1, 4096, key="plan.tput.gpus", where=c[1])
+    tp = int_field("TP", 8, 1, 64, key="plan.tput.tp", where=c[2])
+    ep = int_field("EP", 1, 1, 1024, key="plan.tput.ep", where=c[3])
+    wd = c[4].selectbox("Weights", ["bf16", "fp8", "int4", "fp4"], index=1, key="plan.tput.wd")
+    if None in (gpus, tp, ep):
+        return
+    dev = next(d for d in devices if d.name == dev_name)
+    try:
+        r = max_throughput(config, dev, Mesh(tp=tp, ep=ep, gpus=gpus), wl.prompt_tokens, wl.output_tokens, wd,
+                           "fp8" if wd in ("fp8", "fp4") else None, stack_key)
+    except SpecError as e:
+        show_error(e)
+        return
+    m = st.columns(4)
+    m[0].metric("Output tokens/s", f"{r['output_tok_s']:,.0f}", help=f"total (in + out) {r['total_tok_s']:,.0f}")
+    m[1].metric("Sequences per replica", f"{r['max_batch']:,}", help=r["batch_binding"])
+    m[2].metric("Step", f"{r['step_ms']:.1f} ms", help=r["step_bound"])
+    m[3].metric("Per GPU", f"{r['output_tok_s_per_gpu']:,.0f} tok/s")
+    st.caption(f"{r['stack']} defaults, every request queued at once, {wl.prompt_tokens:,} in / "
+               f"{wl.output_tokens:,} out: {r['binds']}. Batch caps: "
+               + ", ".join(f"{k} {v:,}" for k, v in r["batch_caps"].items()) + ".")
+    df_with_download(pd.DataFrame([{k: v for k, v in r.items() if not isinstance(v, dict)}]), "max_throughput")
+    formula_expander("How maximum throughput is computed", inspect.getdoc(throughput_module))

@@ -1,0 +1,58 @@
+"""The published data-centre serving table on the Calibration page: each figure read in its source, the
+planner's prediction with the default settings of the source's stack, and the error (pages only call this)."""
+from __future__ import annotations
+
+import inspect
+
+import pandas as pd
+import plotly.graph_objects as go
+import streamlit as st
+
+import calculators.planning.published as published_module
+from calculators.planning.published import compare_all
+from specs.stacks import load_stack
+from ui.charts import style as chart_style
+from ui.widgets import df_with_download, formula_expander
+
+
+@st.cache_data(show_spinner=False)
+def _compared() -> dict:
+    return compare_all()
+
+
+def published_serving_section() -> None:
+    """Table, error chart and the median / worst error of bench/published_serving.csv."""
+    st.subheader("Published data-centre measurements")
+    res = _compared()
+    df = pd.DataFrame(res["rows"])
+    df["error %"] = 100 * df["error"]
+    df["stack"] = [load_stack(s).name for s in df["stack"]]
+    c = st.columns(3)
+    c[0].metric("Figures", f"{len(df)}")
+    c[1].metric("Median |error|", f"{100 * res['median_abs_error']:.1f}%")
+    c[2].metric("Worst |error|", f"{100 * res['worst_abs_error']:.1f}%")
+    st.markdown("Each row is a figure read in its source (TensorRT-LLM's performance overview, NVIDIA NIM's "
+                "benchmark tables, vLLM's CI benchmarks) with its exact settings. The prediction uses the default "
+                "settings of the stack the source names (specs/stacks.json: its all-reduce, scheduler limits, "
+                "efficiencies and fixed step cost). Error = predicted speed ÷ published speed − 1, so + means the "
+                "planner is too optimistic, whether the unit is tokens/s or ms.")
+    label = [f"{m} {w}, {g}×{d} TP{t}{'' if e == '1' else f' EP{e}'}, {i}/{o}, {mo} {cc}".strip()
+             for m, w, g, d, t, e, i, o, mo, cc in zip(df.model, df.weights, df.gpus, df.device, df.tp, df.ep,
+                                                       df.prompt_tokens, df.output_tokens, df["mode"],
+                                                       df.concurrency)]
+    fig = go.Figure(go.Bar(y=[f"{lab} · {m}" for lab, m in zip(label, df.metric)], x=df["error %"],
+                           orientation="h", marker_color=["#c0392b" if abs(x) > 35 else "#2e86c1"
+                                                          for x in df["error %"]]))
+    for x in (-15, 15):
+        fig.add_vline(x=x, line_dash="dot", line_color="gray")
+    fig.update_layout(height=28 * len(df) + 120, font=dict(size=14), xaxis_title="error (%): + = too optimistic",
+                      title="Prediction error per published figure (dotted: ±15%)",
+                      margin=dict(l=10, r=10, t=60, b=10), yaxis=dict(autorange="reversed"))
+    st.plotly_chart(chart_style(fig))
+    keep = ["stack", "model", "weights", "device", "gpus", "tp", "ep", "prompt_tokens", "output_tokens", "mode",
+            "concurrency", "metric", "published", "predicted", "error %", "settings", "url"]
+    df_with_download(df[keep], "published_serving", column_config={
+        "predicted": st.column_config.NumberColumn(format="%.2f"),
+        "error %": st.column_config.NumberColumn(format="%+.0f%%"),
+        "url": st.column_config.LinkColumn("source")})
+    formula_expander("How each figure is predicted", inspect.getdoc(published_module))
