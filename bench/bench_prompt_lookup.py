@@ -22,16 +22,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from calculators.speculative import expected_tokens_per_pass  # noqa: E402
 from engine import load_model  # noqa: E402
-from engine.serve.speculative import PromptLookup, speculative_generate  # noqa: E402
+from engine.serve.speculative import LOOKUP_EXAMPLES, PromptLookup, speculative_generate  # noqa: E402
 
-PARAGRAPH = ("The museum opens at nine in the morning and closes at six in the evening. Tickets cost twelve "
-             "dollars for adults and six dollars for children. Guided tours start every hour from the main hall, "
-             "and the cafe on the second floor serves lunch until three.")
-PROMPTS = {
-    "input-grounded (copy a paragraph, change one word)":
-        f"Repeat the following text exactly, but replace 'museum' with 'gallery':\n\n{PARAGRAPH}",
-    "free text (a new story)": "Write a short story about a dragon who learns to bake bread.",
-}
+PROMPTS = LOOKUP_EXAMPLES
 
 
 def chat_ids(model, text: str) -> list[int]:

@@ -19,6 +19,7 @@ from engine import Model
 from engine.instruments.readout import kv_cache_shape, kv_rows_read
 from specs.model_config import SpecError
 from ui import df_with_download, formula_expander, model_picker, setup_page, show_error
+from ui.kv_layers import show_kv_by_layer_kind
 from ui.charts import DIVERGING, figure, style
 from ui.inside import Prompt, index_field, run_settings, step_texts, stepper, teacher_prompt, teacher_run
 
@@ -160,6 +161,11 @@ def page() -> None:
                      "(`calculators.sizing.kv_cache.kv_cache_bytes`, float32 as the engine holds it). Recorded: the "
                      f"engine's own count after this step's forward pass, {s.kv_bytes:,} bytes.\n\n"
                      "Source: 003 Detail 10")
+    if c.sliding_window and c.layer_types and "sliding_attention" in c.layer_types:
+        show_kv_by_layer_kind(c, s.kv_bytes_per_layer, s.cache_tokens, "kv_cache_layer_kinds")
+        st.caption(f"{c.name} mixes layer kinds: its sliding-window layers drop positions older than "
+                   f"{c.sliding_window} tokens, so past that length only its full-attention layers keep growing. "
+                   "The prediction line below uses the same per-kind formula.")
     growth_chart(model, rec, step)
     every_layer_chart(model, s)
     new_rows_chart(model, s, layer)

@@ -162,3 +162,15 @@ def speculative_run(target: Model, draft: "Model | PromptLookup", prompt: Sequen
                 draft_cost_ratio=(res.draft_seconds / res.draft_steps) / step_s if res.draft_steps else float("nan"),
                 verify_cost_ratio=(res.verify_seconds / res.rounds) / step_s if res.rounds else float("nan"),
                 plain_s=plain_s, speculative_s=res.seconds, speedup_measured=plain_s / res.seconds)
+
+
+def kv_layers_run(model: Model, tokens: int, chunk_size: int = 512, seed: int = 0) -> dict:
+    """Prefill `tokens` random token ids and report the cache each layer holds: the measurement beside the
+    calculators' per-kind formula (a sliding-window layer keeps its last W positions, a full layer all)."""
+    ids = random_prompts(model, 1, tokens, seed)[0]
+    cache = model.new_cache(1, tokens)
+    t0 = time.perf_counter()
+    model.prefill(ids, cache, chunk_size=chunk_size)
+    return dict(tokens=tokens, bytes_per_layer=cache.bytes_per_layer(), bytes_used=cache.bytes_used(),
+                positions_held=[int(cache.held(li)[0]) for li in range(model.config.num_layers)],
+                seconds=time.perf_counter() - t0)

@@ -38,6 +38,18 @@ def early_exit_draft(model: Model, num_layers: int) -> Model:
     return draft
 
 
+LOOKUP_PARAGRAPH = ("The museum opens at nine in the morning and closes at six in the evening. Tickets cost twelve "
+                    "dollars for adults and six dollars for children. Guided tours start every hour from the main "
+                    "hall, and the cafe on the second floor serves lunch until three.")
+# Two chat prompts for prompt lookup: a reply that repeats its input (the drafts copied from the prompt are mostly
+# right), and one that writes new text (the n-grams rarely match, and every verification pass costs extra).
+LOOKUP_EXAMPLES = {
+    "wins: copy a paragraph, changing one word":
+        f"Repeat the following text exactly, but replace 'museum' with 'gallery':\n\n{LOOKUP_PARAGRAPH}",
+    "loses: write a new story": "Write a short story about a dragon who learns to bake bread.",
+}
+
+
 @dataclass(frozen=True)
 class PromptLookup:
     """Drafts without a draft model (prompt lookup decoding; vLLM's speculative method "ngram"): find the most
