@@ -291,6 +291,21 @@ def llama3_rope_freqs(cfg: dict) -> np.ndarray:
     return np.array(out, np.float32)
 
 
+def gguf_writer(path: str | Path, arch: str, name: str, cfg: dict):
+    """A GGUFWriter with the shape metadata every architecture has (context, widths, layers, heads)."""
+    import gguf
+
+    w = gguf.GGUFWriter(str(path), arch)
+    w.add_name(name)
+    w.add_context_length(cfg["max_position_embeddings"])
+    w.add_embedding_length(cfg["hidden_size"])
+    w.add_block_count(cfg["num_hidden_layers"])
+    w.add_feed_forward_length(cfg["intermediate_size"])
+    w.add_head_count(cfg["num_attention_heads"])
+    w.add_head_count_kv(cfg["num_key_value_heads"])
+    return w
+
+
 def write_gguf(path: str | Path, cfg: dict, tensors: dict[str, np.ndarray] | None = None, seed: int = 0,
                qtype: str = "F32", tokenizer: dict | None = None, permute: bool = True,
                arch: str = "llama", rope_freqs: np.ndarray | None = None) -> dict[str, np.ndarray]:
@@ -298,21 +313,13 @@ def write_gguf(path: str | Path, cfg: dict, tensors: dict[str, np.ndarray] | Non
     GGUF names and q/k rows permuted for interleaved RoPE; 2-D weights quantized to `qtype` (F32, F16, Q8_0,
     Q4_0, Q4_1), norms kept F32; `rope_freqs` (Llama-3.1 frequency factors) as an F32 tensor when given.
     Returns the HF-layout float32 weights a correct loader must reconstruct."""
-    import gguf
     from gguf import GGMLQuantizationType as Q
     from gguf.quants import quantize
 
     tensors = tensors if tensors is not None else random_tensors(cfg, seed)
     H, KV = cfg["num_attention_heads"], cfg["num_key_value_heads"]
     D = cfg["hidden_size"]
-    w = gguf.GGUFWriter(str(path), arch)
-    w.add_name("tiny-test-llama")
-    w.add_context_length(cfg["max_position_embeddings"])
-    w.add_embedding_length(D)
-    w.add_block_count(cfg["num_hidden_layers"])
-    w.add_feed_forward_length(cfg["intermediate_size"])
-    w.add_head_count(H)
-    w.add_head_count_kv(KV)
+    w = gguf_writer(path, arch, "tiny-test-llama", cfg)
     w.add_rope_dimension_count(cfg.get("head_dim") or D // H)
     w.add_rope_freq_base(cfg["rope_theta"])
     w.add_layer_norm_rms_eps(cfg["rms_norm_eps"])
@@ -426,17 +433,7 @@ def write_gemma3_gguf(path: str | Path, cfg: dict, tensors: dict[str, np.ndarray
     the per-layer sliding-window pattern as booleans, no local RoPE base: readers assume 10,000), F32 tensors
     with llama.cpp names, q/k rows NOT permuted, every norm stored as 1 + w. `drop`: a GGUF tensor name to leave
     out (a damaged file); `arch`: the general.architecture string to write."""
-    import gguf
-
-    H, KV, D = cfg["num_attention_heads"], cfg["num_key_value_heads"], cfg["hidden_size"]
-    w = gguf.GGUFWriter(str(path), arch)
-    w.add_name("tiny-test-gemma3")
-    w.add_context_length(cfg["max_position_embeddings"])
-    w.add_embedding_length(D)
-    w.add_block_count(cfg["num_hidden_layers"])
-    w.add_feed_forward_length(cfg["intermediate_size"])
-    w.add_head_count(H)
-    w.add_head_count_kv(KV)
+    w = gguf_writer(path, arch, "tiny-test-gemma3", cfg)
     w.add_key_length(cfg["head_dim"])
     w.add_value_length(cfg["head_dim"])
     w.add_rope_freq_base(cfg["rope_theta"])
