@@ -92,8 +92,10 @@ def measured(model) -> None:
     c = st.columns(3)
     layers = 0 if lookup else int_field("Draft layers", max(1, L // 4), 1, max(1, L - 1), key="spec.layers",
                                         where=c[0])
-    k = int_field("Draft tokens K", 8 if lookup else 4, 1, 16, key=f"spec.engine_k.{int(lookup)}", where=c[1])
-    new = int_field("New tokens", 48 if lookup else 16, 1, 128, key=f"spec.new.{int(lookup)}", where=c[2])
+    k = int_field("Draft tokens K", 8 if lookup else 4, 1, 16, key="spec.lookup_k" if lookup else "spec.engine_k",
+                  where=c[1])
+    new = int_field("New tokens", 48 if lookup else 16, 1, 128, key="spec.lookup_new" if lookup else "spec.new",
+                    where=c[2])
     if None in (layers, k, new):
         return
     if not text.strip():

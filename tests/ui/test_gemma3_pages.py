@@ -69,7 +69,7 @@ def test_speculative_page_runs_prompt_lookup_with_identical_output():
     from engine.serve.speculative import LOOKUP_EXAMPLES
     at = open_page("36_Speculative_decoding", None, **{
         "spec.draft": "prompt lookup: n-grams copied from the text so far",
-        "spec.example": next(iter(LOOKUP_EXAMPLES)), "spec.new.1": 6, "spec.engine_k.1": 4})
+        "spec.example": next(iter(LOOKUP_EXAMPLES)), "spec.lookup_new": 6, "spec.lookup_k": 4})
     at.button(key="spec.run").click().run()
     assert not at.exception and not errors(at), (at.exception, errors(at))
     assert any("Same tokens as plain greedy decoding" in s.value for s in at.success)
