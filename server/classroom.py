@@ -113,9 +113,9 @@ class ClassroomPolicy:
         listing via `engine.load.hub.repo_download_plan`); a repo already complete in the local cache downloads 0."""
         if not self.enabled:
             return
-        from engine.load.loading import DEFAULT_NAMES
+        from engine.load.loading import DEFAULT_NAMES, GEMMA3_NAMES
         text = (source or "").strip()
-        if text.lower() in DEFAULT_NAMES:
+        if text.lower() in DEFAULT_NAMES + GEMMA3_NAMES:      # installed packages: offline, a known size
             return
         if text.lower().startswith("random:"):
             from calculators.sizing.params import weight_bytes
