@@ -1,5 +1,6 @@
-"""Write tests/golden/<case>.npz: Hugging Face transformers' LlamaForCausalLM logits for the tiny checkpoints in
-tests/golden_cases.py (GQA, MHA, MQA with a wide head, llama3 RoPE scaling, untied head, a 600-token prompt).
+"""Write tests/golden/<case>.npz: Hugging Face transformers' LlamaForCausalLM (or Gemma3ForCausalLM) logits for the
+tiny checkpoints in tests/golden_cases.py (GQA, MHA, MQA with a wide head, llama3 RoPE scaling, untied head, a
+600-token prompt; Gemma 3 with sliding windows). `python tools/make_golden_logits.py gemma3_window` redoes one case.
 
 Run once, with torch and transformers installed (requirements-reference.txt), then commit the .npz files:
 
