@@ -227,13 +227,23 @@ def attention(q: np.ndarray, K: np.ndarray, V: np.ndarray, li: int, p: Pass) -> 
         if hidden is not None:
             np.copyto(scores, -np.inf, where=hidden)
         if p.hooks:
-            p.hooks.attention(li, "hook_scores", scores, s, e)
+            p.hooks.attention(li, "hook_scores", by_position(scores, p, window, -np.inf), s, e)
         pattern = ops.softmax_(scores)                                               # in place: rows sum to 1
         if p.hooks:
-            p.hooks.attention(li, "hook_pattern", pattern, s, e)
+            p.hooks.attention(li, "hook_pattern", by_position(pattern, p, window, 0.0), s, e)
         out[:, :, :, s:e] = ops.gqa_attention_output(pattern, V[:, :, first:])
         del scores, pattern                                                          # before the next block exists
     return out
+
+
+def by_position(x: np.ndarray, p: Pass, window: int | None, fill: float) -> np.ndarray:
+    """What hooks see: key columns by position. A sliding-window cache that dropped positions 0..first-1 holds key
+    slot j = position first + j; one sequence's row gets `first` columns of `fill` in front (weight 0: out of the
+    window).   [1, h_kv, G, t, S] -> [1, h_kv, G, t, first + S]"""
+    first = int(p.local.first[0]) if window is not None and x.shape[0] == 1 else 0
+    if not first:
+        return x
+    return np.concatenate([np.full((*x.shape[:-1], first), fill, x.dtype), x], axis=-1)
 
 
 def feed_forward(x: np.ndarray, lw, li: int, p: Pass) -> np.ndarray:

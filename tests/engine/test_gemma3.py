@@ -186,3 +186,17 @@ def test_gemma3_270m_is_a_hybrid_mqa_model(gemma3_270m):
     c = gemma3_270m.config
     assert (c.num_kv_heads, c.head_dim, c.sliding_window, c.vocab_size) == (1, 256, 512, 262144)
     assert c.layer_types.count("sliding_attention") == 15 and c.layer_types[5::6] == ("full_attention",) * 3
+
+
+def test_recorded_attention_rows_of_a_local_layer_are_by_position_past_the_window():
+    """After the window slid, the cache holds positions first.. only; the recorded row still has one entry per
+    position (zeros before the window), the same row a full pass without a cache computes."""
+    model, prompt = gemma(window=8), ids(14, seed=6)
+    rec = record_generation(model, prompt, max_new_tokens=3, attention_layers=[0], chunk_size=4)
+    tokens = prompt + rec.generated_ids
+    from engine import run_with_cache
+    _, acts = run_with_cache(model, tokens[:-1], names=("blocks.0.attn.hook_pattern",), layers=[0])
+    full = acts["blocks.0.attn.hook_pattern"]                                 # [h, T, T] from position 0
+    row = rec.steps[-1].attention[(0, 1)]
+    assert row.shape == (len(tokens) - 1,) and (row[:len(tokens) - 1 - 8] == 0).all()
+    assert np.abs(row - full[1, -1]).max() <= TOL
