@@ -16,11 +16,13 @@ import streamlit as st
 
 from engine import Model
 from engine.instruments.readout import (attention_row_steps, causal_check, gqa_groups, head_summary, max_abs_difference,
-                            rope_angles, rope_relative_check)
+                            rope_angles, rope_relative_check, window_check)
 from specs.model_config import SpecError
 from ui import df_with_download, formula_expander, model_picker, setup_page, show_error
 from ui.charts import WEIGHTS, figure, font_px, label_step, style
-from ui.inside import Prompt, index_field, layer_attention, piece_label, session_cached, teacher_prompt
+from ui.inside import (Prompt, band_attention, index_field, layer_attention, piece_label, pooled, session_cached,
+                       teacher_prompt)
+from ui.serving import measured_run
 
 MAX_TOKENS = 96          # tokens drawn in a heatmap (more rows cannot be read on a screen)
 RELATIVE_SHIFTS = (0, 7, 50, 300)
@@ -180,6 +182,38 @@ def rope_section(model: Model, acts: dict, head: int) -> None:
                      "(`engine.instruments.readout.rope_relative_check`).\n\nSource: 003 Detail 7")
 
 
+def band_section(model: Model, prompt: Prompt, pattern: np.ndarray, layer: int, head: int) -> None:
+    """A sliding-window layer: each query sees itself and the W - 1 keys before it, a band along the diagonal."""
+    W = model.config.layer_window(layer)
+    st.subheader(f"Layer {layer} is a sliding-window layer: W = {W}")
+    kinds = model.config.layer_types
+    st.markdown(f"In {model.config.name}, {kinds.count('sliding_attention')} of the {len(kinds)} layers, this one "
+                f"included, let a token look back at most {W - 1} tokens: keys further back get exactly 0 weight, "
+                f"and the layer's KV cache keeps only the last {W} positions. The other "
+                f"{kinds.count('full_attention')} (global) layers see everything.")
+    length = W + W // 2
+    r = measured_run("attention band", (model.source, tuple(prompt.ids), layer, head, length),
+                     lambda: band_attention(model, prompt, layer, head, length), model=model, tokens=length,
+                     sequences=1, button=f"Show the band on {length:,} tokens", button_key="attn.band",
+                     spinner=f"Running {length:,} tokens …",
+                     hint=f"Press the button to run your prompt repeated to {length:,} tokens (past the window) "
+                          "and see the band.")
+    if r is None:
+        return
+    chk = window_check(r, W)
+    z = pooled(r, 96)
+    step = -(-length // 96)
+    fig = figure(dict(type="heatmap", z=z, x0=0, dx=step, y0=0, dy=step, colorscale=WEIGHTS, zmin=0,
+                      zmax=float(max(z.max(), 1e-9)), colorbar=dict(title=dict(text="weight"))),
+                 title=f"Layer {layer}, head {head}: {length:,} tokens (largest weight in each {step}×{step} cell)",
+                 height=640, xaxis=dict(title="key position"), yaxis=dict(title="query position", autorange="reversed"),
+                 shapes=[dict(type="line", x0=0, y0=W, x1=length - W, y1=length, line=dict(dash="dot", width=3)),
+                         dict(type="line", x0=0, y0=0, x1=length, y1=length, line=dict(dash="dot", width=3))])
+    st.plotly_chart(style(fig, legend_top=False), width="stretch")
+    st.caption(f"Between the two dotted lines: the band of the last {W} positions. Outside it (further back than "
+               f"{W - 1} tokens): {chk['zeros_outside']:,} of {chk['entries_outside']:,} weights are exactly 0.")
+
+
 def main() -> None:
     setup_page("Attention", icon=":material/visibility:")
     st.title("Attention")
@@ -207,6 +241,8 @@ def main() -> None:
     names = labels(model, prompt.ids[:MAX_TOKENS])
     pattern = acts["hook_pattern"]                                          # [h, T, T]
     pattern_section(model, names, pattern, layer, head)
+    if c.layer_window(layer) is not None:
+        band_section(model, prompt, pattern, layer, head)
     st.subheader("2 · Every head of the layer")
     grid = session_cached("head_grid", (model.source, prompt.ids, layer, font_px()),
                           lambda: head_grid_figure(pattern, layer, c))

@@ -19,6 +19,7 @@ from engine import Model
 from engine.instruments.readout import kv_cache_shape, kv_rows_read
 from specs.model_config import SpecError
 from ui import df_with_download, formula_expander, model_picker, setup_page, show_error
+from ui.kv_layers import show_kv_by_layer_kind
 from ui.charts import DIVERGING, figure, style
 from ui.inside import Prompt, index_field, run_settings, step_texts, stepper, teacher_prompt, teacher_run
 
@@ -153,13 +154,30 @@ def main() -> None:
                    delta="equal to the byte" if predicted == s.kv_bytes else f"{s.kv_bytes - predicted:+,.0f} B",
                    delta_color="off", delta_arrow="off")
     st.markdown(f"Cache shape **[layers, K/V, kv_heads, tokens, head_dim] = {list(shape)}**; "
-                f"{kv_bytes_per_token(c, ENGINE_KV_DTYPE):,.0f} bytes per token (all layers); "
-                f"{s.kv_bytes_per_layer[0]:,} bytes in each layer now.")
-    formula_expander("KV cache bytes", f"bytes = 2 × L × h_kv × tokens × d × 4 = 2 × {c.num_layers} × "
-                     f"{c.num_kv_heads} × {s.cache_tokens:,} × {c.head_dim} × 4 = {predicted:,.0f} "
-                     "(`calculators.sizing.kv_cache.kv_cache_bytes`, float32 as the engine holds it). Recorded: the "
-                     f"engine's own count after this step's forward pass, {s.kv_bytes:,} bytes.\n\n"
-                     "Source: 003 Detail 10")
+                f"{kv_bytes_per_token(c, ENGINE_KV_DTYPE):,.0f} bytes per token (all layers); " +
+                (f"{s.kv_bytes_per_layer[0]:,} bytes in each layer now." if len(set(s.kv_bytes_per_layer)) == 1 else
+                 f"{min(s.kv_bytes_per_layer):,} bytes in each sliding-window layer and {max(s.kv_bytes_per_layer):,} "
+                 "in each full layer now (table below)."))
+    hybrid = bool(c.sliding_window and c.layer_types and "sliding_attention" in c.layer_types)
+    if hybrid:
+        n_local = c.layer_types.count("sliding_attention")
+        formula_expander("KV cache bytes", f"bytes = 2 × h_kv × d × 4 × (L_full × tokens + L_local × min(tokens, W)) "
+                         f"= 2 × {c.num_kv_heads} × {c.head_dim} × 4 × ({c.num_layers - n_local} × "
+                         f"{s.cache_tokens:,} + {n_local} × min({s.cache_tokens:,}, {c.sliding_window})) = "
+                         f"{predicted:,.0f} (`calculators.sizing.kv_cache.kv_cache_bytes`, float32 as the engine "
+                         f"holds it). Recorded: the engine's own count after this step's forward pass, "
+                         f"{s.kv_bytes:,} bytes.\n\nSource: 003 Detail 10; sliding windows: Gemma Team 2025")
+    else:
+        formula_expander("KV cache bytes", f"bytes = 2 × L × h_kv × tokens × d × 4 = 2 × {c.num_layers} × "
+                         f"{c.num_kv_heads} × {s.cache_tokens:,} × {c.head_dim} × 4 = {predicted:,.0f} "
+                         "(`calculators.sizing.kv_cache.kv_cache_bytes`, float32 as the engine holds it). Recorded: "
+                         f"the engine's own count after this step's forward pass, {s.kv_bytes:,} bytes.\n\n"
+                         "Source: 003 Detail 10")
+    if hybrid:
+        show_kv_by_layer_kind(c, s.kv_bytes_per_layer, s.cache_tokens, "kv_cache_layer_kinds")
+        st.caption(f"{c.name} mixes layer kinds: its sliding-window layers drop positions older than "
+                   f"{c.sliding_window} tokens, so past that length only its full-attention layers keep growing. "
+                   "The prediction line below uses the same per-kind formula.")
     growth_chart(model, rec, step)
     every_layer_chart(model, s)
     new_rows_chart(model, s, layer)

@@ -268,6 +268,37 @@ def main() -> None:
         fit_section(config, device, setup, tokens, batch)
     except SpecError as e:
         show_error(e)
+    measured_section()
+
+
+def measured_section() -> None:
+    """A hybrid cache measured: Gemma 3 270M (5 sliding-window layers per global one) prefilled on the engine."""
+    from engine.serve.serving_runs import kv_layers_run
+    from ui.kv_layers import show_kv_by_layer_kind
+    from ui.model_picker import GEMMA3_SOURCE, load_shared
+    from ui.serving import measured_run
+
+    st.subheader("Measured: a sliding-window cache on the engine")
+    st.markdown("Gemma 3 270M keeps a window of 512 positions in 15 of its 18 layers and every position in the "
+                "other 3. Prefill a prompt on the engine and compare what each kind of layer holds with the formula.")
+    if not st.toggle("Measure on Gemma 3 270M (loads about 1 GB of float32 weights)", key="kv.measure_gemma"):
+        return
+    try:
+        model = load_shared(GEMMA3_SOURCE, where=st)
+    except SpecError as e:                     # not installed: the message says what to install
+        show_error(e)
+        return
+    n = int_field("Prompt tokens to prefill", 1024, 1, 4096, key="kv.measure_tokens")
+    if n is None:
+        return
+    r = measured_run("sliding-window cache", (model.source, n), lambda: kv_layers_run(model, n), model=model,
+                     tokens=n, sequences=1, button="Prefill and measure", button_key="kv.measure_run",
+                     spinner=f"Prefilling {n:,} tokens …", hint="Press the button to prefill and measure.")
+    if r is None:
+        return
+    show_kv_by_layer_kind(model.config, r["bytes_per_layer"], r["tokens"], "kv_measured_layer_kinds")
+    st.caption(f"Random token ids, prefilled in chunks of 512 in {r['seconds']:.1f} s. Bytes are the engine's "
+               "own count of filled K/V positions per layer after the prefill (float32).")
 
 
 main()

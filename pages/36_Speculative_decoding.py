@@ -18,7 +18,7 @@ from calculators.explain import explain_speculative
 from calculators.serving.speculative import expected_tokens_per_pass, speculative_speedup
 from calculators.units import fmt_num
 from engine.serve.serving_runs import speculative_run
-from engine.serve.speculative import early_exit_draft
+from engine.serve.speculative import LOOKUP_EXAMPLES, PromptLookup, early_exit_draft
 from specs.model_config import SpecError
 from ui import df_with_download, float_field, formula_expander, int_field, model_picker, setup_page, show_error
 from ui.serving import measured_run, style
@@ -60,35 +60,65 @@ def theory() -> None:
                                    for a in ALPHAS]), "speculative_tokens_per_pass")
 
 
+DRAFTS = ("early exit: the model's own first layers", "prompt lookup: n-grams copied from the text so far")
+
+
+def chat_ids(model, text: str) -> list[int]:
+    """The prompt as the model was fine-tuned to see it (its chat template), or plain text for a base model."""
+    tok = model.tokenizer
+    if tok is not None and tok.has_chat_template:
+        return list(tok.encode(tok.apply_chat_template([{"role": "user", "content": text}])))
+    return model.encode_prompt(text)
+
+
 def measured(model) -> None:
-    st.subheader("On the engine: an early-exit draft")
+    st.subheader("On the engine: two kinds of draft")
     L = model.config.num_layers
-    st.markdown(f"The draft is the model's own first layers (the same embedding, final norm and output head), "
-                f"so it costs about layers ÷ {L} of a full step and shares every weight. The full model checks the "
-                "K guesses in one pass; greedy output must come out identical to plain decoding.")
-    prompt = st.text_input("Prompt", "The capital of France is", key="spec.prompt")
+    kind = st.radio("Draft", DRAFTS, key="spec.draft", horizontal=True)
+    lookup = kind == DRAFTS[1]
+    if lookup:
+        st.markdown("**Prompt lookup** (vLLM's `ngram` method) needs no draft model: it finds the latest earlier "
+                    "place where the last 1-3 tokens of the text occurred and proposes the K tokens that followed "
+                    "there. Free to compute, and right whenever the reply repeats its input.")
+        example = st.selectbox("Prompt", [*LOOKUP_EXAMPLES, "your own"], key="spec.example")
+        text = LOOKUP_EXAMPLES.get(example) or st.text_input("Your prompt", "Repeat after me: to be or not to be",
+                                                             key="spec.own_prompt")
+    else:
+        st.markdown(f"The draft is the model's own first layers (the same embedding, final norm and output head), "
+                    f"so it costs about layers ÷ {L} of a full step and shares every weight.")
+        text = st.text_input("Prompt", "The capital of France is", key="spec.prompt")
+    st.markdown("The full model checks the K guesses in one pass; greedy output must come out identical to plain "
+                "decoding.")
     c = st.columns(3)
-    layers = int_field("Draft layers", max(1, L // 4), 1, max(1, L - 1), key="spec.layers", where=c[0])
-    k = int_field("Draft tokens K", 4, 1, 16, key="spec.engine_k", where=c[1])
-    new = int_field("New tokens", 16, 1, 128, key="spec.new", where=c[2])
+    layers = 0 if lookup else int_field("Draft layers", max(1, L // 4), 1, max(1, L - 1), key="spec.layers",
+                                        where=c[0])
+    k = int_field("Draft tokens K", 8 if lookup else 4, 1, 16, key="spec.lookup_k" if lookup else "spec.engine_k",
+                  where=c[1])
+    new = int_field("New tokens", 48 if lookup else 16, 1, 128, key="spec.lookup_new" if lookup else "spec.new",
+                    where=c[2])
     if None in (layers, k, new):
         return
-    if not prompt.strip():
+    if not text.strip():
         show_error("Type a prompt.")
         return
     try:
-        ids = model.encode_prompt(prompt)
+        ids = chat_ids(model, text) if lookup else model.encode_prompt(text)
+        draft = PromptLookup() if lookup else early_exit_draft(model, layers)
     except SpecError as e:
         show_error(e)
         return
     r = measured_run(
-        "speculative run", (model.source, prompt, layers, k, new),
-        lambda: speculative_run(model, early_exit_draft(model, layers), ids, max_new_tokens=new, draft_tokens=k),
+        "speculative run", (model.source, kind, text, layers, k, new),
+        lambda: speculative_run(model, draft, ids, max_new_tokens=new, draft_tokens=k),
         model=model, tokens=len(ids) + new + k, sequences=2, button="Run plain and speculative",
         button_key="spec.run", spinner="Decoding twice …",
         hint="Press Run to decode the prompt plainly and speculatively.")
     if r is None:
         return
+    show_result(r, k, lookup)
+
+
+def show_result(r: dict, k: int, lookup: bool) -> None:
     (st.success if r["identical"] else st.error)(
         "Same tokens as plain greedy decoding." if r["identical"] else "Tokens differ from plain decoding!")
     alpha = r["alpha"]
@@ -114,6 +144,15 @@ def measured(model) -> None:
     st.caption(f"Formula with the measured α, K = {k} and the measured draft cost per step. On a CPU the "
                "verification pass of K + 1 tokens costs more than one decode step, so the measured speedup falls "
                "below the bandwidth-bound formula; random weights accept almost nothing.")
+    if lookup:
+        st.markdown(
+            "**Why it wins or loses.** When the reply copies the prompt, the tokens after the last matching n-gram "
+            "are what the model writes next, so most of the K drafts are accepted and one pass of the full model "
+            "yields several tokens, while the drafts cost nothing to make. When the reply is new text, the n-grams "
+            "rarely match: a round either proposes nothing (a plain decode step) or proposes tokens the model "
+            "rejects, and each verification pass of K + 1 tokens costs more than a plain step, so it runs slower "
+            "than plain decoding. The formula's α assumes every token is equally likely to be accepted; copying "
+            "is all-or-nothing in runs, so measured tokens per pass can differ from it.")
 
 
 def main() -> None:

@@ -135,6 +135,8 @@ def lift_rope_parameters(cfg: dict) -> dict:
     rp = cfg.get("rope_parameters")
     if not isinstance(rp, dict):
         return cfg
+    if isinstance(rp.get("full_attention"), dict):       # one entry per layer type (Gemma 3): global layers'
+        rp = rp["full_attention"]                        # here; the local base is read by `_gemma_fields`
     cfg = dict(cfg)
     if "rope_theta" in rp:
         cfg.setdefault("rope_theta", rp["rope_theta"])
@@ -142,6 +144,33 @@ def lift_rope_parameters(cfg: dict) -> dict:
     if scaling.get("rope_type", "default") != "default" and cfg.get("rope_scaling") is None:
         cfg["rope_scaling"] = scaling
     return cfg
+
+
+GEMMA_FAMILIES = ("gemma2", "gemma3", "gemma3_text")
+GELU_TANH = ("gelu_pytorch_tanh", "gelu_tanh", "gelu_new")
+
+
+def _gemma_fields(cfg: dict, model_type: str, hidden: int, head_dim: int) -> dict:
+    """Gemma 2/3: embeddings × sqrt(D), GeGLU (tanh GELU), scores ÷ sqrt(query_pre_attn_scalar), and for Gemma 3
+    its own RoPE base on the sliding-window layers (`rope_local_base_freq`, or transformers 5's
+    rope_parameters["sliding_attention"])."""
+    if model_type not in GEMMA_FAMILIES:
+        return {}
+    act = str(cfg.get("hidden_activation") or cfg.get("hidden_act") or "gelu_pytorch_tanh")
+    if act not in GELU_TANH:
+        raise SpecError(f"config.json: hidden_activation {act!r} is not a Gemma activation ({', '.join(GELU_TANH)})")
+    out = dict(hidden_activation="gelu_tanh", embed_scale=math.sqrt(hidden),
+               query_pre_attn_scalar=_float(cfg, "query scale", "query_pre_attn_scalar", default=head_dim))
+    cap = cfg.get("final_logit_softcapping")
+    if cap is not None:
+        out["final_logit_softcapping"] = _float(cfg, "logit soft cap", "final_logit_softcapping", default=1.0)
+    if model_type != "gemma2":
+        rp = cfg.get("rope_parameters")
+        local = rp.get("sliding_attention") if isinstance(rp, dict) else None
+        base = local.get("rope_theta") if isinstance(local, dict) else None
+        out["rope_local_theta"] = float(base) if base is not None else \
+            _float(cfg, "local RoPE base", "rope_local_base_freq", default=10000.0)
+    return out
 
 
 def parse_hf_config(cfg: dict, name: str | None = None) -> ModelConfig:
@@ -290,7 +319,7 @@ def parse_hf_config(cfg: dict, name: str | None = None) -> ModelConfig:
         qk_norm=model_type in QK_NORM_FAMILIES,
         attn_output_gate=_flag(cfg, "attn_output_gate", model_type == "qwen3_next"),
         learned_position_embeddings=pos_rows,
-        **mla_fields, **lin_fields, **moe_fields,
+        **mla_fields, **lin_fields, **moe_fields, **_gemma_fields(cfg, model_type, hidden, head_dim),
     )
 
 

@@ -69,6 +69,12 @@ class ModelConfig:
     shared_expert_intermediate_size: int | None = None  # Qwen-style shared expert width (one expert)
     moe_layer_step: int = 1          # after the first dense layers, every k-th layer is MoE
     linear_conv_kernel_dim: int | None = None  # gated delta net: short causal convolution width
+    # --- what the engine runs differently for Gemma 3 (the defaults describe a plain Llama) ---
+    rope_local_theta: float | None = None      # RoPE base of the sliding-window layers (Gemma 3: 10,000)
+    query_pre_attn_scalar: float | None = None  # scores scaled by 1/sqrt(this) instead of 1/sqrt(d_k) (Gemma)
+    hidden_activation: str = "silu"            # gate activation of the MLP: "silu" (SwiGLU) | "gelu_tanh" (GeGLU)
+    embed_scale: float = 1.0                   # embeddings multiplied by this before layer 0 (Gemma: sqrt(D))
+    final_logit_softcapping: float | None = None  # logits -> c·tanh(logits/c) (Gemma 2; None for Gemma 3)
 
     def __post_init__(self) -> None:
         for f in ("hidden_size", "num_layers", "num_heads", "num_kv_heads", "head_dim", "intermediate_size",
@@ -92,6 +98,12 @@ class ModelConfig:
     @property
     def kv_dim(self) -> int:         # h_kv * d_k
         return self.num_kv_heads * self.head_dim
+
+    def layer_window(self, layer: int) -> int | None:
+        """W when layer `layer` attends only the last W positions (a sliding-window layer), else None."""
+        if self.sliding_window is None or self.layer_types is None:
+            return None
+        return self.sliding_window if self.layer_types[layer] == "sliding_attention" else None
 
     @property
     def group_size(self) -> int:     # G = h_q / h_kv, query heads sharing one K/V head

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import numpy as np
 
-from helpers_checkpoints import random_tensors, tiny_config
+from helpers_checkpoints import random_gemma3_tensors, random_tensors, tiny_config, tiny_gemma3_config
 
 GOLDEN_DIR = Path(__file__).resolve().parent / "golden"
 LLAMA3 = {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
@@ -32,9 +32,24 @@ CASES: dict[str, tuple[dict, int, int, list[int]]] = {
 }
 
 
+# Gemma 3 (Gemma3ForCausalLM): MQA, head_dim 32 ≠ D/h, window 8 on layers 0, 1 (3, 4), query scale 1/sqrt(24),
+# local RoPE base 10,000 vs global 1,000,000, q/k norms, four norms per layer, GeGLU, embeddings × sqrt(D)
+CASES.update({
+    "gemma3_window": (tiny_gemma3_config(), 21, 40, list(range(40))),
+    # past the 512-query block with a window of 100: the window mask across blocks, skipped key slots
+    "gemma3_long_prompt": (tiny_gemma3_config(num_layers=2, sliding_window=100,
+                                              layer_types=["sliding_attention", "full_attention"]), 22, 600,
+                           [0, 99, 100, 101, 300, 511, 512, 513, 599]),
+})
+
+
+def is_gemma3(name: str) -> bool:
+    return CASES[name][0]["model_type"] == "gemma3_text"
+
+
 def case_weights(name: str) -> dict[str, np.ndarray]:
     cfg, seed, _, _ = CASES[name]
-    return random_tensors(cfg, seed)
+    return random_gemma3_tensors(cfg, seed) if is_gemma3(name) else random_tensors(cfg, seed)
 
 
 def case_tokens(name: str) -> list[int]:

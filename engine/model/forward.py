@@ -43,10 +43,12 @@ class Pass:
     trace: Trace | None
     hooks: Hooks | None
     masked: bool              # False only when every query sees every key (one new token, no padding)
+    local: "LocalKeys | None" = None   # sliding-window layers' keys (Gemma 3's local layers), None without any
 
     @classmethod
     def begin(cls, config: ModelConfig, tokens: np.ndarray, cache: KVCache, n_valid, inv_freq: np.ndarray,
-              rope: Callable, trace: Trace | None, hooks: Hooks | None) -> "Pass":
+              rope: Callable, trace: Trace | None, hooks: Hooks | None,
+              inv_freq_local: np.ndarray | None = None) -> "Pass":
         if tokens.ndim != 2:
             raise ModelError(f"tokens must be [batch, time], got shape {tokens.shape}")
         B, T = tokens.shape
@@ -66,7 +68,9 @@ class Pass:
         if trace is not None:
             trace.start()
         masked = T > 1 or not key_valid.all()
-        return cls(config, cache, n_valid, start, positions, key_valid, cos, sin, rope, trace, hooks or None, masked)
+        local = LocalKeys.begin(config, cache, positions, start + n_valid, inv_freq_local)
+        return cls(config, cache, n_valid, start, positions, key_valid, cos, sin, rope, trace, hooks or None, masked,
+                   local)
 
     @property
     def n_keys(self) -> int:          # S: keys the longest row attends (cached + new)
@@ -76,16 +80,61 @@ class Pass:
     def rows(self) -> int:            # useful (non-padding) token rows, what the trace counts
         return int(self.n_valid.sum())
 
-    def hidden(self, start: int, end: int) -> np.ndarray | None:
-        """Which keys the queries start..end-1 may NOT see (future or padding).   -> [B, 1, 1, t, S] bool or None"""
+    def local_first_slot(self, start: int, window: int) -> int:
+        """First key slot any query start.. of any row can see on a sliding-window layer (older ones are hidden
+        for all of them, so a long prompt's block skips them)."""
+        oldest = self.positions[:, start] - window + 1 - self.local.first                # [B]
+        return int(max(0, oldest.min()))
+
+    def window(self, li: int) -> int | None:
+        """W on a sliding-window layer (it sees the last W positions), None on a full-attention layer."""
+        return self.config.layer_window(li) if self.local is not None else None
+
+    def hidden(self, start: int, end: int, window: int | None = None, first: int = 0) -> np.ndarray | None:
+        """Which keys the queries start..end-1 may NOT see (future, padding, or, on a sliding-window layer, more
+        than W - 1 positions back), for key slots first.. .   -> [B, 1, 1, t, S] bool or None"""
+        q = self.positions[:, start:end]
+        if window is not None:
+            lk = self.local
+            return ~ops.window_visible(q, lk.positions[:, first:], lk.valid[:, first:], window)[:, None, None]
         if not self.masked:
             return None
-        return ~ops.causal_visible(self.positions[:, start:end], self.n_keys, self.key_valid)[:, None, None]
+        return ~ops.causal_visible(q, self.n_keys, self.key_valid)[:, None, None]
+
+
+@dataclass
+class LocalKeys:
+    """Where the keys of the sliding-window layers are: a cache may have dropped positions older than the window,
+    so key slot j of row b holds position first[b] + j, not j. Also their RoPE angles (Gemma 3 rotates local
+    layers with their own base, 10,000, and global layers with 1,000,000)."""
+    first: np.ndarray         # [B] position in slot 0
+    positions: np.ndarray     # [B, S_local] position held in each slot
+    valid: np.ndarray         # [B, S_local] slot holds a real key (after this pass's writes)
+    cos: np.ndarray           # [B, T, d/2] RoPE angles of the new tokens with the local base
+    sin: np.ndarray
+
+    @classmethod
+    def begin(cls, config: ModelConfig, cache: KVCache, positions: np.ndarray, ends: np.ndarray,
+              inv_freq_local: np.ndarray | None) -> "LocalKeys | None":
+        layers = [li for li in range(config.num_layers) if config.layer_window(li) is not None]
+        if not layers:
+            return None
+        first = np.asarray(cache.first_kept(layers[0]), np.int64).copy()  # the same on every window layer
+        n_slots = int((ends - first).max())
+        pos = first[:, None] + np.arange(n_slots)[None, :]
+        cos, sin = (ops.rope_cos_sin(positions, inv_freq_local) if inv_freq_local is not None else (None, None))
+        return cls(first, pos, pos < ends[:, None], cos, sin)
+
+    @property
+    def n_keys(self) -> int:
+        return self.positions.shape[1]
 
 
 def embed(tokens: np.ndarray, w, p: Pass) -> np.ndarray:
     """Each token id picks its row of the embedding table.   [B, T] -> [B, T, D]"""
     x = w.embed[tokens]
+    if p.config.embed_scale != 1.0:                                                  # Gemma: × sqrt(D)
+        x *= np.float32(p.config.embed_scale)
     if p.trace is not None:
         D = w.embed.shape[1]
         p.trace.add("embedding", None, weight_bytes=p.rows * D * 4,
@@ -110,16 +159,23 @@ def block(x: np.ndarray, lw, li: int, p: Pass) -> np.ndarray:
 
 def attention_block(x: np.ndarray, lw, li: int, p: Pass) -> np.ndarray:
     """RMSNorm, fused Q/K/V projection, RoPE, append K/V to the cache, attend, output projection.
+    Gemma 3 adds: RMSNorm of each q and k head before RoPE, its own RoPE base on sliding-window layers, and a norm
+    of the output before it joins the residual stream.
     [B, T, D] -> [B, T, D] (what attention adds to the residual stream)"""
     c, (B, T, D) = p.config, x.shape
     h_q, h_kv, d, q_dim, kv_dim = c.num_heads, c.num_kv_heads, c.head_dim, c.q_dim, c.kv_dim
+    window = p.window(li)                                                            # None: full attention
     h = ops.rms_norm(x, lw.attn_norm, c.rms_norm_eps)                                # [B, T, D]
     if p.trace is not None:
         p.trace.add("attn_norm", li, weight_bytes=D * 4, shape=f"[{B}, {T}, {D}]")
     qkv = linear(h, lw.wqkv, "qkv_proj", li, p)                                      # [B, T, q_dim + 2·kv_dim]
-    q = p.rope(qkv[..., :q_dim].reshape(B, T, h_q, d), p.cos, p.sin)                 # [B, T, h_q, d]
-    k = p.rope(qkv[..., q_dim:q_dim + kv_dim].reshape(B, T, h_kv, d), p.cos, p.sin)  # [B, T, h_kv, d]
+    q = qkv[..., :q_dim].reshape(B, T, h_q, d)                                       # [B, T, h_q, d]
+    k = qkv[..., q_dim:q_dim + kv_dim].reshape(B, T, h_kv, d)                        # [B, T, h_kv, d]
     v = qkv[..., q_dim + kv_dim:].reshape(B, T, h_kv, d)                             # [B, T, h_kv, d]
+    if lw.q_norm is not None:                                                        # Gemma 3: per-head q/k norm
+        q, k = ops.rms_norm(q, lw.q_norm, c.rms_norm_eps), ops.rms_norm(k, lw.k_norm, c.rms_norm_eps)
+    cos, sin = (p.local.cos, p.local.sin) if window is not None and p.local.cos is not None else (p.cos, p.sin)
+    q, k = p.rope(q, cos, sin), p.rope(k, cos, sin)
     if p.hooks:
         for name, a in (("hook_q", q), ("hook_k", k), ("hook_v", v)):
             p.hooks(f"blocks.{li}.attn.{name}", a)
@@ -129,15 +185,20 @@ def attention_block(x: np.ndarray, lw, li: int, p: Pass) -> np.ndarray:
     if p.trace is not None:
         p.trace.add("rope_and_kv_append", li, kv_write_bytes=float(p.rows * 2 * kv_dim * 4),
                     shape=f"append [{B}, {h_kv}, {T}, {d}] to K and V")
-    K, V = p.cache.read(li, p.n_keys)                                                # [B, h_kv, S, d] each
+    K, V = p.cache.read(li, p.n_keys if window is None else p.local.n_keys)          # [B, h_kv, S, d] each
     qg = q.reshape(B, T, h_kv, c.group_size, d).transpose(0, 2, 3, 1, 4)             # [B, h_kv, G, T, d]
     o = attention(qg, K, V, li, p).transpose(0, 3, 1, 2, 4).reshape(B, T, q_dim)     # [B, T, h_q·d]
     if p.trace is not None:
         ctx = p.start + p.n_valid                                                    # keys per sequence
+        if window is not None:                                # each query sees at most W keys
+            ctx = np.minimum(ctx, window)
         p.trace.add("attention", li, flops=2 * 2.0 * d * h_q * float((p.n_valid * ctx).sum()),
                     kv_read_bytes=float(ctx.sum() * 2 * kv_dim * 4),
                     shape=f"[{B}, {h_q}, {T}, {d}] · [{B}, {h_kv}, {p.n_keys}, {d}]")
-    return linear(o, lw.wo, "o_proj", li, p)                                         # [B, T, D]
+    out = linear(o, lw.wo, "o_proj", li, p)                                          # [B, T, D]
+    if lw.post_attn_norm is not None:                                                # Gemma: norm what it adds
+        out = ops.rms_norm(out, lw.post_attn_norm, c.rms_norm_eps)
+    return out
 
 
 def linear(x: np.ndarray, W: np.ndarray, op: str, li: int, p: Pass) -> np.ndarray:
@@ -152,37 +213,58 @@ def linear(x: np.ndarray, W: np.ndarray, op: str, li: int, p: Pass) -> np.ndarra
 
 def attention(q: np.ndarray, K: np.ndarray, V: np.ndarray, li: int, p: Pass) -> np.ndarray:
     """softmax(q·Kᵀ/√d, future keys hidden)·V, QUERY_BLOCK queries at a time, so one block of scores at most.
+    Gemma scales by 1/√query_pre_attn_scalar instead of 1/√d; on a sliding-window layer keys more than W - 1
+    positions back are hidden too (and, without hooks, a block skips key slots no query of it can see).
     q [B, h_kv, G, T, d] (query head = kv_head·G + g), K, V [B, h_kv, S, d] -> [B, h_kv, G, T, d]"""
-    T, scale = q.shape[3], 1.0 / math.sqrt(q.shape[-1])
+    T, window = q.shape[3], p.window(li)
+    scale = 1.0 / math.sqrt(p.config.query_pre_attn_scalar or q.shape[-1])
     out = np.empty_like(q)
     for s in range(0, T, QUERY_BLOCK):
         e = min(s + QUERY_BLOCK, T)
-        scores = ops.gqa_attention_scores(q[:, :, :, s:e], K, scale)                # [B, h_kv, G, t, S]
-        hidden = p.hidden(s, e)                                                      # [B, 1, 1, t, S] or None
+        first = 0 if window is None or p.hooks else p.local_first_slot(s, window)   # earlier slots: all hidden
+        scores = ops.gqa_attention_scores(q[:, :, :, s:e], K[:, :, first:], scale)  # [B, h_kv, G, t, S]
+        hidden = p.hidden(s, e, window, first)                                       # [B, 1, 1, t, S] or None
         if hidden is not None:
             np.copyto(scores, -np.inf, where=hidden)
         if p.hooks:
-            p.hooks.attention(li, "hook_scores", scores, s, e)
+            p.hooks.attention(li, "hook_scores", by_position(scores, p, window, -np.inf), s, e)
         pattern = ops.softmax_(scores)                                               # in place: rows sum to 1
         if p.hooks:
-            p.hooks.attention(li, "hook_pattern", pattern, s, e)
-        out[:, :, :, s:e] = ops.gqa_attention_output(pattern, V)
+            p.hooks.attention(li, "hook_pattern", by_position(pattern, p, window, 0.0), s, e)
+        out[:, :, :, s:e] = ops.gqa_attention_output(pattern, V[:, :, first:])
         del scores, pattern                                                          # before the next block exists
     return out
 
 
+def by_position(x: np.ndarray, p: Pass, window: int | None, fill: float) -> np.ndarray:
+    """What hooks see: key columns by position. A sliding-window cache that dropped positions 0..first-1 holds key
+    slot j = position first + j; one sequence's row gets `first` columns of `fill` in front (weight 0: out of the
+    window).   [1, h_kv, G, t, S] -> [1, h_kv, G, t, first + S]"""
+    first = int(p.local.first[0]) if window is not None and x.shape[0] == 1 else 0
+    if not first:
+        return x
+    return np.concatenate([np.full((*x.shape[:-1], first), fill, x.dtype), x], axis=-1)
+
+
 def feed_forward(x: np.ndarray, lw, li: int, p: Pass) -> np.ndarray:
-    """RMSNorm, then SwiGLU: down(SiLU(gate(h)) · up(h)), gate and up fused.   [B, T, D] -> [B, T, D]"""
+    """RMSNorm, then SwiGLU: down(SiLU(gate(h)) · up(h)), gate and up fused. Gemma: GeGLU (tanh GELU instead of
+    SiLU) and a norm of the output before it joins the residual stream.   [B, T, D] -> [B, T, D]"""
     c, (B, T, D) = p.config, x.shape
     F = c.intermediate_size
     h = ops.rms_norm(x, lw.ffn_norm, c.rms_norm_eps)                                 # [B, T, D]
     if p.trace is not None:
         p.trace.add("ffn_norm", li, weight_bytes=D * 4, shape=f"[{B}, {T}, {D}]")
     gu = linear(h, lw.w_gate_up, "gate_up_proj", li, p)                              # [B, T, 2F]
-    act = ops.swiglu(gu[..., :F], gu[..., F:])                                       # [B, T, F] SiLU(gate)·up
+    if c.hidden_activation == "gelu_tanh":
+        act = ops.gelu_tanh_glu(gu[..., :F], gu[..., F:])                            # [B, T, F] GELU(gate)·up
+    else:
+        act = ops.swiglu(gu[..., :F], gu[..., F:])                                   # [B, T, F] SiLU(gate)·up
     if p.hooks:
         p.hooks(f"blocks.{li}.mlp.hook_act", act)
-    return linear(act, lw.w_down, "down_proj", li, p)                                # [B, T, D]
+    out = linear(act, lw.w_down, "down_proj", li, p)                                 # [B, T, D]
+    if lw.post_ffn_norm is not None:                                                 # Gemma: norm what it adds
+        out = ops.rms_norm(out, lw.post_ffn_norm, c.rms_norm_eps)
+    return out
 
 
 def lm_head(x: np.ndarray, w, p: Pass, all_logits: bool = False) -> np.ndarray:
@@ -202,6 +284,8 @@ def lm_head(x: np.ndarray, w, p: Pass, all_logits: bool = False) -> np.ndarray:
         p.trace.add("lm_head", None, flops=2.0 * out_rows * c.hidden_size * c.vocab_size,
                     weight_bytes=w.lm_head.nbytes,
                     shape=f"[{B}, {x.shape[1]}, {c.hidden_size}] @ [{c.hidden_size}, {c.vocab_size}]")
+    if c.final_logit_softcapping:                                                    # Gemma 2 (not Gemma 3)
+        logits = ops.softcap(logits, c.final_logit_softcapping)
     if p.hooks:
         p.hooks("hook_logits", logits)
     return logits if all_logits else logits[:, 0]

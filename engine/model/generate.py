@@ -122,7 +122,7 @@ def _row_seeds(seed: int | Sequence[int] | None, batch: int) -> list:
 
 def _keep_rows(cache: KVCache, rows: list[int]) -> KVCache:
     """A cache holding only `rows` of `cache` (one copy when rows finish, instead of decoding them for nothing)."""
-    return KVCache(k=[a[rows] for a in cache.k], v=[a[rows] for a in cache.v], lengths=cache.lengths[rows].copy())
+    return cache.keep_rows(rows)
 
 
 def generation_summary(tokens: Sequence["Generated"]) -> dict[str, float]:

@@ -7,6 +7,7 @@ is built on it.
 """
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Callable, Iterator, Mapping, Sequence
 
@@ -36,13 +37,21 @@ class LayerWeights:
     ffn_norm: np.ndarray     # [D]
     w_gate_up: np.ndarray    # [2·F, D]               gate and up projections fused
     w_down: np.ndarray       # [D, F]
+    # Gemma 3 only (None for a Llama). Gemma's norms multiply by (1 + w); these hold 1 + w, as GGUF files do.
+    q_norm: np.ndarray | None = None          # [d_k] RMSNorm of each query head
+    k_norm: np.ndarray | None = None          # [d_k] RMSNorm of each key head
+    post_attn_norm: np.ndarray | None = None  # [D] norm of attention's output before the residual add
+    post_ffn_norm: np.ndarray | None = None   # [D] norm of the MLP's output before the residual add
 
     def matrices(self) -> dict[str, np.ndarray]:
         return {"wqkv": self.wqkv, "wo": self.wo, "w_gate_up": self.w_gate_up, "w_down": self.w_down}
 
+    def arrays(self) -> dict[str, np.ndarray]:
+        """Every weight array of the layer by field name (the Gemma norms only when present)."""
+        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if getattr(self, f.name) is not None}
+
     def nbytes(self) -> int:
-        return sum(a.nbytes for a in (self.attn_norm, self.wqkv, self.wo, self.ffn_norm, self.w_gate_up,
-                                      self.w_down))
+        return sum(a.nbytes for a in self.arrays().values())
 
 
 @dataclass
@@ -72,8 +81,10 @@ class Weights:
             return v
 
         def ro_layer(l: LayerWeights) -> LayerWeights:
-            arrays = (l.attn_norm, l.wqkv, l.wo, l.ffn_norm, l.w_gate_up, l.w_down)
-            return LayerWeights(*(ro(a) for a in arrays)) if any(a.flags.writeable for a in arrays) else l
+            arrays = l.arrays()
+            if not any(a.flags.writeable for a in arrays.values()):
+                return l
+            return dataclasses.replace(l, **{name: ro(a) for name, a in arrays.items()})
 
         layers = [ro_layer(l) for l in self.layers]
         embed, final_norm = ro(self.embed), ro(self.final_norm)
@@ -84,21 +95,49 @@ class Weights:
         return Weights(embed=embed, layers=layers, final_norm=final_norm, lm_head=lm_head)
 
 
+FAMILIES = ("llama", "gemma3_text")   # model_type values the forward pass runs (a Gemma 3 config reads as gemma3_text)
+
+
+def family(config: ModelConfig) -> str:
+    """"llama" or "gemma3": which tensors a checkpoint of `config` holds; ModelError for any other family."""
+    kind = {"gemma3": "gemma3_text"}.get(config.model_type, config.model_type)
+    if kind not in FAMILIES:
+        raise ModelError(f"{config.name}: model_type {config.model_type!r} is not one the engine runs "
+                         f"(Llama-architecture models and Gemma 3 text models)")
+    return "gemma3" if kind == "gemma3_text" else "llama"
+
+
+def ffn_norm_name(config: ModelConfig) -> str:
+    """The Hugging Face name of the norm before the MLP: Llama calls it post_attention_layernorm; Gemma 3 uses
+    that name for the norm AFTER attention and calls this one pre_feedforward_layernorm."""
+    return "pre_feedforward_layernorm" if family(config) == "gemma3" else "post_attention_layernorm"
+
+
 def hf_tensor_names(config: ModelConfig) -> dict[str, tuple[int, ...]]:
-    """Every tensor a Hugging Face `LlamaForCausalLM` checkpoint holds, with its expected shape."""
-    D, F, V = config.hidden_size, config.intermediate_size, config.vocab_size
+    """Every tensor a Hugging Face `LlamaForCausalLM` (or `Gemma3ForCausalLM`) checkpoint holds, with its shape."""
+    D, F, V, d = config.hidden_size, config.intermediate_size, config.vocab_size, config.head_dim
+    gemma = family(config) == "gemma3"
     names: dict[str, tuple[int, ...]] = {"model.embed_tokens.weight": (V, D), "model.norm.weight": (D,)}
     for i in range(config.num_layers):
         p = f"model.layers.{i}."
         names.update({
-            p + "input_layernorm.weight": (D,), p + "post_attention_layernorm.weight": (D,),
+            p + "input_layernorm.weight": (D,), p + f"{ffn_norm_name(config)}.weight": (D,),
             p + "self_attn.q_proj.weight": (config.q_dim, D), p + "self_attn.k_proj.weight": (config.kv_dim, D),
             p + "self_attn.v_proj.weight": (config.kv_dim, D), p + "self_attn.o_proj.weight": (D, config.q_dim),
             p + "mlp.gate_proj.weight": (F, D), p + "mlp.up_proj.weight": (F, D), p + "mlp.down_proj.weight": (D, F),
         })
+        if gemma:
+            names.update({p + "self_attn.q_norm.weight": (d,), p + "self_attn.k_norm.weight": (d,),
+                          p + "post_attention_layernorm.weight": (D,), p + "post_feedforward_layernorm.weight": (D,)})
     if not config.tie_word_embeddings:
         names["lm_head.weight"] = (V, D)
     return names
+
+
+def _gemma_norm(w: np.ndarray) -> np.ndarray:
+    """Gemma's RMSNorm multiplies by (1 + w) where Llama's multiplies by w: hold 1 + w, so one rms_norm serves both
+    (llama.cpp's converter stores 1 + w in GGUF files for the same reason)."""
+    return (np.asarray(w, np.float32) + np.float32(1.0)).astype(np.float32)
 
 
 def _f32(a: np.ndarray) -> np.ndarray:
@@ -124,6 +163,9 @@ class Model:
         except (KeyError, ValueError) as e:
             raise ModelError(f"{config.name}: cannot use rope_scaling {config.rope_scaling!r}: {e}") from None
         self._rope = ops.apply_rope_half if rope_layout == "half" else ops.apply_rope_interleaved
+        family(config)                                         # a family the forward pass runs, else ModelError
+        self._inv_freq_local = (None if config.rope_local_theta is None else
+                                ops.rope_inv_freq(config.head_dim, config.rope_local_theta))  # Gemma 3's local base
 
     # ------------------------------------------------------------------------------------ construction
     @classmethod
@@ -140,23 +182,28 @@ class Model:
             if tuple(tensors[n].shape) != shape:
                 raise ModelError(f"{source or config.name}: tensor {n} has shape {tuple(tensors[n].shape)}, "
                                  f"but config.json implies {shape}; the config and the weights do not match")
-        t = tensors
+        t, gemma = tensors, family(config) == "gemma3"
+        norm = _gemma_norm if gemma else _f32
         layers = []
         for i in range(config.num_layers):
             p = f"model.layers.{i}."
+            extra = {} if not gemma else dict(
+                q_norm=norm(t[p + "self_attn.q_norm.weight"]), k_norm=norm(t[p + "self_attn.k_norm.weight"]),
+                post_attn_norm=norm(t[p + "post_attention_layernorm.weight"]),
+                post_ffn_norm=norm(t[p + "post_feedforward_layernorm.weight"]))
             layers.append(LayerWeights(
-                attn_norm=_f32(t[p + "input_layernorm.weight"]),
+                attn_norm=norm(t[p + "input_layernorm.weight"]),
                 wqkv=np.concatenate([t[p + "self_attn.q_proj.weight"], t[p + "self_attn.k_proj.weight"],
                                      t[p + "self_attn.v_proj.weight"]], axis=0).astype(np.float32, copy=False),
                 wo=_f32(t[p + "self_attn.o_proj.weight"]),
-                ffn_norm=_f32(t[p + "post_attention_layernorm.weight"]),
+                ffn_norm=norm(t[p + f"{ffn_norm_name(config)}.weight"]),
                 w_gate_up=np.concatenate([t[p + "mlp.gate_proj.weight"], t[p + "mlp.up_proj.weight"]],
                                          axis=0).astype(np.float32, copy=False),
-                w_down=_f32(t[p + "mlp.down_proj.weight"]),
+                w_down=_f32(t[p + "mlp.down_proj.weight"]), **extra,
             ))
         embed = _f32(t["model.embed_tokens.weight"])
         lm_head = embed if config.tie_word_embeddings else _f32(t["lm_head.weight"])
-        weights = Weights(embed=embed, layers=layers, final_norm=_f32(t["model.norm.weight"]), lm_head=lm_head)
+        weights = Weights(embed=embed, layers=layers, final_norm=norm(t["model.norm.weight"]), lm_head=lm_head)
         for name, arr in [("embedding", embed), ("lm_head", lm_head)]:
             if not np.isfinite(arr[:: max(1, arr.shape[0] // 64)]).all():
                 raise ModelError(f"{source or config.name}: {name} weights contain NaN or infinity; "
@@ -179,9 +226,16 @@ class Model:
         def norm() -> np.ndarray:
             return (1.0 + 0.1 * rng.standard_normal(D)).astype(np.float32)
 
+        def gemma_norms() -> dict:
+            if family(config) != "gemma3":
+                return {}
+            d = config.head_dim
+            head = lambda: (1.0 + 0.1 * rng.standard_normal(d)).astype(np.float32)  # noqa: E731
+            return dict(q_norm=head(), k_norm=head(), post_attn_norm=norm(), post_ffn_norm=norm())
+
         layers = [LayerWeights(attn_norm=norm(), wqkv=mat(config.q_dim + 2 * config.kv_dim, D),
                                wo=mat(D, config.q_dim), ffn_norm=norm(), w_gate_up=mat(2 * F, D),
-                               w_down=mat(D, F)) for _ in range(config.num_layers)]
+                               w_down=mat(D, F), **gemma_norms()) for _ in range(config.num_layers)]
         embed = mat(V, D)
         lm_head = embed if config.tie_word_embeddings else mat(V, D)
         weights = Weights(embed=embed, layers=layers, final_norm=norm(), lm_head=lm_head)
@@ -191,19 +245,26 @@ class Model:
         """The weights back under Hugging Face names (views where possible), e.g. to save a checkpoint."""
         c, out = self.config, {}
         q, kv, F = c.q_dim, c.kv_dim, c.intermediate_size
+        gemma = family(c) == "gemma3"
+        norm = (lambda a: a - np.float32(1.0)) if gemma else (lambda a: a)  # noqa: E731  Gemma's files hold w
         out["model.embed_tokens.weight"] = self.weights.embed
         for i, lw in enumerate(self.weights.layers):
             p = f"model.layers.{i}."
-            out[p + "input_layernorm.weight"] = lw.attn_norm
+            out[p + "input_layernorm.weight"] = norm(lw.attn_norm)
             out[p + "self_attn.q_proj.weight"] = lw.wqkv[:q]
             out[p + "self_attn.k_proj.weight"] = lw.wqkv[q:q + kv]
             out[p + "self_attn.v_proj.weight"] = lw.wqkv[q + kv:]
             out[p + "self_attn.o_proj.weight"] = lw.wo
-            out[p + "post_attention_layernorm.weight"] = lw.ffn_norm
+            out[p + f"{ffn_norm_name(c)}.weight"] = norm(lw.ffn_norm)
             out[p + "mlp.gate_proj.weight"] = lw.w_gate_up[:F]
             out[p + "mlp.up_proj.weight"] = lw.w_gate_up[F:]
             out[p + "mlp.down_proj.weight"] = lw.w_down
-        out["model.norm.weight"] = self.weights.final_norm
+            if gemma:
+                out[p + "self_attn.q_norm.weight"] = norm(lw.q_norm)
+                out[p + "self_attn.k_norm.weight"] = norm(lw.k_norm)
+                out[p + "post_attention_layernorm.weight"] = norm(lw.post_attn_norm)
+                out[p + "post_feedforward_layernorm.weight"] = norm(lw.post_ffn_norm)
+        out["model.norm.weight"] = norm(self.weights.final_norm)
         if not c.tie_word_embeddings:
             out["lm_head.weight"] = self.weights.lm_head
         return out
@@ -217,14 +278,16 @@ class Model:
         return f"Model({self.name!r}, source={self.source!r}, params={self.weights.num_params():,})"
 
     # ------------------------------------------------------------------------------------ state
-    def new_cache(self, batch: int = 1, capacity: int | None = None) -> KVCache:
-        """An empty KV cache for `batch` sequences of up to `capacity` positions (default: the context window)."""
+    def new_cache(self, batch: int = 1, capacity: int | None = None, window_extra: int = 0) -> KVCache:
+        """An empty KV cache for `batch` sequences of up to `capacity` positions (default: the context window).
+        Sliding-window layers keep their last W positions (+ `window_extra`, for speculative decoding's rewinds)."""
         c = self.config
         cap = c.max_position_embeddings if capacity is None else int(capacity)
         if not 0 < cap <= c.max_position_embeddings:
             raise ModelError(f"KV cache capacity must be between 1 and the context window "
                              f"({c.max_position_embeddings}), got {cap}")
-        return KVCache.empty(c.num_layers, batch, c.num_kv_heads, cap, c.head_dim)
+        windows = [c.layer_window(li) for li in range(c.num_layers)]       # sliding-window layers keep W
+        return KVCache.empty(c.num_layers, batch, c.num_kv_heads, cap, c.head_dim, windows, extra=window_extra)
 
     # ------------------------------------------------------------------------------------ forward
     def forward(self, tokens: np.ndarray, cache: KVCache, n_valid: Sequence[int] | None = None,
@@ -239,7 +302,8 @@ class Model:
         returns logits [B, V] of each sequence's last new token, or [B, T, V] with all_logits=True.
         """
         w = self.weights
-        p = Pass.begin(self.config, np.asarray(tokens), cache, n_valid, self._inv_freq, self._rope, trace, hooks)
+        p = Pass.begin(self.config, np.asarray(tokens), cache, n_valid, self._inv_freq, self._rope, trace, hooks,
+                       self._inv_freq_local)
         x = embed(np.asarray(tokens), w, p)                            # [B, T, D]
         for li, lw in enumerate(w.layers):
             x = block(x, lw, li, p)                                     # [B, T, D]

@@ -5,6 +5,8 @@ Every function here is float32 in, float32 out, and allocates only what its outp
 """
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 
@@ -27,6 +29,27 @@ def swiglu(gate: np.ndarray, up: np.ndarray) -> np.ndarray:
     np.divide(gate, out, out=out)                                 # gate · sigmoid(gate) = gate / (1 + e^-gate)
     out *= up
     return out
+
+
+def gelu_tanh_glu(gate: np.ndarray, up: np.ndarray) -> np.ndarray:
+    """GeGLU (Gemma): gelu_tanh(gate) · up, gelu_tanh(x) = x/2 · (1 + tanh(sqrt(2/pi) · (x + 0.044715 x³))), the
+    tanh approximation transformers calls "gelu_pytorch_tanh".   [..., F], [..., F] -> [..., F]"""
+    out = gate * gate
+    out *= np.float32(0.044715)
+    out += 1.0
+    out *= gate                                                   # x + 0.044715 x³
+    out *= np.float32(math.sqrt(2.0 / math.pi))
+    np.tanh(out, out=out)
+    out += 1.0
+    out *= gate
+    out *= np.float32(0.5)
+    out *= up
+    return out
+
+
+def softcap(x: np.ndarray, cap: float) -> np.ndarray:
+    """cap · tanh(x / cap): squashes x smoothly into (-cap, cap) (Gemma 2's logit soft-capping).   same shape"""
+    return np.float32(cap) * np.tanh(x / np.float32(cap))
 
 
 def softmax(x: np.ndarray, axis: int = -1) -> np.ndarray:
@@ -115,6 +138,17 @@ def causal_visible(q_positions: np.ndarray, n_keys: int, key_valid: np.ndarray) 
     """
     keys = np.arange(n_keys)
     return (keys[None, None, :] <= q_positions[:, :, None]) & key_valid[:, None, :]
+
+
+def window_visible(q_positions: np.ndarray, key_positions: np.ndarray, key_valid: np.ndarray,
+                   window: int) -> np.ndarray:
+    """Sliding-window causal visibility: key at position j is seen by the query at position p when
+    p - window < j ≤ p (the query and the window - 1 tokens before it) and j is a real key.
+
+    q_positions [B, T]; key_positions [B, S] absolute position held in each key slot; key_valid [B, S] bool.
+    -> [B, T, S] bool"""
+    kp, qp = key_positions[:, None, :], q_positions[:, :, None]
+    return (kp <= qp) & (kp > qp - window) & key_valid[:, None, :]
 
 
 def gqa_attention_scores(q: np.ndarray, k: np.ndarray, scale: float) -> np.ndarray:

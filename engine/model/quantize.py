@@ -7,13 +7,15 @@ back to float32, so the engine runs unchanged and only the rounding error remain
 """
 from __future__ import annotations
 
+import dataclasses
+
 from dataclasses import dataclass
 
 import numpy as np
 
 from calculators.sizing.quantization import dequantize, quantize
 from engine.errors import ModelError
-from engine.model.model import LayerWeights, Model, Weights
+from engine.model.model import Model, Weights
 from specs.model_config import SpecError
 
 # A fixed text to score perplexity on (our own words; plain English a small model should predict reasonably).
@@ -46,10 +48,8 @@ def quantized_model(model: Model, scheme: Scheme, include_lm_head: bool = False)
     """A copy of `model` whose projection matrices went through quantize -> dequantize (norms stay fp32; the
     embedding/LM head too unless `include_lm_head`, as most INT4/INT8 schemes keep them at higher precision)."""
     try:
-        layers = [LayerWeights(attn_norm=lw.attn_norm, wqkv=_round_trip(lw.wqkv, scheme),
-                               wo=_round_trip(lw.wo, scheme), ffn_norm=lw.ffn_norm,
-                               w_gate_up=_round_trip(lw.w_gate_up, scheme), w_down=_round_trip(lw.w_down, scheme))
-                  for lw in model.weights.layers]
+        layers = [dataclasses.replace(lw, **{name: _round_trip(m, scheme) for name, m in lw.matrices().items()})
+                  for lw in model.weights.layers]          # norms (Gemma's q/k/post norms too) stay as they are
         w = model.weights
         lm_head = _round_trip(w.lm_head, scheme) if include_lm_head else w.lm_head
     except SpecError as e:

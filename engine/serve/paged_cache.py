@@ -103,6 +103,11 @@ class PagedKVCache:
         self.blocks.release(block)
         return new
 
+    def first_kept(self, layer: int) -> np.ndarray:
+        """Position in slot 0 of every row: 0, the pool keeps every position of every layer (a sliding-window
+        layer's older keys stay in their blocks and the forward pass's window mask hides them).   [B]"""
+        return np.zeros(self.batch, np.int64)
+
     def write(self, layer: int, k_new: np.ndarray, v_new: np.ndarray, n_valid: np.ndarray) -> None:
         """Scatter the first n_valid[b] rows of k_new/v_new [B, h_kv, T, d] to their (block, offset) slots."""
         rows, steps, blocks, offsets = self._slots(n_valid)

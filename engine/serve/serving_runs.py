@@ -20,7 +20,7 @@ from engine.model import ops
 from engine.errors import ModelError
 from engine.model.model import Model
 from engine.serve.scheduler import Scheduler, StepReport
-from engine.serve.speculative import speculative_generate
+from engine.serve.speculative import PromptLookup, speculative_generate
 
 
 def random_prompts(model: Model, n: int, length: int, seed: int = 0) -> list[list[int]]:
@@ -146,7 +146,7 @@ def prefix_cache_run(model: Model, system_len: int, question_len: int = 8, prefi
                 ttft_ms=1e3 * req.ttft_s)
 
 
-def speculative_run(target: Model, draft: Model, prompt: Sequence[int], max_new_tokens: int = 24,
+def speculative_run(target: Model, draft: "Model | PromptLookup", prompt: Sequence[int], max_new_tokens: int = 24,
                     draft_tokens: int = 4) -> dict:
     """Plain greedy and speculative decoding of the same prompt, timed back to back. The inputs of the
     formula's prediction are measured here: α, and the draft's cost per step as a fraction c of a target step."""
@@ -156,9 +156,21 @@ def speculative_run(target: Model, draft: Model, prompt: Sequence[int], max_new_
     step_s = float(np.mean([t.seconds for t in plain[1:]])) if len(plain) > 1 else float("nan")
     res = speculative_generate(target, draft, prompt, max_new_tokens=max_new_tokens, draft_tokens=draft_tokens,
                                stop_at_eos=False)
-    return dict(draft_layers=draft.config.num_layers, draft_tokens=draft_tokens,
+    return dict(draft_layers=draft.config.num_layers if isinstance(draft, Model) else 0, draft_tokens=draft_tokens,
                 identical=res.token_ids == [t.token_id for t in plain],
                 acceptance_rate=res.acceptance_rate, alpha=res.alpha, tokens_per_pass=res.tokens_per_pass,
                 draft_cost_ratio=(res.draft_seconds / res.draft_steps) / step_s if res.draft_steps else float("nan"),
                 verify_cost_ratio=(res.verify_seconds / res.rounds) / step_s if res.rounds else float("nan"),
                 plain_s=plain_s, speculative_s=res.seconds, speedup_measured=plain_s / res.seconds)
+
+
+def kv_layers_run(model: Model, tokens: int, chunk_size: int = 512, seed: int = 0) -> dict:
+    """Prefill `tokens` random token ids and report the cache each layer holds: the measurement beside the
+    calculators' per-kind formula (a sliding-window layer keeps its last W positions, a full layer all)."""
+    ids = random_prompts(model, 1, tokens, seed)[0]
+    cache = model.new_cache(1, tokens)
+    t0 = time.perf_counter()
+    model.prefill(ids, cache, chunk_size=chunk_size)
+    return dict(tokens=tokens, bytes_per_layer=cache.bytes_per_layer(), bytes_used=cache.bytes_used(),
+                positions_held=[int(cache.held(li)[0]) for li in range(model.config.num_layers)],
+                seconds=time.perf_counter() - t0)

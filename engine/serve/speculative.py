@@ -7,7 +7,8 @@ d_i == g_(i-1); the first disagreement is replaced by the target's choice, and i
 plain greedy decoding; only the number of target passes changes.
 
 The draft here is the target's own first layers (an early exit: same embedding, final norm and LM head, arrays
-shared read-only) or any other model with the same vocabulary.
+shared read-only), any other model with the same vocabulary, or no model at all: prompt lookup (`PromptLookup`,
+vLLM's "ngram" method) copies what followed the last occurrence of the latest n tokens earlier in the text.
 """
 from __future__ import annotations
 
@@ -35,6 +36,53 @@ def early_exit_draft(model: Model, num_layers: int) -> Model:
     draft.config = c.replace(num_layers=num_layers, layer_types=types, name=f"{c.name} (first {num_layers} layers)")
     draft.weights = replace(w, layers=w.layers[:num_layers])
     return draft
+
+
+LOOKUP_PARAGRAPH = ("The museum opens at nine in the morning and closes at six in the evening. Tickets cost twelve "
+                    "dollars for adults and six dollars for children. Guided tours start every hour from the main "
+                    "hall, and the cafe on the second floor serves lunch until three.")
+# Two chat prompts for prompt lookup: a reply that repeats its input (the drafts copied from the prompt are mostly
+# right), and one that writes new text (the n-grams rarely match, and every verification pass costs extra).
+LOOKUP_EXAMPLES = {
+    "wins: copy a paragraph, changing one word":
+        f"Repeat the following text exactly, but replace 'museum' with 'gallery':\n\n{LOOKUP_PARAGRAPH}",
+    "loses: write a new story": "Write a short story about a dragon who learns to bake bread.",
+}
+
+
+@dataclass(frozen=True)
+class PromptLookup:
+    """Drafts without a draft model (prompt lookup decoding; vLLM's speculative method "ngram"): find the most
+    recent earlier place where the last n tokens of the text occurred (n from `max_ngram` down to `min_ngram`)
+    and propose the tokens that followed it there. Free to compute, and right whenever the reply repeats its
+    input (quoting, rewriting, editing code); when nothing matches, the round is a plain decode step."""
+    max_ngram: int = 3
+    min_ngram: int = 1
+
+    def __post_init__(self) -> None:
+        for name in ("max_ngram", "min_ngram"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, int) or not 1 <= v <= 16:
+                raise ModelError(f"{name} must be a whole number from 1 to 16, got {v!r}")
+        if self.min_ngram > self.max_ngram:
+            raise ModelError(f"min_ngram ({self.min_ngram}) must not exceed max_ngram ({self.max_ngram})")
+
+    @property
+    def name(self) -> str:
+        return f"prompt lookup ({self.min_ngram}-{self.max_ngram}-grams)"
+
+    def propose(self, seq: Sequence[int], k: int) -> list[int]:
+        """Up to k tokens that followed the latest earlier occurrence of seq's last n tokens ([] if none)."""
+        if k <= 0:
+            return []
+        a = np.asarray(seq, np.int64)
+        for n in range(min(self.max_ngram, a.size - 1), self.min_ngram - 1, -1):
+            starts = np.lib.stride_tricks.sliding_window_view(a[:-1], n)      # every earlier n-gram
+            hits = np.flatnonzero((starts == a[-n:]).all(axis=1))
+            if hits.size:
+                follow = int(hits[-1]) + n                                       # the most recent occurrence
+                return [int(t) for t in a[follow:follow + k]]
+        return []
 
 
 @dataclass
@@ -72,26 +120,31 @@ class SpeculativeResult:
 
 def rewind(cache: KVCache, length: int) -> None:
     """Forget the K/V after position `length` (rejected drafts): the next write overwrites them."""
-    cache.lengths[0] = min(int(cache.lengths[0]), length)
+    cache.truncate(length)
 
 
-def speculative_generate(target: Model, draft: Model, prompt: str | Sequence[int], max_new_tokens: int = 32,
-                         draft_tokens: int = 4, stop_at_eos: bool = True) -> SpeculativeResult:
-    """Greedy decoding of `target` with drafts from `draft`; the tokens equal `target.generate(..., temperature=0)`,
-    with the same stop rules (eos, length, context)."""
+def speculative_generate(target: Model, draft: "Model | PromptLookup", prompt: str | Sequence[int],
+                         max_new_tokens: int = 32, draft_tokens: int = 4, stop_at_eos: bool = True) -> SpeculativeResult:
+    """Greedy decoding of `target` with drafts from `draft` (a model, or `PromptLookup()`); the tokens equal
+    `target.generate(..., temperature=0)`, with the same stop rules (eos, length, context)."""
     max_new = check_max_new_tokens(max_new_tokens)
     if isinstance(draft_tokens, bool) or not isinstance(draft_tokens, int) or not 1 <= draft_tokens <= 64:
         raise ModelError(f"draft_tokens must be a whole number from 1 to 64, got {draft_tokens!r}")
-    if draft.config.vocab_size != target.config.vocab_size:
+    lookup = draft if isinstance(draft, PromptLookup) else None
+    if lookup is None and draft.config.vocab_size != target.config.vocab_size:
         raise ModelError(f"the draft's vocabulary ({draft.config.vocab_size}) differs from the target's "
                          f"({target.config.vocab_size}): they must share a tokenizer")
     ids = target.encode_prompt(prompt)
     target.check_prompt(ids)
-    ctx = min(target.config.max_position_embeddings, draft.config.max_position_embeddings)
+    ctx = target.config.max_position_embeddings
+    if lookup is None:
+        ctx = min(ctx, draft.config.max_position_embeddings)
     eos = eos_ids(target)
     out = SpeculativeResult([], "", draft_tokens)
     t_start = time.perf_counter()
-    t_cache, d_cache = target.new_cache(1, ctx), draft.new_cache(1, ctx)
+    extra = draft_tokens + 1                          # a sliding-window layer may have to take back k + 1
+    t_cache = target.new_cache(1, ctx, extra)
+    d_cache = None if lookup else draft.new_cache(1, ctx, extra)
     seq = list(ids)                                          # every token so far; t_cache holds all but the last
 
     def emit(token: int) -> bool:
@@ -105,7 +158,7 @@ def speculative_generate(target: Model, draft: Model, prompt: str | Sequence[int
     while not done:
         k = min(draft_tokens, max_new - len(out.token_ids) - 1, ctx - len(seq))
         t0 = time.perf_counter()
-        drafts = propose(draft, d_cache, seq, k)
+        drafts = lookup.propose(seq, k) if lookup else propose(draft, d_cache, seq, k)
         t1 = time.perf_counter()
         verify = target.forward(np.array([[seq[-1], *drafts]]), t_cache, all_logits=True)[0]   # [k+1, V]
         out.draft_seconds += t1 - t0
@@ -120,7 +173,8 @@ def speculative_generate(target: Model, draft: Model, prompt: str | Sequence[int
         new = drafts[:n] + [int(greedy[n])]
         out.per_round.append(len(new))
         rewind(t_cache, len(seq) + n)                        # keep last token + accepted drafts
-        rewind(d_cache, len(seq) + n)
+        if d_cache is not None:
+            rewind(d_cache, len(seq) + n)
         for t in new:
             if emit(t):
                 done = True

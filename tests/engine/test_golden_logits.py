@@ -3,7 +3,9 @@ transformers' LlamaForCausalLM computed (in float64) for tiny random checkpoints
 by tools/make_golden_logits.py. The weights are regenerated from their seeds (tests/golden_cases.py).
 
 Covers GQA, MHA, MQA with head_dim ≠ D/h, llama3 RoPE scaling, tied and untied LM heads, and a 600-token prompt
-(the engine attends in blocks of 512 queries past that length).
+(the engine attends in blocks of 512 queries past that length); and Gemma 3 (Gemma3ForCausalLM: sliding windows of
+8 and 100 positions, local/global RoPE bases, q/k norms, four norms per layer, GeGLU, √D embeddings, a query scale
+that is not 1/√d_k), also decoded through the sliding-window cache. Measured worst case for Gemma 3: 7e-6.
 
 Tolerance 1e-5 absolute, for logits of magnitude ≤ ~3: the engine runs float32 (eps 6e-8) through 1-2 layers of
 sums over ≤ 96 terms; the measured worst case is ~1e-6 (printed with -s). A wrong head grouping, mask, RoPE
@@ -35,7 +37,7 @@ def test_logits_match_transformers_golden(name):
     assert err <= ATOL
 
 
-@pytest.mark.parametrize("name", ["gqa_untied", "llama3_scaling"])
+@pytest.mark.parametrize("name", ["gqa_untied", "llama3_scaling", "gemma3_window", "gemma3_long_prompt"])
 def test_cached_decode_matches_transformers_golden(name):
     """Prefill then one decode step per token: the KV-cache path gives the same logits as the full pass."""
     golden = np.load(GOLDEN_DIR / f"{name}.npz")

@@ -81,3 +81,53 @@ def test_default_model_speculative_equals_greedy(default_model):
     res = speculative_generate(default_model, draft, ids, max_new_tokens=8, draft_tokens=3, stop_at_eos=False)
     assert res.token_ids == greedy(default_model, ids, max_new_tokens=8, stop_at_eos=False)
     assert np.isfinite(res.alpha)
+
+
+# ---------------------------------------------------------------------------------------- prompt lookup (n-grams)
+@pytest.mark.parametrize("seq,k,expected", [
+    ([1, 2, 3, 4, 1, 2], 3, [3, 4, 1]),          # no earlier [4, 1, 2]; [1, 2] occurred at 0: what followed it
+    ([7, 8, 9, 7, 8, 5, 7, 8], 2, [5, 7]),       # the LATEST earlier [7, 8] wins (at 3, not at 0)
+    ([5, 6, 7, 6, 7], 4, [6, 7]),                # [6, 7] at 1: only two tokens follow it
+    ([1, 2, 3], 4, []),                          # nothing repeats: no draft, the round is a plain decode step
+])
+def test_prompt_lookup_proposes_what_followed_the_latest_earlier_ngram(seq, k, expected):
+    from engine.serve.speculative import PromptLookup
+    assert PromptLookup(max_ngram=3, min_ngram=1).propose(seq, k) == expected
+
+
+def brute_force_lookup(seq, k, max_n, min_n):
+    """The same rule as a plain loop: longest n first, latest earlier start first."""
+    for n in range(max_n, min_n - 1, -1):
+        if n >= len(seq):
+            continue
+        for i in range(len(seq) - n - 1, -1, -1):
+            if seq[i:i + n] == seq[-n:]:
+                return seq[i + n:i + n + k]
+    return []
+
+
+def test_prompt_lookup_agrees_with_a_brute_force_loop():
+    from engine.serve.speculative import PromptLookup
+    rng = np.random.default_rng(0)
+    for _ in range(300):
+        seq = [int(t) for t in rng.integers(0, 4, rng.integers(1, 30))]
+        k, hi = int(rng.integers(1, 6)), int(rng.integers(1, 5))
+        lo = int(rng.integers(1, hi + 1))
+        assert PromptLookup(hi, lo).propose(seq, k) == brute_force_lookup(seq, k, hi, lo), (seq, k, hi, lo)
+
+
+@pytest.mark.parametrize("k", [1, 4, 8])
+def test_prompt_lookup_equals_greedy_on_a_repetitive_prompt(target, k):
+    from engine.serve.speculative import PromptLookup
+    ids = prompt(10, seed=3) * 3                                    # the text repeats: lookups find n-grams
+    res = speculative_generate(target, PromptLookup(), ids, max_new_tokens=24, draft_tokens=k, stop_at_eos=False)
+    assert res.token_ids == greedy(target, ids, max_new_tokens=24, stop_at_eos=False)
+    assert sum(res.per_round) >= len(res.token_ids) - 1 and res.rounds == len(res.per_round)
+
+
+def test_prompt_lookup_refuses_bad_ngram_sizes():
+    from engine.serve.speculative import PromptLookup
+    with pytest.raises(ModelError, match="min_ngram"):
+        PromptLookup(max_ngram=2, min_ngram=3)
+    with pytest.raises(ModelError, match="max_ngram"):
+        PromptLookup(max_ngram=0)

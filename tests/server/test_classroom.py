@@ -195,6 +195,7 @@ def test_classroom_refusals_say_what_rule_refused(policy, tmp_path):
     check(str(tmp_path / "model.gguf"))                                # inside the folder
     check("random:SmolLM2-135M-Instruct")                              # 0.54 GB
     check("smollm2")                                                   # the bundled default: always
+    check("gemma3")                                                    # an installed package: offline too
 
 
 def test_single_user_mode_keeps_todays_freedom(tmp_path):

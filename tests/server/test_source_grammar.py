@@ -12,7 +12,7 @@ POLICY = ClassroomPolicy(enabled=True, models_dir=None, hub_allow=("HuggingFaceT
 
 @pytest.mark.parametrize("source, kind, name", [
     ("", "default", ""), ("smollm2", "default", ""), ("SmolLM2-135M-Instruct", "default", ""),
-    ("random:tinyllama", "random", "tinyllama"), ("random: llama-3-70b", "random", "llama-3-70b"),
+    ("gemma3", "gemma3", ""), ("random:tinyllama", "random", "tinyllama"), ("random: llama-3-70b", "random", "llama-3-70b"),
     ("/nowhere/model.gguf", "path", ""), ("./my-model", "path", ""), ("~/models/x", "path", ""),
     ("tinyllama", "repo", "TinyLlama/TinyLlama-1.1B-Chat-v1.0"), ("owner/name", "repo", "owner/name"),
     ("not a source!", "unknown", ""),

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from streamlit.testing.v1 import AppTest
 
-from ui.model_picker import (ACTIVE_KEY, CHOICE_KEY, DEFAULT_CHOICE, LOCAL_CHOICE, PATH_KEY, choices,
+from ui.model_picker import (ACTIVE_KEY, CHOICE_KEY, DEFAULT_CHOICE, GEMMA3_CHOICE, LOCAL_CHOICE, PATH_KEY, choices,
                              random_choice, source_for)
 from helpers_apptest import SMALL_RANDOM, errors, run_script
 
@@ -34,7 +34,9 @@ def test_picker_lists_default_runnable_presets_as_random_local_path_and_repo():
     opts = choices()
     assert opts[0] == DEFAULT_CHOICE
     randoms = [o for o in opts if o.startswith("Random weights: ")]
-    assert randoms[:2] == [SMALL_RANDOM, random_choice("TinyLlama-1.1B")]        # smallest first
+    assert randoms[:3] == [SMALL_RANDOM, random_choice("Gemma-3-270M"),           # smallest first; Gemma 3
+                           random_choice("TinyLlama-1.1B")]                      # runs too (a second family)
+    assert opts[1] == GEMMA3_CHOICE and source_for(GEMMA3_CHOICE) == "gemma3"
     assert random_choice("Llama-2-7B") in randoms
     assert random_choice("DeepSeek-V3") not in randoms                        # MLA + MoE: calculators only
     assert LOCAL_CHOICE in opts and opts[-1] == "Hugging Face repo id"
