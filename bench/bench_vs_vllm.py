@@ -51,7 +51,7 @@ def ours(model, prompts: list[list[int]], new_tokens: int) -> dict:
 
 def completion(url: str, served: str, prompt: list[int], new_tokens: int) -> dict:
     body = json.dumps(dict(model=served, prompt=prompt, max_tokens=new_tokens, temperature=0.0,
-                           ignore_eos=True)).encode()
+                           ignore_eos=True, skip_special_tokens=False)).encode()
     req = urllib.request.Request(url + "/v1/completions", body, {"Content-Type": "application/json"})
     with urllib.request.urlopen(req, timeout=600) as r:
         return json.loads(r.read())
