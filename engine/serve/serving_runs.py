@@ -1,7 +1,8 @@
 """Real engine runs behind the serving lessons and bench/bench_scheduler.py: each function builds its own
 Scheduler (nothing shared between callers), runs a small workload and returns measured numbers in a dict.
 
-- `streams_run`: N concurrent greedy streams -> decode tokens/s (weights read once per step for all N).
+- `requests_run`: given prompts, all at once, greedy, EOS ignored -> tokens/s with prefill, decode tokens/s.
+- `streams_run`: N concurrent greedy streams of random prompts -> decode tokens/s (weights read once per step).
 - `batching_run`: `streams_run` and `weight_products_run` at 1, 2, 4 ... streams, each as a gain over one.
 - `chunked_prefill_run`: a long prompt arrives while others decode -> the decoders' inter-token latency.
 - `prefix_cache_run`: the same system prompt twice -> prefill tokens and TTFT of the second request.
@@ -62,17 +63,26 @@ def weight_products_run(model: Model, rows: int, repeats: int = 3) -> dict:
     return dict(rows=rows, products_ms=1e3 * seconds, flops=flops, gflop_s=flops / seconds / 1e9)
 
 
-def streams_run(model: Model, streams: int, prompt_len: int = 8, new_tokens: int = 8) -> dict:
-    s = Scheduler(model, block_size=16, max_batch=streams)
-    for p in random_prompts(model, streams, prompt_len, seed=streams):
-        s.submit(p, max_new_tokens=new_tokens, stop_at_eos=False)
+def requests_run(model: Model, prompts: Sequence[Sequence[int]], new_tokens: int) -> dict:
+    """Every prompt submitted at once as a greedy request of `new_tokens` tokens (EOS ignored) to one Scheduler
+    with room for all of them; timed from the first step to the last token, prefill included. What the Batching
+    page, bench/bench_scheduler.py and bench/bench_vs_vllm.py (against vLLM at the same concurrency) measure.
+    -> tokens/s end to end, decode-only tokens/s and step time, and each request's token ids."""
+    s = Scheduler(model, block_size=16, max_batch=len(prompts))
+    requests = [s.submit(p, max_new_tokens=new_tokens, stop_at_eos=False) for p in prompts]
     t0 = time.perf_counter()
     reports = s.run()
     seconds = time.perf_counter() - t0
     decode = [r for r in reports if r.decoded and not r.prefilled]
-    return dict(streams=streams, decode_tokens_per_s=decode_tokens_per_s(reports),
+    return dict(streams=len(prompts), decode_tokens_per_s=decode_tokens_per_s(reports),
                 decode_step_ms=1e3 * sum(r.seconds for r in decode) / len(decode),
-                end_to_end_tokens_per_s=streams * new_tokens / seconds, seconds=seconds)
+                end_to_end_tokens_per_s=sum(len(r.token_ids) for r in requests) / seconds, seconds=seconds,
+                token_ids=[list(r.token_ids) for r in requests])
+
+
+def streams_run(model: Model, streams: int, prompt_len: int = 8, new_tokens: int = 8) -> dict:
+    """`requests_run` on `streams` random prompts of `prompt_len` tokens."""
+    return requests_run(model, random_prompts(model, streams, prompt_len, seed=streams), new_tokens)
 
 
 BATCHING_ROUNDS = 3   # `batching_run` measures every stream count this many times, rounds interleaved (median)

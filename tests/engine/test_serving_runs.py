@@ -2,8 +2,8 @@
 import pytest
 
 from engine import Model, ModelError
-from engine.serve.serving_runs import (chunked_prefill_run, decode_tokens_per_s, prefix_cache_run, speculative_run,
-                                 streams_run)
+from engine.serve.serving_runs import (chunked_prefill_run, decode_tokens_per_s, prefix_cache_run, requests_run,
+                                       speculative_run, streams_run)
 from engine.serve.speculative import early_exit_draft
 from helpers_models import tiny
 
@@ -35,6 +35,16 @@ def test_streams_and_speculative_runs_report_consistent_numbers(model):
     assert spec["identical"] and 0 <= spec["acceptance_rate"] <= 1 and spec["speedup_measured"] > 0
     with pytest.raises(ModelError, match="decode"):
         decode_tokens_per_s([])
+
+
+def test_requests_run_gives_each_prompt_its_own_greedy_tokens(model):
+    """What bench/bench_vs_vllm.py compares with vLLM: each request's tokens equal that prompt run alone by
+    `Model.generate` (a batch that mixed rows up, or stopped at EOS, would differ), and tokens/s counts them all."""
+    prompts = [[5, 6, 7], [9, 10], [5, 6, 7], [11, 12, 13, 14, 15]]
+    r = requests_run(model, prompts, new_tokens=6)
+    alone = [[t.token_id for t in model.generate(p, max_new_tokens=6, stop_at_eos=False)] for p in prompts]
+    assert r["token_ids"] == alone
+    assert r["end_to_end_tokens_per_s"] == pytest.approx(4 * 6 / r["seconds"])
 
 
 @pytest.mark.parametrize("tied", [False, True])
