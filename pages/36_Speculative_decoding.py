@@ -22,6 +22,7 @@ from engine.serve.speculative import early_exit_draft
 from specs.model_config import SpecError
 from ui import df_with_download, float_field, formula_expander, int_field, model_picker, setup_page, show_error
 from ui.serving import measured_run, style
+from ui.narration import acceptance_words
 
 ALPHAS = [i / 20 for i in range(21)]
 KS = (1, 2, 4, 8)
@@ -113,7 +114,8 @@ def measured(model) -> None:
         dict(quantity="speculative (s)", measured=r["speculative_s"], formula=None)]), "speculative_measured")
     st.caption(f"Formula with the measured α, K = {k} and the measured draft cost per step. On a CPU the "
                "verification pass of K + 1 tokens costs more than one decode step, so the measured speedup falls "
-               "below the bandwidth-bound formula; random weights accept almost nothing.")
+               "below the bandwidth-bound formula. " + acceptance_words(model, layers, alpha))
+
 
 
 def main() -> None:

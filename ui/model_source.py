@@ -388,6 +388,9 @@ def sizing_inputs() -> tuple[Any, Any] | None:
     if config is None or device is None:
         st.info("Choose a model and a device in the sidebar.")
         return None
+    st.caption(f"Sized on paper: **{config.name}** on **{device.name}** (datasheet numbers), picked in the sidebar "
+               "under “Model to size” and “Device”; the engine's own model, running on this computer, is another "
+               "one.")
     return config, device
 
 
