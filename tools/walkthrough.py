@@ -17,7 +17,6 @@ screenshot per page, text size and state, prints every problem and exits with st
 from __future__ import annotations
 
 import argparse
-import base64
 import shutil
 import signal
 import sys
@@ -58,7 +57,9 @@ _PROBLEMS_JS = r"""(() => {
     const title = gd && gd.layout && gd.layout.title ? (gd.layout.title.text || gd.layout.title) : '';
     const marks = b.querySelectorAll('.cartesianlayer .plot path, .cartesianlayer .plot image, '
       + '.cartesianlayer .plot text, .pielayer path, .polarlayer .plot path, .imagelayer image');
-    const drawn = [...marks].some(e => e.tagName !== 'path' || (e.getAttribute('d') || '').length > 2);
+    const filled = v => v && (v.length > 0 || (v.bdata && v.bdata.length > 0));
+    const drawn = [...marks].some(e => e.tagName !== 'path' || (e.getAttribute('d') || '').length > 2)
+      || (gd && gd.data && gd.data.some(t => ['x', 'y', 'z', 'values', 'base'].some(k => filled(t[k]))));
     if (!drawn) out.push('empty chart #' + (i + 1) + (title ? ' "' + String(title).slice(0, 60) + '"' : ''));
   });
   main.querySelectorAll('[data-testid="stPageLink"] a, [data-testid="stPageLink-NavLink"]').forEach(a => {
@@ -121,22 +122,27 @@ def set_large_text(browser: Browser, on: bool) -> None:
         browser.wait_ready(300)
 
 
-def full_shot(browser: Browser, path: Path) -> None:
-    """The whole page (Streamlit scrolls inside its main block, so that block's height is the page's)."""
-    h = browser.js("Math.max(720, document.querySelector('[data-testid=\"stMain\"]')?.scrollHeight || 720)")
-    browser.call("Emulation.setDeviceMetricsOverride", width=1280, height=int(h), deviceScaleFactor=1, mobile=False)
+def tall(browser: Browser, on: bool) -> None:
+    """A viewport as tall as the page (every chart is drawn, nothing scrolled away), or back to 1280×720."""
+    h = browser.js("Math.max(720, document.querySelector('[data-testid=\"stMain\"]')?.scrollHeight || 720)") \
+        if on else 720
+    browser.call("Emulation.setDeviceMetricsOverride", width=1280, height=int(min(h, 16000)), deviceScaleFactor=1,
+                 mobile=False)
     time.sleep(0.8)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_bytes(base64.b64decode(browser.call("Page.captureScreenshot", format="png")["data"]))
-    browser.call("Emulation.setDeviceMetricsOverride", width=1280, height=720, deviceScaleFactor=1, mobile=False)
-    time.sleep(0.5)
+    if on:
+        wait_charts(browser)
 
 
-def snap(browser: Browser, path: Path, full: bool) -> None:
-    if full:
-        full_shot(browser, path)
-    else:
+def look(browser: Browser, path: Path | None, full: bool) -> list[str]:
+    """The page's problems, checked with every chart drawn; a screenshot (1280×720, or the whole page)."""
+    if path is not None and not full:
         browser.shot(path)
+    tall(browser, True)
+    found = browser.js(_PROBLEMS_JS)
+    if path is not None and full:
+        browser.shot(path)
+    tall(browser, False)
+    return found
 
 
 def walk(browser: Browser, paths: list[str], out: Path | None, full: bool = False, log=print) -> list[Problem]:
@@ -148,18 +154,16 @@ def walk(browser: Browser, paths: list[str], out: Path | None, full: bool = Fals
         for path in paths:
             t0 = time.monotonic()
             open_page(browser, path)
-            found = [Problem(path, f"{size}, as drawn", w) for w in browser.js(_PROBLEMS_JS)]
             name = path.strip("/") + ("_large" if large else "")
-            if out is not None:
-                snap(browser, out / f"{name}.png", full)
+            shot = (lambda suffix: None if out is None else out / f"{name}{suffix}.png")
+            found = [Problem(path, f"{size}, as drawn", w) for w in look(browser, shot(""), full)]
             pressed = browser.js(_PRIMARY_JS)
             if pressed:
                 time.sleep(1.0)
                 browser.wait_ready(600)
                 wait_charts(browser)
-                found += [Problem(path, f"{size}, after {pressed!r}", w) for w in browser.js(_PROBLEMS_JS)]
-                if out is not None:
-                    snap(browser, out / f"{name}_pressed.png", full)
+                found += [Problem(path, f"{size}, after {pressed!r}", w)
+                          for w in look(browser, shot("_pressed"), full)]
             log(f"{path} ({size}): {len(found)} problem(s), {time.monotonic() - t0:.1f} s"
                 + (f", pressed {pressed!r}" if pressed else ""))
             for p in found:
