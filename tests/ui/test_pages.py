@@ -71,7 +71,7 @@ def test_anatomy_shows_tinyllama_size_and_ops():
 def test_kv_levers_reproduce_tinyllama_mha_gqa_mqa_bytes_per_token():
     at = page("KV_cache_and_attention_variants")
     levers = next(t for t in tables(at) if "lever" in t.columns)
-    per_token = dict(zip(levers["variant"], levers["bytes per token (all layers)"]))
+    per_token = dict(zip(levers["variant"], levers["bytes/token"]))
     assert per_token["MHA"] == 180_224 and per_token["GQA-4"] == 22_528 and per_token["MQA"] == 5_632
 
 
@@ -125,7 +125,7 @@ def test_pasted_config_is_sized():
               **{SOURCE_KEY: CONFIG_JSON, MODE_KEY: PASTE, PASTE_KEY: json.dumps(TINYLLAMA_CONFIG)})
     assert not at.exception and not errors(at)
     levers = next(t for t in tables(at) if "lever" in t.columns)
-    assert levers["bytes per token (all layers)"].iloc[0] == 22_528
+    assert levers["bytes/token"].iloc[0] == 22_528
 
 
 def test_uploaded_config_bad_and_good():
