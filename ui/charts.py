@@ -6,6 +6,7 @@ least 14 px, 22 px and up with the large-text option), and the large-text switch
 """
 from __future__ import annotations
 
+import base64
 import math
 from typing import Any
 
@@ -117,9 +118,13 @@ def _axis_values(traces: list, axis_name: str) -> list[float]:
     for t in traces:
         if t.get(f"{letter}axis", letter) != ref or t.get(letter) is None:
             continue
+        raw = t[letter]
         try:
-            v = np.asarray(t[letter], dtype=float).ravel()
-        except (TypeError, ValueError):
+            if isinstance(raw, dict) and "bdata" in raw:           # plotly 6 packs NumPy arrays as base64
+                v = np.frombuffer(base64.b64decode(raw["bdata"]), dtype=raw["dtype"]).astype(float)
+            else:
+                v = np.asarray(raw, dtype=float).ravel()
+        except (TypeError, ValueError, KeyError):
             continue
         out.extend(v[np.isfinite(v) & (v > 0)].tolist())
     return out
@@ -128,9 +133,9 @@ def _axis_values(traces: list, axis_name: str) -> list[float]:
 def log_ticks(values: list[float]) -> dict:
     """Tick marks for a log axis, each labelled with its whole value ("20", "500", "0.002"), never plotly's bare
     minor digits ("2", "5") that read as values: 1-2-5 per decade over up to three decades, powers of ten beyond.
-    Empty (plotly's own ticks) when there is nothing to place them on."""
+    Powers of ten (dtick 1) when there is nothing to place them on."""
     if not values:
-        return {}
+        return dict(dtick=1)                   # powers of ten only: fewer labels, none misread
     lo, hi = math.floor(math.log10(min(values))), math.ceil(math.log10(max(values)))
     steps = (1, 2, 5) if hi - lo <= 3 else (1,)
     vals = [m * 10.0 ** k for k in range(lo, hi + 1) for m in steps]

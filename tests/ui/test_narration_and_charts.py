@@ -138,3 +138,11 @@ def test_prefill_decode_words_give_the_measured_over_predicted_gap():
                        "TTFT measured (ms)": [100.0, 300.0], "TTFT predicted (ms)": [50.0, 150.0]})
     said = gap_words(df)
     assert "**1.7×**" in said and "**2.0×**" in said and "floor" in said
+
+
+def test_log_ticks_read_plotly_express_numpy_data():
+    """plotly 6 packs NumPy columns as base64; unread, the max-batch chart fell back to plotly's 700-800-900 labels."""
+    import plotly.express as px
+    df = pd.DataFrame({"context": [128, 256, 512, 1024, 2048], "batch": [11505, 5937, 3017, 1521, 761]})
+    fig = style(px.line(df, x="context", y="batch", log_x=True, log_y=True))
+    assert fig.layout.yaxis.ticktext == ("1,000", "2,000", "5,000", "10,000")
