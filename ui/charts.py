@@ -21,7 +21,7 @@ NORMAL_FONT_PX, LARGE_FONT_PX = 15, 22
 # A metric's value wraps instead of ending in "…": a cut number is a wrong number (both text sizes).
 _METRIC_CSS = """
 <style>
-  [data-testid="stMetricValue"], [data-testid="stMetricValue"] > div {
+  [data-testid="stMetricValue"], [data-testid="stMetricValue"] * {
     white-space: normal !important; overflow: visible !important; text-overflow: clip !important;
     overflow-wrap: anywhere; }
   [data-testid="stMetricLabel"] p, [data-testid="stPageLink"] p, [data-testid="stPageLink"] span {
