@@ -145,10 +145,11 @@ def look(browser: Browser, path: Path | None, full: bool) -> list[str]:
     return found
 
 
-def walk(browser: Browser, paths: list[str], out: Path | None, full: bool = False, log=print) -> list[Problem]:
-    """Every page in `paths`, large text off then on; the problems found (empty = a clean walk)."""
+def walk(browser: Browser, paths: list[str], out: Path | None, full: bool = False, log=print,
+         sizes: tuple[bool, ...] = (False, True)) -> list[Problem]:
+    """Every page in `paths`, large text off then on (`sizes`); the problems found (empty = a clean walk)."""
     problems: list[Problem] = []
-    for large in (False, True):
+    for large in sizes:
         set_large_text(browser, large)
         size = "large text" if large else "normal text"
         for path in paths:
@@ -173,10 +174,10 @@ def walk(browser: Browser, paths: list[str], out: Path | None, full: bool = Fals
 
 
 def run(paths: list[str] | None = None, out: Path | None = None, full: bool = False,
-        chromium: str | None = None, log=print) -> list[Problem]:
+        chromium: str | None = None, log=print, sizes: tuple[bool, ...] = (False, True)) -> list[Problem]:
     chromium = chromium or shutil.which("chromium") or "/usr/bin/chromium"
     with app_in_browser(chromium, SIZE) as browser:
-        return walk(browser, paths or page_paths(), out, full, log)
+        return walk(browser, paths or page_paths(), out, full, log, sizes)
 
 
 def main() -> int:
@@ -185,9 +186,11 @@ def main() -> int:
     p.add_argument("--out", type=Path, default=Path(tempfile.gettempdir()) / "walkthrough")
     p.add_argument("--full", action="store_true", help="whole-page screenshots instead of the 1280×720 view")
     p.add_argument("--chromium", default=None)
+    p.add_argument("--text", choices=("both", "normal", "large"), default="both", help="text sizes to walk")
     args = p.parse_args()
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(1))      # a plain kill still stops the server and Chromium
-    problems = run(args.paths or None, args.out, args.full, args.chromium)
+    sizes = {"both": (False, True), "normal": (False,), "large": (True,)}[args.text]
+    problems = run(args.paths or None, args.out, args.full, args.chromium, sizes=sizes)
     print(f"\n{len(problems)} problem(s); screenshots in {args.out}")
     for pr in problems:
         print(f"  {pr}")
