@@ -131,7 +131,7 @@ def ep_words(r: dict) -> str:
 def named_layout(res, devices: list, space: SearchSpace) -> None:
     """'Why not this one?': any layout of the search space, with the planner's verdict on it."""
     st.subheader("Why not this layout?")
-    c = st.columns(7)
+    c = st.columns([2.2, 1, 1, 1, 1.2, 1, 1])          # device names are the longest choice
     dev = c[0].selectbox("Device", [d.name for d in devices], key="plan.ask.device")
     g = c[1].selectbox("GPUs", SearchSpace().gpu_counts, index=1, key="plan.ask.gpus")
     tp = c[2].selectbox("TP", space.tp, index=1, key="plan.ask.tp")
