@@ -35,8 +35,8 @@ def allocator_words(s: dict) -> str:
     if c["steps"] == p["steps"] and c["max_batch"] == p["max_batch"]:
         out += (f" Contiguous growth kept up with paging here (its wide orange line lies under the blue one) only "
                 f"by moving requests: **{c['relocations']:,} relocations copying {c['copied_tokens']:,} token "
-                f"positions** of K/V, work paging never does (0 copies). Shrink the pool or raise the rate and it "
-                "also starts refusing or preempting requests.")
+                f"positions** of K/V, work paging never does (0 copies). When no hole is large enough to copy "
+                "into, contiguous growth must preempt a request instead.")
     return out
 
 
