@@ -24,7 +24,8 @@ _METRIC_CSS = """
   [data-testid="stMetricValue"], [data-testid="stMetricValue"] * {
     white-space: normal !important; overflow: visible !important; text-overflow: clip !important;
     overflow-wrap: anywhere; }
-  [data-testid="stMetricLabel"] p, [data-testid="stPageLink"] p, [data-testid="stPageLink"] span {
+  [data-testid="stMetricLabel"] p, [data-testid="stPageLink"] p, [data-testid="stPageLink"] span,
+  [data-testid="stSidebarNavLink"] span, [data-testid="stNavSectionHeader"] {
     white-space: normal !important; overflow: visible !important; text-overflow: clip !important; }
 </style>
 """
