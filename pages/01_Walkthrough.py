@@ -109,9 +109,11 @@ def step_one_at_a_time(model: Model, prompt: Prompt, rec, texts: list[str]) -> N
                       yaxis_tickformat=".0%", yaxis_range=[0, 1.1], height=380)
     fig.update_xaxes(type="category", tickangle=-60)
     st.plotly_chart(style(fig, height=380, legend_top=False), width="stretch")
+    greedy = all(s.prob >= 1.0 - 1e-9 for s in rec.steps)          # the sampler's odds: 1 for every greedy pick
     st.caption("With temperature 0 the run always takes the most likely token, so a tall bar is a confident model "
-               "and a short one a close call it still took. (The sampler's own odds are 100% for every greedy "
-               "pick, which says nothing about the model.)")
+               "and a short one a close call it still took." if greedy else
+               "This run samples (temperature above 0): it sometimes takes a less likely token, so a short bar can "
+               "be the sampler's choice rather than the model's favourite.")
 
 
 def step_kv_cache(model: Model, prompt: Prompt, rec, texts: list[str]) -> None:
