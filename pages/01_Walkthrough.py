@@ -16,7 +16,7 @@ from engine import Model
 from engine.instruments.readout import record_timeline, token_end_times_ms, token_table
 from specs.model_config import SpecError
 from ui import model_picker, setup_page, show_error
-from ui.charts import DIVERGING, WEIGHTS, font_px, label_step, style
+from ui.charts import DIVERGING, WEIGHTS, heatmap_size, style
 from ui.inside import (Prompt, deeper_link, layer_attention, piece_label, pieces_html, run_settings, step_texts,
                        stepper, teacher_prompt, teacher_run)
 
@@ -28,7 +28,13 @@ def step_prompt(model: Model, prompt: Prompt, rec, texts: list[str]) -> None:
     st.markdown("We typed a request. The model will answer it one small piece at a time. Here is what it wrote; "
                 "the next steps open it up to see how.")
     reply = model.tokenizer.decode([s.token_id for s in rec.steps]) if model.tokenizer else " ".join(texts)
-    st.markdown(f"> **Prompt:** {prompt.text}\n>\n> **Reply:** {reply}")
+    cut = rec.finish_reason in ("length", "context")
+    st.markdown(f"> **Prompt:** {prompt.text}\n>\n> **Reply:** {reply}{' …' if cut else ''}")
+    if cut:
+        why = (f"the {len(rec.steps)} new tokens set in Run settings" if rec.finish_reason == "length"
+               else "the model's context window")
+        st.caption(f"The reply stops at {why}, not at the end of a thought: the model writes one token at a time "
+                   "and was still going. Raise “New tokens to generate” under Run settings to read more.")
 
 
 def step_tokens(model: Model, prompt: Prompt, rec, texts: list[str]) -> None:
@@ -48,9 +54,12 @@ def step_embeddings(model: Model, prompt: Prompt, rec, texts: list[str]) -> None
     st.markdown(f"Each token number picks one row of a table of {c.vocab_size:,} rows. A row is a list of "
                 f"{c.hidden_size} numbers: the token's starting meaning. Here is the row of `{word}` (id {tid}):")
     vec = model.weights.embed[tid]
-    fig = go.Figure(go.Heatmap(z=vec[None, :], colorscale=DIVERGING, zmid=0, showscale=False))
-    fig.update_layout(xaxis_title=f"{c.hidden_size} numbers", yaxis=dict(showticklabels=False), height=170)
-    st.plotly_chart(style(fig, height=170, legend_top=False), width="stretch")
+    fig = go.Figure(go.Heatmap(z=vec[None, :], colorscale=DIVERGING, zmid=0, showscale=True,
+                               colorbar=dict(title="value", thickness=14, len=1.0)))
+    fig.update_layout(xaxis_title=f"{c.hidden_size} numbers", yaxis=dict(showticklabels=False), height=200)
+    st.plotly_chart(style(fig, height=200, legend_top=False), width="stretch")
+    st.caption("Colour = the number's value: blue below zero, white near zero, red above (scale on the right). "
+               "No single number means anything on its own; the pattern across all of them is the meaning.")
     deeper_link("pages/12_Embeddings_and_the_next_token.py", "Go deeper: Embeddings and the next token")
 
 
@@ -58,15 +67,15 @@ def step_attention(model: Model, prompt: Prompt, rec, texts: list[str]) -> None:
     layer = model.config.num_layers // 2
     st.markdown(f"In every layer, each token looks back at the tokens before it and decides how much of each to "
                 f"take in. Dark squares = strong attention (layer {layer}, head 0). Nothing above the diagonal: a "
-                "token never looks ahead.")
+                "token never looks ahead. A dark first column is normal: a head with nothing useful to look at "
+                "parks its attention on the first token (an \"attention sink\").")
     acts = layer_attention(model, prompt, layer, HEATMAP_TOKENS)
     ids = list(prompt.ids)[:HEATMAP_TOKENS]
     pieces = model.tokenizer.token_strings(ids) if model.tokenizer else [f"#{i}" for i in ids]
     names = [piece_label(i, p) for i, p in enumerate(pieces)]
     fig = go.Figure(go.Heatmap(z=acts["hook_pattern"][0], x=names, y=names, colorscale=WEIGHTS, showscale=False))
-    step = label_step(len(ids))
-    fig.update_layout(xaxis_title="looked at", yaxis_title="looking", yaxis_autorange="reversed",
-                      height=max(420, (font_px() + 6) * len(ids) // step + 260))
+    step, height = heatmap_size(len(ids))
+    fig.update_layout(xaxis_title="looked at", yaxis_title="looking", yaxis_autorange="reversed", height=height)
     fig.update_xaxes(type="category", tickangle=-90, dtick=step)
     fig.update_yaxes(type="category", dtick=step)
     st.plotly_chart(style(fig, legend_top=False), width="stretch")
@@ -78,7 +87,7 @@ def step_next_token(model: Model, prompt: Prompt, rec, texts: list[str]) -> None
     tok = model.tokenizer
     names = tok.token_strings(list(first.top_ids)) if tok else [f"#{i}" for i in first.top_ids]
     st.markdown("After the last layer, the model gives every word of its vocabulary a score and turns the scores "
-                f"into probabilities. Its favourites for the first word of the reply:")
+                "into probabilities. Its favourites for the first word of the reply:")
     fig = go.Figure(go.Bar(x=names, y=first.top_probs, text=[f"{p:.0%}" for p in first.top_probs],
                            textposition="outside", marker_color="#2563eb"))
     fig.update_layout(xaxis_title="candidate next token", yaxis_title="probability", yaxis_tickformat=".0%",
@@ -91,13 +100,20 @@ def step_next_token(model: Model, prompt: Prompt, rec, texts: list[str]) -> None
 
 def step_one_at_a_time(model: Model, prompt: Prompt, rec, texts: list[str]) -> None:
     st.markdown("The chosen token is added to the text and the model runs again, once per token. The height of "
-                "each bar is how sure the model was of the token it chose.")
-    fig = go.Figure(go.Bar(x=[f"{i} {t}" for i, t in enumerate(texts)], y=[s.prob for s in rec.steps],
+                "each bar is how sure the model was of the token it chose: the same probability as in the step "
+                "before (for the first bar, the one the first word got there).")
+    fig = go.Figure(go.Bar(x=[f"{i} {t}" for i, t in enumerate(texts)], y=[s.model_prob for s in rec.steps],
+                           text=[f"{s.model_prob:.0%}" for s in rec.steps], textposition="outside",
                            marker_color="#10b981"))
-    fig.update_layout(xaxis_title="generated token (in order)", yaxis_title="probability when chosen",
-                      yaxis_tickformat=".0%", height=380)
+    fig.update_layout(xaxis_title="generated token (in order)", yaxis_title="model's probability of it",
+                      yaxis_tickformat=".0%", yaxis_range=[0, 1.1], height=380)
     fig.update_xaxes(type="category", tickangle=-60)
     st.plotly_chart(style(fig, height=380, legend_top=False), width="stretch")
+    greedy = all(s.prob >= 1.0 - 1e-9 for s in rec.steps)          # the sampler's odds: 1 for every greedy pick
+    st.caption("With temperature 0 the run always takes the most likely token, so a tall bar is a confident model "
+               "and a short one a close call it still took." if greedy else
+               "This run samples (temperature above 0): it sometimes takes a less likely token, so a short bar can "
+               "be the sampler's choice rather than the model's favourite.")
 
 
 def step_kv_cache(model: Model, prompt: Prompt, rec, texts: list[str]) -> None:

@@ -19,7 +19,7 @@ from engine.instruments.readout import (attention_row_steps, causal_check, gqa_g
                             rope_angles, rope_relative_check, window_check)
 from specs.model_config import SpecError
 from ui import df_with_download, formula_expander, model_picker, setup_page, show_error
-from ui.charts import WEIGHTS, figure, font_px, label_step, style
+from ui.charts import WEIGHTS, figure, font_px, heatmap_size, style
 from ui.inside import (Prompt, band_attention, index_field, layer_attention, piece_label, pooled, session_cached,
                        teacher_prompt)
 from ui.serving import measured_run
@@ -37,8 +37,7 @@ def labels(model: Model, ids) -> list[str]:
 def heatmap(z: np.ndarray, names: list[str], title: str) -> dict:
     """Weights with token labels on both axes: as many labels as fit at the current font size, rows tall enough
     to read."""
-    step = label_step(len(names))
-    height = max(420, (font_px() + 6) * len(names) // step + 260)
+    step, height = heatmap_size(len(names))
     return figure(
         dict(type="heatmap", z=z, x=names, y=names, colorscale=WEIGHTS, zmin=0, zmax=float(max(z.max(), 1e-9)),
              colorbar=dict(title=dict(text="weight")), hovertemplate="query %{y}<br>key %{x}<br>%{z:.3f}<extra></extra>"),
@@ -56,7 +55,10 @@ def pattern_section(model: Model, names: list[str], pattern: np.ndarray, layer: 
     chk = causal_check(p)
     st.caption(f"Each row adds up to 1 (largest deviation here: {chk['max_row_error']:.1e}). Everything above the "
                f"diagonal is exactly 0 ({chk['zeros_above']:,} of {chk['entries_above']:,} entries): a token may "
-               "only look back, never at tokens that come after it.")
+               "only look back, never at tokens that come after it. A dark first column is common in trained "
+               "models: a head with nothing useful to look at parks its weight on the first token, an \"attention "
+               "sink\" (Xiao et al., \"Efficient Streaming Language Models with Attention Sinks\", 2023, "
+               "arXiv:2309.17453).")
     formula_expander("Attention weights", "weights = softmax(q·Kᵀ / √d + mask), one row per query token; the mask "
                      "is −∞ above the diagonal, so those weights are exactly 0 (causal attention). Captured at "
                      "`blocks.{l}.attn.hook_pattern`.\n\nSource: 003 Detail 4")
@@ -166,6 +168,11 @@ def rope_section(model: Model, acts: dict, head: int) -> None:
                 "then depends on how far apart they are, not on where they are.")
     circle = session_cached("rope_circle", (model.source, font_px()), lambda: rope_circle_figure(c))
     st.plotly_chart(circle, width="stretch")
+    st.caption(f"How to read it: each ring is one pair of numbers of q (or k), one dot per position 0 to 63 at the "
+               "angle that position turns it by. Pair 0 (the inner ring) turns a full radian per position, so 64 "
+               f"positions go round the circle many times; pair {d // 2 - 1} (the outer ring) turns so slowly that "
+               "its dots hardly leave the start. The rings have different sizes only to keep them apart: a rotation "
+               "never changes a vector's length.")
     T = acts["hook_q"].shape[0]
     m, n = T - 1, max(T - 4, 0)
     q = acts["hook_q"][m, head]

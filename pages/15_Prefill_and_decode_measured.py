@@ -20,6 +20,7 @@ from ui import df_with_download, formula_expander, model_picker, setup_page, sho
 from ui.charts import figure, style
 from ui.inside import Prompt, run_settings, session_cached, step_texts, teacher_prompt, teacher_run
 from ui.model_source import measured_machine
+from ui.narration import gap_words
 
 ENGINE_DTYPE = "fp32"               # the engine's weights, activations and cache are float32
 SWEEP_STEPS = 4                     # decode steps timed per prompt length (the median is reported)
@@ -103,6 +104,7 @@ def sweep(model: Model, lengths: tuple[int, ...]) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+
 def sweep_section(model: Model) -> None:
     st.subheader("Longer prompts: TTFT grows, ITL stays flat")
     st.markdown("Prefill handles the whole prompt in one pass, so its time grows with the prompt. A decode step "
@@ -135,6 +137,7 @@ def sweep_section(model: Model) -> None:
     st.caption(f"Prediction for this machine as measured by NumPy: {device.memory_bandwidth_gb_s:,.1f} GB/s, "
                f"{device.peak(ENGINE_DTYPE) / 1e9:,.1f} GFLOP/s in float32; each step takes the larger of its "
                "compute time and its memory time (the roofline).")
+    st.markdown(gap_words(df))
     df_with_download(df.round(3), "prefill_decode_sweep")
     formula_expander("The prediction", "TTFT ≈ max(prefill FLOPs ÷ peak FLOP/s, bytes ÷ bandwidth) and "
                      "ITL ≈ max(step FLOPs ÷ peak, (weights + KV cache) ÷ bandwidth), with this machine's measured "

@@ -31,7 +31,7 @@ from ui.charts import style as chart_style
 
 COMPARE_DEFAULT = ["Llama-2-7B", "Llama-3-8B", "Mistral-7B", "Gemma-3-27B", "DeepSeek-V2", "Qwen3-Next-80B-A3B"]
 MHA, MQA, SWA = "MHA (every query head keeps its own K/V)", "MQA (one K/V head)", "Sliding window on every layer"
-RATIO = "× smaller than published fp16"
+RATIO = "× smaller"
 
 
 def what_if(c: ModelConfig, variant: str, window: int) -> ModelConfig:
@@ -135,8 +135,8 @@ def levers_section(config: ModelConfig, tokens: int, window: int | None) -> None
     def add(lever: str, variant: str, c: ModelConfig, dtype: str) -> None:
         seq = kv_cache_bytes(c, tokens, 1, dtype)
         rows.append({"lever": lever, "variant": variant, "KV precision": dtype,
-                     "bytes per token (all layers)": kv_bytes_per_token(c, dtype),
-                     f"per sequence at {tokens:,} tokens (MB)": seq / MB,
+                     "bytes/token": kv_bytes_per_token(c, dtype),
+                     "MB/sequence": seq / MB,
                      RATIO: kv_reduction(base, seq)["ratio"] if seq > 0 else float("nan")})
 
     add("as published", attention_label(config), config, "fp16")
@@ -160,8 +160,9 @@ def levers_section(config: ModelConfig, tokens: int, window: int | None) -> None
     df = pd.DataFrame(rows)
     df_with_download(df, "kv_levers", height=table_height(len(df)), column_config={
         "variant": st.column_config.TextColumn(width="medium"),
-        f"per sequence at {tokens:,} tokens (MB)": st.column_config.NumberColumn(format="%.2f"),
-        RATIO: st.column_config.NumberColumn(format="%.3g", help="published fp16 size ÷ this row's size; "
+        "bytes/token": st.column_config.NumberColumn(help="K and V bytes per cached token, all layers"),
+        "MB/sequence": st.column_config.NumberColumn(format="%.2f", help=f"one sequence of {tokens:,} tokens"),
+        RATIO: st.column_config.NumberColumn(format="%.3g", help="than published fp16: that size ÷ this row's; "
                                              "below 1 means larger"),
         "bytes per token (all layers)": st.column_config.NumberColumn(format="localized")})
     if config.kv_lora_rank:

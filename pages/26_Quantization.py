@@ -17,6 +17,7 @@ from calculators.sizing.quantization import dequantize, precision_table, q_range
 from calculators.units import GB, fmt_bytes, fmt_num
 from engine.model.quantize import Scheme, measure_quantization, quantization_memory_bytes
 from specs.model_config import ModelConfig, SpecError
+from specs.sources import readable_source
 from ui import (df_with_download, float_field, formula_expander, int_field, model_picker, remember, setup_page,
                 show_error)
 from calculators.multi_gpu.tensor_parallel import per_gpu_memory
@@ -93,8 +94,8 @@ def walkthrough_section() -> None:
                        "with numbers": [e.formula for e in steps], "value": [e.value for e in steps]})
     df_with_download(df, "one_weight_walkthrough")
     lo, hi = q_range(bits)
-    st.caption(f"Source: {steps[0].source}. INT{bits} keeps integers in [{lo}, {hi}]; the scale divides the "
-               f"largest magnitude by {hi}.")
+    st.caption(readable_source(f"Source: {steps[0].source}. ") + f"INT{bits} keeps integers in [{lo}, {hi}]; "
+               f"the scale divides the largest magnitude by {hi}.")
 
 
 def granularity_section() -> None:

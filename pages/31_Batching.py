@@ -19,6 +19,7 @@ from calculators.serving.batching import (REFERENCE_003, batch_curve, compute_cr
 from calculators.units import GB, MB, fmt_bytes, fmt_num
 from engine.serve.serving_runs import batching_run
 from specs.model_config import SpecError
+from specs.sources import readable_source
 from ui import df_with_download, formula_expander, int_field, model_picker, setup_page, show_error
 from ui.serving import measured_run, step_model_inputs
 from ui.charts import style as chart_style
@@ -72,7 +73,8 @@ def theory(model, context: int, largest: int) -> None:
                           "tokens/s all streams": df["total_tok_s"], "tokens/s per stream": df["per_stream_tok_s"]})
     df_with_download(table, "batching_curve", column_config={
         k: st.column_config.NumberColumn(format="%.4g") for k in table.columns if k not in ("batch", "bound")})
-    with st.expander("The text's table (003 Detail 21), from its own rounded inputs"):
+    with st.expander("The reference text's table (\"LLM Inference: From Black Box to Production\", Detail 21), "
+                     "from its own rounded inputs"):
         ref = pd.DataFrame(reference_batch_table())
         df_with_download(pd.DataFrame({"batch": ref["batch"], "KV read (MB)": ref["kv_read_bytes"] / MB,
                                        "total read (GB)": ref["total_bytes"] / GB, "step (ms)": ref["step_ms"],
@@ -83,7 +85,7 @@ def theory(model, context: int, largest: int) -> None:
                                         "total read (GB)": st.column_config.NumberColumn(format="%.2f"),
                                         "tokens/s all streams": st.column_config.NumberColumn(format="%.0f"),
                                         "tokens/s per stream": st.column_config.NumberColumn(format="%.0f")})
-        st.caption(f"{REFERENCE_003.name}: {fmt_bytes(REFERENCE_003.weight_bytes)} of weights, "
+        st.caption(readable_source(REFERENCE_003.name, markdown=False) + f": {fmt_bytes(REFERENCE_003.weight_bytes)} of weights, "
                    f"{fmt_bytes(REFERENCE_003.kv_bytes_per_token)} per token, 300 tokens of context. The text divides "
                    "by the step rounded to 0.01 ms, so its tokens/s differ from these by under 0.4%.")
     st.caption("Ideal step model: datasheet bandwidth and peak FLOP/s, weights read once per step, every sequence "

@@ -13,6 +13,7 @@ from calculators.serving.serving_sim import explain_summary, simulate
 from calculators.units import fmt_num
 from specs.model_config import SpecError
 from ui import df_with_download, float_field, formula_expander, int_field, model_picker, setup_page, show_error
+from ui.generation import prompt_ids
 from ui.serving import (engine_gantt, gantt_figure, measured_run, remembered, serve_prompts,
                         step_model_inputs, workload_inputs, workload_key)
 
@@ -94,7 +95,7 @@ def measured(model) -> None:
     if None in (slots, block):
         return
     try:
-        ids = [model.encode_prompt(p) for p in prompts]
+        ids = [prompt_ids(model, p, use_chat=True) for p in prompts]      # the chat format, as on the home page
     except SpecError as e:
         show_error(e)
         return

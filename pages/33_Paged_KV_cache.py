@@ -13,19 +13,22 @@ import streamlit as st
 from calculators.explain import explain_paging
 from calculators.serving.kv_allocation import POLICIES, compare_allocators
 from calculators.serving.paging import logical_block, max_empty_slots
-from calculators.units import fmt_bytes, fmt_num
+from calculators.units import fmt_bytes
 from engine import Scheduler
 from engine.errors import ModelError
 from engine.serve.scheduler import DEFAULT_POOL_BYTES, pool_bytes
 from specs.model_config import SpecError
 from ui import df_with_download, formula_expander, int_field, model_picker, setup_page, show_error
+from ui.generation import prompt_ids
 from ui.server import heavy_job
 from ui.serving import (block_table_rows, pool_figure, pool_owners, remembered, step_model_inputs, style,
                         workload_inputs, workload_key)
+from ui.narration import allocator_words
 
 LIVE_KEY = "paged.live"                       # per session: (model source, Scheduler, [StepReport])
 DEFAULT_PROMPTS = "Write a poem about the sea\nExplain gravity to a child\nHello"
 POLICY_COLORS = {"reserve": "#e45756", "contiguous": "#f58518", "paged": "#4c78a8"}
+POLICY_WIDTHS = {"reserve": 2, "contiguous": 7, "paged": 2}     # contiguous drawn wide: it shows under paged
 
 
 def worked_example() -> None:
@@ -83,7 +86,7 @@ def live(model) -> None:
             with heavy_job("the paged-cache pool", need):
                 sched = Scheduler(model, block_size=block, num_blocks=blocks, max_batch=slots)
             for k, p in enumerate(prompts):
-                sched.submit(model.encode_prompt(p), max_new_tokens=new, stop_at_eos=False, request_id=f"R{k}")
+                sched.submit(prompt_ids(model, p, use_chat=True), max_new_tokens=new, stop_at_eos=False, request_id=f"R{k}")
         except (ModelError, SpecError) as e:
             show_error(e)
             return
@@ -146,25 +149,19 @@ def simulated(model) -> None:
     fig = go.Figure()
     for p in POLICIES:
         t = res[p].timeline
-        fig.add_scatter(x=t["step"], y=t["allocated"], name=f"{p}: allocated", line=dict(color=POLICY_COLORS[p]))
+        fig.add_scatter(x=t["step"], y=t["allocated"], name=f"{p}: allocated",
+                        line=dict(color=POLICY_COLORS[p], width=POLICY_WIDTHS[p]))
         fig.add_scatter(x=t["step"], y=t["used"], name=f"{p}: holding tokens",
                         line=dict(color=POLICY_COLORS[p], dash="dot"))
     fig.add_hline(y=pool, line_dash="dash", line_color="gray", annotation_text="pool", annotation_font_size=14)
     st.plotly_chart(style(fig, "KV memory over time: allocated (solid) vs actually holding tokens (dotted)",
                           "step", "token positions", height=460), key="alloc.memory")
     fig = go.Figure([go.Scatter(x=res[p].timeline["step"], y=res[p].timeline["running"], name=p,
-                                line=dict(color=POLICY_COLORS[p])) for p in POLICIES])
+                                line=dict(color=POLICY_COLORS[p], width=POLICY_WIDTHS[p])) for p in POLICIES])
     st.plotly_chart(style(fig, "Requests running at once", "step", "batch", height=360), key="alloc.batch")
     df_with_download(pd.DataFrame(rows), "kv_allocation_summary", column_config={
         k: st.column_config.NumberColumn(format="%.4g") for k in rows[0] if isinstance(rows[0][k], float)})
-    s = {r["policy"]: r for r in rows}
-    st.markdown(f"Paging ran up to **{s['paged']['max_batch']}** requests at once against "
-                f"**{s['reserve']['max_batch']}** with reserve-for-max and **{s['contiguous']['max_batch']}** with "
-                f"contiguous growth, and finished the stream in **{s['paged']['steps']:,}** steps "
-                f"(reserve {s['reserve']['steps']:,}, contiguous {s['contiguous']['steps']:,}). Mean waste: "
-                f"{fmt_num(100 * s['reserve']['mean_waste_fraction'], 3)}% / "
-                f"{fmt_num(100 * s['contiguous']['mean_waste_fraction'], 3)}% / "
-                f"{fmt_num(100 * s['paged']['mean_waste_fraction'], 3)}% of what each allocated.")
+    st.markdown(allocator_words({r["policy"]: r for r in rows}))
 
 
 def main() -> None:

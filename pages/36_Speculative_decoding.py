@@ -22,6 +22,7 @@ from engine.serve.speculative import LOOKUP_EXAMPLES, PromptLookup, early_exit_d
 from specs.model_config import SpecError
 from ui import df_with_download, float_field, formula_expander, int_field, model_picker, setup_page, show_error
 from ui.serving import measured_run, style
+from ui.narration import acceptance_words
 
 ALPHAS = [i / 20 for i in range(21)]
 KS = (1, 2, 4, 8)
@@ -115,10 +116,10 @@ def measured(model) -> None:
         hint="Press Run to decode the prompt plainly and speculatively.")
     if r is None:
         return
-    show_result(r, k, lookup)
+    show_result(r, k, lookup, model, layers)
 
 
-def show_result(r: dict, k: int, lookup: bool) -> None:
+def show_result(r: dict, k: int, lookup: bool, model, layers: int) -> None:
     (st.success if r["identical"] else st.error)(
         "Same tokens as plain greedy decoding." if r["identical"] else "Tokens differ from plain decoding!")
     alpha = r["alpha"]
@@ -143,7 +144,7 @@ def show_result(r: dict, k: int, lookup: bool) -> None:
         dict(quantity="speculative (s)", measured=r["speculative_s"], formula=None)]), "speculative_measured")
     st.caption(f"Formula with the measured α, K = {k} and the measured draft cost per step. On a CPU the "
                "verification pass of K + 1 tokens costs more than one decode step, so the measured speedup falls "
-               "below the bandwidth-bound formula; random weights accept almost nothing.")
+               "below the bandwidth-bound formula. " + ("" if lookup else acceptance_words(model, layers, alpha)))
     if lookup:
         st.markdown(
             "**Why it wins or loses.** When the reply copies the prompt, the tokens after the last matching n-gram "

@@ -19,6 +19,7 @@ from specs.model_config import SpecError
 from ui import df_with_download, float_field, formula_expander, int_field, setup_page, show_error
 from ui.model_source import choice_field
 from ui.serving import remembered, step_model_inputs, style
+from ui.narration import best_cap_words, goodput_words
 
 LOADS = (0.1, 0.3, 0.5, 0.7, 0.8, 0.9, 0.95)
 CAPS = (1, 2, 4, 8, 16, 32, 64)
@@ -27,8 +28,9 @@ CURVE = [i / 100 for i in range(1, 97)]
 
 def closed_form() -> None:
     c = st.columns([1, 3])
-    rho = float_field("Utilisation ρ", 0.9, 0.0, 10.0, key="queue.rho", where=c[0],
-                      help="Fraction of the server's capacity in use; the formula only holds below 1.")
+    rho = float_field("Utilisation ρ", 0.9, 0.01, 0.99, key="queue.rho", where=c[0],
+                      help="Fraction of the server's capacity in use, below 1: at or above full capacity the queue "
+                           "grows without limit, so there is no steady wait.")
     if rho is None:
         return
     try:
@@ -105,6 +107,8 @@ def batched(model, n: int, prompt: float, output: float, out_kind: str, ttft_slo
     st.caption(f"Capacity = {fmt_num(rows[0]['capacity_rps'], 4)} requests/s: the rate the simulator sustains "
                "with an endless queue at this cap. Goodput counts the throughput of requests meeting both "
                "targets (TTFT, and mean inter-token latency).")
+    st.markdown(goodput_words(rows))
+
 
 
 def knob(model, n: int, prompt: float, output: float, out_kind: str, ttft_slo: float, itl_slo: float) -> None:
@@ -125,13 +129,10 @@ def knob(model, n: int, prompt: float, output: float, out_kind: str, ttft_slo: f
     fig.update_xaxes(type="log")
     st.plotly_chart(style(fig, f"{rate:g} requests/s: throughput and goodput by batch cap", "batch cap",
                           "tokens/s", height=420), key="queue.knob")
-    best = max(rows, key=lambda r: r["goodput_tok_s"])
-    st.markdown(f"Best cap for goodput here: **{best['max_batch']}** ({fmt_num(best['goodput_tok_s'], 4)} tokens/s, "
-                f"{fmt_num(100 * best['fraction_meeting_slo'], 3)}% of requests within both targets). Too small a "
-                "cap queues requests (TTFT); a larger one slows every stream (ITL) once the batch passes the "
-                "critical size.")
+    st.markdown(best_cap_words(rows))
     df_with_download(df, "batch_cap_sweep", column_config={k: st.column_config.NumberColumn(format="%.4g")
                                                            for k in df.columns})
+
 
 
 def main() -> None:
@@ -153,8 +154,8 @@ def main() -> None:
     output = float_field("Output tokens (mean)", 50, 1, 1e6, key="queue.output", where=c[2])
     out_kind = choice_field("Output lengths", LENGTH_KINDS, "fixed", key="queue.kind", where=c[3])
     c = st.columns(2)
-    ttft_slo = float_field("TTFT target (ms)", 200.0, 0.001, 1e9, key="queue.ttft_slo", where=c[0])
-    itl_slo = float_field("ITL target (ms per token)", 5.0, 0.001, 1e9, key="queue.itl_slo", where=c[1])
+    ttft_slo = float_field("TTFT target (ms)", 15.0, 0.001, 1e9, key="queue.ttft_slo", where=c[0])
+    itl_slo = float_field("ITL target (ms per token)", 2.0, 0.001, 1e9, key="queue.itl_slo", where=c[1])
     if None in (n, prompt, output, ttft_slo, itl_slo):
         return
     one_server(model, n, prompt, output, out_kind)

@@ -61,11 +61,15 @@ def tp_section(config: ModelConfig, device: Device, setup: MultiGPU, ctx: int, b
     df = pd.DataFrame({"TP": [r["tp"] for r in ok],
                        "weights per GPU (GB)": [r["per_gpu_weight_bytes"] / GB for r in ok],
                        "KV per GPU (GB)": [r["per_gpu_kv_bytes"] / GB for r in ok],
-                       "weights-only floor (ms)": [r["weights_floor_ms"] for r in ok],
+                       "every weight read once (ms)": [r["weights_floor_ms"] for r in ok],
                        "all-reduce (ms)": [r["allreduce_ms"] for r in ok], "ITL (ms)": [r["itl_ms"] for r in ok],
                        "speed-up vs TP 1": [r["speedup"] for r in ok], "fits": [r["fits"] for r in ok]})
     df_with_download(df, "tp_scaling", column_config={c: st.column_config.NumberColumn(format="%.3f")
                                                       for c in df.columns if c not in ("TP", "fits")})
+    if arch.is_moe(config):
+        st.caption(f"{config.name} is a mixture of experts: a decode step reads only the experts its tokens are "
+                   "routed to, so its ITL sits well below the time to read every resident weight once (the "
+                   "column beside it, which is what memory holds, not what a step reads).")
     formula_expander("Formulas: per-GPU memory, decode step, ring all-reduce",
                      inspect.getdoc(tp_scaling) + "\n\n" + inspect.getdoc(ring_allreduce_ms))
 
@@ -158,7 +162,13 @@ def sharding_section(config: ModelConfig, setup: MultiGPU) -> None:
     st.subheader("One layer on a device mesh")
     st.markdown("Lay the GPUs out as a grid. Columns split the heads and the FFN; rows split the hidden dimension, "
                 "so each product is a partial sum its column must add up. The table is what ONE device holds and "
-                "which collective follows each matmul (reference 001 runs Llama 3 70B on a 4 × 8 grid).")
+                "which collective follows each matmul (Tenstorrent's \"Llama3-70B Galaxy: Prefill Operations "
+                "Detailed Report\" runs Llama 3 70B on a 4 × 8 grid).")
+    if arch.is_mla(config):
+        st.info(f"{config.name} uses multi-head latent attention (MLA): its K and V come out of one compressed "
+                "latent shared by every head, so the head-by-head split this view draws does not apply. Pick a "
+                "model with ordinary (MHA/GQA) attention to see the mesh.", icon=":material/info:")
+        return
     cols = st.columns(3)
     r = int_field("Mesh rows (split D)", 4, 1, 64, key="par.mesh.rows", where=cols[0])
     c = int_field("Mesh columns (split heads, FFN)", 8, 1, 128, key="par.mesh.cols", where=cols[1])

@@ -15,6 +15,7 @@ import streamlit as st
 
 import calculators.planning.planner as planner_module
 from calculators.planning.planner import SearchSpace, Workload, plan, plan_rows, rejected_rows
+from calculators.sizing.quantization import quality_caveat
 from calculators.units import GB
 from specs.devices import device_documents, list_devices, load_device
 from specs.model_config import SpecError
@@ -93,6 +94,64 @@ def priced_devices(devices: list) -> list | None:
     return out
 
 
+def headline(best: dict, wl: Workload) -> None:
+    """The cheapest plan in two rows of short metrics (each value fits its column in both text sizes)."""
+    c = st.columns(2)
+    c[0].metric("Cheapest plan", f"{best['gpus']} × {best['device']}",
+                help=f"TP {best['tp']}, PP {best['pp']}, batch cap {best['batch_cap']}, weights "
+                     f"{best['weight_dtype']}, KV {best['kv_dtype']}")
+    c[1].metric("Binding constraint", best["binding"], help=best["why"])
+    c = st.columns(4)
+    c[0].metric("$ per 1M output tokens", f"${best['usd_per_million_output_tokens']:.3f}",
+                help="The GPU time spent decoding, per output token.")
+    c[1].metric("$ per 1M input tokens", f"${best['usd_per_million_input_tokens']:.3f}",
+                help="The GPU time spent on prefill, per prompt token.")
+    c[2].metric("ITL at the cap", f"{best['itl_ms']:.1f} ms", help=f"target {wl.itl_ms:g} ms; with the load's "
+                f"{best['concurrency_per_replica']:.1f} requests in flight: {best['itl_at_load_ms']:.1f} ms")
+    c[3].metric("TTFT p99", f"{best['ttft_p99_ms']:,.0f} ms", help=f"target {wl.ttft_p99_ms:g} ms")
+    st.caption(f"Input and output tokens priced by the GPU time each takes (prefill vs decode) at this load: "
+               f"${best['usd_per_million_input_tokens']:.3f} per 1M input, ${best['usd_per_million_output_tokens']:.3f} "
+               f"per 1M output; blended over the workload's {wl.prompt_tokens:,} + {wl.output_tokens:,} tokens per "
+               f"request, ${best['usd_per_million_tokens']:.3f} per 1M tokens (the ranking uses the blend).")
+
+
+def precision_caveats(rows: list[dict]) -> None:
+    """A quality note for each weight precision below 16 bits among the plans shown."""
+    for wd in dict.fromkeys(r["weight_dtype"] for r in rows):
+        note = quality_caveat(wd)
+        if note:
+            st.info(f"**{wd} weights** in plans below: the cost assumes the quantized model answers as well as "
+                    f"bf16. {note} Untick {wd} under Weight precisions to rank without it.",
+                    icon=":material/info:")
+
+
+def ep_words(r: dict) -> str:
+    return f", EP {r['ep']}" if r["ep"] > 1 else ""
+
+
+def named_layout(res, devices: list, space: SearchSpace) -> None:
+    """'Why not this one?': any layout of the search space, with the planner's verdict on it."""
+    st.subheader("Why not this layout?")
+    c = st.columns([2.2, 1, 1, 1, 1.2, 1, 1])          # device names are the longest choice
+    dev = c[0].selectbox("Device", [d.name for d in devices], key="plan.ask.device")
+    g = c[1].selectbox("GPUs", SearchSpace().gpu_counts, index=1, key="plan.ask.gpus")
+    tp = c[2].selectbox("TP", space.tp, index=1, key="plan.ask.tp")
+    pp = c[3].selectbox("PP", space.pp, key="plan.ask.pp")
+    b = c[4].selectbox("Batch cap", space.batch_caps, index=6, key="plan.ask.cap")
+    wd = c[5].selectbox("Weights", space.weight_dtypes, key="plan.ask.wd")
+    kd = c[6].selectbox("KV", space.kv_dtypes, key="plan.ask.kd")
+    found = res.find(dev, g, tp, pp, b, wd, kd)
+    if not found:
+        st.warning("This layout is outside what the planner may choose (see the choices above).")
+    for r in found:
+        name = f"{g} × {dev}, TP {tp}, PP {pp}{ep_words(r)}, batch cap {b}, {wd}/{kd}"
+        if r["rank"]:
+            st.success(f"{name}: feasible, number {r['rank']:,} by cost (${r['usd_per_million_tokens']:.3f} per 1M "
+                       f"tokens); {r['why']}.")
+        else:
+            st.warning(f"{name}: rejected. {r['why'][0].upper() + r['why'][1:]}.")
+
+
 def results(res, wl: Workload) -> None:
     reason = res.no_plan_reason()
     st.caption(f"{res.n_candidates:,} candidate plans searched (device × GPUs × TP × PP × batch cap × precisions).")
@@ -100,15 +159,8 @@ def results(res, wl: Workload) -> None:
         st.warning(reason.replace("no feasible plan", "**No feasible plan**", 1))
     else:
         rows = plan_rows(res, 30)
-        best = rows[0]
-        c = st.columns([2.2, 1, 1.2, 1.2])                  # the plan's name is the longest value
-        c[0].metric("Cheapest plan", f"{best['gpus']} × {best['device']}",
-                    help=f"TP {best['tp']}, PP {best['pp']}, batch cap {best['batch_cap']}")
-        c[1].metric("$ per 1M tokens", f"${best['usd_per_million_tokens']:.3f}",
-                    help=f"input ${best['usd_per_million_input_tokens']:.3f}, output "
-                         f"${best['usd_per_million_output_tokens']:.3f} per 1M")
-        c[2].metric("ITL / TTFT p99", f"{best['itl_ms']:.1f} / {best['ttft_p99_ms']:.0f} ms")
-        c[3].metric("Binding constraint", best["binding"], help=best["why"])
+        headline(rows[0], wl)
+        precision_caveats(rows[:15])
         df = pd.DataFrame(rows)
         df["plan"] = [f"{r['gpus']}× {r['device']} TP{r['tp']} PP{r['pp']}{' EP' + str(r['ep']) if r['ep'] > 1 else ''} "
                       f"b≤{r['batch_cap']} {r['weight_dtype']}/"
@@ -116,7 +168,7 @@ def results(res, wl: Workload) -> None:
         fig = px.bar(df.head(15), x="usd_per_million_tokens", y="plan", color="binding", orientation="h",
                      color_discrete_map=BINDING_COLORS, title="Cheapest feasible plans, coloured by what binds them")
         fig.update_layout(height=520, font=dict(size=14), yaxis=dict(autorange="reversed"),
-                          xaxis_title="$ per 1M tokens at this load", yaxis_title="",
+                          xaxis_title="$ per 1M tokens at this load (input and output blended)", yaxis_title="",
                           margin=dict(l=10, r=10, t=60, b=10))
         st.plotly_chart(chart_style(fig))
         show = df.assign(**{"per-GPU need (GB)": df["per_gpu_needed_bytes"] / GB}).drop(
@@ -140,13 +192,18 @@ def main() -> None:
                 "split, batch cap and precision, keeps the plans that meet the targets, and ranks them by what a "
                 "million tokens costs at your load. Each plan names the wall it is closest to.")
     config = model_source(default_preset=DEFAULT_MODEL)
-    setup = multi_gpu_sidebar(config, None)
+    setup = multi_gpu_sidebar(config, None, layout_used=False)
     units_note()
     st.sidebar.caption("The planner searches GPU counts, TP and PP itself; from the section above it takes the "
                        "memory budget only.")
-    if config is None or setup is None:
-        st.info("Choose a model (and a valid memory budget) in the sidebar.")
+    if config is None:
+        st.info("Choose a model in the sidebar.")
         return
+    if setup is None:
+        st.info("Fix the memory budget in the sidebar (its message says what is wrong).")
+        return
+    st.caption(f"Set aside here: {setup.ignored}. The planner tries GPU counts, TP and PP itself; from the "
+               "sidebar it takes the model and the memory budget only.")
     wl = workload_inputs(config.max_position_embeddings)
     stack = stack_inputs()
     space = search_inputs()
@@ -162,6 +219,7 @@ def main() -> None:
         return
     results(res, wl)
     frontier_chart(res)
+    named_layout(res, devices, sp)
     what_if_table(config, devices, wl, sp, stack[0], usable_fraction=setup.usable_fraction,
                   overheads=setup.overheads, embeddings_16bit=setup.embeddings_16bit)
     throughput_section(config, devices, wl, stack[0])

@@ -60,6 +60,8 @@ def main() -> None:
     except SpecError as e:
         show_error(e)
         return
+    for words in fit["held_at_one"]:
+        st.warning(words[0].upper() + words[1:], icon=":material/warning:")
     c = st.columns(3)
     c[0].metric("Decode MBU (fitted)", f"{fit['decode_mbu']:.2f}")
     c[1].metric("Prefill MFU (fitted)", f"{fit['prefill_mfu']:.2f}")

@@ -21,8 +21,10 @@ from ui.machine import machine_controls, measured_machine
 from ui.model_source import fmt_si
 from ui.server import workers
 from ui.charts import style as chart_style
+from ui.narration import measured_text, plural, speedup_words
 
 REFRESH_S = 1.0
+STEP_WINDOW_S = 60.0                       # the step-time chart shows this much recent history
 BLOCK_COLUMNS = 32                         # blocks per row of the pool picture
 WORKER_KEY = "class.worker"
 LIVE_KEY = "class.live"
@@ -63,14 +65,18 @@ def block_map(snap: WorkerSnapshot) -> go.Figure:
 
 def steps_chart(snap: WorkerSnapshot) -> go.Figure:
     t0 = snap.taken_at
+    steps = [s for s in snap.steps if s.ended_at >= t0 - STEP_WINDOW_S]
     fig = go.Figure()
-    fig.add_scatter(x=[s.ended_at - t0 for s in snap.steps], y=[s.seconds * 1e3 for s in snap.steps],
+    fig.add_scatter(x=[s.ended_at - t0 for s in steps], y=[s.seconds * 1e3 for s in steps],
                     mode="markers+lines", name="step time (ms)",
-                    marker=dict(size=[6 + s.decode_requests for s in snap.steps]),
-                    text=[f"{s.decode_requests} decoding, {s.prefill_tokens} prompt tokens" for s in snap.steps])
-    fig.update_layout(title="Each step's time (bigger dot = more sequences decoded together)", height=360,
-                      xaxis_title="seconds ago (0 = now)", yaxis_title="step time (ms)",
-                      margin=dict(l=10, r=10, t=50, b=10))
+                    marker=dict(size=[6 + s.decode_requests for s in steps]),
+                    text=[f"{s.decode_requests} decoding, {s.prefill_tokens} prompt tokens" for s in steps])
+    fig.update_layout(title=f"Each step's time, last {STEP_WINDOW_S:g} s (bigger dot = more sequences together)",
+                      height=360, xaxis_title="seconds ago (0 = now)", yaxis_title="step time (ms)",
+                      xaxis_range=[-STEP_WINDOW_S, 0], margin=dict(l=10, r=10, t=50, b=10))
+    if not steps:
+        fig.add_annotation(text=f"no step in the last {STEP_WINDOW_S:g} s: the server is idle", showarrow=False,
+                           x=-STEP_WINDOW_S / 2, y=0.5, yref="paper")
     return fig
 
 
@@ -95,6 +101,7 @@ def roofline_chart(model, snap: WorkerSnapshot, device) -> tuple[go.Figure, dict
     return fig, point
 
 
+
 def theory_frame(model, snap: WorkerSnapshot, device, point: dict | None) -> pd.DataFrame:
     """Tokens/s the roofline predicts on this machine (float32, ideal efficiency) for one stream and for the
     current batch, next to what the worker measured."""
@@ -107,7 +114,8 @@ def theory_frame(model, snap: WorkerSnapshot, device, point: dict | None) -> pd.
         "predicted step (ms)": [one["step_ms"], many["step_ms"]],
         "predicted tokens/s": [throughput_tok_s(1, one["step_ms"]), throughput_tok_s(batch, many["step_ms"])],
         "bound": [one["bound"], many["bound"]],
-        "measured tokens/s": [snap.single_stream_tokens_per_s(), snap.aggregate_tokens_per_s()],
+        "measured tokens/s": [measured_text(snap.single_stream_tokens_per_s()),
+                              measured_text(snap.aggregate_tokens_per_s())],
     })
 
 
@@ -124,6 +132,8 @@ def pick_worker() -> EngineWorker | None:
     return live[names.index(name)]
 
 
+
+
 def live_view(worker: EngineWorker, device) -> None:
     snap = worker.snapshot()
     agg, single = snap.aggregate_tokens_per_s(), snap.single_stream_tokens_per_s()
@@ -138,11 +148,11 @@ def live_view(worker: EngineWorker, device) -> None:
                 help="1 / median time of steps that decoded a single request")
     speedup = snap.batching_speedup()
     if np.isfinite(speedup):
-        st.markdown(f"The batch is worth **{fmt_num(speedup, 3)}** lone streams: every step reads the weights "
-                    "once for all the requests in it.")
+        st.markdown(speedup_words(snap, speedup))
     if last is not None:
-        st.caption(f"Last step: {last.seconds * 1e3:,.1f} ms, {last.decode_requests} sequences decoded, "
-                   f"{last.prefill_tokens} prompt tokens prefilled, {last.tokens_out} tokens out.")
+        st.caption(f"Last step: {last.seconds * 1e3:,.1f} ms, {plural(last.decode_requests, 'sequence')} decoded, "
+                   f"{plural(last.prefill_tokens, 'prompt token')} prefilled, {plural(last.tokens_out, 'token')} "
+                   "out.")
     st.plotly_chart(chart_style(block_map(snap)), key="class.blocks")
     df_with_download(requests_frame(snap), "class_requests")
     left, right = st.columns(2)
@@ -159,7 +169,7 @@ def live_view(worker: EngineWorker, device) -> None:
                 "step's time from its bytes and FLOPs; batching divides the weight bytes among more tokens.")
     f = st.column_config.NumberColumn(format="%.4g")
     df_with_download(theory_frame(worker.model, snap, device, point), "class_theory",
-                     column_config={c: f for c in ("predicted step (ms)", "predicted tokens/s", "measured tokens/s")})
+                     column_config={c: f for c in ("predicted step (ms)", "predicted tokens/s")})
 
 
 def main() -> None:

@@ -2,6 +2,9 @@
 errors a run shows."""
 from __future__ import annotations
 
+import json
+import re
+
 from streamlit.testing.v1 import AppTest
 
 from ui.model_picker import CHOICE_KEY, random_choice
@@ -22,3 +25,40 @@ def run_script(path: str, timeout: float, choice: str | None = SMALL_RANDOM, **s
 def errors(at: AppTest) -> list[str]:
     """Every st.error on the page and in the sidebar."""
     return [e.value for e in at.error] + [e.value for e in at.sidebar.error]
+
+
+CODE = re.compile(r"\b00\d Details? \d+|\breference 00\d\b")      # a source named by its file number only
+
+
+def chart_specs(at: AppTest) -> list[dict]:
+    return [json.loads(c.proto.spec) for c in at.get("plotly_chart")]
+
+
+def drawn(spec: dict) -> bool:
+    """Some trace of the chart has data to draw (plain lists, or plotly's base64-packed arrays)."""
+    def filled(v) -> bool:
+        return bool(v.get("bdata")) if isinstance(v, dict) else v is not None and len(v) > 0
+    return any(filled(t.get(k)) for t in spec.get("data", []) for k in ("x", "y", "z", "values", "base"))
+
+
+def page_text(at: AppTest) -> str:
+    parts = [e.value for kind in ("markdown", "caption", "info", "warning", "success", "subheader", "header")
+             for e in at.get(kind)]
+    return "\n".join(str(p) for p in parts + [f"{m.label} {m.value}" for m in at.metric])
+
+
+def walkthrough_problems(at: AppTest) -> list[str]:
+    """What a class would notice first on a page (issue 18): an error, an exception, an empty chart, a source
+    named by a bare code ("003 Detail 18")."""
+    out = [f"error: {e}" for e in errors(at)] + [f"exception: {e.value}" for e in at.exception]
+    out += [f"empty chart: {s.get('layout', {}).get('title')}" for s in chart_specs(at) if not drawn(s)]
+    return out + [f"source named by a code: {m.group(0)}" for m in CODE.finditer(page_text(at))]
+
+
+def press_main_button(at: AppTest) -> str | None:
+    """Click the page's first enabled primary button and rerun; its label, or None when there is none."""
+    primary = [b for b in at.button if b.proto.type == "primary" and not b.proto.disabled]
+    if not primary:
+        return None
+    primary[0].click().run()
+    return primary[0].proto.label

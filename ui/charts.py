@@ -6,8 +6,11 @@ least 14 px, 22 px and up with the large-text option), and the large-text switch
 """
 from __future__ import annotations
 
+import base64
+import math
 from typing import Any
 
+import numpy as np
 import streamlit as st
 
 LARGE_TEXT_KEY = "ui.large_text"
@@ -15,6 +18,17 @@ LARGE_TEXT_KEY = "ui.large_text"
 WEIGHTS = [[0.0, "#f7fbff"], [0.25, "#c6dbef"], [0.5, "#6baed6"], [0.75, "#2171b5"], [1.0, "#08306b"]]  # 0 = white
 DIVERGING = [[0.0, "#2166ac"], [0.5, "#f7f7f7"], [1.0, "#b2182b"]]                                  # −, 0, +
 NORMAL_FONT_PX, LARGE_FONT_PX = 15, 22
+# A metric's value wraps instead of ending in "…": a cut number is a wrong number (both text sizes).
+_METRIC_CSS = """
+<style>
+  [data-testid="stMetricValue"], [data-testid="stMetricValue"] * {
+    white-space: normal !important; overflow: visible !important; text-overflow: clip !important;
+    overflow-wrap: anywhere; }
+  [data-testid="stMetricLabel"] p, [data-testid="stPageLink"] p, [data-testid="stPageLink"] span,
+  [data-testid="stSidebarNavLink"] span, [data-testid="stNavSectionHeader"] {
+    white-space: normal !important; overflow: visible !important; text-overflow: clip !important; }
+</style>
+"""
 _LARGE_CSS = """
 <style>
   html, body, [data-testid="stAppViewContainer"] { font-size: 21px; }
@@ -43,12 +57,24 @@ def label_step(n: int, span_px: int = 760) -> int:
     return max(1, -(-n * (font_px() + 5) // span_px))
 
 
+HEATMAP_MAX_PX = 640    # a token-by-token heatmap fits a 1280×720 screen whole, in both text sizes
+
+
+def heatmap_size(n: int) -> tuple[int, int]:
+    """(label step, height in px) of an n × n token heatmap: rows as tall as a label where they fit, the chart
+    never taller than HEATMAP_MAX_PX (then every k-th label is written)."""
+    room = HEATMAP_MAX_PX - 260                                  # title, axis titles and rotated labels
+    step = label_step(n, span_px=room)
+    return step, min(HEATMAP_MAX_PX, max(420, (font_px() + 6) * n // step + 260))
+
+
 def large_text_toggle() -> None:
     """Sidebar switch (remembered across pages); when on, bigger page text (CSS) and bigger chart fonts."""
     from ui.widgets import remember
     store = remember(LARGE_TEXT_KEY, False)
     st.sidebar.toggle("Large text (projector)", key=LARGE_TEXT_KEY, on_change=store,
                       help="Bigger text and chart labels for a classroom screen.")
+    st.markdown(_METRIC_CSS, unsafe_allow_html=True)
     if large_text():
         st.markdown(_LARGE_CSS, unsafe_allow_html=True)
 
@@ -86,6 +112,38 @@ def legend_height_px(traces: list, px: int) -> int:
     return rows * (px + 12)
 
 
+def _axis_values(traces: list, axis_name: str) -> list[float]:
+    """The positive finite values the traces put on one axis ("xaxis2" holds the traces with xaxis="x2")."""
+    letter, ref = axis_name[0], axis_name[0] + axis_name[5:]
+    out: list[float] = []
+    for t in traces:
+        if t.get(f"{letter}axis", letter) != ref or t.get(letter) is None:
+            continue
+        raw = t[letter]
+        try:
+            if isinstance(raw, dict) and "bdata" in raw:           # plotly 6 packs NumPy arrays as base64
+                v = np.frombuffer(base64.b64decode(raw["bdata"]), dtype=raw["dtype"]).astype(float)
+            else:
+                v = np.asarray(raw, dtype=float).ravel()
+        except (TypeError, ValueError, KeyError):
+            continue
+        out.extend(v[np.isfinite(v) & (v > 0)].tolist())
+    return out
+
+
+def log_ticks(values: list[float]) -> dict:
+    """Tick marks for a log axis, each labelled with its whole value ("20", "500", "0.002"), never plotly's bare
+    minor digits ("2", "5") that read as values: 1-2-5 per decade over up to three decades, powers of ten beyond.
+    Powers of ten (dtick 1) when there is nothing to place them on."""
+    if not values:
+        return dict(dtick=1)                   # powers of ten only: fewer labels, none misread
+    lo, hi = math.floor(math.log10(min(values))), math.ceil(math.log10(max(values)))
+    steps = (1, 2, 5) if hi - lo <= 3 else (1,)
+    vals = [m * 10.0 ** k for k in range(lo, hi + 1) for m in steps]
+    vals = [v for v in vals if min(values) / 1.5 <= v <= max(values) * 1.5] or [10.0 ** lo]
+    return dict(tickvals=vals, ticktext=[f"{v:,.10g}" for v in vals], minor=dict(showgrid=False))
+
+
 def style(fig: Any, *, height: int | None = None, legend_top: bool = True) -> Any:
     """The app's chart look applied to a plotly figure (or a `figure` dict): readable fonts (bigger with large text), titled axes kept,
     margins that leave room for tick labels, a legend above the plot so it never covers data.
@@ -113,14 +171,15 @@ def style(fig: Any, *, height: int | None = None, legend_top: bool = True) -> An
         extra["title"] = dict(font=dict(size=px + 4), yref="container", y=1.0, yanchor="top",
                               pad=dict(t=MODEBAR_PX))
     for name in [k for k in layout if k.startswith(("xaxis", "yaxis"))] or ["xaxis", "yaxis"]:
-        log = layout.get(name, {}).get("type") == "log" and "dtick" not in layout.get(name, {})
-        extra[name] = {**axis, "dtick": "D2"} if log else axis    # a log axis labels 1, 2, 5 per decade, not 1-9
+        log = layout.get(name, {}).get("type") == "log" and "dtick" not in layout.get(name, {}) \
+            and "tickvals" not in layout.get(name, {})
+        extra[name] = {**axis, **log_ticks(_axis_values(d.get("data", []), name))} if log else axis
     if legend_top:
         extra["legend"] = dict(orientation="h", yanchor="bottom", y=1.02, xanchor="left", x=0, font=dict(size=px),
                                title=dict(font=dict(size=px)))
     height = height if height is not None else layout.get("height")
     if height is not None:
-        extra["height"] = int(height * (1.3 if large_text() else 1.0))
+        extra["height"] = int(height * (1.3 if large_text() else 1.0)) + legend_px   # the legend adds, never squashes
     layout = _merge(layout, extra)
     if "annotations" in layout:
         layout["annotations"] = [_merge(a, dict(font=dict(size=px))) for a in layout["annotations"]]

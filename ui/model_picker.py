@@ -308,6 +308,9 @@ def model_picker() -> Model | None:
         sb.info("Type a path or repo id and press Enter to load a model.")
     if model is not None:
         model_card(model)
+        st.caption(f"Runs on this computer: **{model.name}** in the engine (NumPy, float32), picked in the "
+                   "sidebar under “Model”. Sections sized on paper use “Model to size” and a datasheet device "
+                   "instead.")
     return model
 
 

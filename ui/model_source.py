@@ -182,6 +182,9 @@ def model_source(where: Any = None, *, engine: Any = _NOT_GIVEN, default_preset:
         config = _config_json(box)
     if config is not None:
         box.caption(model_caption(config))
+        st.caption(f"Sized on paper: **{config.name}** ({'the engine model' if source == ENGINE else source.lower()}"
+                   "), picked in the sidebar under “Model to size”, on datasheet numbers. The engine's own model, "
+                   "running on this computer, is a separate choice (“Model”).")
     return config
 
 

@@ -43,6 +43,7 @@ class MultiGPU:
     usable_fraction: float
     overheads: RuntimeOverheads
     embeddings_16bit: bool
+    ignored: str | None = None         # a layout problem the page set aside (the planner chooses its own layouts)
 
     def memory_kw(self) -> dict:
         """Keyword arguments of `calculators.multi_gpu.tensor_parallel.per_gpu_memory` / `fit_verdict`."""
@@ -75,8 +76,11 @@ def _apply_node() -> None:
     ss[_SHADOW + K + "node"] = choice
 
 
-def multi_gpu_sidebar(config: ModelConfig | None, device: Device | None, where: Any = None) -> MultiGPU | None:
-    """Sidebar section 'GPUs and interconnect'. Returns the choice, or None after an error the user can fix."""
+def multi_gpu_sidebar(config: ModelConfig | None, device: Device | None, where: Any = None,
+                      layout_used: bool = True) -> MultiGPU | None:
+    """Sidebar section 'GPUs and interconnect'. Returns the choice, or None after an error the user can fix.
+    `layout_used=False` (a page that chooses its own GPUs, TP and PP): a layout the model cannot take is no error;
+    the result says what was set aside in `ignored`."""
     box = where if where is not None else st.sidebar
     ss = st.session_state
     box.header("GPUs and interconnect")
@@ -123,11 +127,15 @@ def multi_gpu_sidebar(config: ModelConfig | None, device: Device | None, where: 
     if None in (gpus, tp, pp, ep, usable, ctx, comm, graphs):
         return None
     mesh = Mesh(tp=tp, pp=pp, ep=ep, gpus=gpus)
-    if config is not None:
-        problem = mesh_problem(config, mesh)
-        if problem:
-            show_error(problem, box)
-            return None
+    problem = mesh_problem(config, mesh) if config is not None else None
+    if not layout_used:
+        ignored = f"the sidebar's layout ({gpus} GPUs, TP {tp}, PP {pp}{f', EP {ep}' if ep > 1 else ''})"
+        return MultiGPU(mesh=Mesh(), link=link, usable_fraction=usable, overheads=RuntimeOverheads(
+            ctx * GiB, comm * GiB, graphs * GiB), embeddings_16bit=bool(emb16),
+            ignored=ignored + (f", which {config.name} cannot take: {problem}" if problem else ""))
+    if problem:
+        show_error(problem, box)
+        return None
     if mesh.gpus_per_replica > 1 and link is None:
         show_error("Choose an interconnect: this device has none listed.", box)
         return None

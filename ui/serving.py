@@ -143,6 +143,12 @@ def style(fig: go.Figure, title: str, x: str, y: str, height: int = 420) -> go.F
     return chart_style(fig, height=height)
 
 
+def request_label(request) -> str:
+    """How a request is named on a chart, the same as in its table: the engine's ids ("R0") as they are, the
+    simulator's numbers (0) as "R0"."""
+    return str(request) if isinstance(request, str) else f"R{request}"
+
+
 def gantt_figure(rows: list[dict], title: str, x_title: str = "time (s)", start: str = "start_s",
                  length: str = "duration_s") -> go.Figure:
     """Horizontal bars: one row per slot, one bar per (request, phase), labelled with the request."""
@@ -153,7 +159,7 @@ def gantt_figure(rows: list[dict], title: str, x_title: str = "time (s)", start:
             continue
         fig.add_bar(base=[r[start] for r in sel], x=[r[length] for r in sel],
                     y=[f"slot {r['slot']}" for r in sel], orientation="h", name=phase, marker_color=color,
-                    text=[f"R{r['request']}" for r in sel], textposition="inside", insidetextanchor="middle",
+                    text=[request_label(r["request"]) for r in sel], textposition="inside", insidetextanchor="middle",
                     hovertext=[f"request {r['request']}, {phase}" for r in sel])
     fig.update_layout(barmode="overlay", yaxis=dict(autorange="reversed"))
     slots = len({r["slot"] for r in rows})

@@ -139,7 +139,7 @@ def check_number(label: str, v: Any, min_value: float, max_value: float, *, inte
         problem = f"{label}: enter a number."
     elif not math.isfinite(v):
         problem = f"{label} must be a finite number, got {v}."
-    elif integer and float(v) != int(v):
+    elif integer and not isinstance(v, int) and not float(v).is_integer():
         problem = f"{label} must be a whole number, got {v}."
     elif not min_value <= v <= max_value:
         problem = (f"{label} must be between {_fmt(min_value, integer)} and {_fmt(max_value, integer)}, "

@@ -195,7 +195,8 @@ def render_plan(out: dict) -> str:
     for i, r in enumerate(out["plans"], 1):
         ep = f" EP {r['ep']}" if r.get("ep", 1) > 1 else ""
         lines.append(f"  {i:>2}. {r['gpus']} × {r['device']} TP {r['tp']} PP {r['pp']}{ep} batch<= {r['batch_cap']} "
-                     f"{r['weight_dtype']}/{r['kv_dtype']} KV: ${r['usd_per_million_tokens']:.3f}/1M tokens, "
+                     f"{r['weight_dtype']}/{r['kv_dtype']} KV: ${r['usd_per_million_input_tokens']:.3f}/1M input, "
+                     f"${r['usd_per_million_output_tokens']:.3f}/1M output (${r['usd_per_million_tokens']:.3f} blended), "
                      f"ITL {r['itl_ms']:.1f} ms, TTFT p99 {r['ttft_p99_ms']:.0f} ms; binding: {r['binding']}")
     for r in out.get("nearest_rejected", []):
         lines.append(f"  rejected: {r['gpus']} × {r['device']} TP {r['tp']} PP {r['pp']} batch<= {r['batch_cap']} "

@@ -132,7 +132,12 @@ def calibrate(config: ModelConfig, device: Device, measurements: list[Measuremen
         if step_b > 0 and inv_b > 0:
             inv_mbu, step_ms = float(inv_b), float(step_b)
     inv_mfu = float(comp @ ttft / (comp @ comp))
-    mbu, mfu = min(1.0, 1 / max(inv_mbu, 1e-9)), min(1.0, 1 / max(inv_mfu, 1e-9))
+    raw_mbu, raw_mfu = 1 / max(inv_mbu, 1e-9), 1 / max(inv_mfu, 1e-9)
+    mbu, mfu = min(1.0, raw_mbu), min(1.0, raw_mfu)
+    held = [f"the measured {what} imply {name} = {raw:.2f}, above 1: faster than {device.name}'s datasheet floor "
+            f"for {weight_dtype} weights allows. Check the device, the weight precision (a quantized model reads "
+            f"fewer bytes) and the TP; {name} is held at 1.00, so the predictions below stay slower than measured."
+            for what, name, raw in (("ITLs", "decode MBU", raw_mbu), ("TTFTs", "prefill MFU", raw_mfu)) if raw > 1]
     alpha_ms = max(0.0, float(alpha_ms))
     rows = []
     for m, p in zip(measurements, parts):
@@ -143,6 +148,7 @@ def calibrate(config: ModelConfig, device: Device, measurements: list[Measuremen
                          measured_ttft_ms=m.ttft_ms, predicted_ttft_ms=pt,
                          ttft_error_percent=100 * (pt - m.ttft_ms) / m.ttft_ms))
     return dict(decode_mbu=mbu, prefill_mfu=mfu, alpha_ms_per_call=alpha_ms, step_overhead_ms=step_ms,
+                raw_decode_mbu=raw_mbu, raw_prefill_mfu=raw_mfu, held_at_one=held,
                 efficiency=Efficiency(decode_mbu=max(mbu, 1e-3), prefill_mfu=max(mfu, 1e-3),
                                       step_overhead_ms=step_ms), rows=rows,
                 itl_mean_abs_error_percent=float(np.mean([abs(r["itl_error_percent"]) for r in rows])),

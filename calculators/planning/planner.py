@@ -4,15 +4,22 @@ within its latency targets, ranked by $ per 1M tokens, each plan naming the cons
 Search space: device × GPU count × TP × PP × batch cap × weight precision × KV precision. Every candidate is
 evaluated at once with NumPy arrays, using the same formulas as `calculators.multi_gpu.tensor_parallel` (the tests check the
 two agree): per-GPU memory against vLLM's gpu_memory_utilization budget, decode ITL at the batch cap, prefill
-time of a p99-length prompt, and queueing at the requested rate:
-    replica busy time per request  S = prefill(mean prompt) + output × ITL / batch_cap
-    utilisation                    ρ = rate / replicas × S                    (must stay below 1)
-    concurrency a replica needs    rate / replicas × (prefill + output × ITL)  (must fit in the batch cap)
-    TTFT p99                       prefill(p99 prompt) + ln(100·ρ) × S / (1 − ρ)   (M/M/1 waiting-time tail)
-Constraints: memory, ITL target (bound by bandwidth, compute or communication, whichever dominates the step),
-TTFT p99 target (compute, or queueing when the wait dominates), ρ < 1 and concurrency (queueing).
+time of a p99-length prompt, and a continuous-batching replica at the requested rate λ (per replica), with
+`calculators.queueing`:
+    in flight      L = λ·R, R = prefill(mean) + output·t, t = I(L)/(1 − ρ_p + λ·I(L))   (batching_concurrency)
+                   I(n): decode step with n sequences, on the line from batch 1 to the cap; ρ_p = λ·prefill(mean)
+    TTFT p99       prefill(p99 prompt) + I(L) + p99 wait for the prefills ahead (M/G/1 on prefills)
+                   + p99 wait for a free slot (M/M/c with c = batch cap), each from calculators.queueing
+The TTFT p99 agrees with the discrete-event simulator (`serving_sim.simulate_continuous`) within 25% while the
+prefills take under about half of a replica's time and the slots are not nearly full (tests check three loads);
+nearer saturation it reads low (the simulator also batches prompts that arrive together).
+Constraints: memory, ITL target at the batch cap (bound by bandwidth, compute or communication, whichever
+dominates the step), TTFT p99 target (compute, or queueing when the wait dominates), ρ_p < 1 and L below the
+batch cap (queueing).
 A plan's binding constraint is the one with the least slack (used / limit closest to 1).
-Cost at the load: every GPU is paid, busy or not: $/1M = gpus × price / (rate × tokens per request × 3,600) × 10^6.
+Cost at the load: every GPU is paid, busy or not: $/1M = gpus × price / (rate × tokens per request × 3,600) × 10^6,
+split into $ per 1M input and per 1M output tokens by the GPU time each takes (a prefill holds the replica; a
+decode step is shared by the L sequences in flight).
 MoE models are also tried with expert parallelism over each TP group (EP = TP). A prefix-cache hit rate h
 (Workload.prefix_hit_rate) leaves ceil(P·(1 − h)) new prompt tokens to prefill, attending over all P. The
 serving stack (vLLM by default) sets the all-reduce algorithm, the efficiencies and the fixed step cost; FP4
@@ -33,6 +40,8 @@ from calculators.sizing.memory import DEFAULT_GPU_MEMORY_UTILIZATION, RuntimeOve
 from calculators.sizing.params import bytes_per_param, expert_params, param_breakdown
 from calculators.sizing.roofline import compute_precision_for, forward_flops
 from calculators.multi_gpu.tensor_parallel import Mesh, mesh_problem
+from calculators.serving.queueing import (batching_concurrency, prefill_wait_p99_s, slot_wait_p99_s,
+                                          token_time_s)
 from calculators.units import check_fraction, check_int, check_positive
 from calculators.multi_gpu.collectives import allreduce_ms as collective_ms
 from calculators.multi_gpu.moe import routing_imbalance
@@ -119,12 +128,31 @@ class PlanResult:
         order = bad[np.lexsort((self.columns["worst_ratio"][bad], self.columns["reason"][bad] == "mesh"))]
         return [self.plan(int(i)) for i in order[:top]]
 
+    def find(self, device: str, gpus: int, tp: int, pp: int, batch_cap: int, weight_dtype: str,
+             kv_dtype: str) -> list[dict]:
+        """The candidates with exactly this layout (two for an MoE model: without and with expert parallelism),
+        each with `why` and, when feasible, its `rank` among the feasible plans (1 = cheapest). [] when the layout
+        is outside the search space."""
+        col = self.columns
+        hit = np.flatnonzero((col["device"] == device) & (col["gpus"] == gpus) & (col["tp"] == tp)
+                             & (col["pp"] == pp) & (col["batch_cap"] == batch_cap)
+                             & (col["weight_dtype"] == weight_dtype) & (col["kv_dtype"] == kv_dtype))
+        rank = {int(i): r + 1 for r, i in enumerate(self.feasible_order)}
+        return [{**self.plan(int(i)), "rank": rank.get(int(i))} for i in hit]
+
     def no_plan_reason(self) -> str | None:
         if len(self.feasible_order):
             return None
         parts = [f"{n:,} × {r}" for r, n in sorted(self.reasons.items(), key=lambda kv: -kv[1]) if n]
         return "no feasible plan among {:,} candidates: {}".format(self.n_candidates, "; ".join(parts) or "none") + \
             ("" if not self.notes else " (" + "; ".join(self.notes) + ")")
+
+
+def prompt_scv(wl: Workload) -> float:
+    """Squared coefficient of variation of the prefill time, read off the prompt lengths (a prefill's time grows
+    with its prompt): 0 when the p99 prompt equals the mean (one length), 1 when p99 = ln(100) × mean (the
+    exponential's ratio), linear in between and capped at 1."""
+    return min(1.0, max(0.0, (wl.p99_prompt / wl.prompt_tokens - 1) / (math.log(100) - 1))) ** 2
 
 
 def _model_scalars(c: ModelConfig, wl: Workload, kv_dtypes, weight_dtypes, batch_caps, pp_values) -> dict:
@@ -134,7 +162,7 @@ def _model_scalars(c: ModelConfig, wl: Workload, kv_dtypes, weight_dtypes, batch
     kv_seq = {kd: kv_cache_bytes(c, mean_ctx, 1, kd) for kd in kv_dtypes}
     mem_ctx = wl.prompt_tokens + wl.output_tokens
     kv_seq_mem = {kd: kv_cache_bytes(c, mem_ctx, 1, kd) for kd in kv_dtypes}
-    rows_needed = sorted({math.ceil(B / min(B, p)) for B in batch_caps for p in pp_values})
+    rows_needed = sorted({1} | {math.ceil(B / min(B, p)) for B in batch_caps for p in pp_values})
     full = step_weight_bytes(c, "bf16", rows=1 << 30)
     ratio = {r: step_weight_bytes(c, "bf16", rows=r) / full for r in rows_needed}
     ratio_prefill = {P: step_weight_bytes(c, "bf16", rows=wl.new_prompt_tokens(P)) / full
@@ -259,12 +287,7 @@ def plan(config: ModelConfig, devices: list[Device], workload: Workload, space: 
     def p2p(rows):
         return np.where(pp > 1, (a0 + a1 + rows * D * 2.0 / lbw) * 1e3, 0.0)
 
-    # ---- decode at the batch cap (tensor_parallel.decode_step_parallel, vectorised)
-    m = np.minimum(B, pp)
-    rows = np.ceil(Bf / m)
-    uniq, inv = np.unique(rows, return_inverse=True)
-    ratio = np.array([S["read_ratio"][int(r)] for r in uniq])[inv.ravel()]
-    mem_ms = (w_gpu * ratio + kv_seq * rows) / (bw * efficiency.decode_mbu) * 1e3
+    # ---- decode at the batch cap and at batch 1 (tensor_parallel.decode_step_parallel, vectorised)
     expert_flops_per_token = (c.num_experts_per_tok * 2 * expert_params(c) * arch.moe_layer_count(c)
                               if arch.is_moe(c) else 0.0)
 
@@ -277,11 +300,19 @@ def plan(config: ModelConfig, devices: list[Device], workload: Workload, space: 
                         for t, e in uniq])[inv.ravel()]
         return (imb - 1) * tok * expert_flops_per_token / tpf
 
-    comp_ms = (S["decode_flops_per_row"] * rows / tpf + extra_expert_flops(rows)) * share / \
-        (peak * efficiency.decode_mfu) * 1e3
-    comm_ms = stage * layer_comm_ms(rows)
-    stage_ms = np.maximum(mem_ms, comp_ms) + comm_ms + overhead + rows * seq_over
-    itl = np.maximum(m, pp) * stage_ms + (pp - 1) * p2p(rows)
+    def decode(batch):
+        m = np.minimum(batch, pp)
+        rows = np.ceil(batch / m)
+        uniq, inv = np.unique(rows, return_inverse=True)
+        ratio = np.array([S["read_ratio"][int(r)] for r in uniq])[inv.ravel()]
+        mem = (w_gpu * ratio + kv_seq * rows) / (bw * efficiency.decode_mbu) * 1e3
+        comp = (S["decode_flops_per_row"] * rows / tpf + extra_expert_flops(rows)) * share / \
+            (peak * efficiency.decode_mfu) * 1e3
+        comm = stage * layer_comm_ms(rows)
+        step = np.maximum(mem, comp) + comm + overhead + rows * seq_over
+        return np.maximum(m, pp) * step + (pp - 1) * p2p(rows), mem, comp, comm
+    itl, mem_ms, comp_ms, comm_ms = decode(Bf)
+    itl_one = decode(np.ones_like(Bf))[0]
 
     # ---- prefill of one prompt (tensor_parallel.prefill_parallel, vectorised), mean and p99 length
     def prefill(P):
@@ -294,25 +325,30 @@ def plan(config: ModelConfig, devices: list[Device], workload: Workload, space: 
     pre_mean, _ = prefill(wl.prompt_tokens)
     pre_p99, pre_comp = prefill(wl.p99_prompt)
 
-    # ---- queueing and cost
+    # ---- queueing (continuous batching, calculators.queueing) and cost
     lam = wl.requests_per_s / np.maximum(replicas, 1)
-    service_s = (pre_mean + wl.output_tokens * itl / Bf) / 1e3
-    rho = lam * service_s
-    concurrency = lam * (pre_mean + wl.output_tokens * itl) / 1e3
-    with np.errstate(divide="ignore", invalid="ignore"):
-        wait_ms = np.where(rho < 1, np.maximum(0.0, np.log(np.maximum(100 * rho, 1e-300))) * service_s
-                           / (1 - rho) * 1e3, np.inf)
-    ttft = pre_p99 + wait_ms
+    pre_s = pre_mean / 1e3
+    slope_ms = np.where(B > 1, (itl - itl_one) / np.maximum(Bf - 1, 1), 0.0)
+    concurrency = batching_concurrency(lam, pre_s, wl.output_tokens, itl_one / 1e3, slope_ms / 1e3)
+    in_flight = np.where(np.isfinite(concurrency), np.clip(concurrency, 1.0, Bf), Bf)
+    itl_load = itl_one + slope_ms * (in_flight - 1)
+    prefill_share = lam * pre_s
+    residence_s = pre_s + wl.output_tokens * token_time_s(lam, pre_s, itl_load / 1e3)
+    wait_ms = (prefill_wait_p99_s(lam, pre_s, prompt_scv(wl)) + slot_wait_p99_s(lam, residence_s, Bf)) * 1e3
+    ttft = pre_p99 + itl_load + wait_ms
+    rho = concurrency / Bf
     usd_per_m = g * price / (wl.requests_per_s * (wl.prompt_tokens + wl.output_tokens) * 3600.0) * 1e6
-    pre_share = np.where(service_s > 0, pre_mean / 1e3 / service_s, 0)
+    gpu_s_out = wl.output_tokens * itl_load / in_flight                    # each step's time is shared by the batch
+    pre_share = np.where(pre_mean + gpu_s_out > 0, pre_mean / (pre_mean + gpu_s_out), 0)
     usd_in = usd_per_m * (wl.prompt_tokens + wl.output_tokens) * pre_share / wl.prompt_tokens
     usd_out = usd_per_m * (wl.prompt_tokens + wl.output_tokens) * (1 - pre_share) / wl.output_tokens
 
     # ---- verdicts
     mem_r, itl_r, ttft_r = needed / usable, itl / wl.itl_ms, ttft / wl.ttft_p99_ms
-    conc_r = concurrency / Bf
-    ok = {"mesh": mesh_ok & link_ok, "precision": ~np.isnan(peak), "memory": mem_r <= 1, "itl": itl_r <= 1, "utilisation": rho < 1,
-          "concurrency": conc_r <= 1, "ttft": ttft_r <= 1, "no price": ~np.isnan(price)}
+    conc_r = rho
+    ok = {"mesh": mesh_ok & link_ok, "precision": ~np.isnan(peak), "memory": mem_r <= 1, "itl": itl_r <= 1,
+          "utilisation": np.isfinite(concurrency), "concurrency": conc_r < 1, "ttft": ttft_r <= 1,
+          "no price": ~np.isnan(price)}
     feasible = np.logical_and.reduce(list(ok.values()))
     code = np.zeros(len(tp), dtype=np.int8)              # index into REASONS; the first failing check wins
     names = list(ok)
@@ -323,7 +359,7 @@ def plan(config: ModelConfig, devices: list[Device], workload: Workload, space: 
     itl_kind = np.where(comm_ms >= np.maximum(mem_ms, comp_ms), k["communication"],
                         np.where(mem_ms >= comp_ms, k["bandwidth"], k["compute"]))
     ttft_kind = np.where(wait_ms > pre_p99, k["queueing"], k["compute"])
-    ratios = np.stack([mem_r, itl_r, ttft_r, rho, conc_r])
+    ratios = np.stack([mem_r, itl_r, ttft_r, prefill_share, conc_r])
     n_all = len(tp)
     kinds = np.stack([np.full(n_all, k["memory"]), itl_kind, ttft_kind, np.full(n_all, k["queueing"]),
                       np.full(n_all, k["queueing"])])
@@ -339,6 +375,7 @@ def plan(config: ModelConfig, devices: list[Device], workload: Workload, space: 
                 kv_dtype=np.array(space.kv_dtypes, dtype=object)[kdi], per_gpu_weight_bytes=w_gpu,
                 per_gpu_kv_bytes=kv_gpu, per_gpu_needed_bytes=needed, usable_bytes=usable, itl_ms=itl,
                 prefill_ms=pre_mean, ttft_p99_ms=ttft, utilisation=rho, concurrency_per_replica=concurrency,
+                itl_at_load_ms=itl_load, prefill_share=prefill_share,
                 usd_per_million_tokens=usd_per_m, usd_per_million_input_tokens=usd_in,
                 usd_per_million_output_tokens=usd_out, feasible=feasible, binding=binding, worst_ratio=worst,
                 reason=reason, itl_kind=itl_kind, ttft_kind=ttft_kind)
@@ -368,9 +405,10 @@ def _sentence(col: dict, i: int, wl: Workload) -> str:
         return (f"TTFT p99 {col['ttft_p99_ms'][i]:.0f} ms > target {wl.ttft_p99_ms:g} ms "
                 f"({col['ttft_kind'][i]})")
     if r == "utilisation":
-        return f"queueing: utilisation {col['utilisation'][i]:.2f} ≥ 1, the rate exceeds what the replicas serve"
+        return (f"queueing: prefills alone would take {col['prefill_share'][i]:.0%} of a replica's time; the rate "
+                "exceeds what the replicas serve")
     if r == "concurrency":
-        return (f"queueing: needs {col['concurrency_per_replica'][i]:.0f} concurrent sequences per replica, "
+        return (f"queueing: needs {col['concurrency_per_replica'][i]:.0f} sequences in flight per replica, "
                 f"batch cap {col['batch_cap'][i]}")
     return "no hourly price for this device: enter one"
 
@@ -379,7 +417,7 @@ def plan_rows(res: PlanResult, top: int = 20) -> list[dict]:
     """Ranked feasible plans as plain dicts with the columns a reader needs (JSON/CSV export)."""
     keep = ("device", "gpus", "tp", "pp", "ep", "replicas", "batch_cap", "weight_dtype", "kv_dtype", "per_gpu_weight_bytes",
             "per_gpu_kv_bytes", "per_gpu_needed_bytes", "usable_bytes", "prefill_ms", "ttft_p99_ms", "itl_ms",
-            "utilisation", "usd_per_million_tokens", "usd_per_million_input_tokens", "usd_per_million_output_tokens",
+            "itl_at_load_ms", "concurrency_per_replica", "utilisation", "usd_per_million_tokens", "usd_per_million_input_tokens", "usd_per_million_output_tokens",
             "binding", "why")
     return [{k: r[k] for k in keep} for r in res.ranked(top)]
 

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
+
 from calculators.units import check_fraction, check_int, check_nonneg, check_positive
 
 
@@ -82,3 +84,59 @@ def mg1_mean_wait_s(arrival_rate_per_s: float, mean_service_s: float, second_mom
     s = check_positive("mean service time", mean_service_s)
     rho = check_fraction("utilization", lam * s, allow_one=False)
     return lam * check_positive("second moment of service time", second_moment_s2) / (2 * (1 - rho))
+
+
+# ------------------------------------------------------------------------------------------ continuous batching
+def batching_concurrency(rate_per_s, prefill_s, output_tokens: float, itl_one_s, itl_slope_s):
+    """Requests in flight on one continuous-batching replica (Little's law, L = λ·R), solved in closed form.
+
+    A request spends `prefill_s` in its prefill step, then gets one token per step. A decode step with n sequences
+    takes I(n) = itl_one + slope·(n − 1) (the step line between batch 1 and the cap); a newcomer's prefill step
+    (λ of them per second, taking the share ρ_p = λ·prefill of the time) also gives every running sequence a
+    token, so a second holds λ + (1 − ρ_p)/I steps and a token takes t = I/(1 − ρ_p + λ·I) on average. With
+    R = prefill + output·t and L = λ·R, L solves a quadratic with one positive root. inf where ρ_p ≥ 1 (the
+    prefills alone exceed the replica's time). NumPy arrays broadcast."""
+    lam = np.asarray(rate_per_s, dtype=float)
+    c = 1 - lam * prefill_s
+    b = lam * itl_slope_s
+    a = lam * (itl_one_s - itl_slope_s)                    # λ·I(n) = a + b·n
+    lam_pre, lam_out = lam * prefill_s, lam * output_tokens
+    # (n − λ·pre)(c + a + b·n) = λ·out·(a + b·n)/λ·λ  ->  b·n² + (c + a − b·λ·pre − out·b)·n − λ·pre·(c + a) − out·a = 0
+    qa = b
+    qb = c + a - b * lam_pre - output_tokens * b
+    qc = -lam_pre * (c + a) - output_tokens * a
+    with np.errstate(divide="ignore", invalid="ignore"):
+        disc = np.sqrt(np.maximum(qb * qb - 4 * qa * qc, 0.0))
+        root = np.where(qa > 0, 2 * -qc / (qb + disc), -qc / qb)     # the positive root, stable form
+    del lam_out
+    return np.where(c > 0, np.maximum(root, 0.0), np.inf)
+
+
+def token_time_s(rate_per_s, prefill_s, itl_s):
+    """Mean time between a running sequence's tokens, t = I/(1 − ρ_p + λ·I) (see `batching_concurrency`)."""
+    lam = np.asarray(rate_per_s, dtype=float)
+    return itl_s / (1 - lam * prefill_s + lam * itl_s)
+
+
+def prefill_wait_p99_s(rate_per_s, prefill_s, scv: float = 0.0):
+    """p99 wait for the prefill steps ahead (M/G/1 on prefills, ρ_p = λ·prefill): the Pollaczek-Khinchine mean
+    W = ρ_p·prefill·(1 + c²)/(2(1 − ρ_p)) and an exponential tail P(wait > t) ≈ ρ_p·exp(−ρ_p·t/W), so
+    t99 = W/ρ_p · ln(100·ρ_p) (0 when ρ_p ≤ 1%). c² = `scv`, the squared coefficient of variation of the prefill
+    time: 0 for prompts of one length (M/D/1), 1 for exponential ones (then this is M/M/1's tail exactly)."""
+    rho = np.asarray(rate_per_s, dtype=float) * prefill_s
+    with np.errstate(divide="ignore", invalid="ignore"):
+        scale = prefill_s * (1 + scv) / (2 * (1 - rho))
+        t = np.maximum(0.0, np.log(np.maximum(100 * rho, 1e-300))) * scale
+    return np.where(rho < 1, t, np.inf)
+
+
+def slot_wait_p99_s(rate_per_s, residence_s, slots):
+    """p99 wait for a free slot when `slots` sequences at most run at once (M/M/c, c = slots, service time =
+    a request's residence R): P(wait) from Sakasegawa's approximation u^(√(2(c+1)) − 1), u = λR/c (exact for
+    c = 1), and the conditional wait exponential with mean R/(c(1 − u)): t99 = ln(100·P(wait))·R/(c(1 − u))."""
+    c = np.asarray(slots, dtype=float)
+    u = np.asarray(rate_per_s, dtype=float) * residence_s / c
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        p_wait = np.power(np.clip(u, 0.0, 1.0), np.sqrt(2 * (c + 1)) - 1)
+        t = np.maximum(0.0, np.log(np.maximum(100 * p_wait, 1e-300))) * residence_s / (c * (1 - u))
+    return np.where(u < 1, t, np.inf)

@@ -15,7 +15,7 @@ import numpy as np
 from engine.errors import ModelError
 from engine.model.stopping import check_max_new_tokens
 from engine.model.hooks import Hooks, _indices
-from engine.model.sampling import check_sampling, top_alternatives
+from engine.model.sampling import check_sampling, token_probability, top_alternatives
 from engine.model.token_loop import Progress, check_controls, run_tokens
 from specs.model_config import ModelConfig
 
@@ -37,6 +37,7 @@ class StepRecord:
     attention: dict[tuple[int, int], np.ndarray] = field(default_factory=dict)   # (layer, head) -> [cache_tokens]
     k_new: dict[int, np.ndarray] = field(default_factory=dict)                    # layer -> [h_kv, T_new, d]
     v_new: dict[int, np.ndarray] = field(default_factory=dict)
+    model_prob: float = float("nan")   # probability of token_id under softmax at temperature 1 (the model's own)
 
     @property
     def kv_bytes(self) -> int:
@@ -134,11 +135,13 @@ def record_generation(model: "Model", prompt_ids: Sequence[int], max_new_tokens:
                         hooks_for=capture.hooks_for, stop=stop, on_progress=on_progress,
                         prefill_chunks=rec.prefill_chunks):
         top_ids, top_probs = top_alternatives(s.logits, alternatives)
+        model_prob = token_probability(s.logits, s.token_id)
         n = int(s.cache.lengths[0])
         rec.steps.append(StepRecord(
             step=s.step, token_id=s.token_id, text=s.text, prob=s.prob, top_ids=top_ids, top_probs=top_probs,
             seconds=s.seconds, cache_tokens=n, kv_bytes_per_layer=s.cache.bytes_per_layer(),
-            attention=capture.attention, k_new=capture.kv("hook_k"), v_new=capture.kv("hook_v")))
+            attention=capture.attention, k_new=capture.kv("hook_k"), v_new=capture.kv("hook_v"),
+            model_prob=model_prob))
         capture.reset()
         if s.finish_reason:
             rec.finish_reason = s.finish_reason

@@ -61,6 +61,14 @@ def sample_with_prob(logits: np.ndarray, temperature: float, top_k: int, top_p: 
     return tok, float(p[tok])
 
 
+def token_probability(logits: np.ndarray, token_id: int) -> float:
+    """Probability of one token under softmax(logits) at temperature 1: the model's own confidence, whatever the
+    sampler (greedy picks with probability 1) did.   [V] -> float"""
+    z = np.asarray(logits, np.float64)
+    p = np.exp(z - z.max())
+    return float(p[int(token_id)] / p.sum())
+
+
 def top_alternatives(logits: np.ndarray, k: int) -> tuple[list[int], list[float]]:
     """The k most likely tokens under softmax(logits) at temperature 1, most likely first.   [V] -> ids, probs"""
     z = np.asarray(logits, np.float64)

@@ -68,6 +68,16 @@ def test_calibration_recovers_known_knobs_from_synthetic_measurements():
     assert fit["itl_mean_abs_error_percent"] < 1e-6
 
 
+def test_calibration_says_when_the_data_imply_a_step_faster_than_the_floor():
+    """ITLs at half the bandwidth floor imply MBU 2.0: it was clamped to 1.00 without a word."""
+    dev = load_device("h100")
+    d = decode_step_parallel(L70, dev, Mesh(), 256 + 64, 1, "fp8", None, Efficiency(decode_mbu=1.0), None)
+    pre = prefill_parallel(L70, dev, Mesh(), 256, 1, "fp8", None, Efficiency(prefill_mfu=1.0))
+    fit = calibrate(L70, dev, [Measurement(256, 128, 1, pre["compute_ms"] / 0.5, d["memory_ms"] / 2.0, 1)], "fp8")
+    assert fit["decode_mbu"] == 1.0 and fit["raw_decode_mbu"] == pytest.approx(2.0, rel=1e-6)
+    assert len(fit["held_at_one"]) == 1 and "decode MBU = 2.00" in fit["held_at_one"][0]
+
+
 def test_readers_take_vllm_json_and_csv_and_refuse_bad_rows():
     doc = {"completed": 100, "total_input_tokens": 102400, "total_output_tokens": 12800, "mean_ttft_ms": 50.0,
            "mean_itl_ms": 7.5, "max_concurrency": 16, "output_throughput": 2100.0}

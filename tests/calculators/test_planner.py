@@ -33,6 +33,34 @@ def _scalar(c, dev, row, wl):
     return mem, dec, pre, pre99
 
 
+def _queue(c, dev, row, wl, replicas: int) -> dict:
+    """The continuous-batching queue of one replica by plain loops (a second computation of the planner's):
+    Little's law iterated to its fixed point, then the two p99 waits written out."""
+    _, dec_cap, pre, pre99 = _scalar(c, dev, row, wl)
+    mesh = Mesh(tp=row["tp"], pp=row["pp"], ep=row.get("ep", 1), gpus=row["gpus"])
+    mean_ctx = wl.prompt_tokens + (wl.output_tokens - 1) // 2 + 1
+    itl1 = decode_step_parallel(c, dev, mesh, mean_ctx, 1, row["weight_dtype"], row["kv_dtype"], Efficiency())["itl_ms"]
+    B, lam, p = row["batch_cap"], wl.requests_per_s / replicas, pre["prefill_ms"] / 1e3
+    slope = (dec_cap["itl_ms"] - itl1) / (B - 1) / 1e3 if B > 1 else 0.0
+    if lam * p >= 1:
+        return dict(stable=False)
+    L = 0.0
+    for _ in range(20_000):
+        i = itl1 / 1e3 + slope * (min(max(L, 1.0), B) - 1)
+        L_next = lam * (p + wl.output_tokens * i / (1 - lam * p + lam * i))
+        if abs(L_next - L) < 1e-12:
+            break
+        L = L_next
+    i = itl1 / 1e3 + slope * (min(max(L, 1.0), B) - 1)
+    R = p + wl.output_tokens * i / (1 - lam * p + lam * i)
+    rho_p, u = lam * p, L / B
+    scv = min(1.0, max(0.0, (wl.p99_prompt / wl.prompt_tokens - 1) / (math.log(100) - 1))) ** 2
+    w_pre = max(0.0, math.log(100 * rho_p)) * p * (1 + scv) / (2 * (1 - rho_p)) if rho_p > 0 else 0.0
+    p_wait = u ** (math.sqrt(2 * (B + 1)) - 1)
+    w_slot = max(0.0, math.log(100 * p_wait)) * R / (B * (1 - u)) if 0 < u < 1 else (math.inf if u >= 1 else 0.0)
+    return dict(stable=True, in_flight=L, ttft_ms=pre99["prefill_ms"] + i * 1e3 + (w_pre + w_slot) * 1e3)
+
+
 def test_vectorised_numbers_equal_the_scalar_calculators():
     res = plan(L70, [H100, A100], WL, SMALL)
     rng = np.random.default_rng(0)
@@ -68,13 +96,10 @@ def test_every_ranked_plan_respects_the_constraints_it_claims():
     for r in rows:
         dev = H100 if r["device"] == H100.name else A100
         mem, dec, pre, pre99 = _scalar(L70, dev, r, WL)
-        lam = WL.requests_per_s / r["replicas"]
-        service_s = (pre["prefill_ms"] + WL.output_tokens * dec["itl_ms"] / r["batch_cap"]) / 1e3
-        rho = lam * service_s
-        wait_ms = max(0.0, math.log(100 * rho)) * service_s / (1 - rho) * 1e3       # M/M/1 p99 wait
-        assert mem["fits"] and dec["itl_ms"] <= WL.itl_ms and rho < 1
-        assert pre99["prefill_ms"] + wait_ms <= WL.ttft_p99_ms * (1 + 1e-9)
-        assert lam * (pre["prefill_ms"] + WL.output_tokens * dec["itl_ms"]) / 1e3 <= r["batch_cap"]
+        q = _queue(L70, dev, r, WL, r["replicas"])
+        assert mem["fits"] and dec["itl_ms"] <= WL.itl_ms and q["stable"] and q["in_flight"] < r["batch_cap"]
+        assert q["ttft_ms"] <= WL.ttft_p99_ms * (1 + 1e-9)
+        assert r["ttft_p99_ms"] == pytest.approx(q["ttft_ms"], rel=1e-6)
         assert r["binding"] in ("memory", "bandwidth", "compute", "communication", "queueing")
     costs = [r["usd_per_million_tokens"] for r in rows]
     assert costs == sorted(costs)
@@ -90,14 +115,10 @@ def test_cheapest_plan_is_the_brute_force_minimum_over_the_same_space():
             continue
         row = dict(tp=tp, pp=pp, gpus=g, batch_cap=B, weight_dtype=wd, kv_dtype=kd)
         mem, dec, pre, pre99 = _scalar(L8, dev, row, WL)
-        lam = WL.requests_per_s / (g // (tp * pp))
-        service_s = (pre["prefill_ms"] + WL.output_tokens * dec["itl_ms"] / B) / 1e3
-        rho = lam * service_s
-        if not (mem["fits"] and dec["itl_ms"] <= WL.itl_ms and rho < 1):
+        q = _queue(L8, dev, row, WL, g // (tp * pp))
+        if not (mem["fits"] and dec["itl_ms"] <= WL.itl_ms and q["stable"] and q["in_flight"] < B):
             continue
-        if lam * (pre["prefill_ms"] + WL.output_tokens * dec["itl_ms"]) / 1e3 > B:
-            continue
-        if pre99["prefill_ms"] + max(0.0, math.log(100 * rho)) * service_s / (1 - rho) * 1e3 > WL.ttft_p99_ms:
+        if q["ttft_ms"] > WL.ttft_p99_ms:
             continue
         cost = g * dev.price_usd_per_hour / (WL.requests_per_s * 1200 * 3600) * 1e6
         key = (round(cost, 12), round(dec["itl_ms"], 9))

@@ -214,6 +214,17 @@ def rec(model) -> GenerationRecord:
                              attention_heads=[0, 3], kv_layers=[0], chunk_size=4)
 
 
+def test_record_keeps_the_models_own_probability_of_each_token(model, rec):
+    """The walkthrough's bars showed `prob` (the sampler's: 1.0 for every greedy pick) as the model's confidence."""
+    seq = rec.tokens_ids
+    for s in rec.steps:
+        z = model.logits(seq[:s.cache_tokens]).astype(np.float64)[-1]
+        p = np.exp(z - z.max()) / np.exp(z - z.max()).sum()
+        assert s.model_prob == pytest.approx(p[s.token_id], rel=1e-4)
+        assert s.model_prob == pytest.approx(s.top_probs[0], rel=1e-9)          # greedy: the favourite
+        assert s.prob == 1.0
+
+
 def test_record_kv_bytes_follow_the_formula(rec):
     L, h_kv, d = CFG.num_layers, CFG.num_kv_heads, CFG.head_dim
     assert [s.step for s in rec.steps] == list(range(6)) and rec.finish_reason == "length"

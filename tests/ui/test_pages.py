@@ -17,7 +17,7 @@ from specs.model_config import SpecError
 from ui.model_picker import CHOICE_KEY
 from ui.model_source import (CONFIG_JSON, CUSTOM, ENGINE, HUB, LOCAL, MODE_KEY, PASTE, PASTE_KEY, PATH_KEY,
                              PRESET_KEY, REPO_KEY, SOURCE_KEY, THIS_MACHINE, UPLOAD, parse_config_text)
-from helpers_apptest import errors, run_script
+from helpers_apptest import errors, run_script, walkthrough_problems
 
 ROOT = Path(__file__).resolve().parents[2]
 PAGES = {p.stem.split("_", 1)[1]: str(p) for p in sorted((ROOT / "pages").glob("[0-9][0-9]_*.py"))}  # every page
@@ -51,6 +51,7 @@ def test_page_runs_with_defaults_and_every_table_has_a_csv(name):
     at = page(name)
     assert not at.exception, at.exception
     assert not errors(at)
+    assert walkthrough_problems(at) == []          # no empty chart, no source named by a bare code (issue 18)
     assert at.title[0].value
     assert len(at.get("download_button")) == len(at.dataframe)
     if Path(PAGES[name]).name.startswith("2"):                 # every sizing lesson shows at least one table
@@ -70,7 +71,7 @@ def test_anatomy_shows_tinyllama_size_and_ops():
 def test_kv_levers_reproduce_tinyllama_mha_gqa_mqa_bytes_per_token():
     at = page("KV_cache_and_attention_variants")
     levers = next(t for t in tables(at) if "lever" in t.columns)
-    per_token = dict(zip(levers["variant"], levers["bytes per token (all layers)"]))
+    per_token = dict(zip(levers["variant"], levers["bytes/token"]))
     assert per_token["MHA"] == 180_224 and per_token["GQA-4"] == 22_528 and per_token["MQA"] == 5_632
 
 
@@ -124,7 +125,7 @@ def test_pasted_config_is_sized():
               **{SOURCE_KEY: CONFIG_JSON, MODE_KEY: PASTE, PASTE_KEY: json.dumps(TINYLLAMA_CONFIG)})
     assert not at.exception and not errors(at)
     levers = next(t for t in tables(at) if "lever" in t.columns)
-    assert levers["bytes per token (all layers)"].iloc[0] == 22_528
+    assert levers["bytes/token"].iloc[0] == 22_528
 
 
 def test_uploaded_config_bad_and_good():

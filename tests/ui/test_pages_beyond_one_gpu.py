@@ -25,7 +25,7 @@ def test_parallelism_page_shows_tp_floors_bubble_and_the_mesh_view():
     at = page("41_")
     assert not at.exception and not texts(at.error)
     tp = at.dataframe[0].value                     # TinyLlama fp16 on A100 (defaults): 003's TP floors
-    assert [round(v, 2) for v in tp["weights-only floor (ms)"][:3]] == [1.41, 0.71, 0.35]
+    assert [round(v, 2) for v in tp["every weight read once (ms)"][:3]] == [1.41, 0.71, 0.35]
     bubble = next(d.value for d in at.dataframe if "bubble (%)" in d.value.columns)
     assert [round(v) for v in bubble["bubble (%)"]] == [75, 43, 16, 4]
     at.text_input(key="par.mesh.cols").set_value(str(3)).run()      # 3 columns cannot split 32 heads

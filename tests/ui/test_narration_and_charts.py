@@ -1,0 +1,148 @@
+"""The words and chart settings behind issue 18's fixes, without Streamlit running a page: sentences true of the
+numbers they are given, log axes labelled with whole values, legends that add height, heatmaps that fit a
+1280×720 screen, numbers too long for a float, request names as in their tables."""
+from __future__ import annotations
+
+import math
+from types import SimpleNamespace
+
+import pandas as pd
+import pytest
+
+from ui.charts import HEATMAP_MAX_PX, LARGE_TEXT_KEY, heatmap_size, legend_height_px, log_ticks, style
+from ui.narration import (acceptance_words, allocator_words, best_cap_words, chunk_words, gap_words, goodput_words,
+                          measured_text, plural, speedup_words)
+from ui.serving import request_label
+from ui.widgets import parse_number
+
+
+# ------------------------------------------------------------------------------------------ charts
+@pytest.mark.parametrize("lo, hi", [(0.003, 40.0), (1.0, 9.0), (2e3, 8e9), (0.5, 0.6)])
+def test_log_axis_labels_are_whole_values_never_bare_minor_digits(lo, hi):
+    """Plotly's "D2" ticks print 20 and 50 as a small "2" and "5", which a class reads as the values 2 and 5."""
+    t = log_ticks([lo, hi])
+    assert t["tickvals"] and len(t["tickvals"]) == len(t["ticktext"])
+    for v, label in zip(t["tickvals"], t["ticktext"]):
+        assert float(label.replace(",", "")) == pytest.approx(v)
+        assert lo / 1.5 <= v <= hi * 1.5 or len(t["tickvals"]) == 1
+    assert len(t["tickvals"]) <= 16
+
+
+def test_style_gives_a_log_axis_its_labelled_ticks():
+    fig = style({"data": [dict(type="scatter", x=[1, 10, 100], y=[0.01, 0.2, 3.0])],
+                 "layout": dict(xaxis=dict(type="log"), yaxis=dict(type="log"))})
+    assert "20" in fig.layout.yaxis.ticktext or "0.2" in fig.layout.yaxis.ticktext
+    assert fig.layout.xaxis.ticktext[-1] == "100"
+
+
+def test_a_legend_above_the_plot_adds_height_instead_of_squashing_it():
+    """The KV variants chart kept 420 px for plot and a three-row legend together."""
+    traces = [dict(type="scatter", x=[1, 2], y=[1, 2], name=f"a fairly long model name number {i}") for i in range(7)]
+    fig = style({"data": traces, "layout": dict(height=420)})
+    assert fig.layout.height == 420 + legend_height_px(traces, 15)
+    assert legend_height_px(traces, 15) > 0
+
+
+@pytest.mark.parametrize("large", [False, True])
+def test_token_heatmaps_fit_a_1280_by_720_screen(large):
+    import streamlit as st
+    st.session_state[LARGE_TEXT_KEY] = large
+    try:
+        for n in (5, 40, 96):
+            step, height = heatmap_size(n)
+            assert height <= HEATMAP_MAX_PX <= 720 - 60
+            assert math.ceil(n / step) * 0.9 * (22 if large else 15) <= HEATMAP_MAX_PX - 260 + 22  # labels fit
+    finally:
+        st.session_state[LARGE_TEXT_KEY] = False
+
+
+def test_request_names_on_a_gantt_match_the_table():
+    """The engine's ids are already "R0"; the chart printed "RR0"."""
+    assert request_label("R0") == "R0" and request_label(3) == "R3"
+
+
+# ------------------------------------------------------------------------------------------ numbers
+def test_a_twenty_digit_number_is_whole_and_then_out_of_range():
+    """12345678901234567890 was refused as "must be a whole number" (float(v) != int(v) past 2**53)."""
+    from ui.widgets import check_number
+    v, problem = parse_number("Requests", "12345678901234567890", integer=True)
+    assert problem is None and v == 12345678901234567890
+    shown = []
+    import ui.widgets as w
+    keep = w.show_error
+    w.show_error = lambda msg, where=None: shown.append(str(msg))
+    try:
+        assert check_number("Requests", v, 1, 1_000_000, integer=True) is None
+    finally:
+        w.show_error = keep
+    assert shown and "between" in shown[0] and "whole" not in shown[0]
+
+
+# ------------------------------------------------------------------------------------------ words
+def test_chunk_words_say_no_bump_when_the_chunk_fits_in_idle_compute():
+    assert "no bump at all" in chunk_words(1.55, 7.1, 1.551, 2.44, 128)
+    said = chunk_words(1.55, 14.6, 3.99, 5.25, 512)
+    assert "3.99 ms" in said and "14.6 ms" in said and "no bump" not in said
+
+
+def test_allocator_words_explain_coinciding_lines_by_the_copies():
+    row = dict(max_batch=11, steps=8262, mean_waste_fraction=0.02, relocations=738, copied_tokens=248080)
+    s = {"reserve": dict(row, max_batch=5, steps=8395, mean_waste_fraction=0.82), "contiguous": row,
+         "paged": dict(row, relocations=0, copied_tokens=0)}
+    said = allocator_words(s)
+    assert "738 relocations copying 248,080 token positions" in said
+    s["contiguous"] = dict(row, steps=9000)
+    assert "relocations" not in allocator_words(s)
+
+
+def test_goodput_words_name_the_load_where_goodput_leaves_throughput():
+    rows = [dict(load=x, throughput_tok_s=100.0 * x, goodput_tok_s=100.0 * x * f)
+            for x, f in ((0.5, 1.0), (0.8, 0.97), (0.95, 0.83))]
+    said = goodput_words(rows)
+    assert "from load **0.8**" in said and "**83%**" in said
+    assert "every request meets both targets" in goodput_words([dict(r, goodput_tok_s=r["throughput_tok_s"])
+                                                               for r in rows])
+
+
+def test_best_cap_words_explain_a_tie():
+    rows = [dict(max_batch=b, goodput_tok_s=g, fraction_meeting_slo=0.99)
+            for b, g in ((4, 1467.0), (8, 2467.0), (16, 2467.0), (64, 2467.0))]
+    said = best_cap_words(rows)
+    assert "**8**" in said and "Caps 8 to 64 do equally well" in said
+    assert "equally" not in best_cap_words(rows[:2])
+
+
+def test_speculative_words_are_true_of_trained_and_random_models():
+    """The page blamed "random weights" while the trained SmolLM2 was loaded."""
+    trained = SimpleNamespace(name="SmolLM2-135M-Instruct", random_weights=False, config=SimpleNamespace(num_layers=30))
+    random = SimpleNamespace(name="random SmolLM2", random_weights=True, config=SimpleNamespace(num_layers=30))
+    said = acceptance_words(trained, 7, 0.42)
+    assert "random" not in said and "42%" in said and "7 of 30 layers" in said
+    assert "random weights" in acceptance_words(random, 7, 0.01)
+
+
+def test_class_words_explain_a_batch_worth_less_than_one_stream():
+    """"The batch is worth 0.236 lone streams" on a loaded server, while the lesson says the opposite."""
+    steps = [SimpleNamespace(ended_at=99.0, seconds=0.5, prefill_tokens=400),
+             SimpleNamespace(ended_at=99.5, seconds=0.1, prefill_tokens=0)]
+    snap = SimpleNamespace(steps=steps, taken_at=100.0)
+    said = speedup_words(snap, 0.236)
+    assert "fewer, not more" in said and "400 prompt tokens" in said and "83%" in said
+    assert "worth **2.50** lone streams" in speedup_words(snap, 2.5)
+    assert plural(1, "sequence") == "1 sequence" and plural(3, "sequence") == "3 sequences"
+    assert measured_text(float("nan")) == "not measured yet" and measured_text(12.34) == "12.3"
+
+
+def test_prefill_decode_words_give_the_measured_over_predicted_gap():
+    df = pd.DataFrame({"ITL measured (ms)": [42.0, 44.0], "ITL predicted (ms)": [25.0, 25.0],
+                       "TTFT measured (ms)": [100.0, 300.0], "TTFT predicted (ms)": [50.0, 150.0]})
+    said = gap_words(df)
+    assert "**1.7×**" in said and "**2.0×**" in said and "floor" in said
+
+
+def test_log_ticks_read_plotly_express_numpy_data():
+    """plotly 6 packs NumPy columns as base64; unread, the max-batch chart fell back to plotly's 700-800-900 labels."""
+    import plotly.express as px
+    df = pd.DataFrame({"context": [128, 256, 512, 1024, 2048], "batch": [11505, 5937, 3017, 1521, 761]})
+    fig = style(px.line(df, x="context", y="batch", log_x=True, log_y=True))
+    assert fig.layout.yaxis.ticktext == ("1,000", "2,000", "5,000", "10,000")
