@@ -39,7 +39,8 @@ def _queue(c, dev, row, wl, replicas: int) -> dict:
     _, dec_cap, pre, pre99 = _scalar(c, dev, row, wl)
     mesh = Mesh(tp=row["tp"], pp=row["pp"], ep=row.get("ep", 1), gpus=row["gpus"])
     mean_ctx = wl.prompt_tokens + (wl.output_tokens - 1) // 2 + 1
-    itl1 = decode_step_parallel(c, dev, mesh, mean_ctx, 1, row["weight_dtype"], row["kv_dtype"], Efficiency())["itl_ms"]
+    itl1 = decode_step_parallel(c, dev, mesh, mean_ctx, 1, row["weight_dtype"], row["kv_dtype"],
+                                Efficiency.for_stack(None, dev))["itl_ms"]
     B, lam, p = row["batch_cap"], wl.requests_per_s / replicas, pre["prefill_ms"] / 1e3
     slope = (dec_cap["itl_ms"] - itl1) / (B - 1) / 1e3 if B > 1 else 0.0
     if lam * p >= 1:
