@@ -28,6 +28,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--max-waiting", type=int, default=None, help="requests allowed to wait in line (default 64)")
     p.add_argument("--kv-budget-mb", type=float, default=None, help="KV pool size in MB (default 256)")
     p.add_argument("--log-level", default="warning", help="uvicorn's log level (default warning)")
+    p.add_argument("--exit-with-parent", action="store_true",
+                   help="stop when the process that started this one ends (the app's embedded server)")
 
 
 def served_name(source: str | None, given: str | None) -> str:
@@ -63,11 +65,30 @@ def run(args) -> int:
                             timeout_graceful_shutdown=2)
     server = uvicorn.Server(config)
     _announce_when_started(server, name, args.host, args.port)
+    if args.exit_with_parent:
+        _exit_with_parent(server)
     try:
         server.run()
     finally:
         worker.close()
     return 0 if server.started else 2
+
+
+def _exit_with_parent(server, every_s: float = 2.0) -> None:
+    """Ask uvicorn to shut down once the parent process is gone (we are re-parented: getppid changes)."""
+    import os
+    import threading
+    import time
+    parent = os.getppid()
+
+    def watch() -> None:
+        while not server.should_exit:
+            if os.getppid() != parent:
+                server.should_exit = True
+                return
+            time.sleep(every_s)
+
+    threading.Thread(target=watch, name="exit-with-parent", daemon=True).start()
 
 
 def _announce_when_started(server, name: str, host: str, port: int) -> None:
