@@ -95,9 +95,8 @@ class TokenStream:
                 text = self._cut_at_stop(tok.text, final=tok.finish_reason is not None)
                 if tok.finish_reason is not None and self.finish_reason is None:
                     self.finish_reason = tok.finish_reason
-                if text or self.finish_reason is not None:
-                    self.text += text
-                    yield text, [int(tok.token_id)]
+                self.text += text                             # every token is sent, even one whose text
+                yield text, [int(tok.token_id)]              # waits (part of a character, a stop string)
         except ModelError as e:                               # the engine failed on this batch
             self.finish_reason = "error"
             raise ApiError(500, str(e), "server_error", kind="server_error") from None

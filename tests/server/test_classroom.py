@@ -78,7 +78,7 @@ def test_two_browser_sessions_see_only_their_own_reply():
     ra, rb = at_a.session_state["last_generation"], at_b.session_state["last_generation"]
     assert "alpha" in ra.prompt_text and "beta gamma" in rb.prompt_text and "alpha" not in rb.prompt_text
     assert len(ra.tokens) == 3 and len(rb.tokens) == 2
-    assert "timings measured for your request" in " ".join(c.value for c in at_b.caption)
+    assert "timings measured at this client for your request" in " ".join(c.value for c in at_b.caption)
 
 
 # ------------------------------------------------------------------------------------------ heavy jobs
