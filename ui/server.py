@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import atexit
 import threading
-import time
 from dataclasses import dataclass
 from typing import Callable, Iterator, Sequence
 
