@@ -17,6 +17,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 APP = str(ROOT / "app.py")
 MODEL = "smollm2"
+START_TIMEOUT_S = 1800.0     # a first start compiles the model (torch.compile) for minutes on a busy CPU
 openai = pytest.importorskip("openai")
 
 
@@ -45,13 +46,17 @@ def vllm_url():
     proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, cwd="/tmp")
     url = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + 900
-        while time.monotonic() < deadline:
+        deadline = time.monotonic() + START_TIMEOUT_S
+        while True:
             assert proc.poll() is None, f"vLLM exited, see {log.name}"
             try:
                 urllib.request.urlopen(url + "/health", timeout=2)
                 break
             except OSError:
+                if time.monotonic() > deadline:
+                    pytest.fail(f"vLLM did not answer /health within {START_TIMEOUT_S:.0f} s (log {log.name}); a "
+                                f"first start compiles for minutes on a busy CPU: start it once by hand, then "
+                                f"pass VLLM_URL")
                 time.sleep(3)
         yield url
     finally:
