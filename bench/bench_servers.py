@@ -28,7 +28,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from server.process import EngineServerProcess, free_port, vllm_command  # noqa: E402
+from server.process import EngineServerProcess, free_port, stop_group, vllm_command  # noqa: E402
 
 PROMPTS = ("Write a story about a dragon who learns to read.", "Explain how a refrigerator works.",
            "List five facts about the ocean.", "Describe a day in the life of a bee.",
@@ -92,7 +92,8 @@ def peak_rss_bytes(pid: int) -> int:
 
 def start_vllm(python: str, folder: str, port: int, log: Path) -> subprocess.Popen:
     cmd, env = vllm_command(python, folder, port)
-    return subprocess.Popen(cmd, stdout=open(log, "wb"), stderr=subprocess.STDOUT, env=env, cwd="/tmp")
+    return subprocess.Popen(cmd, stdout=open(log, "wb"), stderr=subprocess.STDOUT, env=env, cwd="/tmp",
+                            start_new_session=True)
 
 
 def wait_health(url: str, proc: subprocess.Popen, timeout_s: float) -> None:
@@ -156,11 +157,7 @@ def main(argv=None) -> int:
     finally:
         ours.stop()
         if vllm_proc is not None:
-            vllm_proc.terminate()
-            try:
-                vllm_proc.wait(60)
-            except subprocess.TimeoutExpired:
-                vllm_proc.kill()
+            stop_group(vllm_proc)
     print(f"\n{'level':>5} {'server':>6} {'tok/s':>8} {'TTFT p50':>9} {'TTFT p99':>9} {'ITL p50':>8} {'ITL p99':>8}"
           f"   (medians of {args.rounds} rounds, ms)")
     summary = {}

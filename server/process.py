@@ -117,3 +117,19 @@ def vllm_command(python: str, hf_folder: str, port: int, served_model_name: str 
            "VLLM_CPU_KVCACHE_SPACE": os.environ.get("VLLM_CPU_KVCACHE_SPACE", "1")}
     return ([python, "-m", "vllm.entrypoints.openai.api_server", "--model", hf_folder, "--served-model-name",
              served_model_name, "--host", "127.0.0.1", "--port", str(port), "--dtype", dtype], env)
+
+
+def stop_group(proc: subprocess.Popen, timeout_s: float = 60.0) -> None:
+    """Stop a child started with start_new_session=True and every process of its group (vLLM's EngineCore and
+    worker outlive its API server otherwise)."""
+    import signal
+    if proc.poll() is not None:
+        return
+    try:
+        os.killpg(proc.pid, signal.SIGTERM)
+        proc.wait(timeout_s)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+    except ProcessLookupError:
+        pass

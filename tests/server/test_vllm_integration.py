@@ -39,11 +39,12 @@ def vllm_url():
         pytest.skip("no vLLM: set VLLM_PYTHON and VLLM_HF_MODEL (or VLLM_URL); see README")
     if not _vllm_importable(python):
         pytest.skip(f"vLLM is not importable with {python}")
-    from server.process import free_port, vllm_command
+    from server.process import free_port, stop_group, vllm_command
     port = free_port()
     cmd, env = vllm_command(python, folder, port)
     log = open(Path("/tmp") / f"vllm_test_{port}.log", "wb")
-    proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, cwd="/tmp")
+    proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, cwd="/tmp",
+                            start_new_session=True)       # its own group: its EngineCore and worker stop with it
     url = f"http://127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + START_TIMEOUT_S
@@ -60,11 +61,7 @@ def vllm_url():
                 time.sleep(3)
         yield url
     finally:
-        proc.terminate()
-        try:
-            proc.wait(60)
-        except subprocess.TimeoutExpired:
-            proc.kill()
+        stop_group(proc)
 
 
 def test_vllm_greedy_text_equals_our_engines(vllm_url, default_model):
