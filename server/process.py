@@ -129,7 +129,12 @@ def stop_group(proc: subprocess.Popen, timeout_s: float = 60.0) -> None:
         os.killpg(proc.pid, signal.SIGTERM)
         proc.wait(timeout_s)
     except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait()
+        pass
+    except ProcessLookupError:
+        return
+    time.sleep(2)                                    # let the group's other members end on the SIGTERM
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)          # whatever of the group is still there
     except ProcessLookupError:
         pass
+    proc.wait()
