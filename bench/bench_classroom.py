@@ -8,7 +8,9 @@ at the end.
 
 Reported: whether every session received its whole reply (the app's "N tokens after …" caption, no error
 element, no traceback), the server's peak RSS, p50/p99 TTFT and ITL as each client saw them (and as the server
-measured them for each session), and aggregate tokens/s next to one session alone, all measured in one run.
+measured them for each session), and aggregate tokens/s next to one session alone; then the app's own engine server
+(the `python -m engine serve` child the app started) driven directly by N concurrent OpenAI-client requests with the
+same prompt, and the ratio app / direct (the web tier's cost), all measured in one run.
 
     .venv/bin/python bench/bench_classroom.py --sessions 30
     .venv/bin/python bench/bench_classroom.py --sessions 4 --close-one     # one student closes mid-reply
@@ -311,8 +313,55 @@ def summarize(replies: list[Reply], wall_s: float) -> dict:
                 same_text=len({r.text for r in served}) == 1)
 
 
+# ============================================================================================ the server, directly
+def engine_server_of(app_pid: int) -> tuple[int, int] | None:
+    """(pid, port) of the app's embedded `python -m engine serve` child, read from /proc (None if none runs)."""
+    for d in Path("/proc").iterdir():
+        if not d.name.isdigit():
+            continue
+        try:
+            args = (d / "cmdline").read_bytes().split(b"\0")
+            ppid = int((d / "stat").read_text().rsplit(")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
+            continue
+        if ppid == app_pid and b"engine" in args and b"serve" in args and b"--port" in args:
+            return int(d.name), int(args[args.index(b"--port") + 1])
+    return None
+
+
+async def direct(port: int, n: int, max_new_tokens: int, timeout_s: float) -> dict:
+    """The same engine server driven directly: n concurrent streaming requests with the app's prompt ("Write a
+    story" in the chat template, greedy, the same max new tokens), aggregate tokens/s over the wall time."""
+    import openai
+    client = openai.AsyncOpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="none", timeout=timeout_s,
+                                max_retries=0)
+
+    async def one() -> tuple[float, list[float], int]:
+        t0, arrivals, count = time.perf_counter(), [], 0
+        stream = await client.chat.completions.create(
+            model="engine", messages=[{"role": "user", "content": "Write a story"}], max_tokens=max_new_tokens,
+            temperature=0, stream=True, stream_options={"include_usage": True})
+        async for chunk in stream:
+            if chunk.choices and chunk.choices[0].delta.content:
+                arrivals.append(time.perf_counter())
+            if chunk.usage is not None:
+                count = chunk.usage.completion_tokens
+        return t0, arrivals, count
+
+    t0 = time.perf_counter()
+    results = await asyncio.gather(*[one() for _ in range(n)])
+    wall = time.perf_counter() - t0
+    await client.close()
+    tokens = sum(r[2] for r in results)
+    ttft = [(r[1][0] - r[0]) * 1e3 for r in results if r[1]]
+    itl = [(r[1][-1] - r[1][0]) / (r[2] - 1) * 1e3 for r in results if len(r[1]) > 1 and r[2] > 1]
+    return dict(requests=n, tokens=tokens, wall_s=wall, aggregate_tokens_per_s=tokens / wall,
+                ttft_ms_p50=pct(ttft, 50), ttft_ms_p99=pct(ttft, 99), itl_ms_p50=pct(itl, 50),
+                itl_ms_p99=pct(itl, 99))
+
+
 def run(n: int, timeout_s: float = 600.0, close_one: bool = False, max_new_tokens: int | None = None,
-        warm_up: bool = True, log_dir: Path | None = None) -> dict:
+        warm_up: bool = True, log_dir: Path | None = None, direct_too: bool = True) -> dict:
     """Start the app; one session alone (after a warm-up run that also loads the model, unless `warm_up` is
     False), then N sessions at once, then a look at the Class page; stop the app. Returns the figures."""
     port = free_port()
@@ -326,15 +375,25 @@ def run(n: int, timeout_s: float = 600.0, close_one: bool = False, max_new_token
         alone, alone_s, _ = asyncio.run(drive(url, 1, timeout_s, max_new_tokens=max_new_tokens))  # loads the model
         if warm_up:
             alone, alone_s, _ = asyncio.run(drive(url, 1, timeout_s, max_new_tokens=max_new_tokens))  # model warm
+        engine = engine_server_of(proc.pid)
+        engine_sampler = RssSampler(engine[0]) if engine else None
+        if engine_sampler is not None:
+            engine_sampler.start()
         many, many_s, watched = asyncio.run(drive(url, n, timeout_s, close_one, max_new_tokens, watch=True))
         free, total, listed = asyncio.run(class_page_blocks(url, timeout_s))
+        straight = (asyncio.run(direct(engine[1], n, max_new_tokens or 64, timeout_s))
+                    if direct_too and engine else None)                # the same server, no app in between
     finally:
         peak = sampler.stop() if sampler.is_alive() else sampler.rss()
+        engine_peak = engine_sampler.stop() if engine_sampler is not None else 0
         stop_server(proc)
     one, load = summarize(alone, alone_s), summarize(many, many_s)
     return dict(one_session=one, class_=load, class_page=watched, server_peak_rss_bytes=peak, free_blocks_after=free,
                 total_blocks=total, requests_left=listed, log=str(log_dir / "streamlit.log"),
-                speedup_vs_one=load["aggregate_tokens_per_s"] / one["aggregate_tokens_per_s"])
+                speedup_vs_one=load["aggregate_tokens_per_s"] / one["aggregate_tokens_per_s"],
+                engine_server_peak_rss_bytes=engine_peak, direct=straight,
+                app_vs_direct=(load["aggregate_tokens_per_s"] / straight["aggregate_tokens_per_s"]
+                               if straight else float("nan")))
 
 
 def report(r: dict) -> str:
@@ -342,7 +401,8 @@ def report(r: dict) -> str:
     lines = [
         f"sessions: {cls['sessions']} ({cls['closed_early']} closed mid-reply), whole replies: {cls['complete']} "
         f"of {cls['sessions'] - cls['closed_early']}, errors/tracebacks: {len(cls['errors'])}",
-        f"server peak RSS: {r['server_peak_rss_bytes'] / 2**20:,.0f} MiB",
+        f"peak RSS: app (Streamlit) {r['server_peak_rss_bytes'] / 2**20:,.0f} MiB, its engine server "
+        f"{r['engine_server_peak_rss_bytes'] / 2**20:,.0f} MiB",
         f"KV blocks free after the class: {r['free_blocks_after']} of {r['total_blocks']} "
         f"(requests left in the batch: {r['requests_left']})",
         f"one session alone: {one['tokens']} tokens in {one['wall_s']:.2f} s = "
@@ -354,6 +414,12 @@ def report(r: dict) -> str:
         f"ITL as clients saw it: p50 {cls['itl_ms_p50']:,.1f} ms, p99 {cls['itl_ms_p99']:,.1f} ms "
         f"(server-measured p50 {cls['server_itl_ms_p50']:,.1f}, p99 {cls['server_itl_ms_p99']:,.1f})",
         f"all replies identical (greedy, same prompt): {cls['same_text']}",
+        *([f"the same engine server driven directly, {r['direct']['requests']} concurrent requests: "
+           f"{r['direct']['tokens']} tokens in {r['direct']['wall_s']:.2f} s = "
+           f"{r['direct']['aggregate_tokens_per_s']:.1f} tokens/s (TTFT p50 {r['direct']['ttft_ms_p50']:,.0f} ms, "
+           f"ITL p50 {r['direct']['itl_ms_p50']:,.1f} ms)",
+           f"the app delivers {r['app_vs_direct'] * 100:.0f}% of the server's aggregate tokens/s (goal: >= 80%)"]
+          if r.get("direct") else ["the engine server was not driven directly (not found)"]),
         f"the Class page (teacher's tab) refreshed {r['class_page']['refreshes']} times during the class, showed up "
         f"to {r['class_page']['largest_batch']} requests in one batch, errors: {len(r['class_page']['errors'])}",
     ]

@@ -1,4 +1,6 @@
-"""Command line: `python -m engine generate --model SOURCE --prompt TEXT --max-new-tokens N [--json]`.
+"""Command line: `python -m engine generate --model SOURCE --prompt TEXT --max-new-tokens N [--json]`,
+`python -m engine serve [--model SOURCE] [--port 8000]` (the OpenAI-compatible server, `server/serve_cli.py`) and
+`python -m engine export-hf OUT_DIR [--model SOURCE]` (a Hugging Face folder vLLM loads).
 
 Streams the reply as it is generated; `--json` prints one object with token ids, text, TTFT, per-token latency
 and KV-cache bytes instead. A problem the user can fix prints one line on stderr and exits with status 2.
@@ -27,7 +29,21 @@ def _parser() -> argparse.ArgumentParser:
     g.add_argument("--top-p", type=float, default=1.0, help="1 = off")
     g.add_argument("--seed", type=int, default=None)
     g.add_argument("--json", action="store_true", help="print a JSON summary instead of streaming text")
+    from server.serve_cli import add_arguments
+    add_arguments(sub.add_parser("serve", help="serve the model over HTTP: OpenAI API, /metrics, the live batch"))
+    e = sub.add_parser("export-hf", help="write the model as a Hugging Face folder (for vLLM, transformers)")
+    e.add_argument("out_dir", help="folder to write config.json, model.safetensors and the tokenizer files into")
+    e.add_argument("--model", default=None, help="the model to export (default: the bundled SmolLM2)")
     return p
+
+
+def _export_hf(args) -> int:
+    from engine import load_model
+    from engine.load.hf_export import export_hf
+    model = load_model(args.model)
+    out = export_hf(model, args.out_dir)
+    print(f"wrote {model.name} (float32) to {out}")
+    return 0
 
 
 def _generate(args) -> int:
@@ -83,6 +99,11 @@ def main(argv: list[str] | None = None) -> int:
     from specs.model_config import SpecError
     args = _parser().parse_args(argv)
     try:
+        if args.command == "serve":
+            from server.serve_cli import run
+            return run(args)
+        if args.command == "export-hf":
+            return _export_hf(args)
         return _generate(args)
     except SpecError as e:                      # ModelError is a SpecError: a problem the user can fix
         print(f"\nerror: {e}", file=sys.stderr)

@@ -1,9 +1,11 @@
-"""Class: the live batch of the shared engine worker, i.e. the class itself as the serving lesson's workload.
+"""Class: the live batch of the class's engine server, i.e. the class itself as the serving lesson's workload.
 
-Numbers: `server.worker.EngineWorker.snapshot` (requests, block tables, free blocks, each step's time, aggregate
-and single-stream tokens/s), `server.worker.decode_step_point` (the last decode step's FLOPs, bytes and intensity
-by `calculators.sizing.roofline`'s convention), `calculators.sizing.roofline.roofline_curve` on this machine as measured
-(`ui.machine`).
+Numbers: the engine server's live batch over HTTP (`/v1/batch` of `python -m engine serve`, read back as a
+`server.worker.WorkerSnapshot`: requests, block tables, free blocks, each step's time, aggregate and single-stream
+tokens/s) or, for any other OpenAI-compatible server, its Prometheus `/metrics` (`server.backend.read_state`);
+`server.worker.decode_step_point` (the last decode step's FLOPs, bytes and intensity by
+`calculators.sizing.roofline`'s convention), `calculators.sizing.roofline.roofline_curve` on this machine as
+measured (`ui.machine`).
 """
 from __future__ import annotations
 
@@ -15,11 +17,14 @@ import streamlit as st
 from calculators.sizing.latency import decode_step_ms, throughput_tok_s
 from calculators.sizing.roofline import roofline_curve
 from calculators.units import fmt_num
-from server.worker import EngineWorker, WorkerSnapshot, decode_step_point
+from engine.errors import ModelError
+from server.backend import BackendConfig, BackendError, read_live_batch
+from server.worker import WorkerSnapshot, decode_step_point
 from ui import df_with_download, formula_expander, setup_page
+from ui.class_join import backend_settings, join_box, other_server_view, simulated_students
 from ui.machine import machine_controls, measured_machine
 from ui.model_source import fmt_si
-from ui.server import workers
+from ui.server import class_backend, embedded_servers
 from ui.charts import style as chart_style
 from ui.narration import measured_text, plural, speedup_words
 
@@ -119,23 +124,47 @@ def theory_frame(model, snap: WorkerSnapshot, device, point: dict | None) -> pd.
     })
 
 
-def pick_worker() -> EngineWorker | None:
-    live = workers().workers()
+def pick_server() -> tuple[BackendConfig, object] | None:
+    """The embedded engine server to watch (one per model in use) and the app's model it serves."""
+    from ui.model_picker import shared_models
+    live = embedded_servers().running()
     if not live:
-        st.info("Nobody has generated yet: the engine worker starts with the first Generate on the home page. "
+        st.info("Nobody has generated yet: the engine server starts with the first Generate on the home page. "
                 "Ask the class to press Generate, then watch here.")
+        if st.button("Start the engine server now (default model)", key="class.start",
+                     help="To add simulated students before the class arrives."):
+            from engine.load.default_model import default_model_path
+            try:
+                with st.spinner("Starting the engine server (loading the model) …"):
+                    embedded_servers().server(str(default_model_path()))
+            except ModelError as e:
+                st.error(str(e), icon=":material/error:")
+                return None
+            st.rerun()
         return None
-    names = [w.model.name for w in live]
+    names = [source for source, _ in live]
     if st.session_state.get(WORKER_KEY) not in names:
         st.session_state[WORKER_KEY] = names[0]
     name = st.selectbox("Model being served", names, key=WORKER_KEY)
-    return live[names.index(name)]
+    srv = live[names.index(name)][1]
+    return BackendConfig(srv.url), _model_for(shared_models(), name)
 
 
+def _model_for(store, source: str):
+    """The app's loaded model that this server serves (for the roofline and the theory); None if evicted."""
+    for key in store.sources():
+        m = store.cached(key)
+        if m is not None and (m.source or m.name) == source:
+            return m
+    return None
 
 
-def live_view(worker: EngineWorker, device) -> None:
-    snap = worker.snapshot()
+def live_view(cfg: BackendConfig, model, device) -> None:
+    try:
+        snap = read_live_batch(cfg)
+    except BackendError as e:
+        st.warning(f"The live batch cannot be read right now: {e}")
+        return
     agg, single = snap.aggregate_tokens_per_s(), snap.single_stream_tokens_per_s()
     last = snap.steps[-1] if snap.steps else None
     m = st.columns(5)
@@ -158,8 +187,10 @@ def live_view(worker: EngineWorker, device) -> None:
     left, right = st.columns(2)
     with left:
         st.plotly_chart(chart_style(steps_chart(snap)), key="class.steps")
+    if model is None:
+        return
     with right:
-        fig, point = roofline_chart(worker.model, snap, device)
+        fig, point = roofline_chart(model, snap, device)
         st.plotly_chart(chart_style(fig), key="class.roofline")
         if point is not None:
             st.caption(f"Last decode step: {fmt_si(point['flops'], 'FLOP')} over {fmt_si(point['bytes'], 'B')} "
@@ -168,7 +199,7 @@ def live_view(worker: EngineWorker, device) -> None:
     st.markdown("**Theory next to the measurement.** The roofline of this machine (as measured) predicts a decode "
                 "step's time from its bytes and FLOPs; batching divides the weight bytes among more tokens.")
     f = st.column_config.NumberColumn(format="%.4g")
-    df_with_download(theory_frame(worker.model, snap, device, point), "class_theory",
+    df_with_download(theory_frame(model, snap, device, point), "class_theory",
                      column_config={c: f for c in ("predicted step (ms)", "predicted tokens/s")})
 
 
@@ -184,15 +215,24 @@ def main() -> None:
         st.header("This machine")
         device = measured_machine()
         machine_controls(st.sidebar, "class.machine")
-    worker = pick_worker()
-    if worker is None:
-        return
+        backend_settings(class_backend())
+    join_box()
+    backend = class_backend().info
     live = st.toggle("Live (refresh every second)", value=True, key=LIVE_KEY)
+    if backend is not None and backend.engine != "ours":
+        simulated_students(backend.config, backend.model)
+        st.fragment(run_every=REFRESH_S if live else None)(other_server_view)(backend)
+        return
+    picked = (backend.config, None) if backend is not None else pick_server()
+    if picked is None:
+        return
+    simulated_students(picked[0], backend.model if backend is not None else "engine")
     fragment = st.fragment(run_every=REFRESH_S if live else None)(live_view)
-    fragment(worker, device)
+    fragment(picked[0], picked[1], device)
     formula_expander(
         "Where these numbers come from",
-        "Measured by the engine worker (`server.worker`) around each scheduler step:\n\n"
+        "Measured by the engine server's worker (`server.worker`, read over HTTP from `/v1/batch`) around each "
+        "scheduler step:\n\n"
         "- **Aggregate tokens/s** = tokens produced by all requests in the steps of the last 10 s ÷ the time "
         "those steps took (idle time left out).\n"
         "- **One stream alone** = 1 ÷ median time of the steps that decoded exactly one request.\n"

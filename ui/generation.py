@@ -1,9 +1,10 @@
 """The generation box: a prompt, sampling options, a Generate button, the reply streamed token by token, then its
 timings (from the engine's per-token counters) and a table of the generated tokens.
 
-Generation goes through the model's shared engine worker (`ui.server.generate`): this session's request is
-batched with every other session's, its tokens stream back here, and TTFT/ITL are this session's own, measured
-under whatever load the server has.
+Generation goes to the class's engine server over HTTP (`ui.server.generate`: the app's embedded
+`python -m engine serve`, or the OpenAI-compatible server the teacher chose): this session's request is batched
+with every other session's, its tokens stream back here, and TTFT/ITL are this session's own, measured at this
+client under whatever load the server has.
 
     from ui.generation import generation_box
     generation_box(model)
@@ -117,14 +118,19 @@ def generation_box(model: Model | None) -> None:
     options_ok = None not in (max_new, temperature, top_k, top_p, seed)
     clicked = st.button("Generate", key="generate", type="primary", disabled=not options_ok,
                         icon=":material/play_arrow:")
+    backend = server.class_backend().info
+    if backend is not None:
+        st.caption(f"Replies come from {backend.engine} at {backend.config.root} (model {backend.model}), the "
+                   f"class's server; the inside-the-model pages still run this app's NumPy engine (they need its "
+                   f"hooks).")
     if clicked:
         try:
             ids = prompt_ids(model, prompt, use_chat)
             model.check_prompt(ids)
             options = dict(max_new_tokens=max_new, temperature=temperature, top_k=top_k, top_p=top_p, seed=seed)
             stop = threading.Event()
-            stream = server.generate(model, ids, **options, stop=stop)    # the worker chooses the prefill chunks
-            # batched with everyone's requests by the model's worker; refused here, before any work, when it cannot
+            stream = server.generate(model, ids, **options, stop=stop)    # the server chooses the prefill chunks
+            # batched with everyone's requests by the engine server; refused here, before any work, when it cannot
         except SpecError as e:
             show_error(e)
             st.session_state.pop(RESULT_KEY, None)
@@ -191,8 +197,10 @@ def _stream_reply(model: Model, ids: list[int], stream, result: GenerationResult
         last = result.tokens[-1].finish_reason if result.tokens else None
         result.stopped = (stop.is_set() or last in ("stopped", "cancelled", "session closed")
                           or (last is None and result.error is None))
-        if model.tokenizer is not None:
+        if model.tokenizer is not None and all(t.token_id >= 0 for t in result.tokens):
             result.pieces = model.tokenizer.token_strings([t.token_id for t in result.tokens])
+        else:                                                # a server that sends text without token ids
+            result.pieces = [t.text for t in result.tokens]
         st.session_state.pop(STOP_EVENT_KEY, None)
         result.load_note = stream.load_note()
     stop_slot.empty()
@@ -232,9 +240,10 @@ def show_result(result: GenerationResult, model: Model) -> None:
     cfg = model.config
     formula_expander(
         "Where these numbers come from",
-        "Measured for this request by the shared engine worker (`server.worker`), which batches every "
-        "session's requests; the clock runs while the whole batch computes, so the numbers include the load:\n\n"
-        "- **TTFT** = from your request entering the queue to its first token (waiting in line + prefill).\n"
+        "Measured at this client for this request on the class's engine server (`ui.server`, over HTTP), which "
+        "batches every session's requests; the clock runs while the whole batch computes, so the numbers include "
+        "the load:\n\n"
+        "- **TTFT** = from sending your request to its first token (waiting in line + prefill + the network).\n"
         "- **ITL** = time between two of your tokens: one decode step of the whole batch; the mean is over steps "
         "1…n−1.\n"
         "- **Tokens/s** = 1 / mean ITL.\n"

@@ -61,13 +61,13 @@ def machine_history() -> MachineHistory:
 
 def current_load() -> str:
     """The machine's load at this moment: the OS load average and the generation requests being served."""
-    from ui.server import workers
+    from ui.server import active_requests
     cores = os.cpu_count() or 1
     try:
         load1 = f"load average {os.getloadavg()[0]:.2f} on {cores} cores"
     except OSError:
         load1 = f"{cores} cores"
-    requests = sum(w.active_requests() for w in workers().workers())
+    requests = active_requests()
     return f"{load1}, {requests} generation request{'s' if requests != 1 else ''} being served"
 
 

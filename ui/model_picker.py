@@ -195,9 +195,9 @@ class SharedModels:
 @st.cache_resource(show_spinner=False)
 def shared_models() -> SharedModels:
     """The process-wide model store (an st.cache_resource, so `st.cache_resource.clear()` empties it). An evicted
-    model's engine worker stops with it."""
-    from ui.server import session_alive, workers
-    return SharedModels(is_alive=session_alive, on_evict=lambda source: workers().drop(source))
+    model's embedded engine server stops with it."""
+    from ui.server import embedded_servers, session_alive
+    return SharedModels(is_alive=session_alive, on_evict=lambda source: embedded_servers().drop(source))
 
 
 def _progress_bar(where: Any, source: str) -> tuple[Callable[[float, str], None], Any]:

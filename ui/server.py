@@ -1,25 +1,31 @@
-"""The app as a small serving system: who is this session, the shared engine workers, the heavy-job queue.
+"""The app as a small serving system: who is this session, the engine server it generates on, the heavy-job queue.
 
-Process-wide (shared by every browser session, `st.cache_resource`): one engine worker per loaded model (the
-batch everybody's requests join) and one queue for heavy one-off jobs. Per session: the requests it submitted,
-its prompts and results (in `st.session_state`), never visible to another session.
+Generation never runs in the Streamlit process. Every session's Generate is an HTTP request to an engine server:
+- by default the embedded one, `python -m engine serve` started here as a child process on 127.0.0.1 (one per
+  model, shared by every session, stopped when the app stops), so thirty students' requests are decoded in one
+  batch in a process of its own, away from the sessions' script threads;
+- or any OpenAI-compatible server the teacher names (vLLM, SGLang, TGI, llama.cpp's server, ours elsewhere):
+  environment `INFERENCE_LAB_BACKEND_URL` / `_MODEL` / `_API_KEY`, or the setting on the Class page.
 
     from ui.server import generate
-    stream = generate(model, ids, max_new_tokens=64, stop=stop_event, on_progress=show_progress)
-    stream.on_wait = show_place                # told "busy: you are #k in line" while the request waits
+    stream = generate(model, ids, max_new_tokens=64, stop=stop_event)
     for tok in stream:
         ...                                    # engine.Generated, this session's own tokens only
 """
 from __future__ import annotations
 
+import atexit
 import threading
+from dataclasses import dataclass
 from typing import Callable, Iterator, Sequence
 
 import streamlit as st
 
+from calculators.sizing.kv_cache import kv_bytes_per_token
 from engine import Generated, Model
+from server.backend import BackendConfig, BackendError, BackendInfo, ReplyStream, probe
 from server.jobs import JobQueue
-from server.worker import GenerationHandle, WorkerRegistry
+from server.process import EngineServerProcess, ServerStartError
 
 HEAVY_JOBS_AT_ONCE = 1             # 2 cores: one heavy job at a time already uses both
 HEAVY_JOBS_WAITING = 8
@@ -44,11 +50,106 @@ def session_alive(sid: str) -> bool:
         return True
 
 
-# ============================================================================================ shared stores
+# ============================================================================================ engine servers
+class EmbeddedServers:
+    """One `python -m engine serve` child process per model source, started on first use, stopped with the app."""
+
+    def __init__(self) -> None:
+        self._servers: dict[str, EngineServerProcess] = {}
+        self._lock = threading.Lock()
+        atexit.register(self.close)
+
+    def server(self, source: str) -> EngineServerProcess:
+        with self._lock:
+            srv = self._servers.get(source)
+            if srv is not None and srv.alive():
+                return srv
+            srv = EngineServerProcess(model=source, served_model_name="engine",
+                                      extra_args=("--exit-with-parent",))
+            try:
+                srv.start()
+            except ServerStartError as e:
+                srv.stop()
+                raise BackendError(f"the app's engine server for {source} could not start: {e}") from None
+            self._servers[source] = srv
+            return srv
+
+    def running(self) -> list[tuple[str, EngineServerProcess]]:
+        with self._lock:
+            return [(k, s) for k, s in self._servers.items() if s.alive()]
+
+    def drop(self, source: str) -> None:
+        with self._lock:
+            srv = self._servers.pop(source, None)
+        if srv is not None:
+            srv.stop()
+
+    def close(self) -> None:
+        for source in [k for k, _ in self.running()]:
+            self.drop(source)
+
+
 @st.cache_resource(show_spinner=False)
-def workers() -> WorkerRegistry:
-    """One engine worker per loaded model, shared by every session (the class's server)."""
-    return WorkerRegistry()
+def embedded_servers() -> EmbeddedServers:
+    return EmbeddedServers()
+
+
+class ClassBackend:
+    """The process-wide choice of where the class generates: None = the embedded engine server. Set from the
+    environment at start, or by the teacher on the Class page (every session then generates there)."""
+
+    def __init__(self) -> None:
+        self.info: BackendInfo | None = None
+        self.error: str | None = None
+        cfg = BackendConfig.from_env()
+        if cfg is not None:
+            self.use(cfg)
+
+    def use(self, cfg: BackendConfig | None) -> None:
+        """Switch to `cfg` (None: back to the embedded engine); on failure keep the embedded engine and say why."""
+        if cfg is None:
+            self.info, self.error = None, None
+            return
+        try:
+            self.info, self.error = probe(cfg), None
+        except BackendError as e:
+            self.info, self.error = None, f"{e}. The class keeps generating on the app's own engine."
+
+
+@st.cache_resource(show_spinner=False)
+def class_backend() -> ClassBackend:
+    return ClassBackend()
+
+
+@dataclass(frozen=True)
+class Target:
+    """Where one request goes: the server's address and model name, and whether it is our engine serving the
+    very model this app has loaded (then prompts go as token ids and the tokens come back with their ids)."""
+    config: BackendConfig
+    model: str
+    engine: str
+    embedded: bool
+
+
+def target_for(model: Model) -> Target:
+    external = class_backend().info
+    if external is not None:
+        return Target(external.config, external.model, external.engine, embedded=False)
+    srv = embedded_servers().server(model.source or model.name)
+    return Target(BackendConfig(srv.url), "engine", "ours", embedded=True)
+
+
+def active_requests() -> int:
+    """Requests the embedded engine servers are serving now (from their metrics; 0 where one does not answer)."""
+    from server.backend import read_state
+    total = 0
+    for _, srv in embedded_servers().running():
+        try:
+            st_ = read_state(BackendConfig(srv.url), "ours")
+            total += int((st_.running or 0) + (st_.waiting or 0))
+        except BackendError:
+            continue
+    return total
 
 
 @st.cache_resource(show_spinner=False)
@@ -86,65 +187,63 @@ class _cleared:
 
 
 # ============================================================================================ generation
-def submit(model: Model, ids: Sequence[int], *, max_new_tokens: int, temperature: float = 0.0, top_k: int = 0,
-           top_p: float = 1.0, seed: int | None = None) -> GenerationHandle:
-    """This session's request into the model's shared worker. Raises server.worker.Busy or ModelError (with the
-    reason) before any work."""
-    sid = session_id()
-    return workers().worker(model).submit(sid, ids, max_new_tokens=max_new_tokens, temperature=temperature,
-                                          top_k=top_k, top_p=top_p, seed=seed, alive=lambda: session_alive(sid))
-
-
 def generate(model: Model, ids: Sequence[int], max_new_tokens: int = 64, temperature: float = 0.0, top_k: int = 0,
              top_p: float = 1.0, seed: int | None = None, chunk_size: int | None = None,
              stop: threading.Event | None = None,
              on_progress: Callable[[int, int, str], None] | None = None) -> "ServedStream":
-    """Like `Model.generate` (same options, `stop` and `on_progress`), but batched with every other session's
-    requests by the model's engine worker. `chunk_size` is the worker's to choose (its prefill chunk bounds every
-    step for everyone), so it is accepted and not used.
+    """Like `Model.generate` (same options, `stop`), but on the class's engine server over HTTP, batched with every
+    other session's requests. `chunk_size` is the server's to choose, so it is accepted and not used.
 
-    Checks and admission happen here, before anything streams (server.worker.Busy / ModelError, with the reason).
-    The returned stream yields this session's tokens (engine.Generated); `stream.stop()`, setting `stop`, or the
-    script being stopped (the browser closing, a rerun) cancels the request and frees its KV blocks."""
-    handle = submit(model, ids, max_new_tokens=max_new_tokens, temperature=temperature, top_k=top_k, top_p=top_p,
-                    seed=seed)
-    stream = ServedStream(handle, stop)
+    Raises BackendError (a ModelError, with the reason) when the server refuses or cannot be reached. The stream
+    yields this session's tokens (engine.Generated); `stream.stop()`, setting `stop`, or the script being stopped
+    hangs up, and the server cancels the request and frees its KV blocks."""
+    target = target_for(model)
+    prompt = list(ids) if target.embedded or model.tokenizer is None else model.tokenizer.decode(ids)
+    sid = session_id()
+    reply = ReplyStream(target.config, target.model, prompt=prompt, max_tokens=max_new_tokens,
+                        temperature=temperature, top_p=top_p, top_k=top_k, seed=seed, user=sid, stop=stop)
+    stream = ServedStream(reply, model, len(ids), max_new_tokens, target)
     stream.on_progress = on_progress
     return stream
 
 
-class ServedStream:
-    """One session's reply from the shared worker: iterate for tokens; `on_wait(message)` is told "busy: you are
-    #k in line" while the request waits for a place in the batch."""
+FINISH = {"stop": "eos", "length": "length"}
 
-    def __init__(self, handle: GenerationHandle, stop: threading.Event | None = None) -> None:
-        self.handle, self.stop_event = handle, stop
+
+class ServedStream:
+    """One session's reply from the engine server, as `engine.Generated` tokens: seconds are measured here, at the
+    client (time to first token, then between tokens), under whatever load the server has."""
+
+    def __init__(self, reply: ReplyStream, model: Model, prompt_len: int, max_new_tokens: int,
+                 target: Target) -> None:
+        self.reply, self.prompt_len, self.max_new_tokens, self.target = reply, prompt_len, max_new_tokens, target
+        self.kv_per_token = int(kv_bytes_per_token(model.config, "fp32"))
         self.on_wait: Callable[[str], None] | None = None
         self.on_progress: Callable[[int, int, str], None] | None = None
 
     def stop(self) -> None:
-        self.handle.stop()
+        self.reply.close()
 
     def load_note(self) -> str:
-        """The load this reply was measured under, in words."""
-        n = self.handle.largest_batch
-        return (f"measured for your request under the server's load at the time: up to {n} requests decoded in "
-                f"the same batch" if n > 1 else "measured for your request; it was decoded alone (no other load)")
+        where = "the app's engine server" if self.target.embedded else \
+            f"{self.target.engine} at {self.target.config.root}"
+        return f"measured at this client for your request on {where}, under its load at the time"
 
     def __iter__(self) -> Iterator[Generated]:
-        handle, stop = self.handle, self.stop_event
-        wait_cb = (lambda k: self.on_wait(handle.busy_message() or "")) if self.on_wait is not None else None
+        if self.on_wait is not None:
+            self.on_wait("waiting for the first token (prefill; other requests may be ahead in the batch)")
+        last, step = self.reply.started, 0
         try:
-            if stop is not None:
-                threading.Thread(target=_stop_when_set, args=(handle, stop), daemon=True).start()
-            yield from handle.tokens(on_wait=wait_cb, on_progress=self.on_progress)
-        finally:                              # stopped, rerun, browser gone: the blocks go back to the pool
-            if not handle.done.is_set():
-                handle.stop()
-
-
-def _stop_when_set(handle: GenerationHandle, stop: threading.Event) -> None:
-    while not handle.done.is_set():
-        if stop.wait(0.1):
-            handle.stop()
-            return
+            for piece in self.reply:
+                if piece.token_id is None and not piece.text and piece.finish_reason:
+                    break
+                finish = FINISH.get(piece.finish_reason or "", piece.finish_reason) if piece.finish_reason else None
+                text = "" if finish == "eos" and self.target.embedded and not piece.text else piece.text
+                if self.on_progress is not None:
+                    self.on_progress(step + 1, self.max_new_tokens, "decode")
+                yield Generated(token_id=-1 if piece.token_id is None else piece.token_id, text=text, step=step,
+                                seconds=piece.arrived - last,
+                                kv_cache_bytes=(self.prompt_len + step) * self.kv_per_token, finish_reason=finish)
+                last, step = piece.arrived, step + 1
+        finally:                              # stopped, rerun, browser gone: hang up, the server frees the blocks
+            self.reply.close()

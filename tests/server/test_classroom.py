@@ -78,7 +78,7 @@ def test_two_browser_sessions_see_only_their_own_reply():
     ra, rb = at_a.session_state["last_generation"], at_b.session_state["last_generation"]
     assert "alpha" in ra.prompt_text and "beta gamma" in rb.prompt_text and "alpha" not in rb.prompt_text
     assert len(ra.tokens) == 3 and len(rb.tokens) == 2
-    assert "timings measured for your request" in " ".join(c.value for c in at_b.caption)
+    assert "timings measured at this client for your request" in " ".join(c.value for c in at_b.caption)
 
 
 # ------------------------------------------------------------------------------------------ heavy jobs
@@ -255,16 +255,20 @@ def test_measure_again_never_replaces_another_sessions_machine(monkeypatch):
 # ------------------------------------------------------------------------------------------ the Class page
 def test_class_page_shows_the_live_batch(monkeypatch, model):
     from server.worker import EngineWorker
-    from ui.server import workers
+    from helpers_http import InProcessServer
+    from ui.model_picker import shared_models
+    from ui.server import class_backend, embedded_servers
     monkeypatch.setattr(sys.modules["ui.machine"], "MEASURE_SECONDS", 0.05)
     at = AppTest.from_file(str(ROOT / "pages" / "51_Class.py"), default_timeout=TIMEOUT)
-    registry = workers()
-    for w in registry.workers():
-        registry.drop(w.model.source)
+    servers = embedded_servers()
+    servers.close()
+    class_backend().use(None)
     at = at.run()
     assert not at.exception and any("Nobody has generated yet" in i.value for i in at.info)
-    w = registry.register(EngineWorker(model, start=False, block_size=4, num_blocks=40, max_batch=2,
-                                       abandon_after_s=1e9))
+    w = EngineWorker(model, start=False, block_size=4, num_blocks=40, max_batch=2, abandon_after_s=1e9)
+    srv = InProcessServer(w).start()                 # the page reads the batch over HTTP, as from a real server
+    servers._servers[model.source] = srv
+    shared_models().put(model.source, model)
     try:
         for i, n in enumerate((6, 9, 5)):
             w.submit(f"s{i}", prompt(n, seed=i), max_new_tokens=20, stop_at_eos=False)
@@ -288,7 +292,7 @@ def test_class_page_shows_the_live_batch(monkeypatch, model):
         assert theory["predicted tokens/s"].iloc[1] >= theory["predicted tokens/s"].iloc[0]
         assert len(at.get("plotly_chart")) == 3                        # blocks, step times, roofline
     finally:
-        registry.drop(model.source)
+        servers.drop(model.source)
 
 
 def test_classroom_mode_also_guards_the_sizing_pages_config_json(monkeypatch, tmp_path):

@@ -1,0 +1,353 @@
+"""A client of any OpenAI-compatible server (ours, vLLM, SGLang, TGI, llama.cpp's server): check it, stream a reply,
+read its live state from its metrics endpoint.
+
+    cfg = BackendConfig.from_env()            # INFERENCE_LAB_BACKEND_URL / _MODEL / _API_KEY, or None
+    info = probe(cfg)                         # BackendError with one clear message when it cannot be used
+    for piece in stream_reply(cfg, prompt="Hello", max_tokens=16):
+        piece.text, piece.token_id, piece.arrived, piece.finish_reason
+    state = read_state(cfg)                   # engine kind, requests running/waiting, KV usage, TTFT/ITL means
+
+The `openai` package speaks the HTTP API (server-sent events included); prometheus_client parses metrics text.
+Every failure is a `BackendError` whose message says what is wrong and what to change: no traceback reaches a page.
+"""
+from __future__ import annotations
+
+import math
+import os
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Iterator, Mapping, Sequence
+
+from engine.errors import ModelError
+
+ENV_URL = "INFERENCE_LAB_BACKEND_URL"
+ENV_MODEL = "INFERENCE_LAB_BACKEND_MODEL"
+ENV_API_KEY = "INFERENCE_LAB_BACKEND_API_KEY"
+TIMEOUT_S = 10.0                 # connecting and non-streaming calls
+STREAM_TIMEOUT_S = 600.0         # a long reply on a busy CPU server
+ENGINE_PREFIXES = (("vllm:", "vLLM"), ("sglang:", "SGLang"), ("tgi_", "TGI (Text Generation Inference)"),
+                   ("llamacpp:", "llama.cpp server"))
+OURS = "inference-lab"           # /v1/models owned_by of `python -m engine serve`
+
+
+class BackendError(ModelError):
+    """A server that cannot be used as asked (unreachable, not OpenAI-compatible, unknown model, ...)."""
+
+
+@dataclass(frozen=True)
+class BackendConfig:
+    url: str                      # base URL, e.g. http://gpu-box:8000 (with or without /v1)
+    model: str | None = None      # None: the first model the server lists
+    api_key: str | None = None
+
+    @property
+    def root(self) -> str:
+        u = self.url.strip().rstrip("/")
+        return u[:-3] if u.endswith("/v1") else u
+
+    @property
+    def base_url(self) -> str:
+        return self.root + "/v1"
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None) -> "BackendConfig | None":
+        env = os.environ if env is None else env
+        url = env.get(ENV_URL, "").strip()
+        if not url:
+            return None
+        return cls(url=url, model=env.get(ENV_MODEL, "").strip() or None,
+                   api_key=env.get(ENV_API_KEY, "").strip() or None)
+
+    def checked(self) -> "BackendConfig":
+        from urllib.parse import urlparse
+        u = urlparse(self.root)
+        if u.scheme not in ("http", "https") or not u.netloc:
+            raise BackendError(f"{self.url!r} is not a server address; write it as http://HOST:PORT "
+                               f"(for example http://127.0.0.1:8000)")
+        return self
+
+
+@dataclass(frozen=True)
+class BackendInfo:
+    config: BackendConfig
+    model: str                    # the model name requests will use
+    models: tuple[str, ...]
+    engine: str                   # "ours", "vLLM", "SGLang", ... or "unknown"
+    max_model_len: int | None = None
+
+
+def _client(cfg: BackendConfig, timeout: float = TIMEOUT_S):
+    import openai
+    return openai.OpenAI(base_url=cfg.base_url, api_key=cfg.api_key or "none", timeout=timeout, max_retries=0)
+
+
+def _explain(err: Exception, cfg: BackendConfig) -> BackendError:
+    """One sentence per way a server can fail us."""
+    import openai
+    where = cfg.root
+    if isinstance(err, BackendError):
+        return err
+    if isinstance(err, openai.APITimeoutError):
+        return BackendError(f"{where} did not answer within {TIMEOUT_S:.0f} s; is it overloaded or still starting?")
+    if isinstance(err, openai.APIConnectionError):
+        return BackendError(f"cannot reach {where}: nothing answers there (check the address and port, and that "
+                            f"the server is running)")
+    if isinstance(err, openai.AuthenticationError):
+        return BackendError(f"{where} refused the API key (HTTP 401); set the right key ({ENV_API_KEY})")
+    if isinstance(err, openai.NotFoundError):
+        msg = _error_message(err)
+        if "model" in msg.lower():
+            return BackendError(f"{where}: {msg}")
+        return BackendError(f"{where} is not an OpenAI-compatible server (no {cfg.base_url}/models or "
+                            f"/completions endpoint: HTTP 404)")
+    if isinstance(err, openai.APIStatusError):
+        return BackendError(f"{where} answered HTTP {err.status_code}: {_error_message(err)}")
+    if isinstance(err, (ValueError, TypeError, KeyError, AttributeError)):
+        return BackendError(f"{where} is not an OpenAI-compatible server (its answer is not what the OpenAI API "
+                            f"returns: {type(err).__name__})")
+    return BackendError(f"{where}: {type(err).__name__}: {err}")
+
+
+def _error_message(err) -> str:
+    body = getattr(err, "body", None)
+    if isinstance(body, dict):
+        e = body.get("error", body)
+        if isinstance(e, dict) and e.get("message"):
+            return str(e["message"])
+        if isinstance(body.get("message"), str):
+            return body["message"]
+    return str(getattr(err, "message", err))
+
+
+def probe(cfg: BackendConfig) -> BackendInfo:
+    """List the server's models and pick ours; BackendError (one clear message) when it cannot be used."""
+    cfg = cfg.checked()
+    try:
+        page = _client(cfg).models.list()
+        cards = list(page.data)
+        names = tuple(str(c.id) for c in cards)
+    except Exception as e:
+        raise _explain(e, cfg) from None
+    if not names:
+        raise BackendError(f"{cfg.root} lists no models at {cfg.base_url}/models; it is not serving any model")
+    model = cfg.model or names[0]
+    if model not in names:
+        raise BackendError(f"{cfg.root} does not serve a model named {model!r}; it serves: {', '.join(names)}")
+    card = cards[names.index(model)]
+    extra = getattr(card, "model_extra", None) or {}
+    owner = str(getattr(card, "owned_by", "") or "")
+    engine = "ours" if owner == OURS else {"vllm": "vLLM", "sglang": "SGLang", "llamacpp": "llama.cpp server"}.get(
+        owner.lower(), "unknown")
+    ctx = extra.get("max_model_len")
+    return BackendInfo(cfg, model, names, engine, int(ctx) if isinstance(ctx, int) else None)
+
+
+# ============================================================================================ streaming
+@dataclass
+class Piece:
+    """One streamed chunk: its text, its token id when the server sends ids, when it arrived (perf_counter)."""
+    text: str
+    token_id: int | None
+    arrived: float
+    finish_reason: str | None = None
+
+
+class ReplyStream:
+    """Iterate for `Piece`s; `close()` (or a set `stop` event) hangs up, and the server frees the request."""
+
+    def __init__(self, cfg: BackendConfig, model: str, *, prompt: str | Sequence[int] | None = None,
+                 messages: list[dict] | None = None, max_tokens: int = 64, temperature: float = 0.0,
+                 top_p: float = 1.0, top_k: int = 0, seed: int | None = None, user: str | None = None,
+                 stop: threading.Event | None = None) -> None:
+        self.cfg, self.model, self.stop = cfg, model, stop
+        self.started = time.perf_counter()
+        extra = {"return_token_ids": True}
+        if top_k:
+            extra["top_k"] = int(top_k)
+        common = dict(model=model, max_tokens=int(max_tokens), temperature=float(temperature), top_p=float(top_p),
+                      stream=True, extra_body=extra)
+        if seed is not None:
+            common["seed"] = int(seed)
+        if user:
+            common["user"] = user
+        client = _client(cfg, STREAM_TIMEOUT_S)
+        try:
+            if messages is not None:
+                self._chat = True
+                self._stream = client.chat.completions.create(messages=messages, **common)
+            else:
+                self._chat = False
+                self._stream = client.completions.create(prompt=prompt, **common)
+        except Exception as e:
+            raise _explain(e, cfg) from None
+        self.closed = False
+        if stop is not None:
+            threading.Thread(target=self._close_when_stopped, daemon=True).start()
+
+    def _close_when_stopped(self) -> None:
+        while not self.closed:
+            if self.stop.wait(0.1):
+                self.close()
+                return
+
+    def close(self) -> None:
+        if not self.closed:
+            self.closed = True
+            try:
+                self._stream.close()
+            except Exception:
+                pass
+
+    def __iter__(self) -> Iterator[Piece]:
+        try:
+            for chunk in self._stream:
+                if not chunk.choices:
+                    continue
+                c = chunk.choices[0]
+                text = (c.delta.content or "") if self._chat else (c.text or "")
+                ids = getattr(c, "token_ids", None) or []
+                now = time.perf_counter()
+                finish = c.finish_reason
+                if not ids:
+                    if text or finish:
+                        yield Piece(text, None, now, finish)
+                    continue
+                for i, tid in enumerate(ids):        # several ids in one chunk: text goes with the last
+                    last = i == len(ids) - 1
+                    yield Piece(text if last else "", int(tid), now, finish if last else None)
+        except Exception as e:
+            if self.closed:
+                return
+            raise _explain(e, self.cfg) from None
+        finally:
+            self.close()
+
+
+# ============================================================================================ live state
+@dataclass
+class ServerState:
+    """What a server's metrics say right now (None where it does not publish the number)."""
+    engine: str
+    running: float | None = None
+    waiting: float | None = None
+    kv_usage: float | None = None                 # fraction of the KV cache in use
+    prefix_queries: float | None = None
+    prefix_hits: float | None = None
+    mean_ttft_s: float | None = None
+    mean_itl_s: float | None = None
+    generation_tokens: float | None = None
+    names: tuple[str, ...] = field(default=())    # every metric family seen
+
+
+VLLM_GAUGES = {"running": "vllm:num_requests_running", "waiting": "vllm:num_requests_waiting",
+               "kv_usage": "vllm:kv_cache_usage_perc", "prefix_queries": "vllm:prefix_cache_queries",
+               "prefix_hits": "vllm:prefix_cache_hits", "generation_tokens": "vllm:generation_tokens"}
+
+
+def parse_metrics(text: str, engine_hint: str = "unknown") -> ServerState:
+    """Prometheus text -> ServerState; vLLM's names (which ours share) are read, other engines are named.
+    BackendError when the text is not Prometheus exposition format."""
+    from prometheus_client.parser import text_string_to_metric_families
+    sums: dict[str, float] = {}
+    try:
+        families = list(text_string_to_metric_families(text))
+    except Exception as e:
+        raise BackendError(f"the metrics endpoint did not return Prometheus text ({type(e).__name__}); "
+                           f"the live view needs /metrics in Prometheus format") from None
+    if not families:
+        raise BackendError("the metrics endpoint returned no metrics in Prometheus format")
+    for fam in families:
+        for s in fam.samples:
+            sums[s.name] = sums.get(s.name, 0.0) + float(s.value)
+    names = tuple(sorted({f.name for f in families}))
+    engine = engine_hint if engine_hint not in ("unknown", "") else next(
+        (label for prefix, label in ENGINE_PREFIXES if any(n.startswith(prefix) for n in names)), "unknown")
+
+    def get(name: str) -> float | None:
+        for n in (name, name + "_total"):
+            if n in sums:
+                return sums[n]
+        return None
+
+    def mean(hist: str) -> float | None:
+        s, c = sums.get(hist + "_sum"), sums.get(hist + "_count")
+        return s / c if s is not None and c else None
+
+    state = ServerState(engine=engine, names=names,
+                        mean_ttft_s=mean("vllm:time_to_first_token_seconds"),
+                        mean_itl_s=mean("vllm:inter_token_latency_seconds"))
+    for attr, name in VLLM_GAUGES.items():
+        setattr(state, attr, get(name))
+    return state
+
+
+def _get(cfg: BackendConfig, path: str, what: str) -> str:
+    import httpx2
+    headers = {"Authorization": f"Bearer {cfg.api_key}"} if cfg.api_key else {}
+    try:
+        r = httpx2.get(cfg.root + path, timeout=TIMEOUT_S, headers=headers)
+    except httpx2.TimeoutException:
+        raise BackendError(f"{cfg.root}{path} did not answer within {TIMEOUT_S:.0f} s") from None
+    except httpx2.HTTPError:
+        raise BackendError(f"cannot reach {cfg.root} for {what} (nothing answers there)") from None
+    if r.status_code == 404:
+        raise BackendError(f"{cfg.root} has no {path} endpoint, so its {what} cannot be shown "
+                           f"(vLLM, SGLang and our server publish it; llama.cpp needs --metrics)")
+    if r.status_code != 200:
+        raise BackendError(f"{cfg.root}{path} answered HTTP {r.status_code}")
+    return r.text
+
+
+def read_state(cfg: BackendConfig, engine_hint: str = "unknown") -> ServerState:
+    return parse_metrics(_get(cfg, "/metrics", "metrics"), engine_hint)
+
+
+def read_live_batch(cfg: BackendConfig):
+    """Our server's /v1/batch as a `server.worker.WorkerSnapshot` (BackendError for other servers)."""
+    import json
+
+    from server.live_batch import snapshot_from_json
+    text = _get(cfg, "/v1/batch", "live batch")
+    try:
+        return snapshot_from_json(json.loads(text), time.perf_counter())
+    except (ValueError, KeyError, TypeError) as e:
+        raise BackendError(f"{cfg.root}/v1/batch is not this app's live-batch document ({e})") from None
+
+
+def finite(x: float | None) -> bool:
+    return x is not None and math.isfinite(x)
+
+
+# ============================================================================================ simulated students
+SIMULATED_PROMPTS = ("Write a story about a dragon.", "Explain photosynthesis simply.", "Give me three tips for "
+                     "learning to code.", "Describe the moon to a child.", "Write a short poem about rain.")
+MAX_SIMULATED = 64                # students one click may add
+_simulated = threading.BoundedSemaphore(2 * MAX_SIMULATED)   # at most this many simulated requests at once
+
+
+def simulate_students(cfg: BackendConfig, model: str, n: int, max_tokens: int = 64) -> int:
+    """Send `n` streaming requests at once, as `n` students pressing Generate (each reads its reply and drops it).
+    Returns how many started (fewer when too many simulated requests are still running). Daemon threads: the
+    caller never waits."""
+    if not 1 <= n <= MAX_SIMULATED:
+        raise BackendError(f"the number of simulated students must be between 1 and {MAX_SIMULATED}, got {n}")
+    started = 0
+    for i in range(n):
+        if not _simulated.acquire(blocking=False):
+            break
+        threading.Thread(target=_one_student, args=(cfg, model, i, max_tokens), daemon=True,
+                         name=f"simulated-student-{i}").start()
+        started += 1
+    return started
+
+
+def _one_student(cfg: BackendConfig, model: str, i: int, max_tokens: int) -> None:
+    try:
+        for _ in ReplyStream(cfg, model, prompt=SIMULATED_PROMPTS[i % len(SIMULATED_PROMPTS)],
+                             max_tokens=max_tokens, temperature=0.7, seed=i):
+            pass
+    except BackendError:
+        pass                      # a simulated student that fails just leaves; the page shows the server's state
+    finally:
+        _simulated.release()

@@ -1,0 +1,310 @@
+"""The engine as an OpenAI-compatible HTTP server: `python -m engine serve`.
+
+    POST /v1/completions         prompt (text or token ids) -> text; `stream: true` sends server-sent events
+    POST /v1/chat/completions    messages -> the model's chat template -> text (streaming too)
+    GET  /v1/models              the one model served
+    GET  /health                 200 once the model is loaded
+    GET  /metrics                Prometheus text, vLLM's metric names where the meaning is the same
+    GET  /v1/batch               ours: the live batch (requests, lengths, block tables, free blocks, step times)
+
+Every request goes into one `EngineWorker` (server/worker.py): a background thread stepping the continuous-batching
+`Scheduler`, so concurrent HTTP requests are decoded in one batch. Starlette + uvicorn carry HTTP, prometheus_client
+writes the metrics; nothing of either protocol is written by hand here.
+
+A bad request gets OpenAI's error shape, `{"error": {"message", "type", "param", "code"}}`, with a 4xx status and a
+message that says what to change; a client that goes away mid-reply has its request cancelled and its KV blocks
+freed.
+"""
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+import uuid
+from dataclasses import dataclass
+from typing import Any, AsyncIterator
+
+import anyio
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.routing import Route
+
+from engine.errors import ModelError
+from server.api_requests import ApiError, GenerationRequest, parse_chat, parse_completion
+from server.metrics import ServerMetrics
+from server.worker import Busy, EngineWorker
+
+THREADS = 256                  # threads that wait for tokens (one per streaming request at most)
+FINISH = {"eos": "stop", "stop": "stop", "length": "length", "context": "length"}
+
+
+@dataclass
+class Served:
+    """What the app serves: one worker (one model) under one public name."""
+    worker: EngineWorker
+    model_name: str
+    metrics: ServerMetrics
+    created: int
+
+    @property
+    def model(self):
+        return self.worker.model
+
+
+def error_response(err: ApiError) -> JSONResponse:
+    return JSONResponse({"error": {"message": err.message, "type": err.kind, "param": err.param,
+                                   "code": err.code}}, status_code=err.status)
+
+
+# ============================================================================================ token stream
+class TokenStream:
+    """One request's tokens, read from the worker's handle in worker threads and handed to the event loop."""
+
+    def __init__(self, served: Served, req: GenerationRequest, session_id: str) -> None:
+        self.served, self.req = served, req
+        self.arrived = time.perf_counter()
+        try:
+            self.handle = served.worker.submit(session_id, req.prompt_ids, max_new_tokens=req.max_tokens,
+                                               temperature=req.temperature, top_k=req.top_k, top_p=req.top_p,
+                                               seed=req.seed, stop_at_eos=not req.ignore_eos)
+        except Busy as e:
+            raise ApiError(429, str(e), "rate_limit_exceeded") from None
+        except ModelError as e:
+            raise ApiError(400, str(e)) from None
+        self._tokens = self.handle.tokens(poll_s=0.25)
+        self.token_ids: list[int] = []
+        self.text = ""
+        self.finish_reason: str | None = None
+        self.first_token_at: float | None = None
+        self.last_token_at: float | None = None
+        self._held = ""              # text held back while it could still be the start of a stop string
+        served.metrics.request_started(len(req.prompt_ids), req.max_tokens)
+
+    async def pieces(self, limiter: anyio.CapacityLimiter) -> AsyncIterator[tuple[str, list[int]]]:
+        """(new text, new token ids) as they come, until the request ends; honours stop strings."""
+        try:
+            while self.finish_reason is None:
+                tok = await anyio.to_thread.run_sync(next, self._tokens, None, limiter=limiter,
+                                                     abandon_on_cancel=True)
+                if tok is None:                               # ended without a token (stopped, cancelled)
+                    self.finish_reason = self.handle.finish_reason or "stop"
+                    break
+                self._count_token()
+                self.token_ids.append(int(tok.token_id))
+                text = self._cut_at_stop(tok.text, final=tok.finish_reason is not None)
+                if tok.finish_reason is not None and self.finish_reason is None:
+                    self.finish_reason = tok.finish_reason
+                self.text += text                             # every token is sent, even one whose text
+                yield text, [int(tok.token_id)]              # waits (part of a character, a stop string)
+        except ModelError as e:                               # the engine failed on this batch
+            self.finish_reason = "error"
+            raise ApiError(500, str(e), "server_error", kind="server_error") from None
+        finally:
+            if not self.handle.done.is_set():                 # client gone, or a stop string: free the blocks
+                with anyio.CancelScope(shield=True):
+                    await anyio.to_thread.run_sync(self.handle.stop, "cancelled", limiter=limiter)
+            self._record_end()
+
+    def _count_token(self) -> None:
+        now = time.perf_counter()
+        m = self.served.metrics
+        if self.first_token_at is None:
+            self.first_token_at = now
+            m.first_token(now - self.arrived)
+        else:
+            m.next_token(now - self.last_token_at)
+        self.last_token_at = now
+
+    def _cut_at_stop(self, piece: str, final: bool) -> str:
+        stops = self.req.stop
+        if not stops:
+            return piece
+        text = self._held + piece
+        for s in stops:
+            i = text.find(s)
+            if i >= 0:
+                self.finish_reason = "stop"
+                self._held = ""
+                return text[:i]
+        keep = 0 if final else max(len(s) - 1 for s in stops)
+        keep = min(keep, len(text))
+        self._held = text[len(text) - keep:] if keep else ""
+        return text[:len(text) - keep]
+
+    def _record_end(self) -> None:
+        end = time.perf_counter()
+        self.served.metrics.request_finished(
+            reason=FINISH.get(self.finish_reason or "", "abort"), prompt_tokens=len(self.req.prompt_ids),
+            generated=len(self.token_ids), e2e_s=end - self.arrived,
+            queue_s=(self.first_token_at or end) - self.arrived,
+            prefix_hit_tokens=int(self.handle.request.prefix_cached_tokens))
+
+    def usage(self) -> dict:
+        p, c = len(self.req.prompt_ids), len(self.token_ids)
+        return {"prompt_tokens": p, "completion_tokens": c, "total_tokens": p + c}
+
+    @property
+    def openai_finish(self) -> str | None:
+        return FINISH.get(self.finish_reason or "", None)
+
+
+# ============================================================================================ responses
+def _completion_choice(text: str, finish: str | None, ids: list[int] | None) -> dict:
+    choice = {"index": 0, "text": text, "logprobs": None, "finish_reason": finish}
+    if ids is not None:
+        choice["token_ids"] = ids
+    return choice
+
+
+def _chat_choice(delta_or_message: dict, finish: str | None, ids: list[int] | None, stream: bool) -> dict:
+    choice = {"index": 0, ("delta" if stream else "message"): delta_or_message, "logprobs": None,
+              "finish_reason": finish}
+    if ids is not None:
+        choice["token_ids"] = ids
+    return choice
+
+
+def _sse(obj: Any) -> bytes:
+    return f"data: {json.dumps(obj, separators=(',', ':'))}\n\n".encode()
+
+
+async def _watch_disconnect(request: Request, stream: TokenStream) -> None:
+    """A non-streaming client that hangs up: stop its request so its blocks are freed at once."""
+    while True:
+        message = await request.receive()
+        if message["type"] == "http.disconnect":
+            await anyio.to_thread.run_sync(stream.handle.stop, "cancelled")
+            return
+
+
+async def _respond(request: Request, served: Served, req: GenerationRequest, chat: bool) -> Response:
+    session = req.user or f"http-{uuid.uuid4().hex[:12]}"
+    limiter = request.app.state.limiter
+    stream = await anyio.to_thread.run_sync(TokenStream, served, req, session, limiter=limiter)
+    rid = ("chatcmpl-" if chat else "cmpl-") + uuid.uuid4().hex
+    head = {"id": rid, "object": "chat.completion.chunk" if chat else "text_completion",
+            "created": int(time.time()), "model": served.model_name}
+    ids_wanted = req.return_token_ids
+    if req.stream:
+        return StreamingResponse(_events(stream, limiter, head, chat, ids_wanted, req.include_usage),
+                                 media_type="text/event-stream", headers={"Cache-Control": "no-cache"})
+    watcher = asyncio.ensure_future(_watch_disconnect(request, stream))
+    try:
+        async for _ in stream.pieces(limiter):
+            pass
+    except ApiError as e:
+        return error_response(e)
+    finally:
+        watcher.cancel()
+    ids = stream.token_ids if ids_wanted else None
+    if chat:
+        choice = _chat_choice({"role": "assistant", "content": stream.text}, stream.openai_finish, ids, False)
+        body = {**head, "object": "chat.completion", "choices": [choice]}
+    else:
+        body = {**head, "choices": [_completion_choice(stream.text, stream.openai_finish, ids)]}
+    if ids_wanted:
+        body["prompt_token_ids"] = req.prompt_ids
+    body["usage"] = stream.usage()
+    return JSONResponse(body)
+
+
+async def _events(stream: TokenStream, limiter, head: dict, chat: bool, ids_wanted: bool,
+                  include_usage: bool) -> AsyncIterator[bytes]:
+    if chat:
+        yield _sse({**head, "choices": [_chat_choice({"role": "assistant", "content": ""}, None, None, True)]})
+    try:
+        async for text, ids in stream.pieces(limiter):
+            finish = stream.openai_finish
+            tids = ids if ids_wanted else None
+            choice = (_chat_choice({"content": text} if text else {}, finish, tids, True) if chat
+                      else _completion_choice(text, finish, tids))
+            yield _sse({**head, "choices": [choice]})
+    except ApiError as e:
+        yield _sse({"error": {"message": e.message, "type": e.kind, "param": None, "code": e.code}})
+    if include_usage:
+        yield _sse({**head, "choices": [], "usage": stream.usage()})
+    yield b"data: [DONE]\n\n"
+
+
+# ============================================================================================ routes
+async def _json_body(request: Request) -> dict:
+    raw = await request.body()
+    try:
+        body = json.loads(raw)
+    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise ApiError(400, f"the request body is not valid JSON ({e}); send a JSON object such as "
+                            f'{{"model": "...", "prompt": "Hello", "max_tokens": 16}}') from None
+    if not isinstance(body, dict):
+        raise ApiError(400, f"the request body must be a JSON object, got {type(body).__name__}")
+    return body
+
+
+def _served(request: Request) -> Served:
+    return request.app.state.served
+
+
+async def completions(request: Request) -> Response:
+    served = _served(request)
+    try:
+        req = parse_completion(await _json_body(request), served.model, served.model_name)
+        return await _respond(request, served, req, chat=False)
+    except ApiError as e:
+        return error_response(e)
+
+
+async def chat_completions(request: Request) -> Response:
+    served = _served(request)
+    try:
+        req = parse_chat(await _json_body(request), served.model, served.model_name)
+        return await _respond(request, served, req, chat=True)
+    except ApiError as e:
+        return error_response(e)
+
+
+async def models(request: Request) -> Response:
+    s = _served(request)
+    card = {"id": s.model_name, "object": "model", "created": s.created, "owned_by": "inference-lab",
+            "root": s.model.source or s.model.name, "parent": None,
+            "max_model_len": s.model.config.max_position_embeddings}
+    return JSONResponse({"object": "list", "data": [card]})
+
+
+async def health(request: Request) -> Response:
+    return Response(status_code=200)
+
+
+async def metrics(request: Request) -> Response:
+    text, content_type = await anyio.to_thread.run_sync(_served(request).metrics.exposition)
+    return Response(text, media_type=content_type)
+
+
+async def live_batch(request: Request) -> Response:
+    from server.live_batch import snapshot_json
+    s = _served(request)
+    snap = await anyio.to_thread.run_sync(s.worker.snapshot)     # the worker's lock may be held for a step
+    return JSONResponse(snapshot_json(snap, s.model_name, s.model.config))
+
+
+async def not_found(request: Request, exc: Exception) -> Response:
+    return error_response(ApiError(404, f"no route {request.method} {request.url.path}; this server offers "
+                                        f"/v1/completions, /v1/chat/completions, /v1/models, /health, /metrics "
+                                        f"and /v1/batch", kind="not_found_error", code="not_found"))
+
+
+async def method_not_allowed(request: Request, exc: Exception) -> Response:
+    return error_response(ApiError(405, f"{request.method} is not allowed on {request.url.path}",
+                                   kind="invalid_request_error", code="method_not_allowed"))
+
+
+def create_app(worker: EngineWorker, model_name: str, metrics_: ServerMetrics | None = None) -> Starlette:
+    """The ASGI app serving `worker`'s model as `model_name`."""
+    routes = [Route("/v1/completions", completions, methods=["POST"]),
+              Route("/v1/chat/completions", chat_completions, methods=["POST"]),
+              Route("/v1/models", models, methods=["GET"]), Route("/health", health, methods=["GET"]),
+              Route("/metrics", metrics, methods=["GET"]), Route("/v1/batch", live_batch, methods=["GET"])]
+    app = Starlette(routes=routes, exception_handlers={404: not_found, 405: method_not_allowed})
+    m = metrics_ or ServerMetrics(model_name, worker)
+    app.state.served = Served(worker, model_name, m, int(time.time()))
+    app.state.limiter = anyio.CapacityLimiter(THREADS)
+    return app

