@@ -414,10 +414,12 @@ async def _one_request(client: httpx2.AsyncClient, target: Target, plan: SweepPl
 
 
 async def _run_level(client, target, plan, fit, lv: LevelResult, level_no, on_request, stop) -> None:
-    """Run one level into `lv`. Raises _LevelAborted when a connection broke; re-raises what a callback raised."""
+    """Run one level into `lv`. A broken connection is that request's error while the server still answers
+    /v1/models; _LevelAborted once it does not. Re-raises what a callback raised."""
     level, n = lv.level, plan.requests
     t0 = time.perf_counter()
-    gone: list[str] = []
+    gone: list[str] = []                 # connections that broke; `dead` once the server no longer answers
+    dead: list[str] = []
     failed: list[BaseException] = []
     seeds = plan.seed * 1_000_003 + level_no * 100_003
     words = words_for(plan.prompt_tokens, fit)
@@ -433,7 +435,7 @@ async def _run_level(client, target, plan, fit, lv: LevelResult, level_no, on_re
         if delay > 0:
             await asyncio.sleep(delay)
         async with sem:
-            if stop.is_set() or gone or failed:
+            if stop.is_set() or dead or failed:
                 return
             rec = RequestRecord(level=level, index=i, sent_s=time.perf_counter() - t0)
             lv.records.append(rec)
@@ -452,8 +454,13 @@ async def _run_level(client, target, plan, fit, lv: LevelResult, level_no, on_re
         deadline = t0 + plan.level_timeout_s
         while pending:
             _, pending = await asyncio.wait(pending, timeout=0.05, return_when=asyncio.FIRST_COMPLETED)
-            if stop.is_set() or time.perf_counter() > deadline or gone or failed:
-                lv.stopped = lv.stopped or (bool(pending) and not gone)
+            if gone:                                  # one broken connection, or the server gone?
+                if not await _still_up(client, target):
+                    dead.append(gone[0])
+                    break
+                gone.clear()
+            if stop.is_set() or time.perf_counter() > deadline or failed:
+                lv.stopped = lv.stopped or bool(pending)
                 break
     finally:
         for t in tasks:
@@ -462,8 +469,8 @@ async def _run_level(client, target, plan, fit, lv: LevelResult, level_no, on_re
     lv.records.sort(key=lambda r: r.index)
     if failed:
         raise failed[0]
-    if gone:
-        raise _LevelAborted(gone[0])
+    if dead:
+        raise _LevelAborted(dead[0])
 
 
 class _LevelAborted(Exception):
@@ -510,11 +517,10 @@ async def run_sweep(target: Target, plan: SweepPlan, on_progress: Callable[[int,
             try:
                 await _run_level(client, target, plan, result.prompt_fit, lv, k, on_request, stop)
             except _LevelAborted as e:
-                if not await _still_up(client, target):
-                    result.error = (f"the server at {target.url} stopped answering during {label} after "
-                                    f"{sum(r.ok for r in lv.records)} of {plan.requests} requests ({e}); the "
-                                    "levels before it are kept")
-                    break
+                result.error = (f"the server at {target.url} stopped answering during {label} after "
+                                f"{sum(r.ok for r in lv.records)} of {plan.requests} requests ({e}); the "
+                                "levels before it are kept")
+                break
             if lv.stopped:
                 result.stopped = True
                 break

@@ -3,7 +3,8 @@ real server-sent-event chunks, one token per chunk, sleeping `ttft_s` before the
 next ones, so a client's measured TTFT and ITL can be checked against delays the test chose.
 
 Prompt tokens = `prompt_fixed` + one per whitespace-separated word (what `usage` reports). `die_after`: the
-server shuts down for good once that many streaming requests have started (a server dying mid-sweep).
+server shuts down for good once that many streaming requests have started (a server dying mid-sweep);
+`drop_nth`: that one streaming request loses its connection halfway, the server keeps serving.
 `models_status` / `models_body` replace the /v1/models answer (a server that is not OpenAI-compatible).
 """
 from __future__ import annotations
@@ -23,6 +24,7 @@ class Script:
     model: str = "fake-model"
     prompt_fixed: int = 3
     die_after: int | None = None
+    drop_nth: int | None = None         # this streaming request (1 = the first) loses its connection mid-body
     models_status: int = 200
     models_body: str | None = None
     usage: bool = True
@@ -82,18 +84,20 @@ class _Handler(BaseHTTPRequestHandler):
             s.in_flight += 1
             s.max_in_flight = max(s.max_in_flight, s.in_flight)
             dying = s.die_after is not None and s.started > s.die_after
+            drop = s.started == s.drop_nth
         try:
             if dying:
                 self.owner.kill()
                 self.close_connection = True
                 self.connection.shutdown(socket.SHUT_RDWR)
                 return
-            self._stream(chat, out, prompt_tokens, bool((req.get("stream_options") or {}).get("include_usage")))
+            self._stream(chat, out, prompt_tokens, bool((req.get("stream_options") or {}).get("include_usage")),
+                         drop)
         finally:
             with s.lock:
                 s.in_flight -= 1
 
-    def _stream(self, chat: bool, out: int, prompt_tokens: int, include_usage: bool) -> None:
+    def _stream(self, chat: bool, out: int, prompt_tokens: int, include_usage: bool, drop: bool = False) -> None:
         s = self.script
         self.send_response(200)
         self.send_header("Content-Type", "text/event-stream")
@@ -102,7 +106,7 @@ class _Handler(BaseHTTPRequestHandler):
         self.end_headers()
         for i in range(out):
             time.sleep(s.ttft_s if i == 0 else s.itl_s)
-            if self.owner.dead:                 # the process is gone: the connection drops mid-body
+            if self.owner.dead or (drop and i == out // 2):     # the process is gone / this connection drops
                 self.close_connection = True
                 self.connection.shutdown(socket.SHUT_RDWR)
                 return

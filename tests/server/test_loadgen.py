@@ -12,7 +12,7 @@ import pytest
 from helpers_fake_openai import FakeOpenAIServer, Script
 from server.loadgen import LoadError, SweepPlan, Target, base_url, measure, parse_levels
 
-SLACK_S = 0.25          # scheduling slack on a loaded 2-core machine: measured may exceed scripted by this much
+SLACK_S = 0.5           # scheduling slack on a loaded 2-core machine: medians may exceed the script by this much
 
 
 def ok_records(result):
@@ -20,21 +20,24 @@ def ok_records(result):
 
 
 def test_measured_ttft_itl_and_e2e_match_the_scripted_delays():
-    script = Script(ttft_s=0.15, itl_s=0.04)
-    with FakeOpenAIServer(script) as srv:
-        res = measure(Target(srv.url, "fake-model"), SweepPlan((1, 2), requests=3, prompt_tokens=40, output_tokens=6))
+    """TTFT 0.1 s, then 19 gaps of 0.05 s: a TTFT taken late (at the stream's end, or from the level's start) or an
+    ITL summed over gaps is off by far more than the slack; nothing is ever measured below the script."""
+    ttft, itl, out = 0.1, 0.05, 20
+    with FakeOpenAIServer(Script(ttft_s=ttft, itl_s=itl)) as srv:
+        res = measure(Target(srv.url, "fake-model"), SweepPlan((1, 2), requests=2, prompt_tokens=40,
+                                                                output_tokens=out))
     recs = ok_records(res)
-    assert len(recs) == 6 and res.error is None and not res.stopped
+    assert len(recs) == 4 and res.error is None and not res.stopped
     for r in recs:
-        assert 0.15 <= r.ttft_s < 0.15 + SLACK_S                      # the first chunk waited ttft_s
-        assert len(r.itl_s) == 5                                     # 6 chunks -> 5 gaps
-        assert all(g >= 0.04 - 0.005 for g in r.itl_s)
-        assert np.median(r.itl_s) < 0.04 + SLACK_S / 2
-        assert r.e2e_s >= 0.15 + 5 * 0.04 - 0.005
-        assert (r.prompt_tokens, r.output_tokens, r.tokens_from) == (40, 6, "usage")   # fake: 3 + one per word
+        assert r.ttft_s >= ttft                                        # the first chunk waited ttft_s
+        assert len(r.itl_s) == out - 1 and min(r.itl_s) >= itl - 0.005
+        assert r.e2e_s >= ttft + (out - 1) * itl - 0.005
+        assert (r.prompt_tokens, r.output_tokens, r.tokens_from) == (40, out, "usage")   # fake: 3 + one per word
+    assert np.median([r.ttft_s for r in recs]) < ttft + SLACK_S
+    assert np.median([g for r in recs for g in r.itl_s]) < 2 * itl
     row = res.rows()[0]
-    assert 150 <= row["ttft_p50_ms"] < 150 + 1e3 * SLACK_S
-    assert row["output_tok_s"] == pytest.approx(18 / res.levels[0].duration_s)
+    assert row["ttft_p50_ms"] >= 1e3 * ttft and row["itl_p50_ms"] >= 1e3 * (itl - 0.005)
+    assert row["output_tok_s"] == pytest.approx(2 * out / res.levels[0].duration_s)
 
 
 def test_concurrency_is_the_number_in_flight_and_rate_sends_at_poisson_times():
@@ -89,6 +92,13 @@ def test_a_server_that_dies_mid_sweep_ends_it_with_the_levels_before_kept():
         res = measure(Target(srv.url, "fake-model"), SweepPlan((1, 2, 4), requests=4, output_tokens=3))
     assert "stopped answering during concurrency 2" in res.error and "levels before it are kept" in res.error
     assert res.rows()[0]["completed"] == 4 and len(res.levels) == 2
+
+
+def test_one_broken_connection_is_that_requests_error_and_the_sweep_goes_on():
+    with FakeOpenAIServer(Script(ttft_s=0.02, itl_s=0.01, drop_nth=2)) as srv:
+        res = measure(Target(srv.url, "fake-model"), SweepPlan((1, 2), requests=3, output_tokens=4))
+    assert res.error is None and [r["completed"] for r in res.rows()] == [2, 3]
+    assert res.rows()[0]["failed"] == 1 and "connection lost" in res.rows()[0]["first_error"]
 
 
 def test_stop_ends_the_sweep_at_once_and_keeps_what_was_measured():
