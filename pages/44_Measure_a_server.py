@@ -18,6 +18,8 @@ from ui import formula_expander, setup_page, show_error
 from ui.measure import RESULT_KEY, run_sweep, show_comparison, show_measured, target_and_plan
 from ui.model_source import choice_field, sizing_inputs
 
+COMPARE_KEY = "measure.compare"       # (inputs, compare_sweep result) of this session's last result
+
 
 def prediction_inputs():
     """Sidebar: the served model's architecture, the device it runs on, and its precisions."""
@@ -46,12 +48,18 @@ def main() -> None:
     if df.empty or predict is None:
         return
     config, device, wd, kd = predict
-    try:
-        levels = [level_from_summary(r) for r in result.rows_with_arrivals() if r.get("completed")]
-        cmp = compare_sweep(config, device, levels, wd, kd)
-    except SpecError as e:
-        show_error(e)
-        return
+    key = (id(result), len(df), repr(config), repr(device), wd, kd)       # the fit takes seconds: once per input
+    cached = st.session_state.get(COMPARE_KEY)
+    if cached is None or cached[0] != key:
+        try:
+            levels = [level_from_summary(r) for r in result.rows_with_arrivals() if r.get("completed")]
+            with st.spinner("Predicting every level and fitting MBU, MFU and the overhead ..."):
+                cached = (key, compare_sweep(config, device, levels, wd, kd))
+        except SpecError as e:
+            show_error(e)
+            return
+        st.session_state[COMPARE_KEY] = cached
+    cmp = cached[1]
     st.subheader(f"Predicted: {config.name} on {device.name}, {wd} weights")
     show_comparison(cmp, result.plan.mode)
     formula_expander("How the prediction and the fit are made", inspect.getdoc(sweep_module))

@@ -13,10 +13,14 @@ level's mean prompt and output lengths:
 ITL = the mean time per output token after the first, (finish − first token) / (output − 1); output tokens/s =
 all output tokens / (last finish − first start).
 
-The fit is `calibration.calibrate` with the overhead term: one row per level,
+The fit starts from `calibration.calibrate` with the overhead term, one row per level,
     ITL  ≈ memory_ms_ideal(batch) / MBU + overhead,      TTFT ≈ compute_ms_ideal(prompt) / MFU + overhead,
-batch = c (concurrency) or the mean number in flight, requests/s × mean end-to-end (Little's law, rate). "Closer"
-compares each level's prediction error with the defaults (`latency.Efficiency()`, no overhead) and with the fit.
+batch = c (concurrency) or the mean number in flight, requests/s × mean end-to-end (Little's law, rate). Those
+rows price one prompt alone, but under load the simulator prefills several prompts in one step (c of them at
+once when a concurrency level starts), so the fit is then refined on the simulator itself: Nelder-Mead over
+(MBU, MFU, overhead), MBU and MFU ≤ 1, overhead ≥ 0, minimising the mean of
+log(predicted / measured)² over every level's mean TTFT and ITL. "Closer" compares each level's prediction
+error with the defaults (`latency.Efficiency()`, no overhead) and with the fit.
 """
 from __future__ import annotations
 
@@ -114,6 +118,68 @@ def predict_level(config: ModelConfig, device: Device, lv: SweepLevel, weight_dt
                 output_tok_s=float(out.sum()) / span if span > 0 else float("inf"))
 
 
+def nelder_mead(f, x0: np.ndarray, step: float = 0.5, evaluations: int = 150) -> np.ndarray:
+    """Minimise f from x0 within `evaluations` calls (the textbook simplex: reflect 1, expand 2, contract 0.5,
+    shrink 0.5)."""
+    calls = [0]
+
+    def g(x):
+        calls[0] += 1
+        return f(x)
+
+    pts = [np.asarray(x0, float)] + [np.asarray(x0, float) + step * e for e in np.eye(len(x0))]
+    vals = [g(x) for x in pts]
+    n = len(pts) - 1
+    while calls[0] < evaluations:
+        order = np.argsort(vals)
+        pts, vals = [pts[i] for i in order], [vals[i] for i in order]
+        centre = np.mean(pts[:-1], axis=0)
+        xr = centre + (centre - pts[-1])
+        fr = g(xr)
+        if fr < vals[0]:
+            xe = centre + 2 * (centre - pts[-1])
+            fe = g(xe)
+            pts[-1], vals[-1] = (xe, fe) if fe < fr else (xr, fr)
+        elif fr < vals[n - 1]:
+            pts[-1], vals[-1] = xr, fr
+        else:
+            xc = centre + 0.5 * (pts[-1] - centre)
+            fc = g(xc)
+            if fc < vals[-1]:
+                pts[-1], vals[-1] = xc, fc
+            else:
+                pts = [pts[0]] + [pts[0] + 0.5 * (x - pts[0]) for x in pts[1:]]
+                vals = [vals[0]] + [g(x) for x in pts[1:]]
+    return pts[int(np.argmin(vals))]
+
+
+def _knobs(x: np.ndarray) -> tuple[float, float, float]:
+    """Search coordinates -> (MBU ≤ 1, MFU ≤ 1, overhead ms ≥ 0): log-scaled, so every point is valid."""
+    return float(min(1.0, np.exp(x[0]))), float(min(1.0, np.exp(x[1]))), float(np.exp(x[2]) - 1e-3)
+
+
+def fit_sweep(config: ModelConfig, device: Device, levels: list[SweepLevel], weight_dtype: str = "bf16",
+              kv_dtype: str | None = None, start: tuple[float, float, float] = (0.6, 0.7, 0.0),
+              server_max_batch: int = DEFAULT_SERVER_MAX_BATCH, base: Efficiency | None = None) -> dict:
+    """MBU, MFU and overhead (ms per step) that bring the simulator's mean TTFT and ITL closest to the measured
+    ones, in log terms, from `start` (see the module docstring)."""
+    base = base or Efficiency()
+
+    def loss(x: np.ndarray) -> float:
+        mbu, mfu, ovh = _knobs(x)
+        eff = Efficiency(decode_mbu=max(mbu, 1e-4), prefill_mfu=max(mfu, 1e-4), prefill_mbu=base.prefill_mbu,
+                         decode_mfu=base.decode_mfu)
+        err = []
+        for lv in levels:
+            p = predict_level(config, device, lv, weight_dtype, kv_dtype, eff, max(ovh, 0.0), server_max_batch)
+            err += [np.log(p["ttft_ms"] / lv.ttft_ms), np.log(max(p["itl_ms"], 1e-9) / lv.itl_ms)]
+        return float(np.mean(np.square(err)))
+
+    x0 = np.log([max(start[0], 1e-4), max(start[1], 1e-4), max(start[2], 0.0) + 1e-3])
+    mbu, mfu, ovh = _knobs(nelder_mead(loss, x0))
+    return dict(decode_mbu=max(mbu, 1e-4), prefill_mfu=max(mfu, 1e-4), overhead_ms=max(ovh, 0.0))
+
+
 def _errors(pred: dict, lv: SweepLevel) -> dict:
     return {f"{m}_error_percent": 100 * (pred[m] - getattr(lv, m)) / getattr(lv, m) for m in METRICS}
 
@@ -126,11 +192,13 @@ def compare_sweep(config: ModelConfig, device: Device, levels: list[SweepLevel],
     if not levels:
         raise SpecError("no measured level to compare with")
     eff = efficiency or Efficiency()
-    fit = calibrate(config, device, [Measurement(prompt_tokens=max(1, round(lv.prompt_tokens)),
+    linear = calibrate(config, device, [Measurement(prompt_tokens=max(1, round(lv.prompt_tokens)),
                                                  output_tokens=max(1, round(lv.output_tokens)),
                                                  batch=lv.mean_batch, ttft_ms=lv.ttft_ms, itl_ms=lv.itl_ms)
                                      for lv in levels], weight_dtype, kv_dtype, fit_overhead=True)
-    fitted = Efficiency(decode_mbu=max(fit["decode_mbu"], 1e-3), prefill_mfu=max(fit["prefill_mfu"], 1e-3),
+    fit = fit_sweep(config, device, levels, weight_dtype, kv_dtype,
+                    (linear["decode_mbu"], linear["prefill_mfu"], linear["overhead_ms"]), server_max_batch, eff)
+    fitted = Efficiency(decode_mbu=fit["decode_mbu"], prefill_mfu=fit["prefill_mfu"],
                         prefill_mbu=eff.prefill_mbu, decode_mfu=eff.decode_mfu)
     rows = []
     for lv in levels:
@@ -149,5 +217,6 @@ def compare_sweep(config: ModelConfig, device: Device, levels: list[SweepLevel],
     mae = {f"{which}_{m}": float(np.mean([abs(r[f"{which}_{m}_error_percent"]) for r in rows]))
            for which in ("predicted", "fitted") for m in METRICS}
     return dict(rows=rows, decode_mbu=fit["decode_mbu"], prefill_mfu=fit["prefill_mfu"],
-                overhead_ms=fit["overhead_ms"], efficiency_before=asdict(eff), overhead_ms_before=overhead_ms,
+                overhead_ms=fit["overhead_ms"], efficiency_before=asdict(eff),
+                linear_fit={k: linear[k] for k in ("decode_mbu", "prefill_mfu", "overhead_ms")}, overhead_ms_before=overhead_ms,
                 mean_abs_error_percent=mae)
