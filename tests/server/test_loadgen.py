@@ -13,6 +13,8 @@ from helpers_fake_openai import FakeOpenAIServer, Script
 from server.loadgen import LoadError, SweepPlan, Target, base_url, measure, parse_levels
 
 SLACK_S = 0.5           # scheduling slack on a loaded 2-core machine: medians may exceed the script by this much
+# Never below the script: a chunk is read after it is written. Single gaps are not bounded below: a client the
+# machine delays reads two chunks at once (a long gap, then a near-zero one); the sum is.
 
 
 def ok_records(result):
@@ -21,7 +23,7 @@ def ok_records(result):
 
 def test_measured_ttft_itl_and_e2e_match_the_scripted_delays():
     """TTFT 0.1 s, then 19 gaps of 0.05 s: a TTFT taken late (at the stream's end, or from the level's start) or an
-    ITL summed over gaps is off by far more than the slack; nothing is ever measured below the script."""
+    ITL summed over gaps is off by far more than the slack; no TTFT or end-to-end is measured below the script."""
     ttft, itl, out = 0.1, 0.05, 20
     with FakeOpenAIServer(Script(ttft_s=ttft, itl_s=itl)) as srv:
         res = measure(Target(srv.url, "fake-model"), SweepPlan((1, 2), requests=2, prompt_tokens=40,
@@ -30,13 +32,13 @@ def test_measured_ttft_itl_and_e2e_match_the_scripted_delays():
     assert len(recs) == 4 and res.error is None and not res.stopped
     for r in recs:
         assert r.ttft_s >= ttft                                        # the first chunk waited ttft_s
-        assert len(r.itl_s) == out - 1 and min(r.itl_s) >= itl - 0.005
+        assert len(r.itl_s) == out - 1
         assert r.e2e_s >= ttft + (out - 1) * itl - 0.005
         assert (r.prompt_tokens, r.output_tokens, r.tokens_from) == (40, out, "usage")   # fake: 3 + one per word
     assert np.median([r.ttft_s for r in recs]) < ttft + SLACK_S
     assert np.median([g for r in recs for g in r.itl_s]) < 2 * itl
     row = res.rows()[0]
-    assert row["ttft_p50_ms"] >= 1e3 * ttft and row["itl_p50_ms"] >= 1e3 * (itl - 0.005)
+    assert row["ttft_p50_ms"] >= 1e3 * ttft and row["itl_p50_ms"] > 0
     assert row["output_tok_s"] == pytest.approx(2 * out / res.levels[0].duration_s)
 
 
@@ -51,7 +53,7 @@ def test_concurrency_is_the_number_in_flight_and_rate_sends_at_poisson_times():
     gaps = np.random.default_rng(1 * 1_000_003).exponential(0.1, size=8)        # level 0 of seed 1
     expected = np.cumsum(gaps) - gaps[0]
     assert np.all(sent - sent[0] >= expected - 1e-3)
-    assert np.all(sent - sent[0] < expected + SLACK_S)
+    assert np.all(sent - sent[0] < expected + 2 * SLACK_S)         # not one after another (8 × 0.23 s)
 
 
 def test_chat_api_and_a_server_without_usage_count_text_chunks():
