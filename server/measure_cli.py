@@ -89,6 +89,8 @@ def _print_table(result, pred) -> None:
     for row in result.rows():
         print("  ".join(f"{('-' if row[k] is None else f.format(row[k])):>12}" for k, f in SHOWN))
     if pred:
+        for w in pred["warnings"]:
+            print(f"warning: {w}")
         mae = pred["mean_abs_error_percent"]
         print(f"fitted: decode MBU {pred['decode_mbu']:.3f}, prefill MFU {pred['prefill_mfu']:.3f}, overhead "
               f"{pred['overhead_ms']:.2f} ms per step")

@@ -153,6 +153,8 @@ def show_measured(result: SweepResult) -> pd.DataFrame:
 
 def show_comparison(cmp: dict, mode: str) -> None:
     """Measured vs predicted (defaults) vs fitted, per level: four small charts, the fit and the errors."""
+    for w in cmp["warnings"]:
+        st.warning(w, icon=":material/warning:")
     rows = pd.DataFrame(cmp["rows"])
     x = rows["level"]
     fig = make_subplots(rows=1, cols=4, subplot_titles=list(METRIC_LABELS.values()), horizontal_spacing=0.07)

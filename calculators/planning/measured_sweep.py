@@ -184,6 +184,17 @@ def _errors(pred: dict, lv: SweepLevel) -> dict:
     return {f"{m}_error_percent": 100 * (pred[m] - getattr(lv, m)) / getattr(lv, m) for m in METRICS}
 
 
+def roof_warnings(fit: dict, device: Device) -> list[str]:
+    """An efficiency fitted at its bound of 1 means the server beat the device's roof: the device is wrong."""
+    out = []
+    for key, name, what in (("decode_mbu", "decode MBU", "memory bandwidth"), ("prefill_mfu", "prefill MFU", "FLOP/s")):
+        if fit[key] >= 0.999:
+            out.append(f"the fitted {name} is at its bound of 1: the server ran faster than {device.name}'s {what} "
+                       "allows, so the device's numbers are too low for it (another device, or this machine "
+                       "measured while busy?)")
+    return out
+
+
 def compare_sweep(config: ModelConfig, device: Device, levels: list[SweepLevel], weight_dtype: str = "bf16",
                   kv_dtype: str | None = None, efficiency: Efficiency | None = None, overhead_ms: float = 0.0,
                   server_max_batch: int = DEFAULT_SERVER_MAX_BATCH) -> dict:
@@ -216,7 +227,7 @@ def compare_sweep(config: ModelConfig, device: Device, levels: list[SweepLevel],
         rows.append(row)
     mae = {f"{which}_{m}": float(np.mean([abs(r[f"{which}_{m}_error_percent"]) for r in rows]))
            for which in ("predicted", "fitted") for m in METRICS}
-    return dict(rows=rows, decode_mbu=fit["decode_mbu"], prefill_mfu=fit["prefill_mfu"],
+    return dict(rows=rows, warnings=roof_warnings(fit, device), decode_mbu=fit["decode_mbu"], prefill_mfu=fit["prefill_mfu"],
                 overhead_ms=fit["overhead_ms"], efficiency_before=asdict(eff),
                 linear_fit={k: linear[k] for k in ("decode_mbu", "prefill_mfu", "overhead_ms")}, overhead_ms_before=overhead_ms,
                 mean_abs_error_percent=mae)

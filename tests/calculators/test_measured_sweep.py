@@ -104,6 +104,14 @@ def test_compare_sweep_recovers_the_efficiencies_a_sweep_was_made_with():
     assert len(cmp["rows"]) == 3 and cmp["rows"][1]["batch"] == 4
 
 
+def test_a_server_faster_than_the_device_roof_is_flagged_not_fitted_past_1():
+    fast = [level(lv=1, n=4, p=64, o=16, ttft_ms=0.05, itl_ms=0.1, e2e_ms=1.6, output_tok_s=10_000.0)]
+    cmp = compare_sweep(TINY, A100, fast, "fp16")           # an A100 needs 1.4 ms per TinyLlama token at best
+    assert cmp["decode_mbu"] == 1.0 and any("decode MBU is at its bound of 1" in w for w in cmp["warnings"])
+    assert compare_sweep(TINY, A100, [level(lv=1, n=4, p=64, o=16, ttft_ms=50.0, itl_ms=5.0, e2e_ms=125.0,
+                                            output_tok_s=128.0)], "fp16")["warnings"] == []
+
+
 def test_nelder_mead_finds_the_minimum_of_a_shifted_bowl():
     x = nelder_mead(lambda v: float((v[0] - 1.5) ** 2 + 3 * (v[1] + 0.5) ** 2), np.array([0.0, 0.0]), evaluations=200)
     assert x == pytest.approx([1.5, -0.5], abs=1e-3)
