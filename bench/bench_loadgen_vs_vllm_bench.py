@@ -6,6 +6,7 @@ output tokens/s of each, and ours ÷ theirs (median over rounds, with the range)
     VLLM_PYTHON=/path/to/vllm-venv/bin/python VLLM_MODEL_DIR=/path/to/smollm2-f32-hf \
         .venv/bin/python bench/bench_loadgen_vs_vllm_bench.py --concurrency 1,4,8 --requests 16 --rounds 2
     VLLM_URL=http://127.0.0.1:8000 ...          # a vLLM already running (tools/vllm_server.py), not started here
+    ... --fake-ttft-ms 200 --fake-itl-ms 20     # both against the tests' fake server: the truth is the script
 
 `vllm bench serve` runs with VLLM_PYTHON (it needs vLLM and the model's tokenizer); our generator sizes its prompts
 with two probe requests to the server instead.
@@ -13,6 +14,7 @@ with two probe requests to the server instead.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import subprocess
@@ -62,6 +64,15 @@ def theirs(python: Path, url: str, model: str, tokenizer: Path, c: int, args, se
                                                          output_tokens=r["total_output_tokens"] / n)
 
 
+@contextlib.contextmanager
+def fake_server(args):
+    sys.path.insert(0, str(ROOT / "tests"))
+    from helpers_fake_openai import FakeOpenAIServer, Script
+    with FakeOpenAIServer(Script(ttft_s=args.fake_ttft_ms / 1e3, itl_s=args.fake_itl_ms / 1e3, model="smollm2",
+                                 prompt_fixed=0)) as srv:
+        yield srv.url, "smollm2"
+
+
 def fmt_range(v: list[float]) -> str:
     return f"{np.median(v):.3f} ({min(v):.3f}-{max(v):.3f})"
 
@@ -74,11 +85,13 @@ def main() -> int:
     ap.add_argument("--output-tokens", type=int, default=64)
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--json", default=None, help="write every measurement to this file")
+    ap.add_argument("--fake-ttft-ms", type=float, default=None, help="measure the tests' scripted fake server")
+    ap.add_argument("--fake-itl-ms", type=float, default=20.0)
     args = ap.parse_args()
     python, tok = vllm_paths()                   # vllm bench serve's python, and the tokenizer it needs
     levels = [int(x) for x in args.concurrency.split(",")]
     runs: dict = {c: {"ours": [], "vllm": []} for c in levels}
-    with vllm_server() as (url, model):
+    with (fake_server(args) if args.fake_ttft_ms is not None else vllm_server()) as (url, model):
         measure(Target(url, model), SweepPlan((1,), requests=2, prompt_tokens=16, output_tokens=4))    # warm up
         for rnd in range(args.rounds):
             for c in levels:
