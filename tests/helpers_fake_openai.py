@@ -2,7 +2,8 @@
 real server-sent-event chunks, one token per chunk, sleeping `ttft_s` before the first and `itl_s` between the
 next ones, so a client's measured TTFT and ITL can be checked against delays the test chose.
 
-Prompt tokens = `prompt_fixed` + one per whitespace-separated word (what `usage` reports). `die_after`: the
+Prompt tokens = `prompt_fixed` + one per whitespace-separated word, or per id of a prompt given as token ids
+(what `usage` reports). `die_after`: the
 server shuts down for good once that many streaming requests have started (a server dying mid-sweep);
 `drop_nth`: that one streaming request loses its connection halfway, the server keeps serving.
 `models_status` / `models_body` replace the /v1/models answer (a server that is not OpenAI-compatible).
@@ -72,7 +73,7 @@ class _Handler(BaseHTTPRequestHandler):
             return self._json(404, {"error": {"message": f"The model `{req.get('model')}` does not exist.",
                                               "type": "NotFoundError"}})
         text = req["messages"][-1]["content"] if chat else req["prompt"]
-        prompt_tokens = s.prompt_fixed + len(text.split())
+        prompt_tokens = s.prompt_fixed + (len(text) if isinstance(text, list) else len(str(text).split()))
         out = int(req.get("max_tokens") or 16)
         if not req.get("stream"):
             time.sleep(s.ttft_s + s.itl_s * (out - 1))
