@@ -402,7 +402,9 @@ async def _one_request(client: httpx2.AsyncClient, target: Target, plan: SweepPl
     except httpx2.TimeoutException:
         rec.error = f"no answer within {plan.request_timeout_s:g} s"
         return
-    except (httpx2.TransportError, httpx2.SSEError, OSError) as e:
+    except httpx2.SSEError as e:
+        rec.error = f"the answer is not a server-sent-event stream ({_describe(e)}): not an OpenAI-compatible server"
+    except (httpx2.TransportError, OSError) as e:
         rec.error = f"connection lost: {_describe(e)}"
         raise _ServerGone(rec.error) from None
     finally:
