@@ -29,6 +29,7 @@ class Script:
     models_status: int = 200
     models_body: str | None = None
     usage: bool = True
+    sse: bool = True                    # False: a streaming request gets one JSON body (a server ignoring stream)
     started: int = 0
     in_flight: int = 0
     max_in_flight: int = 0
@@ -75,7 +76,7 @@ class _Handler(BaseHTTPRequestHandler):
         text = req["messages"][-1]["content"] if chat else req["prompt"]
         prompt_tokens = s.prompt_fixed + (len(text) if isinstance(text, list) else len(str(text).split()))
         out = int(req.get("max_tokens") or 16)
-        if not req.get("stream"):
+        if not req.get("stream") or not s.sse:
             time.sleep(s.ttft_s + s.itl_s * (out - 1))
             return self._json(200, {"choices": [{"index": 0, "text": " x" * out}],
                                     "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": out,

@@ -103,6 +103,14 @@ def test_one_broken_connection_is_that_requests_error_and_the_sweep_goes_on():
     assert res.rows()[0]["failed"] == 1 and "connection lost" in res.rows()[0]["first_error"]
 
 
+def test_a_server_that_does_not_stream_events_is_named_per_request():
+    with FakeOpenAIServer(Script(ttft_s=0.01, itl_s=0.0, sse=False)) as srv:
+        res = measure(Target(srv.url, "fake-model"), SweepPlan((1,), requests=2, output_tokens=3))
+    row = res.rows()[0]
+    assert res.error is None and row["completed"] == 0 and row["failed"] == 2
+    assert "not a server-sent-event stream" in row["first_error"]
+
+
 def test_stop_ends_the_sweep_at_once_and_keeps_what_was_measured():
     stop = threading.Event()
 
