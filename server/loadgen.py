@@ -38,6 +38,7 @@ APIS = ("completions", "chat")
 MAX_REQUESTS_PER_LEVEL = 10_000
 MAX_IN_FLIGHT = 512
 MAX_LEVELS = 32
+HEARTBEAT_S = 1.0                # progress is reported at least this often while requests run
 PROBE_WORDS = (16, 64)
 WORDS = ("time year people way day man thing woman life child world school state family student group country "
          "problem hand part place case week company system program question work government number night point "
@@ -454,8 +455,12 @@ async def _run_level(client, target, plan, fit, lv: LevelResult, level_no, on_re
     try:
         pending = set(tasks)
         deadline = t0 + plan.level_timeout_s
+        beat = time.perf_counter()
         while pending:
             _, pending = await asyncio.wait(pending, timeout=0.05, return_when=asyncio.FIRST_COMPLETED)
+            if time.perf_counter() - beat >= HEARTBEAT_S:
+                beat = time.perf_counter()
+                on_request(None)
             if gone:                                  # one broken connection, or the server gone?
                 if not await _still_up(client, target):
                     dead.append(gone[0])
@@ -508,7 +513,9 @@ async def run_sweep(target: Target, plan: SweepPlan, on_progress: Callable[[int,
             label = f"{unit} {level:g}"
 
             def on_request(rec, label=label):
-                done[0] += 1
+                """After each request ends (rec), and once a second while none does (None): the progress bar,
+                which is also where a Streamlit page's Stop ends the run."""
+                done[0] += rec is not None
                 if on_progress:
                     on_progress(done[0], total, label)
 

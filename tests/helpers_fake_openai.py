@@ -1,6 +1,6 @@
 """A tiny, honest OpenAI-compatible server for tests (standard library only, 127.0.0.1, a free port): it streams
 real server-sent-event chunks, one token per chunk, sleeping `ttft_s` before the first and `itl_s` between the
-next ones, so a client's measured TTFT and ITL can be checked against delays the test chose.
+next ones (a request without `stream` is answered at once), so a client's measured TTFT and ITL can be checked against delays the test chose.
 
 Prompt tokens = `prompt_fixed` + one per whitespace-separated word, or per id of a prompt given as token ids
 (what `usage` reports). `die_after`: the
@@ -77,7 +77,6 @@ class _Handler(BaseHTTPRequestHandler):
         prompt_tokens = s.prompt_fixed + (len(text) if isinstance(text, list) else len(str(text).split()))
         out = int(req.get("max_tokens") or 16)
         if not req.get("stream") or not s.sse:
-            time.sleep(s.ttft_s + s.itl_s * (out - 1))
             return self._json(200, {"choices": [{"index": 0, "text": " x" * out}],
                                     "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": out,
                                               "total_tokens": prompt_tokens + out}})

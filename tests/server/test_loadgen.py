@@ -124,6 +124,20 @@ def test_stop_ends_the_sweep_at_once_and_keeps_what_was_measured():
     assert res.stopped and len(res.levels) == 1 and 2 <= len(ok_records(res)) <= 3
 
 
+def test_progress_beats_while_a_long_request_runs_so_stop_need_not_wait_for_it():
+    stop, calls = threading.Event(), []
+
+    def progress(done, total, label):
+        calls.append(done)
+        if len(calls) >= 2:                 # the start, then a heartbeat: no request has ended yet
+            stop.set()
+
+    with FakeOpenAIServer(Script(ttft_s=3.0, itl_s=0.01)) as srv:
+        res = measure(Target(srv.url, "fake-model"), SweepPlan((1,), requests=2, output_tokens=2),
+                      on_progress=progress, stop=stop)
+    assert calls[:2] == [0, 0] and res.stopped and not ok_records(res)
+
+
 @pytest.mark.parametrize("kw, words", [
     (dict(levels=(0,)), "positive"), (dict(levels=(2.5,)), "whole number"), (dict(levels=()), "at least one"),
     (dict(levels=(1,), requests=0), "requests"), (dict(levels=(1,), mode="burst"), "mode"),
