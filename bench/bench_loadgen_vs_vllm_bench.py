@@ -64,13 +64,26 @@ def theirs(python: Path, url: str, model: str, tokenizer: Path, c: int, args, se
                                                          output_tokens=r["total_output_tokens"] / n)
 
 
+FAKE = """
+import sys, time
+sys.path.insert(0, {tests!r})
+from helpers_fake_openai import FakeOpenAIServer, Script
+with FakeOpenAIServer(Script(ttft_s={ttft}, itl_s={itl}, model="smollm2", prompt_fixed=0)) as srv:
+    print(srv.url, flush=True)
+    sys.stdin.read()
+"""
+
+
 @contextlib.contextmanager
 def fake_server(args):
-    sys.path.insert(0, str(ROOT / "tests"))
-    from helpers_fake_openai import FakeOpenAIServer, Script
-    with FakeOpenAIServer(Script(ttft_s=args.fake_ttft_ms / 1e3, itl_s=args.fake_itl_ms / 1e3, model="smollm2",
-                                 prompt_fixed=0)) as srv:
-        yield srv.url, "smollm2"
+    """The tests' scripted server in its own process (so it shares no GIL with the client measuring it)."""
+    code = FAKE.format(tests=str(ROOT / "tests"), ttft=args.fake_ttft_ms / 1e3, itl=args.fake_itl_ms / 1e3)
+    proc = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        yield proc.stdout.readline().strip(), "smollm2"
+    finally:
+        proc.stdin.close()
+        proc.wait(timeout=30)
 
 
 def fmt_range(v: list[float]) -> str:
