@@ -5,7 +5,7 @@ by the tens digit of NN. Adding a lesson is adding a file; nothing here lists pa
     10-19  Inside the model    (tokens, embeddings, attention, KV cache, prefill vs decode)
     20-29  Sizing one GPU      (anatomy, KV variants, roofline, floors, FlashAttention, quantization, your machine)
     30-39  Serving many users  (batching, continuous batching, paging, prefix caching, chunked prefill, ...)
-    40-49  Beyond one GPU      (parallelism, capacity planner)
+    40-49  Beyond one GPU      (parallelism, capacity planner, calibration, measure a server)
     50-59  Classroom           (the class being served)
 """
 from __future__ import annotations

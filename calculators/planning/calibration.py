@@ -13,6 +13,11 @@ The fit is linear least squares on the ideal components `calculators.multi_gpu.t
 so 1/MBU, alpha and 1/MFU are the coefficients (Numpy `lstsq`; through the origin). With three or more
 single-GPU rows of different step sizes the ITL fit also takes an intercept, the fixed per-step cost
 (ITL ≈ memory_ms_ideal / MBU + step_overhead_ms; kept only when both come out positive).
+`fit_overhead=True` adds a fixed cost per step (launches, scheduling, HTTP: `batching.StepModel.overhead_ms`),
+shared by both lines, and fits all of them at once on relative errors (each row divided by its measurement):
+    ITL ≈ memory_ms_ideal / MBU + calls × alpha + overhead,     TTFT ≈ compute_ms_ideal / MFU + overhead
+with MBU, MFU ≤ 1 and alpha, overhead ≥ 0 (the best of the bounded least-squares solutions on each set of active
+bounds).
 """
 from __future__ import annotations
 
@@ -111,9 +116,41 @@ def _ideal_parts(config: ModelConfig, device: Device, m: Measurement, weight_dty
                 decode_comm_ms=dec["comm_ms_per_stage"], prefill_comm_ms=pre["allreduce_ms_prefill"])
 
 
+def _bounded_lstsq(a: np.ndarray, y: np.ndarray, lower: np.ndarray) -> np.ndarray:
+    """min |a·x − y|² subject to x ≥ lower: each set of coefficients held at its bound, the rest solved freely;
+    the feasible solution with the smallest residual (exact for a handful of unknowns)."""
+    n = a.shape[1]
+    best, best_res = lower.copy(), np.inf
+    for mask in range(1 << n):
+        fixed = np.array([(mask >> j) & 1 == 1 for j in range(n)])
+        x = lower.copy()
+        if (~fixed).any():
+            free = a[:, ~fixed]
+            x[~fixed] = np.linalg.lstsq(free, y - a[:, fixed] @ lower[fixed], rcond=None)[0]
+        if np.all(x >= lower - 1e-12):
+            res = float(np.sum((a @ x - y) ** 2))
+            if res < best_res:
+                best, best_res = x, res
+    return best
+
+
+def _fit_with_overhead(mem, calls, comp, itl, ttft) -> tuple[float, float, float, float]:
+    """(1/MBU, alpha, 1/MFU, overhead) from the joint relative-error fit (see the module docstring)."""
+    n = len(mem)
+    a = np.zeros((2 * n, 4))
+    a[:n, 0], a[:n, 1], a[n:, 2], a[:, 3] = mem, calls, comp, 1.0
+    y = np.concatenate([itl, ttft])
+    a, y = a / y[:, None], np.ones_like(y)
+    keep = a.any(axis=0)
+    x = np.zeros(4)
+    x[keep] = _bounded_lstsq(a[:, keep], y, np.array([1.0, 0.0, 1.0, 0.0])[keep])
+    return tuple(float(v) for v in x)
+
+
 def calibrate(config: ModelConfig, device: Device, measurements: list[Measurement], weight_dtype: str = "bf16",
-              kv_dtype: str | None = None, link: Link | None = None) -> dict:
-    """Fit MBU, MFU and (with TP rows) the per-call latency; return them with each row's predicted vs measured."""
+              kv_dtype: str | None = None, link: Link | None = None, fit_overhead: bool = False) -> dict:
+    """Fit MBU, MFU, (with TP rows) the per-call latency and (`fit_overhead`) a fixed per-step cost; return them
+    with each row's predicted vs measured."""
     if not measurements:
         raise SpecError("no measurements to calibrate against")
     parts = [_ideal_parts(config, device, m, weight_dtype, kv_dtype, link) for m in measurements]
@@ -122,16 +159,19 @@ def calibrate(config: ModelConfig, device: Device, measurements: list[Measuremen
     mem = np.array([p["mem_ms"] for p in parts])
     calls = np.array([p["calls"] for p in parts], dtype=float)
     comp = np.array([p["comp_ms"] for p in parts])
-    if calls.any():
+    overhead_ms, step_ms = 0.0, 0.0
+    if fit_overhead:
+        inv_mbu, alpha_ms, inv_mfu, overhead_ms = _fit_with_overhead(mem, calls, comp, itl, ttft)
+    elif calls.any():
         (inv_mbu, alpha_ms), *_ = np.linalg.lstsq(np.stack([mem, calls], axis=1), itl, rcond=None)
     else:
         inv_mbu, alpha_ms = float(mem @ itl / (mem @ mem)), 0.0
-    step_ms = 0.0
-    if len(set(np.round(mem, 9))) >= 3 and not calls.any():       # enough distinct steps: fit the fixed cost too
-        (inv_b, step_b), *_ = np.linalg.lstsq(np.stack([mem, np.ones_like(mem)], axis=1), itl, rcond=None)
-        if step_b > 0 and inv_b > 0:
-            inv_mbu, step_ms = float(inv_b), float(step_b)
-    inv_mfu = float(comp @ ttft / (comp @ comp))
+    if not fit_overhead:
+        if len(set(np.round(mem, 9))) >= 3 and not calls.any():   # enough distinct steps: fit the fixed cost too
+            (inv_b, step_b), *_ = np.linalg.lstsq(np.stack([mem, np.ones_like(mem)], axis=1), itl, rcond=None)
+            if step_b > 0 and inv_b > 0:
+                inv_mbu, step_ms = float(inv_b), float(step_b)
+        inv_mfu = float(comp @ ttft / (comp @ comp))
     raw_mbu, raw_mfu = 1 / max(inv_mbu, 1e-9), 1 / max(inv_mfu, 1e-9)
     mbu, mfu = min(1.0, raw_mbu), min(1.0, raw_mfu)
     held = [f"the measured {what} imply {name} = {raw:.2f}, above 1: faster than {device.name}'s datasheet floor "
@@ -141,15 +181,15 @@ def calibrate(config: ModelConfig, device: Device, measurements: list[Measuremen
     alpha_ms = max(0.0, float(alpha_ms))
     rows = []
     for m, p in zip(measurements, parts):
-        pi = p["mem_ms"] / mbu + p["calls"] * alpha_ms + step_ms
-        pt = p["comp_ms"] / mfu
+        pi = p["mem_ms"] / mbu + p["calls"] * alpha_ms + step_ms + overhead_ms
+        pt = p["comp_ms"] / mfu + overhead_ms
         rows.append(dict(prompt_tokens=m.prompt_tokens, output_tokens=m.output_tokens, batch=m.batch, tp=m.tp,
                          measured_itl_ms=m.itl_ms, predicted_itl_ms=pi, itl_error_percent=100 * (pi - m.itl_ms) / m.itl_ms,
                          measured_ttft_ms=m.ttft_ms, predicted_ttft_ms=pt,
                          ttft_error_percent=100 * (pt - m.ttft_ms) / m.ttft_ms))
-    return dict(decode_mbu=mbu, prefill_mfu=mfu, alpha_ms_per_call=alpha_ms, step_overhead_ms=step_ms,
-                raw_decode_mbu=raw_mbu, raw_prefill_mfu=raw_mfu, held_at_one=held,
+    return dict(decode_mbu=mbu, prefill_mfu=mfu, alpha_ms_per_call=alpha_ms, step_overhead_ms=step_ms + overhead_ms,
+                overhead_ms=overhead_ms, raw_decode_mbu=raw_mbu, raw_prefill_mfu=raw_mfu, held_at_one=held,
                 efficiency=Efficiency(decode_mbu=max(mbu, 1e-3), prefill_mfu=max(mfu, 1e-3),
-                                      step_overhead_ms=step_ms), rows=rows,
+                                      step_overhead_ms=step_ms + overhead_ms), rows=rows,
                 itl_mean_abs_error_percent=float(np.mean([abs(r["itl_error_percent"]) for r in rows])),
                 ttft_mean_abs_error_percent=float(np.mean([abs(r["ttft_error_percent"]) for r in rows])))
