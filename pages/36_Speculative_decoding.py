@@ -135,13 +135,15 @@ def show_result(r: dict, k: int, lookup: bool, model, layers: int) -> None:
     c[2].metric("Wall-time speedup", f"{fmt_num(r['speedup_measured'], 3)}×",
                 delta=f"formula {fmt_num(pred_speed, 3)}×",
                 delta_color="off", delta_arrow="off")
+    given = "measured (an input of the formula)"
     df_with_download(pd.DataFrame([
-        dict(quantity="tokens per target pass", measured=r["tokens_per_pass"], formula=pred_tokens),
-        dict(quantity="speedup", measured=r["speedup_measured"], formula=pred_speed),
-        dict(quantity="draft step ÷ target step", measured=r["draft_cost_ratio"], formula=None),
-        dict(quantity="verification pass ÷ target step", measured=r["verify_cost_ratio"], formula=1.0),
-        dict(quantity="plain decoding (s)", measured=r["plain_s"], formula=None),
-        dict(quantity="speculative (s)", measured=r["speculative_s"], formula=None)]), "speculative_measured")
+        dict(quantity="tokens per target pass", measured=r["tokens_per_pass"], formula=fmt_num(pred_tokens, 3)),
+        dict(quantity="speedup", measured=r["speedup_measured"], formula=fmt_num(pred_speed, 3)),
+        dict(quantity="draft step ÷ target step", measured=r["draft_cost_ratio"], formula=given),
+        dict(quantity="verification pass ÷ target step", measured=r["verify_cost_ratio"],
+             formula="1 (the formula assumes one step)"),
+        dict(quantity="plain decoding (s)", measured=r["plain_s"], formula=given),
+        dict(quantity="speculative (s)", measured=r["speculative_s"], formula=given)]), "speculative_measured")
     st.caption(f"Formula with the measured α, K = {k} and the measured draft cost per step. On a CPU the "
                "verification pass of K + 1 tokens costs more than one decode step, so the measured speedup falls "
                "below the bandwidth-bound formula. " + ("" if lookup else acceptance_words(model, layers, alpha)))

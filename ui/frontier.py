@@ -9,7 +9,7 @@ import plotly.graph_objects as go
 import streamlit as st
 
 import calculators.planning.throughput as throughput_module
-from calculators.multi_gpu.tensor_parallel import Mesh
+from calculators.multi_gpu.tensor_parallel import Mesh, mesh_problem
 from calculators.planning.frontier import collapse_near_duplicates, pareto_front
 from calculators.planning.throughput import max_throughput
 from specs.model_config import SpecError
@@ -103,7 +103,9 @@ def throughput_section(config, devices: list, wl, stack_key: str) -> None:
     c = st.columns(5)
     dev_name = c[0].selectbox("Device", [d.name for d in devices], key="plan.tput.dev")
     gpus = int_field("GPUs", 8, 1, 4096, key="plan.tput.gpus", where=c[1])
-    tp = int_field("TP", 8, 1, 64, key="plan.tput.tp", where=c[2])
+    tp_default = next(t for t in (8, 4, 2, 1) if mesh_problem(config, Mesh(tp=t, gpus=8)) is None or t == 1)
+    tp = int_field("TP", tp_default, 1, 64, key=f"plan.tput.tp.{config.name}", where=c[2],
+                   help=f"default: the largest of 8, 4, 2, 1 that splits {config.name}'s heads")
     ep = int_field("EP", 1, 1, 1024, key="plan.tput.ep", where=c[3])
     wd = c[4].selectbox("Weights", ["bf16", "fp8", "int4", "fp4"], index=1, key="plan.tput.wd")
     if None in (gpus, tp, ep):
