@@ -157,7 +157,7 @@ def show_comparison(cmp: dict, mode: str) -> None:
         st.warning(w, icon=":material/warning:")
     rows = pd.DataFrame(cmp["rows"])
     x = rows["level"]
-    fig = make_subplots(rows=1, cols=4, subplot_titles=list(METRIC_LABELS.values()), horizontal_spacing=0.07)
+    fig = make_subplots(rows=1, cols=4, horizontal_spacing=0.08)
     for i, (m, label) in enumerate(METRIC_LABELS.items(), 1):
         for which, name, dash, color in (("measured", "measured", "solid", "#000000"),
                                          ("predicted", "predicted (defaults)", "dot", "#e45756"),
@@ -166,6 +166,7 @@ def show_comparison(cmp: dict, mode: str) -> None:
                             showlegend=i == 1, line=dict(dash=dash, color=color, width=3), marker=dict(size=9),
                             row=1, col=i)
         fig.update_xaxes(title_text="concurrency" if mode == "concurrency" else "requests/s", row=1, col=i)
+        fig.update_yaxes(title_text=label, row=1, col=i)        # (subplot titles would sit under the legend)
     fig.update_layout(height=430, title="Measured vs the calculators, per level")
     st.plotly_chart(chart_style(fig))
     c = st.columns(3)
