@@ -20,7 +20,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from calculators.speculative import expected_tokens_per_pass  # noqa: E402
+from calculators.serving.speculative import expected_tokens_per_pass  # noqa: E402
 from engine import load_model  # noqa: E402
 from engine.serve.speculative import LOOKUP_EXAMPLES, PromptLookup, speculative_generate  # noqa: E402
 

@@ -1,5 +1,5 @@
 """The KV cache per layer kind (full attention vs sliding window), measured next to the calculators' hybrid formula.
-Shared by the KV-cache pages; the formula is `calculators.kv_cache.kv_cache_layers`, the measurement the engine's
+Shared by the KV-cache pages; the formula is `calculators.sizing.kv_cache.kv_cache_layers`, the measurement the engine's
 own per-layer count (`KVCache.bytes_per_layer`, as `record_generation` keeps it per step)."""
 from __future__ import annotations
 

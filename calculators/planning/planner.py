@@ -5,11 +5,11 @@ Search space: device × GPU count × TP × PP × batch cap × weight precision �
 evaluated at once with NumPy arrays, using the same formulas as `calculators.multi_gpu.tensor_parallel` (the tests check the
 two agree): per-GPU memory against vLLM's gpu_memory_utilization budget, decode ITL at the batch cap, prefill
 time of a p99-length prompt, and a continuous-batching replica at the requested rate λ (per replica), with
-`calculators.queueing`:
+`calculators.serving.queueing`:
     in flight      L = λ·R, R = prefill(mean) + output·t, t = I(L)/(1 − ρ_p + λ·I(L))   (batching_concurrency)
                    I(n): decode step with n sequences, on the line from batch 1 to the cap; ρ_p = λ·prefill(mean)
     TTFT p99       prefill(p99 prompt) + I(L) + p99 wait for the prefills ahead (M/G/1 on prefills)
-                   + p99 wait for a free slot (M/M/c with c = batch cap), each from calculators.queueing
+                   + p99 wait for a free slot (M/M/c with c = batch cap), each from calculators.serving.queueing
 The TTFT p99 agrees with the discrete-event simulator (`serving_sim.simulate_continuous`) within 25% while the
 prefills take under about half of a replica's time and the slots are not nearly full (tests check three loads);
 nearer saturation it reads low (the simulator also batches prompts that arrive together).
@@ -325,7 +325,7 @@ def plan(config: ModelConfig, devices: list[Device], workload: Workload, space: 
     pre_mean, _ = prefill(wl.prompt_tokens)
     pre_p99, pre_comp = prefill(wl.p99_prompt)
 
-    # ---- queueing (continuous batching, calculators.queueing) and cost
+    # ---- queueing (continuous batching, calculators.serving.queueing) and cost
     lam = wl.requests_per_s / np.maximum(replicas, 1)
     pre_s = pre_mean / 1e3
     slope_ms = np.where(B > 1, (itl - itl_one) / np.maximum(Bf - 1, 1), 0.0)
