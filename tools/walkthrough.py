@@ -67,6 +67,16 @@ _PROBLEMS_JS = r"""(() => {
       e.scrollWidth > e.clientWidth + 1 && getComputedStyle(e).overflowX !== 'visible');
     if (cut) out.push('link text cut: ' + a.innerText.trim().slice(0, 80));
   });
+  const side = document.querySelector('[data-testid="stSidebar"]');
+  if (side) {
+    const edge = side.getBoundingClientRect().right;
+    side.querySelectorAll('[data-testid="stSidebarNavLink"]').forEach(a => {
+      const range = document.createRange();
+      range.selectNodeContents(a);
+      const r = range.getBoundingClientRect();
+      if (r.width > 0 && r.right > edge + 1) out.push('sidebar link cut by the sidebar edge: ' + a.innerText.trim().slice(0, 60));
+    });
+  }
   const code = main.innerText.match(/\b00\d Details? \d+|\breference 00\d\b/);
   if (code) out.push('source named by a code: "' + code[0] + '"');
   return out;

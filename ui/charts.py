@@ -25,8 +25,9 @@ _METRIC_CSS = """
     white-space: normal !important; overflow: visible !important; text-overflow: clip !important;
     overflow-wrap: anywhere; }
   [data-testid="stMetricLabel"] p, [data-testid="stPageLink"] p, [data-testid="stPageLink"] span,
-  [data-testid="stSidebarNavLink"] span, [data-testid="stNavSectionHeader"] {
+  [data-testid="stSidebarNavLink"], [data-testid="stSidebarNavLink"] *, [data-testid="stNavSectionHeader"] {
     white-space: normal !important; overflow: visible !important; text-overflow: clip !important; }
+  [data-testid="stSidebarNavLink"] { height: auto !important; min-height: 2rem; }
 </style>
 """
 _LARGE_CSS = """
