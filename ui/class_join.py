@@ -19,6 +19,11 @@ def backend_settings(backend) -> None:
     info = backend.info
     st.caption(f"Now: {'the app’s own engine server (NumPy, this machine)' if info is None else f'{info.engine} at {info.config.root}, model {info.model}'}. "
                f"Environment: {ENV_URL}, {ENV_MODEL}, {ENV_API_KEY}.")
+    from server.classroom import current_policy
+    if current_policy().enabled:        # the setting is everyone's: in a class, only the teacher's start sets it
+        st.caption("Classroom mode: set by the teacher when starting the app (the environment variables above); "
+                   "it cannot be changed from a browser.")
+        return
     url = st.text_input("OpenAI-compatible server URL", key=URL_KEY, placeholder="http://gpu-box:8000",
                         help="vLLM, SGLang, TGI, llama.cpp's server, or `python -m engine serve` elsewhere. "
                              "Empty = the app's own engine.")
