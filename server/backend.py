@@ -12,6 +12,7 @@ Every failure is a `BackendError` whose message says what is wrong and what to c
 """
 from __future__ import annotations
 
+import functools
 import math
 import os
 import threading
@@ -78,8 +79,16 @@ class BackendInfo:
 
 
 def _client(cfg: BackendConfig, timeout: float = TIMEOUT_S):
+    """One client (one connection pool) per server and timeout, shared by every session's requests: building a
+    client costs a TLS context and a connection pool, which thirty sessions pressing Generate at once would pay
+    thirty times."""
+    return _shared_client(cfg.base_url, cfg.api_key or "none", timeout)
+
+
+@functools.lru_cache(maxsize=16)
+def _shared_client(base_url: str, api_key: str, timeout: float):
     import openai
-    return openai.OpenAI(base_url=cfg.base_url, api_key=cfg.api_key or "none", timeout=timeout, max_retries=0)
+    return openai.OpenAI(base_url=base_url, api_key=api_key, timeout=timeout, max_retries=0)
 
 
 def _explain(err: Exception, cfg: BackendConfig) -> BackendError:

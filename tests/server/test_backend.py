@@ -44,6 +44,29 @@ def test_a_stream_returns_the_engines_greedy_tokens(ours):
     assert got[:len(expected)] == expected[:len(got)] and len(got) >= 1
 
 
+def test_sessions_streaming_at_once_share_one_client_and_each_gets_its_own_reply(ours):
+    """Thirty sessions share one connection pool per server (building a client per request cost the app's
+    process a TLS context each): concurrent streams through it must still each get their own prompt's tokens."""
+    from server.backend import _client
+    model = ours.worker.model
+    prompts = [prompt(4 + i, seed=10 + i) for i in range(4)]
+    expected = [[t.token_id for t in model.generate(ids, max_new_tokens=5, stop_at_eos=False)] for ids in prompts]
+    got: dict[int, list[int]] = {}
+
+    def one(i: int) -> None:
+        got[i] = [p.token_id for p in ReplyStream(BackendConfig(ours.url), "tiny", prompt=prompts[i], max_tokens=5)
+                  if p.token_id is not None]
+
+    threads = [threading.Thread(target=one, args=(i,)) for i in range(len(prompts))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    for i, want in enumerate(expected):
+        assert got[i] and got[i] == want[:len(got[i])], i
+    assert _client(BackendConfig(ours.url)) is _client(BackendConfig(ours.url + "/v1/"))
+
+
 @pytest.mark.parametrize("url, says", [
     ("http://127.0.0.1:9", "cannot reach"),                     # the discard port: nothing answers
     ("ftp://example", "not a server address"),
