@@ -69,6 +69,18 @@ class Weights:
     def num_params(self) -> int:
         return self.nbytes() // 4
 
+    def head_by_columns(self) -> "Weights":
+        """The same weights with the LM head stored column by column: still indexed [V, D], but laid out as its
+        transpose [D, V], so x · headᵀ is one BLAS product over a contiguous operand (the LM head is the largest
+        matrix of a small model; on this machine's OpenBLAS, 8-32 rows take about half the time of the row-major
+        product, 1 row 15% less: bench/bench_engine.py). A tied embedding is the same array; the embedding
+        lookup then gathers strided rows, which costs little for a few tokens per step."""
+        if self.lm_head.flags.f_contiguous and self.lm_head.ndim == 2:
+            return self
+        head = np.asfortranarray(self.lm_head)
+        embed = head if self.lm_head is self.embed else self.embed
+        return dataclasses.replace(self, embed=embed, lm_head=head)
+
     def read_only(self) -> "Weights":
         """The same weights as read-only views: a model shared by every user can never be written through.
         Arrays (and whole layers, and self) already read-only are kept as they are, so models that share
@@ -153,7 +165,7 @@ class Model:
         if rope_layout not in ("half", "interleaved"):
             raise ModelError(f"rope_layout must be 'half' or 'interleaved', got {rope_layout!r}")
         self.config = config
-        self.weights = weights.read_only()
+        self.weights = weights.head_by_columns().read_only()
         self.tokenizer = tokenizer
         self.source = source
         self.rope_layout = rope_layout

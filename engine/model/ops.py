@@ -179,10 +179,13 @@ def matmul_t(x: np.ndarray, W: np.ndarray) -> np.ndarray:
 
     One row: a matvec. 2-4 rows by a matrix of MATVEC_MIN_BYTES or more: `matvecs_by_block` (OpenBLAS's GEMM packs W
     before it multiplies, so a few rows cost about twice one row; SmolLM2's 113 MB LM head, 2 rows: 8.5 vs 15.0 ms).
-    Smaller matrices (which may sit in cache, where the GEMM wins) and more rows: one GEMM."""
+    Smaller matrices (which may sit in cache, where the GEMM wins) and more rows: one GEMM, over W as stored: a W
+    kept column by column (`Weights.head_by_columns`) is multiplied as the contiguous [in, out] matrix it is."""
     rows = np.ascontiguousarray(x).reshape(-1, x.shape[-1])                        # [M, in], M = B·T
     if 1 < rows.shape[0] <= MATVEC_ROWS and W.nbytes >= MATVEC_MIN_BYTES:
         out = matvecs_by_block(rows, W)
+    elif W.flags.f_contiguous and not W.flags.c_contiguous:                        # stored by columns (the LM head):
+        out = rows @ W.T                                                            # Wᵀ is a contiguous [in, out]
     elif rows.shape[0] <= SMALL_BATCH_ROWS:
         out = np.ascontiguousarray((W @ rows.T).T)                                  # [out, in] @ [in, M] -> [M, out]
     else:

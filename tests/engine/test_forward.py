@@ -223,3 +223,26 @@ def test_profile_run_counts_one_trace_per_step():
     assert run.decodes[2].kv_read_bytes == c.num_layers * 12 * 2 * c.kv_dim * 4
     with pytest.raises(ModelError, match="context window"):
         profile_run(model, prompt_tokens=40, decode_steps=20)
+
+
+@pytest.mark.parametrize("tied", [True, False])
+def test_the_lm_head_is_stored_by_columns_with_the_checkpoints_values(tied):
+    """`Weights.head_by_columns`: the LM head keeps its [V, D] values but is laid out column by column (the fast
+    product); a tied embedding stays the very same array (not a second copy), an untied one is left as it was;
+    a model built on another's weights shares them."""
+    cfg = tiny(tie_word_embeddings=tied)
+    tensors = {k: np.ascontiguousarray(v) for k, v in Model.random(cfg, seed=5).to_hf_tensors().items()}
+    assert all(t.flags.c_contiguous for t in tensors.values())             # as a checkpoint file gives them
+    m = Model.from_hf_tensors(cfg, tensors)
+    head = tensors["model.embed_tokens.weight" if tied else "lm_head.weight"]
+    assert m.weights.lm_head.flags.f_contiguous and np.array_equal(m.weights.lm_head, head)
+    assert np.array_equal(m.weights.embed, tensors["model.embed_tokens.weight"])
+    assert (m.weights.embed is m.weights.lm_head) == tied
+    if not tied:
+        assert m.weights.embed.flags.c_contiguous
+    assert Model(cfg, m.weights).weights.lm_head is m.weights.lm_head
+    seen = {}
+    hooks = Hooks().add("hook_final_norm", lambda name, a: seen.setdefault("h", a.copy()))
+    logits = m.logits(prompt(6, seed=2), hooks=hooks)
+    expected = seen["h"].reshape(-1, cfg.hidden_size).astype(np.float64) @ head.T.astype(np.float64)
+    assert np.abs(logits.reshape(expected.shape) - expected).max() < 1e-5

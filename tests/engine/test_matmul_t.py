@@ -45,3 +45,35 @@ def test_matmul_t_with_a_matrix_larger_than_the_cache_takes_the_matvec_path(rows
         assert np.abs(out[r, 0] - W @ x[r, 0]).max() < 1e-3
     matmul_t(x, W[:1000])                                             # a small matrix: the GEMM
     assert len(calls) == 1
+
+
+def brute_force(x: np.ndarray, W: np.ndarray) -> np.ndarray:
+    """One float64 dot product per output entry."""
+    xs, W64 = x.reshape(-1, x.shape[-1]).astype(np.float64), W.astype(np.float64)
+    return np.array([[float(np.dot(W64[j], r)) for j in range(W.shape[0])] for r in xs]).reshape(
+        *x.shape[:-1], W.shape[0])
+
+
+@pytest.mark.parametrize("rows", [1, 2, 3, 4, 5, 8, 17, 33, SMALL_BATCH_ROWS, SMALL_BATCH_ROWS + 6])
+def test_a_matrix_stored_by_columns_gives_the_same_product(rows):
+    """The LM head is kept column by column (`Weights.head_by_columns`), so `matmul_t` multiplies it as the
+    contiguous [in, out] matrix it is: uneven shapes, 1 to 70 rows, the same numbers as a brute-force loop."""
+    rng = np.random.default_rng(100 + rows)
+    W = np.asfortranarray(rng.standard_normal((131, 57)).astype(np.float32))    # [out, in], laid out as [in, out]
+    assert W.flags.f_contiguous and not W.flags.c_contiguous
+    x = rng.standard_normal((rows, 1, 57)).astype(np.float32)
+    out = matmul_t(x, W)
+    assert out.shape == (rows, 1, 131) and out.flags.c_contiguous
+    assert np.abs(out - brute_force(x, W)).max() < 1e-4          # 57 products of N(0,1): float32 reordering only
+
+
+@pytest.mark.parametrize("rows", [1, 2, MATVEC_ROWS, 8])
+def test_an_lm_head_sized_matrix_stored_by_columns(rows):
+    """Over MATVEC_MIN_BYTES, by columns: the blocked matvecs (2-4 rows) and the GEMM (1, 8 rows) both right."""
+    rng = np.random.default_rng(rows)
+    W = np.asfortranarray(rng.standard_normal((MATVEC_MIN_BYTES // (64 * 4) + 7, 64)).astype(np.float32))
+    x = rng.standard_normal((rows, 64)).astype(np.float32)
+    out = matmul_t(x, W)
+    picks = rng.choice(W.shape[0], 300, replace=False)           # brute force on 300 output columns of 131k
+    assert np.abs(out[:, picks] - brute_force(x, W[picks])).max() < 1e-4
+    assert np.abs(out - (x.astype(np.float64) @ W.T.astype(np.float64))).max() < 1e-4
