@@ -63,7 +63,8 @@ _PROBLEMS_JS = r"""(() => {
       || (gd && gd.data && gd.data.some(t => ['x', 'y', 'z', 'values', 'base'].some(k => filled(t[k]))));
     if (!drawn) out.push('empty chart #' + (i + 1) + (title ? ' "' + String(title).slice(0, 60) + '"' : ''));
   });
-  const meets = (a, b) => a.left < b.right && b.left < a.right && a.top < b.bottom && b.top < a.bottom;
+  const meets = (a, b) => a.left < b.right - 2 && b.left < a.right - 2 && a.top < b.bottom - 2
+    && b.top < a.bottom - 2;                              // overlap by more than 2 px (a touch is no harm)
   main.querySelectorAll('[data-testid="stPlotlyChart"]').forEach(b => {
     const svg = b.querySelector('svg.main-svg');
     if (!svg) return;
