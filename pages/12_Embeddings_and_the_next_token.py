@@ -64,7 +64,7 @@ def embedding_section(model: Model, prompt: Prompt) -> None:
     fig = figure(dict(type="bar", x=cos, y=list(df["token"]), orientation="h", text=[f"{x:.2f}" for x in cos],
                       textposition="auto"),
                  xaxis=dict(title="cosine similarity"), yaxis=dict(autorange="reversed", title="nearest tokens"))
-    left.plotly_chart(style(fig, height=380, legend_top=False), width="stretch")
+    left.plotly_chart(style(fig, height=380, legend_top=False, span=3 / 5), width="stretch")
     with right:
         df_with_download(df, "nearest_tokens")
         formula_expander("Cosine similarity", "cos(a, b) = a·b ÷ (‖a‖ ‖b‖): 1 = same direction, 0 = unrelated. "

@@ -135,7 +135,7 @@ def row_section(model: Model, names: list[str], acts: dict, layer: int, head: in
     for j, key in enumerate(("dot", "scaled", "softmax")):
         fig = figure(dict(type="bar", x=x, y=r[key], marker=dict(color=("#94a3b8", "#64748b", "#2563eb")[j])),
                      title=titles[j], xaxis=dict(type="category", tickangle=-60))
-        cols[j].plotly_chart(style(fig, height=400, legend_top=False), width="stretch")
+        cols[j].plotly_chart(style(fig, height=400, legend_top=False, span=1 / 3), width="stretch")
     diff = max_abs_difference(r["softmax"], captured)
     st.caption(f"Rebuilt from the model's own q (head {head}) and k (K/V head {head // model.config.group_size}); "
                f"the largest difference from the weights the model used is {diff:.1e}.")

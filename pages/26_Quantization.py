@@ -63,7 +63,7 @@ def size_section(config: ModelConfig, device, setup: MultiGPU | None = None) -> 
                        f" GB/s)")
     fig.update_traces(textangle=0, textposition="outside", cliponaxis=False, marker_color="#4C78A8")
     fig.update_layout(height=380, margin=dict(l=10, r=10, t=60, b=10))
-    cols[1].plotly_chart(chart_style(fig))
+    cols[1].plotly_chart(chart_style(fig, span=3 / 4))
     int4 = explain_weight_bytes(config, "int4", group_size=g or None)
     floor = explain_bandwidth_floor(int4.value, bw)
     formula_expander("Formula: INT4 size and its floor",
@@ -177,7 +177,7 @@ def measured_section(model) -> None:
         fig.update_layout(height=340, margin=dict(l=10, r=10, t=50, b=10))
         if y == "top1_agreement":
             fig.update_yaxes(tickformat=".0%", range=[0, 1.08])
-        col.plotly_chart(chart_style(fig))
+        col.plotly_chart(chart_style(fig, span=1 / 2))
     df_with_download(df, "measured_quantization", column_config={
         "weight_relative_rmse": st.column_config.NumberColumn("weight relative RMSE", format="%.4f"),
         "logit_max_abs_error": st.column_config.NumberColumn("max |Δ logit|", format="%.4f"),

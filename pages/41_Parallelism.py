@@ -86,9 +86,9 @@ def pp_section(config: ModelConfig, device: Device, setup: MultiGPU, ctx: int, w
                        "bubble (%)": [r["bubble_percent"] for r in rows]})
     fig = go.Figure(go.Bar(x=[str(m) for m in df["microbatches m"]], y=df["bubble (%)"], marker_color="#F58518",
                            text=[f"{v:.0f}%" for v in df["bubble (%)"]], textposition="outside"))
-    fig.update_layout(height=330, xaxis_title="microbatches in flight (4 stages)",
+    fig.update_layout(height=330, xaxis_title="microbatches in flight (4 stages)", xaxis_type="category",
                       yaxis_title="idle share (%)", title="Bubble (p − 1)/(m + p − 1)", margin=dict(l=10, r=10, t=60, b=10))
-    cols[0].plotly_chart(chart_style(fig))
+    cols[0].plotly_chart(chart_style(fig, span=1 / 2))
     pr = [r for r in pp_scaling(config, device, PPS, ctx, wd, kd, Efficiency(), setup.link) if r["problem"] is None]
     dfp = pd.DataFrame({"PP": [r["pp"] for r in pr], "layers on busiest stage": [r["stage_layers"] for r in pr],
                         "weights per GPU (GB)": [r["per_gpu_weight_bytes"] / GB for r in pr],

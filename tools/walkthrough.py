@@ -4,6 +4,7 @@ and again after pressing its main (primary) button. It reports what a class woul
 - an error box or a traceback on the page;
 - a metric whose value is cut ("25.3 / 180…") or runs out of its column;
 - a chart with nothing drawn in it;
+- a chart title (or an axis or colour-bar title) cut by the chart's edge or lying under its legend;
 - a source named by a bare code ("003 Detail 18", "reference 001") instead of in words.
 
 (Whether a headline number matches the same quantity in its page's table is checked by the AppTest-level test,
@@ -61,6 +62,26 @@ _PROBLEMS_JS = r"""(() => {
     const drawn = [...marks].some(e => e.tagName !== 'path' || (e.getAttribute('d') || '').length > 2)
       || (gd && gd.data && gd.data.some(t => ['x', 'y', 'z', 'values', 'base'].some(k => filled(t[k]))));
     if (!drawn) out.push('empty chart #' + (i + 1) + (title ? ' "' + String(title).slice(0, 60) + '"' : ''));
+  });
+  const meets = (a, b) => a.left < b.right - 2 && b.left < a.right - 2 && a.top < b.bottom - 2
+    && b.top < a.bottom - 2;                              // overlap by more than 2 px (a touch is no harm)
+  main.querySelectorAll('[data-testid="stPlotlyChart"]').forEach(b => {
+    const svg = b.querySelector('svg.main-svg');
+    if (!svg) return;
+    const s = svg.getBoundingClientRect(), c = b.getBoundingClientRect();
+    const box = {left: Math.max(s.left, c.left), right: Math.min(s.right, c.right), top: Math.max(s.top, c.top),
+                 bottom: Math.min(s.bottom, c.bottom)};
+    const legend = b.querySelector('.infolayer .legend');
+    const lr = legend ? legend.getBoundingClientRect() : null;
+    // the chart's title, each axis's title (xtitle, x2title, ...) and a colour bar's title (cbtitle)
+    b.querySelectorAll('.infolayer text[class$="title"]').forEach(t => {
+      const text = t.textContent.trim(), r = t.getBoundingClientRect();
+      if (!text || r.width === 0) return;
+      const out_ = r.left < box.left - 1 || r.right > box.right + 1 || r.top < box.top - 1 || r.bottom > box.bottom + 1;
+      const under = lr && lr.width > 0 && !legend.contains(t) && meets(r, lr);
+      if (out_ || under) out.push('chart title cut: "' + text.slice(0, 60) + '"'
+        + (out_ ? ' runs past the chart\'s edge' : ' lies under the legend'));
+    });
   });
   main.querySelectorAll('[data-testid="stPageLink"] a, [data-testid="stPageLink-NavLink"]').forEach(a => {
     const cut = [a, ...a.querySelectorAll('*')].some(e =>

@@ -96,21 +96,54 @@ def figure(*traces: dict, **layout: Any) -> dict:
 
 LEGEND_ROW_PX = 560   # width a horizontal legend row is assumed to get (less than a page column: plotly pads entries)
 MODEBAR_PX = 34       # the chart's tool icons sit above the title, not on it
+PAGE_PX = 760         # the page's main column at 1280×720, sidebar open (large text: its narrowest); a chart in
+                      # st.columns gets its share (`style(..., span=1 / 3)`)
+CHAR_EM = 0.5         # a character of plotly's font is at most about half its size wide, on average (measured 0.45)
+LINE_EM = 1.4         # height of a line of plotly text (a title line broken with <br>, a legend row), in font sizes
+LIFT_EM = 0.7        # plotly lifts a title of several lines (yanchor "top") by this many font sizes: pad it back
+LABELS_SHARE = 0.6    # category labels beside a plot (a horizontal bar chart's names) take at most this share
 
 
-def legend_height_px(traces: list, px: int) -> int:
+def wrap(text: str, width_px: float, size_px: float) -> str:
+    """`text` broken at spaces into lines (plotly's <br>) no wider than `width_px` at font size `size_px`, so a
+    title is never cut by the chart's edge. A word longer than a line stays whole."""
+    per_line = max(8, int(width_px / (CHAR_EM * size_px)))
+    lines: list[str] = []
+    for part in str(text).split("<br>"):
+        if len(part) <= per_line:
+            lines.append(part)
+            continue
+        line = ""
+        for word in part.split(" "):
+            if line and len(line) + 1 + len(word) > per_line:
+                lines.append(line)
+                line = word
+            else:
+                line = f"{line} {word}" if line else word
+        lines.append(line)
+    return "<br>".join(lines)
+
+
+def _lines(text: str) -> int:
+    return str(text).count("<br>") + 1
+
+
+def legend_height_px(traces: list, px: int, titled: bool = False, row_px: float = LEGEND_ROW_PX) -> int:
     """Height a horizontal legend of these traces takes at font size px: entries of about 0.6·px per character
-    plus the symbol, packed greedily into rows of LEGEND_ROW_PX. A lone trace has no legend (plotly's default)."""
+    plus the symbol, packed greedily into rows of `row_px`, plus a row for the legend's title (`titled`: plotly
+    writes it above the entries, e.g. plotly express's colour column), LINE_EM·px a row and 10 px of padding
+    (measured in Chromium: 52 px for two rows at 15 px, 102 px for three at 22 px). A lone trace has no legend
+    (plotly's default)."""
     shown = [t for t in traces if t.get("showlegend", True) is not False and t.get("type") not in ("heatmap", "pie")]
     if len(shown) < 2 and not any(t.get("showlegend") is True for t in shown):
         return 0
-    rows, used = 0, LEGEND_ROW_PX
+    rows, used = int(titled), row_px
     for t in shown:
         w = 0.6 * px * len(str(t.get("name") or "trace")) + 50
-        if used + w > LEGEND_ROW_PX:
+        if used + w > row_px:
             rows, used = rows + 1, 0
         used += w
-    return rows * (px + 12)
+    return rows * round(LINE_EM * px) + 10
 
 
 def _axis_values(traces: list, axis_name: str) -> list[float]:
@@ -145,32 +178,102 @@ def log_ticks(values: list[float]) -> dict:
     return dict(tickvals=vals, ticktext=[f"{v:,.10g}" for v in vals], minor=dict(showgrid=False))
 
 
-def style(fig: Any, *, height: int | None = None, legend_top: bool = True) -> Any:
+def _title_text(layout: dict, name: str) -> str:
+    title = (layout.get(name) or {}).get("title") if name != "title" else layout.get("title")
+    return str((title or {}).get("text") or "") if isinstance(title, dict) else str(title or "")
+
+
+def _category_labels(traces: list, axis_name: str) -> list[str]:
+    """The text categories the traces put on one axis, in order ("yaxis": a horizontal bar chart's names)."""
+    letter, ref = axis_name[0], axis_name[0] + axis_name[5:]
+    out: list[str] = []
+    for t in traces:
+        v = t.get(letter) if t.get(f"{letter}axis", letter) == ref else None
+        v = v.tolist() if isinstance(v, np.ndarray) else v             # plotly express hands NumPy arrays
+        if isinstance(v, (list, tuple)) and v and all(isinstance(x, str) for x in v):
+            out += v
+    return list(dict.fromkeys(out))
+
+
+def _fit_titles(d: dict, layout: dict, px: int, width: float,
+                height: float | None) -> tuple[dict, int, int, float]:
+    """Chart, axis and colour-bar titles broken into lines that fit the chart (`width` px wide), and category labels
+    beside the plot broken likewise where they would take more than LABELS_SHARE of the width. Returns the layout
+    changes, the extra top margin the title's added lines need, the extra height the labels' added lines need
+    (each row keeps its height per line) and the plot's width (what a legend row above it gets)."""
+    out: dict[str, Any] = {}
+    labels_px, extra_rows = 0.0, 0
+    for name in [k for k in layout if k.startswith("yaxis")] or ["yaxis"]:
+        cats = _category_labels(d.get("data", []), name)
+        ax = layout.get(name, {})
+        if cats and "tickvals" not in ax and "ticktext" not in ax:
+            text = [wrap(c, LABELS_SHARE * width, px) for c in cats]
+            labels_px = max(labels_px, max(max(len(x) for x in t.split("<br>")) for t in text) * CHAR_EM * px)
+            if text != cats:
+                out[name] = dict(tickmode="array", tickvals=cats, ticktext=text)
+                extra_rows += len(cats) * (max(_lines(t) for t in text) - 1)
+    plot_w = width - max(90.0, labels_px + 2 * px + 20)       # tick labels and the y title take the left side
+    plot_h = (height or 450) - 4 * px - 120                  # title, legend, x tick labels and x title
+    for name in [k for k in layout if k.startswith(("xaxis", "yaxis"))]:
+        text = _title_text(layout, name)
+        if text:
+            wrapped = wrap(text, plot_w if name.startswith("x") else plot_h, px + 1)
+            out[name] = {**out.get(name, {}), "title": dict(text=wrapped)}
+    for i, t in enumerate(d.get("data", [])):
+        title = (t.get("colorbar") or {}).get("title")
+        text = title.get("text") if isinstance(title, dict) else title
+        if text:
+            d["data"][i] = _merge(t, dict(colorbar=dict(title=dict(text=wrap(text, 8 * px, px)))))
+    title = _title_text(layout, "title")
+    extra_top = 0
+    if title:
+        wrapped = wrap(title, width - 20, px + 4)
+        out["title"] = dict(text=wrapped)
+        lines = _lines(wrapped)
+        extra_top = (lines - 1) * round(LINE_EM * (px + 4)) + (round(LIFT_EM * (px + 4)) if lines > 1 else 0)
+    return out, extra_top, extra_rows * round(LINE_EM * px), plot_w
+
+
+def style(fig: Any, *, height: int | None = None, legend_top: bool = True, span: float = 1.0) -> Any:
     """The app's chart look applied to a plotly figure (or a `figure` dict): readable fonts (bigger with large text), titled axes kept,
-    margins that leave room for tick labels, a legend above the plot so it never covers data.
+    margins that leave room for tick labels, a legend above the plot so it never covers data, titles broken into
+    lines that fit the chart (`span`: the share of the page's width it gets, 1/2 in one of st.columns(2)).
 
     Applied to the figure's plain dict and rebuilt without re-validation: plotly checks every property it sets
     one by one, which costs tens of ms per chart, and a rerun of a page with several charts must stay well under
     300 ms. No template object either (Streamlit's theme gives the colours)."""
     px = font_px()
     d = dict(fig) if isinstance(fig, dict) else fig.to_plotly_json()
+    d["data"] = list(d.get("data", []))
     layout = dict(d.get("layout", {}))
     if isinstance(layout.get("title"), str):
         layout["title"] = dict(text=layout["title"])
     for name in [k for k in layout if k.startswith(("xaxis", "yaxis"))]:
         if isinstance(layout[name].get("title"), str):
             layout[name] = {**layout[name], "title": dict(text=layout[name]["title"])}
+    height = height if height is not None else layout.get("height")
+    scale = 1.3 if large_text() else 1.0
+    width = span * PAGE_PX
+    fitted, extra_top, extra_h, plot_w = _fit_titles(d, layout, px, width, None if height is None else height * scale)
+    if extra_h and height is None:
+        height = 450 / scale                                 # plotly's default height, grown below
+    layout = _merge(layout, fitted)
     axis = dict(title=dict(font=dict(size=px + 1)), tickfont=dict(size=px), automargin=True)
     titled = bool(layout.get("title", {}).get("text"))
-    legend_px = legend_height_px(d.get("data", []), px) if legend_top and layout.get("showlegend", True) else 0
-    # top margin = title line + the legend's rows above the plot: the two never overlap, however many entries
+    lt = (layout.get("legend") or {}).get("title")                # plotly writes it above the entries
+    legend_titled = bool(lt.get("text") if isinstance(lt, dict) else lt) and \
+        not (isinstance(lt, dict) and lt.get("side") == "left")
+    legend_px = legend_height_px(d.get("data", []), px, legend_titled, min(LEGEND_ROW_PX, plot_w)) \
+        if legend_top and layout.get("showlegend", True) else 0
+    # top margin = title lines + the legend's rows above the plot: the two never overlap, however many entries
     extra: dict[str, Any] = dict(
         font=dict(size=px), hoverlabel=dict(font=dict(size=px)),
-        margin=dict(l=10, r=10, t=(px + 24 + MODEBAR_PX if titled else 24) + legend_px, b=10),
+        margin=dict(l=10, r=10, t=(px + 24 + MODEBAR_PX + extra_top if titled else 24) + legend_px, b=10),
     )
     if "title" in layout:
+        lift = round(LIFT_EM * (px + 4)) if _lines(layout["title"].get("text") or "") > 1 else 0
         extra["title"] = dict(font=dict(size=px + 4), yref="container", y=1.0, yanchor="top",
-                              pad=dict(t=MODEBAR_PX))
+                              pad=dict(t=MODEBAR_PX + lift))
     for name in [k for k in layout if k.startswith(("xaxis", "yaxis"))] or ["xaxis", "yaxis"]:
         log = layout.get(name, {}).get("type") == "log" and "dtick" not in layout.get(name, {}) \
             and "tickvals" not in layout.get(name, {})
@@ -178,9 +281,8 @@ def style(fig: Any, *, height: int | None = None, legend_top: bool = True) -> An
     if legend_top:
         extra["legend"] = dict(orientation="h", yanchor="bottom", y=1.02, xanchor="left", x=0, font=dict(size=px),
                                title=dict(font=dict(size=px)))
-    height = height if height is not None else layout.get("height")
     if height is not None:
-        extra["height"] = int(height * (1.3 if large_text() else 1.0)) + legend_px   # the legend adds, never squashes
+        extra["height"] = int(height * scale) + legend_px + extra_top + extra_h  # these add, never squash
     layout = _merge(layout, extra)
     if "annotations" in layout:
         layout["annotations"] = [_merge(a, dict(font=dict(size=px))) for a in layout["annotations"]]

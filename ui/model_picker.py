@@ -271,6 +271,11 @@ def model_picker() -> Model | None:
     """Sidebar: pick a model, load it (progress bar), show its card. Returns the session's model or None.
 
     A `SpecError` (engine.ModelError included) while loading shows st.error and keeps the model loaded before.
+
+    The sidebar has the same elements at the same places in every run: what only some runs show (the path box,
+    the load's progress bar and place in line, an error, a note) goes into one fixed container, the card into a
+    fixed slot after it. Otherwise a run that streams a reply (the Generate box) leaves the previous run's card
+    greyed beside the new one until it ends (Streamlit keeps an element the rerun has not yet reached there).
     """
     ss, sb = st.session_state, st.sidebar
     sb.header("Model")
@@ -281,67 +286,70 @@ def model_picker() -> Model | None:
     choice = sb.selectbox("Choose a model", options, key=CHOICE_KEY, on_change=store_choice,
                           help="Random weights have the real model's shapes (so timings and memory are real) "
                                "but produce gibberish.")
+    status, card_slot = sb.container(), sb.empty()          # fixed places (see above)
     path = repo = ""
     if choice == LOCAL_CHOICE:
         store = remember(PATH_KEY, "")
-        path = sb.text_input("Path to a .gguf file or a Hugging Face model folder", key=PATH_KEY, on_change=store,
-                             placeholder="~/models/tinyllama.Q8_0.gguf", help="Press Enter to load.")
+        path = status.text_input("Path to a .gguf file or a Hugging Face model folder", key=PATH_KEY,
+                                 on_change=store, placeholder="~/models/tinyllama.Q8_0.gguf",
+                                 help="Press Enter to load.")
     elif choice == REPO_CHOICE:
         store = remember(REPO_KEY, "")
-        repo = sb.text_input("Hugging Face repo id", key=REPO_KEY, on_change=store,
-                             placeholder="TinyLlama/TinyLlama-1.1B-Chat-v1.0",
-                             help="Downloads the safetensors weights once (a 1B model is about 2 GB), then loads "
-                                  "them from the local cache. Press Enter to load.")
+        repo = status.text_input("Hugging Face repo id", key=REPO_KEY, on_change=store,
+                                 placeholder="TinyLlama/TinyLlama-1.1B-Chat-v1.0",
+                                 help="Downloads the safetensors weights once (a 1B model is about 2 GB), then "
+                                      "loads them from the local cache. Press Enter to load.")
     policy = current_policy()
     if policy.enabled:
-        sb.caption("Classroom mode: " + "; ".join(policy.describe()) + ".")
+        status.caption("Classroom mode: " + "; ".join(policy.describe()) + ".")
     wanted = source_for(choice, path, repo)
     active = ss.get(ACTIVE_KEY)
     model = None
     if wanted is not None and wanted != active:
-        model = _try_load(wanted)
+        model = _try_load(wanted, status)
     if model is None and active is not None:
-        model = _active_model(active)
+        model = _active_model(active, status)
         if model is not None and wanted != active:
-            sb.caption(f"Still using **{model.name}**.")
+            status.caption(f"Still using **{model.name}**.")
     if wanted is None and model is None:
-        sb.info("Type a path or repo id and press Enter to load a model.")
+        status.info("Type a path or repo id and press Enter to load a model.")
     if model is not None:
-        model_card(model)
+        model_card(model, card_slot)
         st.caption(f"Runs on this computer: **{model.name}** in the engine (NumPy, float32), picked in the "
                    "sidebar under “Model”. Sections sized on paper use “Model to size” and a datasheet device "
                    "instead.")
     return model
 
 
-def _try_load(source: str) -> Model | None:
-    """Load `source` and make it the session's model; on failure show why (once per source) and return None."""
-    ss, sb = st.session_state, st.sidebar
+def _try_load(source: str, where: Any) -> Model | None:
+    """Load `source` (progress in `where`) and make it the session's model; on failure show why in `where` (once
+    per source) and return None."""
+    ss = st.session_state
     failed = ss.get(FAILED_KEY)
     if failed and failed[0] == source:
-        show_error(failed[1], sb)
-        if sb.button("Try again", key="model_retry"):
+        show_error(failed[1], where)
+        if where.button("Try again", key="model_retry"):
             ss.pop(FAILED_KEY, None)
             st.rerun()
         return None
     try:
-        model = load_shared(source)
+        model = load_shared(source, where)
     except (SpecError, OSError, MemoryError) as e:        # OSError: disk/network; MemoryError: too big for RAM
         message = str(e) if isinstance(e, SpecError) else f"could not load {source}: {type(e).__name__}: {e}"
         ss[FAILED_KEY] = (source, message)
-        show_error(message, sb)
+        show_error(message, where)
         return None
     ss[ACTIVE_KEY] = source
     ss.pop(FAILED_KEY, None)
     return model
 
 
-def _active_model(source: str) -> Model | None:
+def _active_model(source: str, where: Any) -> Model | None:
     """The session's current model (re-loaded if the shared store dropped it meanwhile)."""
     try:
-        return load_shared(source)
+        return load_shared(source, where)
     except (SpecError, OSError, MemoryError) as e:
-        show_error(f"could not reload {source}: {e}", st.sidebar)
+        show_error(f"could not reload {source}: {e}", where)
         st.session_state.pop(ACTIVE_KEY, None)
         return None
 
@@ -351,7 +359,7 @@ def model_card(model: Model, where: Any = None) -> None:
     """A small card: name (random weights labelled), parameters, layers, heads, context, memory, source."""
     where = where if where is not None else st.sidebar
     c = model.config
-    box = where.container(border=True)
+    box = where.container(border=True)                     # one element: `where` may be an st.empty slot
     box.markdown(f"**{model.name}**")
     if model.random_weights:
         box.warning("Random weights: real shapes and timings, gibberish text.", icon=":material/casino:")

@@ -6,6 +6,7 @@ real model wherever text quality does not matter.
 """
 from __future__ import annotations
 
+import importlib
 import shutil
 from pathlib import Path
 
@@ -77,6 +78,35 @@ def test_random_model_is_labelled_and_generates_tokens():
     assert (table["latency_ms"] > 0).all()
     assert at.get("download_button")                         # every table comes with its CSV
     assert any("(random weights)" in m.value for m in at.markdown if m.value.startswith("**Reply**"))
+
+
+def sidebar_drawn(node, path: tuple[int, ...] = ()) -> list[tuple[tuple[int, ...], str, str]]:
+    """What the sidebar draws, element by element: (delta path, type, label or text); empty slots left out (they
+    draw nothing)."""
+    out = []
+    for i, child in sorted(getattr(node, "children", {}).items()):
+        if child.type == "empty":
+            continue
+        text = getattr(child, "label", None) or str(getattr(child, "value", "") or "")
+        out += [(path + (i,), child.type, text[:40])] + sidebar_drawn(child, path + (i,))
+    return out
+
+
+def test_sidebar_keeps_its_places_in_the_run_that_streams_a_reply(monkeypatch):
+    """Issue 18, "a greyed duplicate model card in the sidebar while streaming": Streamlit keeps the previous run's
+    element at a place the rerun has not reached yet, greyed. The run that loads the model drew its progress bar and
+    place in line above the card, so in the next run (Generate pressed) the card came two places earlier and the old
+    one stayed greyed below it for the whole reply. Every run must draw the sidebar at the same places."""
+    picker = importlib.import_module("ui.model_picker")     # (`ui.model_picker` names the function there)
+    fresh = picker.SharedModels()                             # no model loaded yet: this session's first run loads
+    monkeypatch.setattr(picker, "shared_models", lambda: fresh)
+    at = home()
+    assert fresh.sources() == ["random:SmolLM2-135M-Instruct"]
+    loading = sidebar_drawn(at.sidebar)
+    assert any("(random weights)" in text for _, _, text in loading)          # the card is there
+    at = generate(at, 2)
+    assert not at.exception and len(at.dataframe[0].value) == 2
+    assert sidebar_drawn(at.sidebar) == loading
 
 
 def test_empty_prompt_shows_error_and_generates_nothing():

@@ -9,7 +9,8 @@ from types import SimpleNamespace
 import pandas as pd
 import pytest
 
-from ui.charts import HEATMAP_MAX_PX, LARGE_TEXT_KEY, heatmap_size, legend_height_px, log_ticks, style
+from ui.charts import (CHAR_EM, HEATMAP_MAX_PX, LARGE_TEXT_KEY, PAGE_PX, heatmap_size, legend_height_px,
+                       log_ticks, style, wrap)
 from ui.narration import (acceptance_words, allocator_words, best_cap_words, chunk_words, gap_words, goodput_words,
                           measured_text, plural, speedup_words)
 from ui.serving import request_label
@@ -41,6 +42,73 @@ def test_a_legend_above_the_plot_adds_height_instead_of_squashing_it():
     fig = style({"data": traces, "layout": dict(height=420)})
     assert fig.layout.height == 420 + legend_height_px(traces, 15)
     assert legend_height_px(traces, 15) > 0
+
+
+LONG_TITLE = ("Step times while 32 streams decode and a 2,000-token prompt is prefilled, whole or in chunks of "
+              "256 tokens")
+
+
+def test_wrap_breaks_at_spaces_into_lines_that_fit_and_keeps_every_word():
+    text = wrap(LONG_TITLE, 300, 20)                            # 30 characters of 10 px a line
+    lines = text.split("<br>")
+    assert len(lines) > 1 and all(len(line) <= 30 for line in lines)
+    assert " ".join(lines) == LONG_TITLE
+    assert wrap(" the", 300, 20) == " the"                   # a label that fits is left as it is
+
+
+@pytest.mark.parametrize("large", [False, True])
+@pytest.mark.parametrize("span", [1.0, 1 / 3])
+def test_chart_titles_fit_the_chart_and_the_margin_makes_room_for_their_lines(large, span):
+    """Issue 18, truncated titles: "Step times while 32 streams decode and a 2,000-token prompt …" ran past the chart's
+    edge in large text; a title in a third of the page ("softmax (adds up to 1)") too. Every line must fit the
+    chart's width, and the top margin grow by one line height per added line (else the lines run into the plot)."""
+    import streamlit as st
+    st.session_state[LARGE_TEXT_KEY] = large
+    try:
+        px = 22 if large else 15
+        short = style({"data": [dict(type="bar", x=[1], y=[1])], "layout": dict(title="Step times")}, span=span)
+        fig = style({"data": [dict(type="bar", x=[1], y=[1])],
+                     "layout": dict(title=LONG_TITLE, xaxis=dict(title=LONG_TITLE))}, span=span, height=400)
+        lines = fig.layout.title.text.split("<br>")
+        assert " ".join(lines) == LONG_TITLE and len(lines) >= 2
+        assert max(len(line) for line in lines) * CHAR_EM * (px + 4) <= span * PAGE_PX
+        assert fig.layout.margin.t - short.layout.margin.t >= (len(lines) - 1) * 1.3 * (px + 4)
+        assert fig.layout.title.pad.t > short.layout.title.pad.t       # plotly lifts a multi-line title into the
+                                                                      # tool icons (by 0.7 of its size, measured)
+        assert max(len(x) for x in fig.layout.xaxis.title.text.split("<br>")) * CHAR_EM * (px + 1) <= span * PAGE_PX
+    finally:
+        st.session_state[LARGE_TEXT_KEY] = False
+
+
+def test_a_legend_title_takes_a_row_above_the_entries():
+    """Plotly writes a legend's title (plotly express's colour column, "case") on a row of its own above the
+    entries: counted as one entry row, the legend rose into the chart's title (Bandwidth floor, FlashAttention,
+    Capacity planner)."""
+    traces = [dict(type="bar", x=[1], y=[1], name=n) for n in ("ideal", "realistic")]
+    one_row = legend_height_px(traces, 15)
+    assert legend_height_px(traces, 15, titled=True) >= one_row + 15 * 1.3       # one more line of text
+    fig = style({"data": traces, "layout": dict(title="ITL", legend=dict(title=dict(text="case")))})
+    plain = style({"data": traces, "layout": dict(title="ITL")})
+    assert fig.layout.margin.t == plain.layout.margin.t + legend_height_px(traces, 15, True) - one_row
+
+
+def test_long_category_names_beside_a_plot_are_broken_to_leave_it_room():
+    """Calibration's and the planner's horizontal bars had names so long that the plot kept 71 px and its x title
+    ran past the chart's edge."""
+    names = [f"Llama-3.1-70B fp8 · 4× H100 SXM TP4 · 1,000/{n} · TTFT p50" for n in (100, 200)]   # 54 characters
+    import streamlit as st
+    st.session_state[LARGE_TEXT_KEY] = True
+    try:
+        fig = style({"data": [dict(type="bar", x=[1, 2], y=names, orientation="h")], "layout": dict(height=200)})
+    finally:
+        st.session_state[LARGE_TEXT_KEY] = False
+    assert list(fig.layout.yaxis.tickvals) == names
+    lines = [t.split("<br>") for t in fig.layout.yaxis.ticktext]
+    assert max(len(line) for t in lines for line in t) * CHAR_EM * 22 <= 0.6 * PAGE_PX
+    assert [" ".join(t) for t in lines] == names
+    assert fig.layout.height >= 200 * 1.3 + 2 * (len(lines[0]) - 1) * 1.3 * 22      # each row grows by its lines
+    assert style({"data": [dict(type="bar", x=[1, 2], y=names, orientation="h")], "layout": {}}).layout.yaxis \
+        .ticktext is None                                    # normal text: the names fit beside the plot as they are
 
 
 @pytest.mark.parametrize("large", [False, True])
