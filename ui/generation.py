@@ -159,6 +159,17 @@ def request_stop() -> None:
         result.stopped = True
 
 
+PROGRESS_STEPS = 16   # the decode bar moves in at most this many steps per reply (each move is a screen update
+#                      sent to the browser; with thirty sessions streaming, one per token per session cost the
+#                      app's process as much CPU as the replies themselves: bench/bench_classroom.py)
+
+
+def progress_due(done: int, total: int, steps: int = PROGRESS_STEPS) -> bool:
+    """Should the bar move at token `done` of at most `total`? Every ⌈total / steps⌉-th token, and the last."""
+    every = max(1, -(-total // steps))
+    return done % every == 0 or done >= total
+
+
 def progress_text(done: int, total: int, phase: str) -> tuple[float, str]:
     """(fraction, words) for the progress bar: prefill chunk by chunk, then decode token by token."""
     if phase == "prefill":
@@ -181,6 +192,8 @@ def _stream_reply(model: Model, ids: list[int], stream, result: GenerationResult
     bar = bar_slot.progress(0.0, text=f"Prefill: 0 of {len(ids):,} prompt tokens read")
 
     def on_progress(done: int, total: int, phase: str) -> None:
+        if phase == "decode" and not progress_due(done, total):
+            return                                           # the reply's own text shows each token
         frac, words = progress_text(done, total, phase)
         bar.progress(min(max(frac, 0.0), 1.0), text=words)
 

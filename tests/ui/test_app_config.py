@@ -29,3 +29,15 @@ def test_every_setting_is_one_streamlit_knows():
     for section, options in app_config().items():
         for name in options:
             assert f"{section}.{name}" in known, f"{section}.{name} is not a Streamlit setting"
+
+
+def test_the_decode_bar_moves_in_at_most_sixteen_steps_and_reaches_the_end():
+    """Brute force over reply lengths: at most PROGRESS_STEPS + 1 moves, never more than ⌈total/steps⌉ tokens
+    apart, and always at the last token (a bar moved per token doubled the screen updates of a class)."""
+    from ui.generation import PROGRESS_STEPS, progress_due
+    for total in range(1, 300):
+        due = [d for d in range(1, total + 1) if progress_due(d, total)]
+        gaps = [b - a for a, b in zip([0] + due, due)]
+        assert due[-1] == total and len(due) <= PROGRESS_STEPS + 1, total
+        assert max(gaps) <= -(-total // PROGRESS_STEPS), total
+    assert [d for d in range(1, 5) if progress_due(d, 4)] == [1, 2, 3, 4]     # a short reply: every token
