@@ -379,16 +379,21 @@ def run(n: int, timeout_s: float = 600.0, close_one: bool = False, max_new_token
         engine_sampler = RssSampler(engine[0]) if engine else None
         if engine_sampler is not None:
             engine_sampler.start()
+        cpu0 = time.process_time()
         many, many_s, watched = asyncio.run(drive(url, n, timeout_s, close_one, max_new_tokens, watch=True))
+        clients_cpu_s = time.process_time() - cpu0               # this bench's own clients, on the same cores
         free, total, listed = asyncio.run(class_page_blocks(url, timeout_s))
+        cpu0 = time.process_time()
         straight = (asyncio.run(direct(engine[1], n, max_new_tokens or 64, timeout_s))
                     if direct_too and engine else None)                # the same server, no app in between
+        direct_cpu_s = time.process_time() - cpu0
     finally:
         peak = sampler.stop() if sampler.is_alive() else sampler.rss()
         engine_peak = engine_sampler.stop() if engine_sampler is not None else 0
         stop_server(proc)
     one, load = summarize(alone, alone_s), summarize(many, many_s)
     return dict(one_session=one, class_=load, class_page=watched, server_peak_rss_bytes=peak, free_blocks_after=free,
+                clients_cpu_s=clients_cpu_s, direct_clients_cpu_s=direct_cpu_s,
                 total_blocks=total, requests_left=listed, log=str(log_dir / "streamlit.log"),
                 speedup_vs_one=load["aggregate_tokens_per_s"] / one["aggregate_tokens_per_s"],
                 engine_server_peak_rss_bytes=engine_peak, direct=straight,
@@ -420,6 +425,9 @@ def report(r: dict) -> str:
            f"ITL p50 {r['direct']['itl_ms_p50']:,.1f} ms)",
            f"the app delivers {r['app_vs_direct'] * 100:.0f}% of the server's aggregate tokens/s (goal: >= 80%)"]
           if r.get("direct") else ["the engine server was not driven directly (not found)"]),
+        f"this bench's own clients used {r['clients_cpu_s']:.1f} s of CPU during the class (websocket sessions "
+        f"reading every screen update) and {r['direct_clients_cpu_s']:.1f} s driving the server directly: on "
+        f"these same cores, where a real class's browsers run on the students' machines",
         f"the Class page (teacher's tab) refreshed {r['class_page']['refreshes']} times during the class, showed up "
         f"to {r['class_page']['largest_batch']} requests in one batch, errors: {len(r['class_page']['errors'])}",
     ]
