@@ -244,22 +244,22 @@ def _served(request: Request) -> Served:
     return request.app.state.served
 
 
-async def completions(request: Request) -> Response:
+async def _endpoint(request: Request, parse, chat: bool) -> Response:
+    """Parse the body with `parse` (completions or chat), serve it; any ApiError as OpenAI's error shape."""
     served = _served(request)
     try:
-        req = parse_completion(await _json_body(request), served.model, served.model_name)
-        return await _respond(request, served, req, chat=False)
+        req = parse(await _json_body(request), served.model, served.model_name)
+        return await _respond(request, served, req, chat=chat)
     except ApiError as e:
         return error_response(e)
+
+
+async def completions(request: Request) -> Response:
+    return await _endpoint(request, parse_completion, chat=False)
 
 
 async def chat_completions(request: Request) -> Response:
-    served = _served(request)
-    try:
-        req = parse_chat(await _json_body(request), served.model, served.model_name)
-        return await _respond(request, served, req, chat=True)
-    except ApiError as e:
-        return error_response(e)
+    return await _endpoint(request, parse_chat, chat=True)
 
 
 async def models(request: Request) -> Response:
