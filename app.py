@@ -11,27 +11,27 @@ import streamlit as st
 
 from ui import APP_TITLE, model_picker, setup_page
 from ui.generation import generation_box
-from ui.nav import PageFile, page_files, sections
+from ui.nav import TOC_COLUMNS, PageFile, sections, toc_columns
 
 APP_DIR = Path(__file__).parent
 
 
-def page_links(files: list[PageFile]) -> None:
-    """A link to every lesson, part by part."""
-    if not files:
+def page_links(lessons: dict[str, list[PageFile]], pages: dict[str, st.Page]) -> None:
+    """A link to every lesson: the curriculum's parts in order, as a table of contents in four columns. Each link
+    goes to its registered `st.Page` (a link given a file path makes Streamlit resolve that path on disk for every
+    link of every rerun). Few elements: each is one message to every browser, thirty at once when a class clicks
+    Generate (bench/bench_classroom.py)."""
+    if not lessons:
         return
     st.subheader("Lessons")
-    by_section: dict[str, list[PageFile]] = {}
-    for f in files:
-        by_section.setdefault(f.section, []).append(f)
-    for section, group in by_section.items():
-        st.markdown(f"**{section}**")
-        cols = st.columns(min(len(group), 4))
-        for i, f in enumerate(group):
-            cols[i % len(cols)].page_link(f.relative, label=f.title, icon=":material/menu_book:")
+    for col, parts in zip(st.columns(TOC_COLUMNS), toc_columns(lessons, TOC_COLUMNS)):
+        for section in parts:
+            col.markdown(f"**{section}**")
+            for f in lessons[section]:
+                col.page_link(pages[f.relative], label=f.title, icon=":material/menu_book:")
 
 
-def home() -> None:
+def home_page(lessons: dict[str, list[PageFile]], pages: dict[str, st.Page]) -> None:
     setup_page("Home", icon=":material/home:")
     st.title(APP_TITLE)
     st.markdown(
@@ -42,13 +42,35 @@ def home() -> None:
     model = model_picker()
     st.subheader("Generate")
     generation_box(model)
-    page_links(page_files(APP_DIR / "pages"))
+    page_links(lessons, pages)
+
+
+PAGES_KEY = "_app.lesson_pages"
+
+
+def lesson_pages(lessons: dict[str, list[PageFile]]) -> dict[str, st.Page]:
+    """This session's `st.Page` of every lesson file, built once per session (building one resolves its path on
+    disk: 25 pages cost about as much as the rest of the script up to a Generate click's request, measured with
+    thirty sessions at once) and again only when the lessons change. Per session, never shared: navigation marks
+    the page it is about to run on the object itself."""
+    files = tuple(f for group in lessons.values() for f in group)
+    kept = st.session_state.get(PAGES_KEY)
+    if kept is None or kept[0] != files:
+        kept = (files, {f.relative: st.Page(f.relative, title=f.title) for f in files})
+        st.session_state[PAGES_KEY] = kept
+    return kept[1]
 
 
 def main() -> None:
+    lessons = sections(APP_DIR / "pages")
+    pages = lesson_pages(lessons)
+
+    def home() -> None:
+        home_page(lessons, pages)
+
     nav = {"Start": [st.Page(home, title="Home", icon=":material/home:", default=True)]}
-    for section, files in sections(APP_DIR / "pages").items():
-        nav.setdefault(section, []).extend(st.Page(f.relative, title=f.title) for f in files)
+    for section, group in lessons.items():
+        nav.setdefault(section, []).extend(pages[f.relative] for f in group)
     st.navigation(nav).run()
 
 

@@ -264,12 +264,14 @@ def show_result(result: GenerationResult, model: Model) -> None:
         f"= 2 · {cfg.num_layers} · tokens · {cfg.num_kv_heads} · {cfg.head_dim} · 4 "
         "(`engine.KVCache.bytes_used`).",
     )
-    pieces = result.pieces or [""] * n
-    df = pd.DataFrame({
-        "step": [t.step for t in result.tokens],
-        "token_id": [t.token_id for t in result.tokens],
-        "piece": pieces,
-        "latency_ms": [round(t.seconds * 1e3, 3) for t in result.tokens],
-    })
-    with st.expander(f"Generated tokens ({n})", expanded=False):
+    # The token table is drawn on demand: thirty sessions finishing at once each built it (an Arrow table and a CSV)
+    # for a table most of them never open.
+    if st.toggle(f"Show the {n} generated tokens (table and CSV)", key="gen.show_tokens"):
+        pieces = result.pieces or [""] * n
+        df = pd.DataFrame({
+            "step": [t.step for t in result.tokens],
+            "token_id": [t.token_id for t in result.tokens],
+            "piece": pieces,
+            "latency_ms": [round(t.seconds * 1e3, 3) for t in result.tokens],
+        })
         df_with_download(df, "generated_tokens")

@@ -10,6 +10,8 @@ by the tens digit of NN. Adding a lesson is adding a file; nothing here lists pa
 """
 from __future__ import annotations
 
+import functools
+import itertools
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -49,13 +51,24 @@ def page_title(stem_rest: str) -> str:
 
 
 def page_files(pages_dir: Path = PAGES_DIR) -> list[PageFile]:
-    """Every lesson file, in curriculum order (by its number)."""
+    """Every lesson file, in curriculum order (by its number). Listed again only when the folder changes (a file
+    added, removed or renamed changes its modification time), not on every rerun of every session."""
+    pages_dir = Path(pages_dir)
+    try:
+        stamp = pages_dir.stat().st_mtime_ns
+    except OSError:
+        stamp = None
+    return list(_listed(pages_dir, stamp))
+
+
+@functools.lru_cache(maxsize=16)
+def _listed(pages_dir: Path, stamp: int | None) -> tuple[PageFile, ...]:
     out = []
     for p in pages_dir.glob("*.py"):
         m = _PAGE_FILE.match(p.name)
         if m:
             out.append(PageFile(int(m.group(1)), page_title(m.group(2)), p))
-    return sorted(out, key=lambda f: (f.number, f.title))
+    return tuple(sorted(out, key=lambda f: (f.number, f.title)))
 
 
 def sections(pages_dir: Path = PAGES_DIR) -> dict[str, list[PageFile]]:
@@ -78,3 +91,22 @@ def leave_pages_folder_mode() -> None:
         PagesManager.uses_pages_directory = False
         st.rerun()
 
+
+
+TOC_COLUMNS = 4   # the home page's table of contents
+
+
+def toc_columns(lessons: dict[str, list], n: int = TOC_COLUMNS) -> list[list[str]]:
+    """The parts, in order, cut into at most n columns so that the tallest column is as short as it can be (a
+    part's title counts as a line, and a part is never split). There are few parts: every cut is tried.
+    -> n lists of part names (empty ones at the end when there are fewer parts than columns)"""
+    parts = list(lessons)
+    lines = [1 + len(lessons[p]) for p in parts]
+    k = min(n, len(parts))
+
+    def tallest(cut: tuple[int, ...]) -> int:
+        return max(sum(lines[a:b]) for a, b in zip((0, *cut), (*cut, len(parts))))
+
+    cut = min(itertools.combinations(range(1, len(parts)), k - 1), key=tallest) if parts else ()
+    cols = [parts[a:b] for a, b in zip((0, *cut), (*cut, len(parts)))] if parts else []
+    return cols + [[] for _ in range(n - len(cols))]

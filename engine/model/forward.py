@@ -169,13 +169,14 @@ def attention_block(x: np.ndarray, lw, li: int, p: Pass) -> np.ndarray:
     if p.trace is not None:
         p.trace.add("attn_norm", li, weight_bytes=D * 4, shape=f"[{B}, {T}, {D}]")
     qkv = linear(h, lw.wqkv, "qkv_proj", li, p)                                      # [B, T, q_dim + 2·kv_dim]
-    q = qkv[..., :q_dim].reshape(B, T, h_q, d)                                       # [B, T, h_q, d]
-    k = qkv[..., q_dim:q_dim + kv_dim].reshape(B, T, h_kv, d)                        # [B, T, h_kv, d]
+    qk = qkv[..., :q_dim + kv_dim].reshape(B, T, h_q + h_kv, d)                      # [B, T, h_q + h_kv, d]
     v = qkv[..., q_dim + kv_dim:].reshape(B, T, h_kv, d)                             # [B, T, h_kv, d]
     if lw.q_norm is not None:                                                        # Gemma 3: per-head q/k norm
-        q, k = ops.rms_norm(q, lw.q_norm, c.rms_norm_eps), ops.rms_norm(k, lw.k_norm, c.rms_norm_eps)
+        qk = np.concatenate([ops.rms_norm(qk[:, :, :h_q], lw.q_norm, c.rms_norm_eps),
+                             ops.rms_norm(qk[:, :, h_q:], lw.k_norm, c.rms_norm_eps)], axis=2)
     cos, sin = (p.local.cos, p.local.sin) if window is not None and p.local.cos is not None else (p.cos, p.sin)
-    q, k = p.rope(q, cos, sin), p.rope(k, cos, sin)
+    qk = p.rope(qk, cos, sin)                                                        # q and k heads: same angles
+    q, k = qk[:, :, :h_q], qk[:, :, h_q:]                                            # [B, T, h_q|h_kv, d]
     if p.hooks:
         for name, a in (("hook_q", q), ("hook_k", k), ("hook_v", v)):
             p.hooks(f"blocks.{li}.attn.{name}", a)
@@ -218,7 +219,7 @@ def attention(q: np.ndarray, K: np.ndarray, V: np.ndarray, li: int, p: Pass) -> 
     q [B, h_kv, G, T, d] (query head = kv_head·G + g), K, V [B, h_kv, S, d] -> [B, h_kv, G, T, d]"""
     T, window = q.shape[3], p.window(li)
     scale = 1.0 / math.sqrt(p.config.query_pre_attn_scalar or q.shape[-1])
-    out = np.empty_like(q)
+    blocks = []
     for s in range(0, T, QUERY_BLOCK):
         e = min(s + QUERY_BLOCK, T)
         first = 0 if window is None or p.hooks else p.local_first_slot(s, window)   # earlier slots: all hidden
@@ -231,9 +232,9 @@ def attention(q: np.ndarray, K: np.ndarray, V: np.ndarray, li: int, p: Pass) -> 
         pattern = ops.softmax_(scores)                                               # in place: rows sum to 1
         if p.hooks:
             p.hooks.attention(li, "hook_pattern", by_position(pattern, p, window, 0.0), s, e)
-        out[:, :, :, s:e] = ops.gqa_attention_output(pattern, V[:, :, first:])
+        blocks.append(ops.gqa_attention_output(pattern, V[:, :, first:]))          # [B, h_kv, G, t, d]
         del scores, pattern                                                          # before the next block exists
-    return out
+    return blocks[0] if len(blocks) == 1 else np.concatenate(blocks, axis=3)
 
 
 def by_position(x: np.ndarray, p: Pass, window: int | None, fill: float) -> np.ndarray:

@@ -12,8 +12,8 @@ import numpy as np
 
 def rms_norm(x: np.ndarray, w: np.ndarray, eps: float) -> np.ndarray:
     """x / sqrt(mean(x²) + eps) · w.   [..., D], [D] -> [..., D]"""
-    ms = np.einsum("...d,...d->...", x, x) / x.shape[-1]          # [...]   mean of squares per row
-    return x * (1.0 / np.sqrt(ms + eps))[..., None].astype(x.dtype) * w
+    ms = np.vecdot(x, x)[..., None] * np.float32(1.0 / x.shape[-1])                 # [..., 1] mean of squares
+    return x * (np.float32(1.0) / np.sqrt(ms + np.float32(eps))) * w
 
 
 def silu(x: np.ndarray) -> np.ndarray:
@@ -62,11 +62,13 @@ def softmax(x: np.ndarray, axis: int = -1) -> np.ndarray:
 
 def softmax_(x: np.ndarray) -> np.ndarray:
     """`softmax(x, -1)` computed IN PLACE (no second array the size of x); returns x.   [..., S] -> [..., S]"""
-    m = np.max(x, axis=-1, keepdims=True)
-    m[~np.isfinite(m)] = 0.0
+    m = x.max(-1, keepdims=True)
+    np.maximum(m, np.finfo(x.dtype).min, out=m)                   # an all -inf row: subtract a finite number
     x -= m
     np.exp(x, out=x)
-    x /= np.maximum(np.sum(x, axis=-1, keepdims=True), 1e-30)
+    total = x.sum(-1, keepdims=True)
+    np.maximum(total, 1e-30, out=total)                           # an all -inf row: 0 / tiny = zeros, not NaN
+    x /= total
     return x
 
 
@@ -115,9 +117,11 @@ def rope_cos_sin(positions: np.ndarray, inv_freq: np.ndarray) -> tuple[np.ndarra
 def apply_rope_half(x: np.ndarray, cos: np.ndarray, sin: np.ndarray) -> np.ndarray:
     """Hugging Face layout ("rotate_half"): dimension i pairs with i + d/2.   [B, T, H, d], cos/sin [B, T, d/2]"""
     h = x.shape[-1] // 2
-    x1, x2 = x[..., :h], x[..., h:]
-    c, s = cos[:, :, None, :], sin[:, :, None, :]                                # broadcast over heads
-    return np.concatenate([x1 * c - x2 * s, x2 * c + x1 * s], axis=-1)
+    c = np.concatenate([cos, cos], axis=-1)[:, :, None, :]                       # broadcast over heads
+    s = np.concatenate([-sin, sin], axis=-1)[:, :, None, :]
+    out = x * c                                                                  # [x1·c, x2·c]
+    out += np.concatenate([x[..., h:], x[..., :h]], axis=-1) * s                 # + [-x2·s, x1·s]
+    return out
 
 
 def apply_rope_interleaved(x: np.ndarray, cos: np.ndarray, sin: np.ndarray) -> np.ndarray:
@@ -156,14 +160,16 @@ def gqa_attention_scores(q: np.ndarray, k: np.ndarray, scale: float) -> np.ndarr
 
     q [B, h_kv, G, T, d], k [B, h_kv, S, d] -> scores [B, h_kv, G, T, S]
     """
-    scores = np.matmul(q, k[:, :, None].swapaxes(-1, -2))
-    scores *= np.float32(scale)
-    return scores
+    B, h_kv, G, T, d = q.shape
+    scores = np.matmul(q.reshape(B, h_kv, G * T, d), k.swapaxes(-1, -2))           # [B, h_kv, G·T, S]: one
+    scores *= np.float32(scale)                                                      # product per K/V head
+    return scores.reshape(B, h_kv, G, T, -1)
 
 
 def gqa_attention_output(p: np.ndarray, v: np.ndarray) -> np.ndarray:
     """Weighted sum of values.   p [B, h_kv, G, T, S], v [B, h_kv, S, d] -> [B, h_kv, G, T, d]"""
-    return np.matmul(p, v[:, :, None])
+    B, h_kv, G, T, S = p.shape
+    return np.matmul(p.reshape(B, h_kv, G * T, S), v).reshape(B, h_kv, G, T, -1)
 
 
 # ---------------------------------------------------------------------------------------------- weight products

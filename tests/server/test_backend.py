@@ -67,6 +67,24 @@ def test_sessions_streaming_at_once_share_one_client_and_each_gets_its_own_reply
     assert _client(BackendConfig(ours.url)) is _client(BackendConfig(ours.url + "/v1/"))
 
 
+def test_metrics_and_live_batch_reads_share_one_client(ours, monkeypatch):
+    """The Class page reads /metrics and /v1/batch every second or two for every teacher tab: the reads go through
+    one shared client (a client per read built a TLS context each time: 2 s of the app's CPU in a 30-session
+    class). Counted: the HTTP clients built while ten reads run."""
+    import httpx2
+
+    from server.backend import _http
+    built = []
+    init = httpx2.Client.__init__
+    monkeypatch.setattr(httpx2.Client, "__init__", lambda self, *a, **k: (built.append(1), init(self, *a, **k))[1])
+    _http.cache_clear()
+    cfg = BackendConfig(ours.url)
+    for _ in range(5):
+        assert read_state(cfg).running is not None
+        assert read_live_batch(cfg) is not None
+    assert len(built) == 1
+
+
 @pytest.mark.parametrize("url, says", [
     ("http://127.0.0.1:9", "cannot reach"),                     # the discard port: nothing answers
     ("ftp://example", "not a server address"),

@@ -7,6 +7,7 @@ real model wherever text quality does not matter.
 from __future__ import annotations
 
 import importlib
+import os
 import shutil
 from pathlib import Path
 
@@ -28,6 +29,12 @@ def home(choice: str = SMALL_RANDOM, **state) -> AppTest:
 def generate(at: AppTest, max_new_tokens: int = 4) -> AppTest:
     at.text_input(key="gen.max_new_tokens").set_value(str(max_new_tokens))
     return at.button(key="generate").click().run()
+
+
+def token_table(at: AppTest):
+    """Open the generated tokens' table (drawn on demand) -> (the rerun, its table)."""
+    at = at.toggle(key="gen.show_tokens").set_value(True).run()
+    return at, at.dataframe[0].value
 
 
 # ------------------------------------------------------------------------------------------ picker entries
@@ -72,7 +79,10 @@ def test_random_model_is_labelled_and_generates_tokens():
     assert at.text_area(key="prompt").value == "Write a story"
     at = generate(at, 4)
     assert not at.exception and not errors(at)
-    table = at.dataframe[0].value
+    assert not at.dataframe and not at.get("download_button")   # the table is drawn when asked for
+    reply = [m.value for m in at.markdown if m.value.startswith("**Reply**")]
+    at, table = token_table(at)
+    assert not at.exception and [m.value for m in at.markdown if m.value.startswith("**Reply**")] == reply
     assert list(table.columns) == ["step", "token_id", "piece", "latency_ms"]
     assert list(table["step"]) == [0, 1, 2, 3]
     assert (table["latency_ms"] > 0).all()
@@ -105,7 +115,7 @@ def test_sidebar_keeps_its_places_in_the_run_that_streams_a_reply(monkeypatch):
     loading = sidebar_drawn(at.sidebar)
     assert any("(random weights)" in text for _, _, text in loading)          # the card is there
     at = generate(at, 2)
-    assert not at.exception and len(at.dataframe[0].value) == 2
+    assert not at.exception and any(c.value.startswith("2 tokens after") for c in at.caption)
     assert sidebar_drawn(at.sidebar) == loading
 
 
@@ -148,7 +158,7 @@ def test_bad_local_path_shows_error_and_keeps_the_loaded_model():
     assert at.session_state[ACTIVE_KEY] == "random:SmolLM2-135M-Instruct"     # nothing the user had is lost
     assert any("Still using" in c.value for c in at.sidebar.caption)
     at = generate(at, 2)                                     # and it still generates
-    assert not at.exception and len(at.dataframe[0].value) == 2
+    assert not at.exception and len(token_table(at)[1]) == 2
 
 
 def test_bad_path_as_first_model_shows_error_no_exception():
@@ -200,3 +210,28 @@ def test_model_choice_survives_a_page_switch(tmp_path):
     at.switch_page("app.py")
     at = at.run()
     assert at.sidebar.selectbox(key=CHOICE_KEY).value == SMALL_RANDOM
+
+
+def test_a_session_keeps_its_pages_and_still_moves_between_them(tmp_path):
+    """The lesson pages are built once per session (each resolves its path on disk), then reused by every rerun:
+    moving to a lesson, back home and to the lesson again must still run the right page each time, and a lesson
+    file added meanwhile gets its page."""
+    shutil.copy(APP, tmp_path / "app.py")
+    (tmp_path / "pages").mkdir()
+    (tmp_path / "pages" / "21_First_lesson.py").write_text("import streamlit as st\nst.write('first lesson')\n")
+    at = AppTest.from_file(str(tmp_path / "app.py"), default_timeout=TIMEOUT)
+    at.session_state[CHOICE_KEY] = SMALL_RANDOM
+    at = at.run()
+    built = at.session_state["_app.lesson_pages"][1]
+    for _ in range(2):
+        at.switch_page("pages/21_First_lesson.py").run()
+        assert not at.exception and [m.value for m in at.markdown] == ["first lesson"]
+        at.switch_page("app.py").run()
+        assert not at.exception and at.get("page_link")
+    assert at.session_state["_app.lesson_pages"][1] is built                  # the same objects all along
+    (tmp_path / "pages" / "32_KV_cache.py").write_text("import streamlit as st\nst.write('kv cache')\n")
+    os.utime(tmp_path / "pages", ns=(1, (tmp_path / "pages").stat().st_mtime_ns + 10**9))
+    at = at.run()
+    assert [link.label for link in at.get("page_link")] == ["First lesson", "KV cache"]
+    at.switch_page("pages/32_KV_cache.py").run()
+    assert not at.exception and [m.value for m in at.markdown] == ["kv cache"]
