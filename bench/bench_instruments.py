@@ -48,13 +48,13 @@ def bare_forward(model: Model, tokens: np.ndarray, cache) -> np.ndarray:
     n_valid = np.full(B, T, np.int64)
     pos = cache.lengths[:, None] + np.arange(T)[None, :]
     S = int(cache.lengths.max()) + T
-    cos, sin = ops.rope_cos_sin(pos, model._inv_freq)
+    rotate = ops.rope_rotation(*ops.rope_cos_sin(pos, model._inv_freq), model.rope_layout)
     hidden = None if T == 1 else ~ops.causal_visible(pos, S, np.ones((B, S), bool))[:, None, None]
     x = w.embed[tokens]
     for li, lw in enumerate(w.layers):
         qkv = ops.rms_norm(x, lw.attn_norm, c.rms_norm_eps) @ lw.wqkv.T
-        q = model._rope(qkv[..., :q_dim].reshape(B, T, h_q, d), cos, sin)
-        k = model._rope(qkv[..., q_dim:q_dim + kv_dim].reshape(B, T, h_kv, d), cos, sin)
+        q = rotate(qkv[..., :q_dim].reshape(B, T, h_q, d))
+        k = rotate(qkv[..., q_dim:q_dim + kv_dim].reshape(B, T, h_kv, d))
         v = qkv[..., q_dim + kv_dim:].reshape(B, T, h_kv, d)
         cache.write(li, k.transpose(0, 2, 1, 3), v.transpose(0, 2, 1, 3), n_valid)
         K, V = cache.read(li, S)

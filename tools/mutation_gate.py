@@ -11,7 +11,7 @@ the code it targets changes, the mutation must be re-targeted.
     python tools/mutation_gate.py gqa_grouping_swapped rope_freqs_ignored      # some of them
 
 Before the mutants, each distinct test selection runs once unmutated and must pass (else a "kill" means nothing).
-A full run takes about 8 minutes on 2 busy cores (38 mutants, 7-11 s each, plus the baselines).
+A full run takes about 8 minutes on 2 busy cores (44 mutants, 7-11 s each, plus the baselines).
 """
 from __future__ import annotations
 
@@ -95,16 +95,20 @@ MUTATIONS = [
       ("np.float32(1.0 / x.shape[-1])", "np.float32(1.0 / (x.shape[-1] - 1))"),
       "RMSNorm dividing by D-1: every activation slightly mis-scaled", GOLD),
     m("softmax_all_hidden_row_not_guarded", "engine/model/ops.py",
-      ("    np.maximum(m, np.finfo(x.dtype).min, out=m)", "    pass"),
+      ("        np.maximum(m, F32_MIN, out=m)", "        pass"),
       "a row whose keys are all hidden (padding) would turn into NaN and spread through the batch",
       "tests/engine/test_ops.py"),
     m("swiglu_sigmoid_sign_flipped", "engine/model/ops.py",
       ("    out = np.negative(gate)\n", "    out = gate.copy()\n"),
       "SwiGLU gate inverted", GOLD),
     m("rope_rotation_sign_flipped", "engine/model/ops.py",
-      ("s = np.concatenate([-sin, sin], axis=-1)[:, :, None, :]",
-       "s = np.concatenate([sin, -sin], axis=-1)[:, :, None, :]"),
+      ("full, signed = np.concatenate([cos, cos], axis=-1), np.concatenate([-sin, sin], axis=-1)",
+       "full, signed = np.concatenate([cos, cos], axis=-1), np.concatenate([sin, -sin], axis=-1)"),
       "RoPE rotating the wrong way: positions encoded backwards", GOLD),
+    m("rope_interleaved_pairs_itself", "engine/model/ops.py",
+      ("partner = np.arange(2 * h) ^ 1", "partner = np.arange(2 * h)"),
+      "GGUF-layout RoPE pairing each dimension with itself: every Llama GGUF decodes garbage",
+      "tests/engine/test_ops.py", LOAD),
     m("llama3_long_waves_not_slowed", "engine/model/ops.py",
       ("out = np.where(wavelen > old_ctx / low, inv / factor, inv)",
        "out = np.where(wavelen > old_ctx / low, inv, inv)"),

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Callable
 
 import numpy as np
 
@@ -37,9 +36,7 @@ class Pass:
     start: np.ndarray         # [B] cache length before the call = position of each row's first new token
     positions: np.ndarray     # [B, T] absolute positions of the new tokens
     key_valid: np.ndarray     # [B, S] key j is a real token of row b
-    cos: np.ndarray           # [B, T, d/2] RoPE angles of the new tokens
-    sin: np.ndarray
-    rope: Callable
+    rotation: ops.Rotation    # RoPE at the new tokens' positions (built once, applied in every layer)
     trace: Trace | None
     hooks: Hooks | None
     masked: bool              # False only when every query sees every key (one new token, no padding)
@@ -47,7 +44,7 @@ class Pass:
 
     @classmethod
     def begin(cls, config: ModelConfig, tokens: np.ndarray, cache: KVCache, n_valid, inv_freq: np.ndarray,
-              rope: Callable, trace: Trace | None, hooks: Hooks | None,
+              rope_layout: str, trace: Trace | None, hooks: Hooks | None,
               inv_freq_local: np.ndarray | None = None) -> "Pass":
         if tokens.ndim != 2:
             raise ModelError(f"tokens must be [batch, time], got shape {tokens.shape}")
@@ -64,13 +61,12 @@ class Pass:
         positions = start[:, None] + np.arange(T)[None, :]
         n_keys = int((start + n_valid).max())
         key_valid = np.arange(n_keys)[None, :] < (start + n_valid)[:, None]
-        cos, sin = ops.rope_cos_sin(positions, inv_freq)
+        rotation = ops.rope_rotation(*ops.rope_cos_sin(positions, inv_freq), rope_layout)
         if trace is not None:
             trace.start()
         masked = T > 1 or not key_valid.all()
-        local = LocalKeys.begin(config, cache, positions, start + n_valid, inv_freq_local)
-        return cls(config, cache, n_valid, start, positions, key_valid, cos, sin, rope, trace, hooks or None, masked,
-                   local)
+        local = LocalKeys.begin(config, cache, positions, start + n_valid, inv_freq_local, rope_layout)
+        return cls(config, cache, n_valid, start, positions, key_valid, rotation, trace, hooks or None, masked, local)
 
     @property
     def n_keys(self) -> int:          # S: keys the longest row attends (cached + new)
@@ -110,20 +106,20 @@ class LocalKeys:
     first: np.ndarray         # [B] position in slot 0
     positions: np.ndarray     # [B, S_local] position held in each slot
     valid: np.ndarray         # [B, S_local] slot holds a real key (after this pass's writes)
-    cos: np.ndarray           # [B, T, d/2] RoPE angles of the new tokens with the local base
-    sin: np.ndarray
+    rotation: ops.Rotation | None   # RoPE of the new tokens with the local base (None: the global one)
 
     @classmethod
     def begin(cls, config: ModelConfig, cache: KVCache, positions: np.ndarray, ends: np.ndarray,
-              inv_freq_local: np.ndarray | None) -> "LocalKeys | None":
+              inv_freq_local: np.ndarray | None, rope_layout: str) -> "LocalKeys | None":
         layers = [li for li in range(config.num_layers) if config.layer_window(li) is not None]
         if not layers:
             return None
         first = np.asarray(cache.first_kept(layers[0]), np.int64).copy()  # the same on every window layer
         n_slots = int((ends - first).max())
         pos = first[:, None] + np.arange(n_slots)[None, :]
-        cos, sin = (ops.rope_cos_sin(positions, inv_freq_local) if inv_freq_local is not None else (None, None))
-        return cls(first, pos, pos < ends[:, None], cos, sin)
+        rotation = (None if inv_freq_local is None else
+                    ops.rope_rotation(*ops.rope_cos_sin(positions, inv_freq_local), rope_layout))
+        return cls(first, pos, pos < ends[:, None], rotation)
 
     @property
     def n_keys(self) -> int:
@@ -174,8 +170,8 @@ def attention_block(x: np.ndarray, lw, li: int, p: Pass) -> np.ndarray:
     if lw.q_norm is not None:                                                        # Gemma 3: per-head q/k norm
         qk = np.concatenate([ops.rms_norm(qk[:, :, :h_q], lw.q_norm, c.rms_norm_eps),
                              ops.rms_norm(qk[:, :, h_q:], lw.k_norm, c.rms_norm_eps)], axis=2)
-    cos, sin = (p.local.cos, p.local.sin) if window is not None and p.local.cos is not None else (p.cos, p.sin)
-    qk = p.rope(qk, cos, sin)                                                        # q and k heads: same angles
+    rotate = p.local.rotation if window is not None and p.local.rotation is not None else p.rotation
+    qk = rotate(qk)                                                                  # q and k heads: same angles
     q, k = qk[:, :, :h_q], qk[:, :, h_q:]                                            # [B, T, h_q|h_kv, d]
     if p.hooks:
         for name, a in (("hook_q", q), ("hook_k", k), ("hook_v", v)):
@@ -229,7 +225,7 @@ def attention(q: np.ndarray, K: np.ndarray, V: np.ndarray, li: int, p: Pass) -> 
             np.copyto(scores, -np.inf, where=hidden)
         if p.hooks:
             p.hooks.attention(li, "hook_scores", by_position(scores, p, window, -np.inf), s, e)
-        pattern = ops.softmax_(scores)                                               # in place: rows sum to 1
+        pattern = ops.softmax_(scores, hidden_keys=hidden is not None)               # in place: rows sum to 1
         if p.hooks:
             p.hooks.attention(li, "hook_pattern", by_position(pattern, p, window, 0.0), s, e)
         blocks.append(ops.gqa_attention_output(pattern, V[:, :, first:]))          # [B, h_kv, G, t, d]

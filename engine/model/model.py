@@ -175,7 +175,6 @@ class Model:
             self._inv_freq = ops.rope_inv_freq(config.head_dim, config.rope_theta, config.rope_scaling)
         except (KeyError, ValueError) as e:
             raise ModelError(f"{config.name}: cannot use rope_scaling {config.rope_scaling!r}: {e}") from None
-        self._rope = ops.apply_rope_half if rope_layout == "half" else ops.apply_rope_interleaved
         family(config)                                         # a family the forward pass runs, else ModelError
         self._inv_freq_local = (None if config.rope_local_theta is None else
                                 ops.rope_inv_freq(config.head_dim, config.rope_local_theta))  # Gemma 3's local base
@@ -315,7 +314,7 @@ class Model:
         returns logits [B, V] of each sequence's last new token, or [B, T, V] with all_logits=True.
         """
         w = self.weights
-        p = Pass.begin(self.config, np.asarray(tokens), cache, n_valid, self._inv_freq, self._rope, trace, hooks,
+        p = Pass.begin(self.config, np.asarray(tokens), cache, n_valid, self._inv_freq, self.rope_layout, trace, hooks,
                        self._inv_freq_local)
         x = embed(np.asarray(tokens), w, p)                            # [B, T, D]
         for li, lw in enumerate(w.layers):

@@ -6,14 +6,19 @@ Every function here is float32 in, float32 out, and allocates only what its outp
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import numpy as np
 
 
 def rms_norm(x: np.ndarray, w: np.ndarray, eps: float) -> np.ndarray:
     """x / sqrt(mean(x²) + eps) · w.   [..., D], [D] -> [..., D]"""
-    ms = np.vecdot(x, x)[..., None] * np.float32(1.0 / x.shape[-1])                 # [..., 1] mean of squares
-    return x * (np.float32(1.0) / np.sqrt(ms + np.float32(eps))) * w
+    rms = np.vecdot(x, x)[..., None]                                                 # [..., 1] sum of squares
+    rms *= np.float32(1.0 / x.shape[-1])                                             # mean of squares
+    rms += np.float32(eps)
+    out = x / np.sqrt(rms, out=rms)
+    out *= w
+    return out
 
 
 def silu(x: np.ndarray) -> np.ndarray:
@@ -60,16 +65,23 @@ def softmax(x: np.ndarray, axis: int = -1) -> np.ndarray:
     return e / np.maximum(np.sum(e, axis=axis, keepdims=True), 1e-30)
 
 
-def softmax_(x: np.ndarray) -> np.ndarray:
-    """`softmax(x, -1)` computed IN PLACE (no second array the size of x); returns x.   [..., S] -> [..., S]"""
+def softmax_(x: np.ndarray, hidden_keys: bool = True) -> np.ndarray:
+    """`softmax(x, -1)` computed IN PLACE (no second array the size of x); returns x.   [..., S] -> [..., S]
+    hidden_keys: some scores may be -inf (masked keys), so a row may be all -inf: it gets zeros, not NaN.
+    With False (no score is -inf: a decode step that sees all its keys) the two guards are skipped."""
     m = x.max(-1, keepdims=True)
-    np.maximum(m, np.finfo(x.dtype).min, out=m)                   # an all -inf row: subtract a finite number
+    if hidden_keys:
+        np.maximum(m, F32_MIN, out=m)                             # an all -inf row: subtract a finite number
     x -= m
     np.exp(x, out=x)
     total = x.sum(-1, keepdims=True)
-    np.maximum(total, 1e-30, out=total)                           # an all -inf row: 0 / tiny = zeros, not NaN
+    if hidden_keys:
+        np.maximum(total, 1e-30, out=total)                       # an all -inf row: 0 / tiny = zeros, not NaN
     x /= total
     return x
+
+
+F32_MIN = np.finfo(np.float32).min
 
 
 # ---------------------------------------------------------------------------------------------- RoPE
@@ -114,24 +126,51 @@ def rope_cos_sin(positions: np.ndarray, inv_freq: np.ndarray) -> tuple[np.ndarra
     return np.cos(ang).astype(np.float32), np.sin(ang).astype(np.float32)
 
 
+@dataclass(frozen=True)
+class Rotation:
+    """RoPE at a pass's positions, built once and applied to the q and k heads of every layer.
+
+    Each dimension i is rotated with a partner dimension j by the pair's angle a:
+        out_i = x_i·cos a - x_j·sin a   (the first of the pair),   out_j = x_j·cos a + x_i·sin a
+    so with cos and a signed sin laid out at full head width:   out = x·cos + x[partner]·signed_sin.
+    cos, signed_sin [B, T, 1, d] (broadcast over heads); partner [d]."""
+    cos: np.ndarray
+    signed_sin: np.ndarray
+    partner: np.ndarray
+
+    def __call__(self, x: np.ndarray) -> np.ndarray:
+        """[B, T, H, d] -> [B, T, H, d]"""
+        out = x[..., self.partner]                                                   # x_j next to each x_i
+        out *= self.signed_sin
+        out += x * self.cos
+        return out
+
+
+def rope_rotation(cos: np.ndarray, sin: np.ndarray, layout: str = "half") -> Rotation:
+    """The Rotation for angles cos/sin [B, T, d/2], in either layout of the pairs:
+    "half" (Hugging Face, "rotate_half"): dimension i pairs with i + d/2;
+    "interleaved" (original Llama, GGUF): dimension 2i pairs with 2i + 1."""
+    h = cos.shape[-1]
+    if layout == "half":
+        partner = np.concatenate([np.arange(h, 2 * h), np.arange(h)])
+        full, signed = np.concatenate([cos, cos], axis=-1), np.concatenate([-sin, sin], axis=-1)
+    elif layout == "interleaved":
+        partner = np.arange(2 * h) ^ 1                                               # 0<->1, 2<->3, ...
+        full = np.repeat(cos, 2, axis=-1)
+        signed = np.stack([-sin, sin], axis=-1).reshape(*sin.shape[:-1], 2 * h)
+    else:
+        raise ValueError(f"RoPE layout must be 'half' or 'interleaved', got {layout!r}")
+    return Rotation(full[..., None, :], signed[..., None, :], partner)
+
+
 def apply_rope_half(x: np.ndarray, cos: np.ndarray, sin: np.ndarray) -> np.ndarray:
     """Hugging Face layout ("rotate_half"): dimension i pairs with i + d/2.   [B, T, H, d], cos/sin [B, T, d/2]"""
-    h = x.shape[-1] // 2
-    c = np.concatenate([cos, cos], axis=-1)[:, :, None, :]                       # broadcast over heads
-    s = np.concatenate([-sin, sin], axis=-1)[:, :, None, :]
-    out = x * c                                                                  # [x1·c, x2·c]
-    out += np.concatenate([x[..., h:], x[..., :h]], axis=-1) * s                 # + [-x2·s, x1·s]
-    return out
+    return rope_rotation(cos, sin, "half")(x)
 
 
 def apply_rope_interleaved(x: np.ndarray, cos: np.ndarray, sin: np.ndarray) -> np.ndarray:
     """Original Llama / GGUF layout: dimension 2i pairs with 2i+1.   [B, T, H, d], cos/sin [B, T, d/2]"""
-    x1, x2 = x[..., 0::2], x[..., 1::2]
-    c, s = cos[:, :, None, :], sin[:, :, None, :]
-    out = np.empty_like(x)
-    out[..., 0::2] = x1 * c - x2 * s
-    out[..., 1::2] = x2 * c + x1 * s
-    return out
+    return rope_rotation(cos, sin, "interleaved")(x)
 
 
 # ---------------------------------------------------------------------------------------------- attention
@@ -188,9 +227,12 @@ def matmul_t(x: np.ndarray, W: np.ndarray) -> np.ndarray:
     Smaller matrices (which may sit in cache, where the GEMM wins) and more rows: one GEMM, over W as stored: a W
     kept column by column (`Weights.head_by_columns`) is multiplied as the contiguous [in, out] matrix it is."""
     rows = np.ascontiguousarray(x).reshape(-1, x.shape[-1])                        # [M, in], M = B·T
-    if 1 < rows.shape[0] <= MATVEC_ROWS and W.nbytes >= MATVEC_MIN_BYTES:
+    by_columns = W.strides[0] < W.strides[1]                                       # W stored column by column
+    if rows.shape[0] == 1 and not by_columns:
+        out = W @ rows[0]                                                           # one matvec: [out]
+    elif 1 < rows.shape[0] <= MATVEC_ROWS and W.nbytes >= MATVEC_MIN_BYTES:
         out = matvecs_by_block(rows, W)
-    elif W.flags.f_contiguous and not W.flags.c_contiguous:                        # stored by columns (the LM head):
+    elif by_columns:                                                                # (the LM head):
         out = rows @ W.T                                                            # Wᵀ is a contiguous [in, out]
     elif rows.shape[0] <= SMALL_BATCH_ROWS:
         out = np.ascontiguousarray((W @ rows.T).T)                                  # [out, in] @ [in, M] -> [M, out]

@@ -3,6 +3,7 @@ pinned by the golden logits; these pin the edge cases a whole pass rarely reache
 import math
 
 import numpy as np
+import pytest
 
 from engine.model import ops
 
@@ -49,3 +50,31 @@ def test_rms_norm_and_rope_match_loops():
                 x1, x2 = float(q[0, t, h, i]), float(q[0, t, h, i + 4])
                 want[0, t, h, i], want[0, t, h, i + 4] = x1 * math.cos(a) - x2 * math.sin(a), x2 * math.cos(a) + x1 * math.sin(a)
     np.testing.assert_allclose(ops.apply_rope_half(q, cos, sin), want, rtol=1e-5, atol=1e-6)
+
+
+def test_interleaved_rope_on_a_strided_view_matches_a_loop():
+    """GGUF layout (pair 2i, 2i+1), applied as the forward pass does: to q/k heads sliced out of the fused projection
+    (a strided view), with angles built once for the pass."""
+    rng = np.random.default_rng(2)
+    H, d = 3, 6
+    qkv = rng.normal(size=(2, 2, H * d + 5)).astype(np.float32)                 # 5 trailing columns: a view
+    x = qkv[..., :H * d].reshape(2, 2, H, d)
+    pos = np.array([[0, 7], [3, 4]])
+    rotate = ops.rope_rotation(*ops.rope_cos_sin(pos, ops.rope_inv_freq(d, 500.0)), "interleaved")
+    want = np.empty(x.shape)
+    for b, t, h, i in np.ndindex(2, 2, H, d // 2):
+        a = pos[b, t] * 500.0 ** (-2 * i / d)
+        x1, x2 = float(x[b, t, h, 2 * i]), float(x[b, t, h, 2 * i + 1])
+        want[b, t, h, 2 * i], want[b, t, h, 2 * i + 1] = (x1 * math.cos(a) - x2 * math.sin(a),
+                                                          x2 * math.cos(a) + x1 * math.sin(a))
+    np.testing.assert_allclose(rotate(x), want, rtol=1e-5, atol=1e-6)
+    with pytest.raises(ValueError, match="layout"):
+        ops.rope_rotation(*ops.rope_cos_sin(pos, ops.rope_inv_freq(d, 500.0)), "sideways")
+
+
+def test_softmax_without_hidden_keys_skips_only_the_guards():
+    x = np.random.default_rng(3).normal(size=(2, 3, 9)).astype(np.float32) * 30
+    np.testing.assert_allclose(ops.softmax_(x.copy(), hidden_keys=False), ops.softmax_(x.copy()), rtol=1e-6)
+    e = np.exp(x.astype(np.float64) - x.max(-1, keepdims=True))
+    np.testing.assert_allclose(ops.softmax_(x.copy(), hidden_keys=False), e / e.sum(-1, keepdims=True), rtol=1e-5,
+                               atol=1e-7)
