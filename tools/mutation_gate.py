@@ -11,7 +11,7 @@ the code it targets changes, the mutation must be re-targeted.
     python tools/mutation_gate.py gqa_grouping_swapped rope_freqs_ignored      # some of them
 
 Before the mutants, each distinct test selection runs once unmutated and must pass (else a "kill" means nothing).
-A full run takes about 8 minutes on 2 busy cores (44 mutants, 7-11 s each, plus the baselines).
+A full run takes about 8 minutes on 2 busy cores (45 mutants, 7-11 s each, plus the baselines).
 """
 from __future__ import annotations
 
@@ -178,9 +178,13 @@ MUTATIONS = [
       "two to four streams decoding together would get one stream's projections: wrong text for all but one",
       "tests/engine/test_matmul_t.py", "tests/engine/test_scheduler.py"),
     m("head_bytes_relabelled", "engine/model/model.py",
-      ("head = np.asfortranarray(self.lm_head)", "head = np.ascontiguousarray(self.lm_head.T).reshape(self.lm_head.shape)"),
+      ("head = by_columns(self.lm_head)", "head = np.ascontiguousarray(self.lm_head.T).reshape(self.lm_head.shape)"),
       "the LM head's transposed bytes read back as [V, D]: every logit wrong (the classic layout slip)",
       "tests/engine/test_forward.py", "tests/engine/test_golden_logits.py"),
+    m("by_columns_every_block_from_the_first", "engine/model/model.py",
+      ("out[:, i:i + block_rows] = a[i:i + block_rows].T", "out[:, i:i + block_rows] = a[:block_rows].T"),
+      "an LM head past 256 rows copied from its first block: every later token's logit wrong",
+      "tests/engine/test_forward.py"),
     m("tied_head_copied", "engine/model/model.py",
       ("embed = head if self.lm_head is self.embed else self.embed", "embed = self.embed"),
       "a tied model would keep its embedding table twice (SmolLM2: 113 MB more for every user)",

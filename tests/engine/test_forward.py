@@ -4,6 +4,7 @@ import pytest
 
 from engine import Hooks, Model, ModelError
 from engine.model.generate import generate_batch
+from engine.model.model import by_columns
 from helpers_models import prompt, tiny
 
 # float32 (eps 6e-8) through 2 layers, sums over <= 96 terms in other orders: ~1e-6 on logits of size ~1;
@@ -223,6 +224,14 @@ def test_profile_run_counts_one_trace_per_step():
     assert run.decodes[2].kv_read_bytes == c.num_layers * 12 * 2 * c.kv_dim * 4
     with pytest.raises(ModelError, match="context window"):
         profile_run(model, prompt_tokens=40, decode_steps=20)
+
+
+@pytest.mark.parametrize("shape, block", [((1000, 7), 256), ((5, 3), 256), ((513, 4), 1), ((300, 9), 299)])
+def test_by_columns_copies_every_block_in_column_order(shape, block):
+    """The blocked copy behind `head_by_columns`, on shapes that leave a partial last block."""
+    a = np.random.default_rng(0).normal(size=shape).astype(np.float32)
+    got = by_columns(a, block)
+    assert got.shape == a.shape and got.flags.f_contiguous and np.array_equal(got, np.asfortranarray(a))
 
 
 @pytest.mark.parametrize("tied", [True, False])
