@@ -35,26 +35,12 @@ def median_time(fn, reps: int) -> float:
     return float(np.median(ts))
 
 
-def paired_times(fn_a, fn_b, reps: int) -> tuple[float, float]:
-    """Median times of two functions measured alternately, so load from other processes hits both alike."""
-    fn_a(), fn_b()
-    ta, tb = [], []
-    for _ in range(reps):
-        t = time.perf_counter()
-        fn_a()
-        ta.append(time.perf_counter() - t)
-        t = time.perf_counter()
-        fn_b()
-        tb.append(time.perf_counter() - t)
-    return float(np.median(ta)), float(np.median(tb))
-
-
 def matrices(model: Model) -> list[np.ndarray]:
     ms = [W for lw in model.weights.layers for W in lw.matrices().values()]
     return ms + [model.weights.lm_head]
 
 
-def paired_ratios(fn_a, fn_b, reps: int) -> tuple[np.ndarray, np.ndarray]:
+def paired_runs(fn_a, fn_b, reps: int) -> tuple[np.ndarray, np.ndarray]:
     """Times of fn_a and fn_b run back to back, `reps` pairs: each ratio a/b compares two runs ~0.1 s apart, so a
     neighbour's load that comes and goes (the floor alone moves between ~105 and ~155 ms on this shared machine)
     hits both sides of a pair alike."""
@@ -70,13 +56,19 @@ def paired_ratios(fn_a, fn_b, reps: int) -> tuple[np.ndarray, np.ndarray]:
     return ta, tb
 
 
+def paired_times(fn_a, fn_b, reps: int) -> tuple[float, float]:
+    """Median times of two functions measured alternately, so load from other processes hits both alike."""
+    ta, tb = paired_runs(fn_a, fn_b, reps)
+    return float(np.median(ta)), float(np.median(tb))
+
+
 def bench_decode(model: Model, reps: int, context: int = 32) -> dict:
     """Decode at batch 1 against the bare products: the median of `reps` per-pair ratios, and its quartiles."""
     cache = model.new_cache(1, context + reps + 8)
     model.prefill(list(range(3, 3 + context)), cache)
     xs = {n: np.random.rand(1, n).astype(np.float32) for n in {W.shape[1] for W in matrices(model)}}
     mats = matrices(model)
-    engine_s, bare_s = paired_ratios(lambda: model.decode_step(5, cache),
+    engine_s, bare_s = paired_runs(lambda: model.decode_step(5, cache),
                                      lambda: [xs[W.shape[1]] @ W.T for W in mats], reps)
     gb = sum(W.nbytes for W in mats) / 1e9
     r = engine_s / bare_s

@@ -295,10 +295,14 @@ def parse_metrics(text: str, engine_hint: str = "unknown") -> ServerState:
 def _http(root: str, api_key: str):
     """One HTTP client per server for its metrics and live batch, shared by every session: the Class page reads
     them every second or two, and a new client builds a TLS context each time (measured: 2 s of the app's CPU
-    during a 30-session class)."""
+    during a 30-session class). It keeps no cookies: a cookie one session's read received would go out with
+    every other session's reads."""
+    import http.cookiejar
+
     import httpx2
     headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
-    return httpx2.Client(timeout=TIMEOUT_S, headers=headers)
+    no_cookies = http.cookiejar.CookieJar(http.cookiejar.DefaultCookiePolicy(allowed_domains=[]))
+    return httpx2.Client(timeout=TIMEOUT_S, headers=headers, cookies=no_cookies)
 
 
 def _get(cfg: BackendConfig, path: str, what: str) -> str:

@@ -92,7 +92,6 @@ def leave_pages_folder_mode() -> None:
         st.rerun()
 
 
-
 TOC_COLUMNS = 4   # the home page's table of contents
 
 

@@ -65,6 +65,9 @@ def softmax(x: np.ndarray, axis: int = -1) -> np.ndarray:
     return e / np.maximum(np.sum(e, axis=axis, keepdims=True), 1e-30)
 
 
+F32_MIN = np.finfo(np.float32).min      # what an all-hidden row's max becomes (finite, so -inf - m is -inf)
+
+
 def softmax_(x: np.ndarray, hidden_keys: bool = True) -> np.ndarray:
     """`softmax(x, -1)` computed IN PLACE (no second array the size of x); returns x.   [..., S] -> [..., S]
     hidden_keys: some scores may be -inf (masked keys), so a row may be all -inf: it gets zeros, not NaN.
@@ -79,9 +82,6 @@ def softmax_(x: np.ndarray, hidden_keys: bool = True) -> np.ndarray:
         np.maximum(total, 1e-30, out=total)                       # an all -inf row: 0 / tiny = zeros, not NaN
     x /= total
     return x
-
-
-F32_MIN = np.finfo(np.float32).min
 
 
 # ---------------------------------------------------------------------------------------------- RoPE

@@ -123,3 +123,19 @@ def test_metrics_name_the_engine_and_read_vllms_names(ours):
     assert (s.engine, s.running, s.kv_usage, s.mean_ttft_s) == ("vLLM", 3.0, 0.25, 0.75)
     assert parse_metrics("# TYPE sglang:num_running_reqs gauge\nsglang:num_running_reqs 2\n").engine == "SGLang"
     assert read_state(BackendConfig(ours.url), "ours").running == 0.0
+
+
+def test_the_shared_metrics_client_keeps_no_cookie_one_session_received():
+    """The client behind /metrics and /v1/batch serves every session: a cookie a server set in answer to one
+    session's read must not go out with another's (expected: an empty jar after a Set-Cookie answer)."""
+    import httpx2
+
+    from server.backend import _http
+    client = _http("http://127.0.0.1:9", "")
+    answer = httpx2.Response(200, headers={"Set-Cookie": "session=alice; Path=/"},
+                             request=httpx2.Request("GET", "http://127.0.0.1:9/metrics"))
+    client.cookies.extract_cookies(answer)
+    assert len(client.cookies.jar) == 0
+    plain = httpx2.Client()                                  # a default client would have kept it
+    plain.cookies.extract_cookies(answer)
+    assert dict(plain.cookies) == {"session": "alice"}
