@@ -12,12 +12,19 @@ import numpy as np
 
 
 def rms_norm(x: np.ndarray, w: np.ndarray, eps: float) -> np.ndarray:
-    """x / sqrt(mean(x²) + eps) · w.   [..., D], [D] -> [..., D]"""
+    """x / sqrt(mean(x²) + eps) · w.   [..., D], [D] -> [..., D]
+    One row (a decode step's): its scale is one Python number, three NumPy calls instead of six. Each call right
+    after a weight product starts cold (measured ~5-10 µs), and a decode step makes two norms per layer."""
+    D = x.shape[-1]
+    out = x * w
+    if x.size == D:
+        row = x.reshape(D)
+        out *= np.float32(1.0 / math.sqrt(float(row @ row) / D + eps))
+        return out
     rms = np.vecdot(x, x)[..., None]                                                 # [..., 1] sum of squares
-    rms *= np.float32(1.0 / x.shape[-1])                                             # mean of squares
+    rms *= np.float32(1.0 / D)                                                       # mean of squares
     rms += np.float32(eps)
-    out = x / np.sqrt(rms, out=rms)
-    out *= w
+    out /= np.sqrt(rms, out=rms)
     return out
 
 

@@ -33,12 +33,23 @@ def test_softmax_in_place_matches_a_loop_and_gives_zeros_for_a_row_with_every_ke
     np.testing.assert_allclose(ops.softmax(x), want, rtol=1e-5, atol=1e-7)
 
 
+@pytest.mark.parametrize("shape", [(1, 1, 16), (16,), (3, 2, 16)])
+def test_rms_norm_of_a_tiny_row_keeps_its_epsilon(shape):
+    """Activations near zero: eps is most of the denominator, on the one-row path and the batched one alike."""
+    x = np.full(shape, 1e-3, np.float32)
+    w = np.ones(16, np.float32)
+    want = 1e-3 / math.sqrt(1e-6 + 1e-5)                                          # mean of squares 1e-6, eps 1e-5
+    np.testing.assert_allclose(ops.rms_norm(x, w, 1e-5), np.full(shape, want), rtol=1e-5)
+
+
 def test_rms_norm_and_rope_match_loops():
     rng = np.random.default_rng(1)
     x, w = rng.normal(size=(2, 3, 10)).astype(np.float32), rng.normal(size=10).astype(np.float32)
     want = [[[x[b, t, i] / math.sqrt(sum(float(v) ** 2 for v in x[b, t]) / 10 + 1e-6) * w[i] for i in range(10)]
              for t in range(3)] for b in range(2)]
     np.testing.assert_allclose(ops.rms_norm(x, w, 1e-6), want, rtol=1e-5)
+    np.testing.assert_allclose(ops.rms_norm(x[1:, 2:], w, 1e-6), [[want[1][2]]], rtol=1e-5)   # one row: own path
+    np.testing.assert_allclose(ops.rms_norm(x[0, 1], w, 1e-6), want[0][1], rtol=1e-5)
     q = rng.normal(size=(1, 2, 3, 8)).astype(np.float32)                        # [B, T, H, d]
     pos = np.array([[5, 9]])
     cos, sin = ops.rope_cos_sin(pos, ops.rope_inv_freq(8, 10000.0))
