@@ -11,7 +11,7 @@ the code it targets changes, the mutation must be re-targeted.
     python tools/mutation_gate.py gqa_grouping_swapped rope_freqs_ignored      # some of them
 
 Before the mutants, each distinct test selection runs once unmutated and must pass (else a "kill" means nothing).
-A full run takes about 8 minutes on 2 busy cores (45 mutants, 7-11 s each, plus the baselines).
+A full run takes about 8 minutes on 2 busy cores (47 mutants, 7-11 s each, plus the baselines).
 """
 from __future__ import annotations
 
@@ -94,6 +94,11 @@ MUTATIONS = [
     m("rms_norm_mean_off_by_one", "engine/model/ops.py",
       ("np.float32(1.0 / D)", "np.float32(1.0 / (D - 1))"),
       "RMSNorm dividing by D-1: every activation slightly mis-scaled", GOLD),
+    m("few_rows_matvecs_need_an_lm_head_sized_matrix", "engine/model/ops.py",
+      ("return W.nbytes >= (MATVEC_FEW_MIN_BYTES if rows <= MATVEC_FEW_ROWS else MATVEC_MIN_BYTES)",
+       "return W.nbytes >= MATVEC_MIN_BYTES"),
+      "2-3 decode streams would multiply every layer with OpenBLAS's GEMM again (~1.3x slower products)",
+      "tests/engine/test_matmul_t.py"),
     m("rms_norm_one_row_without_eps", "engine/model/ops.py",
       ("float(row @ row) / D + eps", "float(row @ row) / D"),
       "a decode step's RMSNorm without its epsilon: prefill and decode would normalise differently",

@@ -222,22 +222,34 @@ def gqa_attention_output(p: np.ndarray, v: np.ndarray) -> np.ndarray:
 SMALL_BATCH_ROWS = 64   # up to this many rows, W · xᵀ runs faster than x · Wᵀ with OpenBLAS (measured, bench/)
 MATVEC_ROWS = 4                 # 2-4 rows times a matrix far larger than the last-level cache (an LM head):
 MATVEC_MIN_BYTES = 32 << 20     # one matvec per row over 4 MiB blocks of W beats OpenBLAS's GEMM (measured, bench/)
+MATVEC_FEW_ROWS = 3             # 2-3 rows: the same for any matrix a decode step streams from memory, which is
+MATVEC_FEW_MIN_BYTES = 1 << 20  # every layer's (only a matrix under 1 MiB may still be in cache: the GEMM)
 MATVEC_BLOCK_BYTES = 4 << 20
+
+
+def by_matvecs(rows: int, W: np.ndarray) -> bool:
+    """Whether `rows` rows times W go through `matvecs_by_block` rather than OpenBLAS's GEMM, which packs W before
+    it multiplies, so a few rows cost about twice one row. Measured on the 2-core development machine, SmolLM2's
+    layer matrices (1.3-7 MB; all 30 layers, so each comes from memory as in a real step): 2 rows 27.5 ms against
+    36.8 by GEMM, 3 rows 33.8 against 44.5, 4 rows 35.0 against 35.9 (a tie, so 4 rows keep the GEMM below 32 MiB);
+    its 113 MB LM head, 2 rows: 8.5 against 15.0 ms. Through the scheduler: 2 streams +23%, 3 streams +15%."""
+    if rows < 2 or rows > MATVEC_ROWS:
+        return False
+    return W.nbytes >= (MATVEC_FEW_MIN_BYTES if rows <= MATVEC_FEW_ROWS else MATVEC_MIN_BYTES)
 
 
 def matmul_t(x: np.ndarray, W: np.ndarray) -> np.ndarray:
     """x · Wᵀ reading W once however many sequences, so a batch shares each weight read.
     (`x @ W.T` on a stack [B, T, D] would loop over B and re-read W per sequence.)   [..., in], W [out, in] -> [..., out]
 
-    One row: a matvec. 2-4 rows by a matrix of MATVEC_MIN_BYTES or more: `matvecs_by_block` (OpenBLAS's GEMM packs W
-    before it multiplies, so a few rows cost about twice one row; SmolLM2's 113 MB LM head, 2 rows: 8.5 vs 15.0 ms).
-    Smaller matrices (which may sit in cache, where the GEMM wins) and more rows: one GEMM, over W as stored: a W
-    kept column by column (`Weights.head_by_columns`) is multiplied as the contiguous [in, out] matrix it is."""
+    One row: a matvec. 2-3 rows by a matrix of 1 MiB or more, 4 rows by one of 32 MiB or more: `matvecs_by_block`
+    (see `by_matvecs`). Otherwise one GEMM, over W as stored: a W kept column by column
+    (`Weights.head_by_columns`) is multiplied as the contiguous [in, out] matrix it is."""
     rows = np.ascontiguousarray(x).reshape(-1, x.shape[-1])                        # [M, in], M = B·T
     by_columns = W.strides[0] < W.strides[1]                                       # W stored column by column
     if rows.shape[0] == 1 and not by_columns:
         out = W @ rows[0]                                                           # one matvec: [out]
-    elif 1 < rows.shape[0] <= MATVEC_ROWS and W.nbytes >= MATVEC_MIN_BYTES:
+    elif by_matvecs(rows.shape[0], W):
         out = matvecs_by_block(rows, W)
     elif by_columns:                                                                # (the LM head):
         out = rows @ W.T                                                            # Wᵀ is a contiguous [in, out]

@@ -2,7 +2,8 @@
 import numpy as np
 import pytest
 
-from engine.model.ops import MATVEC_MIN_BYTES, MATVEC_ROWS, SMALL_BATCH_ROWS, matmul_t, matvecs_by_block
+from engine.model.ops import (MATVEC_FEW_MIN_BYTES, MATVEC_FEW_ROWS, MATVEC_MIN_BYTES, MATVEC_ROWS,
+                              SMALL_BATCH_ROWS, matmul_t, matvecs_by_block)
 
 
 @pytest.mark.parametrize("rows", [1, 3, SMALL_BATCH_ROWS, SMALL_BATCH_ROWS + 5])   # both GEMM paths
@@ -45,6 +46,26 @@ def test_matmul_t_with_a_matrix_larger_than_the_cache_takes_the_matvec_path(rows
         assert np.abs(out[r, 0] - W @ x[r, 0]).max() < 1e-3
     matmul_t(x, W[:1000])                                             # a small matrix: the GEMM
     assert len(calls) == 1
+
+
+@pytest.mark.parametrize("rows, takes_matvecs", [(1, False), (2, True), (MATVEC_FEW_ROWS, True),
+                                                  (MATVEC_FEW_ROWS + 1, False), (8, False)])
+def test_a_layer_sized_matrix_takes_the_matvecs_for_two_or_three_rows_only(rows, takes_matvecs, monkeypatch):
+    """A matrix between 1 and 32 MiB (every layer of SmolLM2 or TinyLlama): 2-3 rows by blocked matvecs, which read
+    it from memory once each (the GEMM packs it first and costs ~1.3x as much), 4 rows and more by the GEMM; the
+    numbers are the brute-force ones either way. Under 1 MiB (a matrix that may sit in cache): the GEMM."""
+    import engine.model.ops as ops
+    calls = []
+    real = ops.matvecs_by_block
+    monkeypatch.setattr(ops, "matvecs_by_block", lambda r, W: calls.append(r.shape) or real(r, W))
+    rng = np.random.default_rng(rows)
+    W = rng.standard_normal((MATVEC_FEW_MIN_BYTES // (96 * 4) + 5, 96)).astype(np.float32)   # just over 1 MiB
+    x = rng.standard_normal((rows, 1, 96)).astype(np.float32)
+    out = matmul_t(x, W)
+    assert calls == ([(rows, 96)] if takes_matvecs else [])
+    np.testing.assert_allclose(out, brute_force(x, W), rtol=1e-4, atol=1e-4)
+    matmul_t(x, W[:MATVEC_FEW_MIN_BYTES // (96 * 4) - 5])                              # just under 1 MiB: the GEMM
+    assert len(calls) == (1 if takes_matvecs else 0)
 
 
 def brute_force(x: np.ndarray, W: np.ndarray) -> np.ndarray:
