@@ -66,7 +66,7 @@ def paired_times(fn_a, fn_b, reps: int) -> tuple[float, float]:
 def bench_decode(model: Model, reps: int, context: int = 32) -> dict:
     """Decode at batch 1 against the bare products, and the leanest NumPy loop (bench/lean_decode.py) against them
     too: medians of `reps` per-round ratios, and their quartiles."""
-    cache = model.new_cache(1, context + 2 * reps + 8)
+    cache = model.new_cache(1, context + reps + 8)           # the lean loop decodes on its own copy
     model.prefill(list(range(3, 3 + context)), cache)
     lean = LeanDecoder(model, cache)
     err = float(np.abs(lean.step(5) - model.decode_step(5, cache)).max())
