@@ -16,7 +16,7 @@ REQUIRED_MODELS = ["TinyLlama-1.1B", "SmolLM2-135M", "Llama-2-7B", "Llama-2-13B"
                    "Llama-3-70B", "Llama-3.1-405B", "Mistral-7B", "Qwen2.5-7B", "Gemma-2-9B", "Gemma-3-27B",
                    "DeepSeek-V2", "DeepSeek-V3", "Qwen3-Next-80B-A3B", "Mixtral-8x7B", "Llama-3.1-8B", "DeepSeek-R1",
                    "Qwen3-30B-A3B", "Qwen3-235B-A22B", "gpt-oss-120b", "gpt-oss-20b", "Llama-4-Scout-17B-16E",
-                   "Llama-4-Maverick-17B-128E"]
+                   "Llama-4-Maverick-17B-128E", "Llama-3.1-70B", "Llama-3.3-70B"]
 REQUIRED_DEVICES = ["A100 SXM 40GB", "A100 SXM 80GB", "H100 SXM", "H100 PCIe", "H200", "B200", "GB200", "MI300X",
                     "MI325X", "L4", "L40S", "RTX 4090", "RTX 3090", "A10G", "T4", "Apple M1 Ultra", "Apple M2 Ultra",
                     "Apple M3 Max", "Apple M4 Max", "TPU v5e", "TPU v5p", "Gaudi 3", "B300", "GB300", "MI355X", "H20",
@@ -37,6 +37,7 @@ def test_every_required_model_is_a_preset_with_a_source(name):
 @pytest.mark.parametrize("name, billions, active", [
     ("TinyLlama-1.1B", 1.10, None), ("Llama-2-7B", 6.74, None), ("Llama-2-13B", 13.0, None),
     ("Llama-2-70B", 69.0, None), ("Llama-3-8B", 8.03, None), ("Llama-3-70B", 70.6, None),
+    ("Llama-3.1-70B", 70.6, None), ("Llama-3.3-70B", 70.6, None),
     ("Llama-3.1-405B", 405.9, None), ("Mistral-7B", 7.24, None), ("Qwen2.5-7B", 7.61, None),
     ("Gemma-2-9B", 9.24, None), ("DeepSeek-V2", 236, 21), ("DeepSeek-V3", 671, 37), ("Mixtral-8x7B", 46.7, 12.9),
     ("Qwen3-Next-80B-A3B", 80, None), ("SmolLM2-135M", 0.1345, None), ("Llama-3.1-8B", 8.03, None),
@@ -71,6 +72,18 @@ def test_llama3_70b_preset_matches_reference_000_symbols():
     assert (c.vocab_size, c.hidden_size, c.intermediate_size, c.num_layers) == (128256, 8192, 28672, 80)
     assert (c.num_heads, c.num_kv_heads, c.group_size, c.head_dim) == (64, 8, 8, 128)
     assert c.head_dim == c.hidden_size // c.num_heads
+
+
+def test_llama31_and_33_70b_presets_have_128k_context_where_llama3_has_8k():
+    # Meta's config.json files: Llama 3.1/3.3 70B max_position_embeddings 131072 with llama3 rope scaling (factor 8
+    # over the original 8192); Llama 3 70B 8192. Same shapes otherwise.
+    old = load_preset("Llama-3-70B")
+    for name in ("Llama-3.1-70B", "Llama-3.3-70B"):
+        c = load_preset(name)
+        assert c.max_position_embeddings == 131072 and old.max_position_embeddings == 8192
+        assert (c.hidden_size, c.intermediate_size, c.num_layers, c.num_heads, c.num_kv_heads,
+                c.vocab_size) == (8192, 28672, 80, 64, 8, 128256)
+        assert preset_document(name)["config"]["rope_scaling"]["factor"] == 8.0
 
 
 def test_tinyllama_preset_matches_reference_003():
