@@ -118,6 +118,9 @@ def serving_table() -> None:
               f"{100 * r['error']:+.0f}% | {r['url']} |")
     print(f"\n{len(res['rows'])} figures: median |error| {100 * res['median_abs_error']:.1f}%, worst "
           f"{100 * res['worst_abs_error']:.1f}% (stack defaults from specs/stacks.json).")
+    if res["unpriced"]:
+        print(f"{len(res['unpriced'])} more figures are not priced by this predictor yet (MLPerf Server rows at a rate "
+              "under latency limits, rows without a stated mean input length); docs/validation_table.md.")
 
 
 def fit(stack: str) -> None:

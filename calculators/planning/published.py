@@ -9,6 +9,9 @@ Row modes:
 - static batch B (every sequence starts together): end-to-end = prefill of B prompts + (O − 1) decode steps at
   the mean context; output tokens/s = B·O / end-to-end.
 Error = predicted speed / published speed − 1 (+ = the prediction is too optimistic), whatever the unit.
+Rows this predictor does not price yet (mode `server`: a rate under MLPerf-style latency limits; rows whose lengths
+the source does not state, such as MLPerf's dataset mean input length) load all the same and are listed apart as
+`unpriced` by `compare_all`.
 """
 from __future__ import annotations
 
@@ -28,6 +31,7 @@ SERVING_CSV = Path(__file__).resolve().parents[2] / "bench" / "published_serving
 TIME_METRICS = ("itl_ms", "ttft_ms", "e2e_ms")
 COLUMNS = ("source", "url", "stack", "model", "device", "gpus", "tp", "ep", "weights", "kv", "prompt_tokens",
            "output_tokens", "mode", "concurrency", "metric", "published", "settings")
+PRICED_MODES = ("offline", "concurrency", "static")
 
 
 def load_rows(path: Path = SERVING_CSV) -> list[dict]:
@@ -94,12 +98,20 @@ def speed_error(row: dict, predicted: float) -> float:
     return (pub / predicted if row["metric"] in TIME_METRICS else predicted / pub) - 1
 
 
+def priced(row: dict) -> bool:
+    """Whether `predict` prices this row: a mode it models and both lengths stated."""
+    return row["mode"] in PRICED_MODES and bool(row["prompt_tokens"]) and bool(row["output_tokens"])
+
+
 def compare_all(rows: list[dict] | None = None) -> dict:
-    """Every row with its prediction and error, and the median and worst |error|."""
-    out = []
+    """Every priced row with its prediction and error, the median and worst |error|, and the rows left unpriced."""
+    out, unpriced = [], []
     for r in rows if rows is not None else load_rows():
+        if not priced(r):
+            unpriced.append(r)
+            continue
         p = predict(r)
         out.append(dict(r, predicted=p, error=speed_error(r, p)))
     errs = [abs(r["error"]) for r in out]
-    return dict(rows=out, median_abs_error=statistics.median(errs) if errs else None,
+    return dict(rows=out, unpriced=unpriced, median_abs_error=statistics.median(errs) if errs else None,
                 worst_abs_error=max(errs) if errs else None)
