@@ -276,7 +276,7 @@ def test_plan_numbers_and_formulas():
 def test_bad_inputs_are_one_clear_message():
     with pytest.raises(SpecError, match="does not fit the 8 × 4 Galaxy layout"):
         m.galaxy_plan(load_preset("tinyllama"), 128, 128)
-    with pytest.raises(SpecError, match="32 users"):
+    with pytest.raises(SpecError, match="32 users"):               # 001 line 10: up to 32 users
         m.galaxy_plan(L70, 128, 128, batch=33)
     with pytest.raises(SpecError, match="window"):
         m.galaxy_plan(L70, 8000, 500)
