@@ -3,7 +3,7 @@ what it costs, and a sharding view of one layer on any device mesh.
 
 Numbers: `calculators.multi_gpu.tensor_parallel` (tp_scaling, per-GPU memory, fit verdict), `calculators.multi_gpu.pipeline`
 (pp_scaling, bubble_table), `calculators.multi_gpu.parallel` (context_parallel_kv, ring_attention, expert_parallel),
-`calculators.multi_gpu.sharding` (layer_sharding).
+`calculators.multi_gpu.sharding` (layer_sharding), `calculators.multi_gpu.mesh2d` (the Galaxy: 001's 8 × 4 mesh).
 """
 from __future__ import annotations
 
@@ -18,12 +18,16 @@ from calculators.explain import explain_context_parallel_kv
 from calculators.sizing.latency import Efficiency
 from calculators.multi_gpu.parallel import context_parallel_kv, expert_parallel, ring_allreduce_ms, ring_attention
 from calculators.multi_gpu.pipeline import bubble_table, pp_scaling
+from calculators.multi_gpu.mesh2d import (check_layout, galaxy_plan, layer_collectives, per_axis_summary,
+                                          reference_001_check, weight_shards)
 from calculators.multi_gpu.sharding import layer_sharding
 from calculators.multi_gpu.tensor_parallel import tp_scaling
 from calculators.units import (GB, KV_DTYPES, WEIGHT_DTYPES, bytes_per_element, default_kv_dtype, fmt_bytes,
                                fmt_num)
 from specs.devices import Device
 from specs.model_config import ModelConfig, SpecError
+from specs.presets import load_preset
+from specs.topologies import list_topologies, load_topology
 from ui import df_with_download, formula_expander, int_field, setup_page, show_error
 from ui.model_source import choice_field
 from ui.model_source import sizing_with_gpus
@@ -192,6 +196,120 @@ def sharding_section(config: ModelConfig, setup: MultiGPU) -> None:
     formula_expander("The sharding rule", inspect.getdoc(layer_sharding))
 
 
+def mesh_figure(topology, plan: dict) -> go.Figure:
+    """The mesh: one marker per chip, axis-1 links along each row, axis-0 links down each column."""
+    R, C = topology.mesh_shape
+    fig = go.Figure()
+    for axis, color, dash in ((1, "#4C78A8", "solid"), (0, "#E45756", "solid")):
+        link = topology.axis_link(axis)
+        xs, ys = [], []
+        if axis == 1:
+            for r in range(R):
+                xs += [0, C - 1, None]
+                ys += [r, r, None]
+        else:
+            for c in range(C):
+                xs += [c, c, None]
+                ys += [0, R - 1, None]
+        fig.add_scatter(x=xs, y=ys, mode="lines", line=dict(color=color, width=3, dash=dash),
+                        name=f"axis {axis} ({topology.mesh_shape[axis]} chips): {fmt_num(link.bytes_per_s / 1e9, 3)} "
+                             f"GB/s a direction" + (", wraps around" if topology.wraparound[axis] else ", a line"))
+    fig.add_scatter(x=[c for r in range(R) for c in range(C)], y=[r for r in range(R) for c in range(C)],
+                    mode="markers+text", marker=dict(size=34, color="#F2CF5B", line=dict(color="#333", width=1)),
+                    text=[f"{r},{c}" for r in range(R) for c in range(C)], textposition="middle center",
+                    name="a Wormhole chip (row, column)",
+                    hovertext=[f"row {r}: KV head {r} and its query heads; column {c}: a slice of D"
+                               for r in range(R) for c in range(C)], hoverinfo="text")
+    fig.update_layout(height=520, xaxis=dict(title="column (axis 1): splits D", tickvals=list(range(C))),
+                      yaxis=dict(title="row (axis 0): splits heads and F", tickvals=list(range(R)),
+                                 autorange="reversed"),
+                      title=f"{plan['chips']} × {plan['device']} on a {R} × {C} mesh",
+                      margin=dict(l=10, r=10, t=60, b=10), legend=dict(orientation="h", y=-0.15))
+    return fig
+
+
+def collectives_frame(rows: list[dict]) -> pd.DataFrame:
+    return pd.DataFrame({"collective": [r["key"] for r in rows], "operation": [r["op"].replace("_", "-") for r in rows],
+                         "mesh axis": [r["axis"] for r in rows], "chips": [r["devices"] for r in rows],
+                         "per-chip in": [str(r["shape_in"]) for r in rows],
+                         "per-chip out": [str(r["shape_out"]) for r in rows],
+                         "message (MB)": [r["message_bytes"] / 1e6 for r in rows],
+                         "sent per chip (MB)": [r["bytes_sent_per_chip"] / 1e6 for r in rows],
+                         "time (µs)": [r["ms"] * 1e3 for r in rows], "named in 001": [r["in_001"] for r in rows]})
+
+
+def galaxy_section(config: ModelConfig) -> None:
+    st.subheader("A 2-D mesh: Llama 3 70B on a Tenstorrent Galaxy (8 × 4 Wormhole chips)")
+    st.markdown("Reference 001 runs Llama 3 70B on 32 Wormhole chips joined by Ethernet into an 8 × 4 mesh. Every "
+                "weight is cut both ways: the 8 rows split the heads and the FFN, the 4 columns split the hidden "
+                "dimension. Each matmul then leaves a partial sum that a collective along ONE mesh axis completes: "
+                "all-reduces, reduce-scatters and all-gathers of a few chips each instead of one ring of all 32.")
+    try:
+        check_layout(config)
+        model = config
+    except SpecError as e:
+        model = load_preset("llama-3-70b")
+        st.caption(f"{e} Showing {model.name}, the model of 001.")
+    cols = st.columns(5)
+    topo_key = choice_field("Mesh", list_topologies(), "galaxy-wormhole-4u", key="par.gx.topo", where=cols[0])
+    prompt = int_field("Prompt (tokens)", 2048, 1, model.max_position_embeddings, key="par.gx.prompt", where=cols[1])
+    out = int_field("Output (tokens)", 128, 1, model.max_position_embeddings, key="par.gx.out", where=cols[2])
+    batch = int_field("Users decoded together", 32, 1, 32, key="par.gx.batch", where=cols[3])
+    mlp = choice_field("w1/w3 storage", ("bfp4", "bfp8"), "bfp4", key="par.gx.mlp", where=cols[4])
+    if None in (prompt, out, batch):
+        return
+    topo = load_topology(topo_key)
+    plan = galaxy_plan(model, prompt, out, batch, topo, mlp == "bfp4")
+    c = st.columns(5)
+    c[0].metric("Weights per chip", fmt_bytes(plan["weight_bytes_per_chip"]),
+                help="Two copies, as tt-metal keeps them: interleaved for prefill, ring-padded for decode")
+    c[1].metric("KV per chip", fmt_bytes(plan["kv_bytes_per_chip"]))
+    c[2].metric("TTFT (one prompt)", f"{fmt_num(plan['ttft_ms'], 4)} ms")
+    c[3].metric("ITL", f"{fmt_num(plan['itl_ms'], 4)} ms", help=f"{fmt_num(plan['tok_s_per_user'], 3)} tokens/s a user")
+    c[4].metric("Output tokens/s", fmt_num(plan["output_tok_s"], 4))
+    if not plan["fits"]:
+        st.error(f"Weights + KV need {fmt_bytes(plan['memory_bytes_per_chip'])} a chip, more than the usable "
+                 f"{fmt_bytes(plan['usable_bytes_per_chip'])}: fewer users or a shorter context.")
+    st.plotly_chart(chart_style(mesh_figure(topo, plan)))
+    shards = weight_shards(model, topo, mlp == "bfp4")
+    df_with_download(pd.DataFrame({"weight": [w["weight"] for w in shards],
+                                   "full shape": [str(w["full_shape"]) for w in shards],
+                                   "per chip (prefill copy)": [str(w["per_chip_shape"]) for w in shards],
+                                   "ring-padded (decode copy)": [str(w["ring_padded_shape"]) for w in shards],
+                                   "split": [w["split"] for w in shards], "format": [w["format"] for w in shards],
+                                   "MB per chip": [w["bytes_per_chip"] / 1e6 for w in shards]}), "galaxy_weights")
+    for phase, tokens, title in (("prefill", prompt, f"Prefill of {prompt:,} tokens"),
+                                 ("decode", batch, f"Decode step of {batch} users")):
+        rows = layer_collectives(model, tokens, phase, topo)
+        st.markdown(f"**{title}: the collectives of one layer, as one chip sees them**")
+        df_with_download(collectives_frame(rows), f"galaxy_{phase}_collectives",
+                         column_config={k: st.column_config.NumberColumn(format="%.3f")
+                                        for k in ("message (MB)", "sent per chip (MB)", "time (µs)")})
+        summary = per_axis_summary(rows)
+        df_with_download(pd.DataFrame({"mesh axis": [a["axis"] for a in summary],
+                                       "chips": [a["devices"] for a in summary],
+                                       "collectives": [a["collectives"] for a in summary],
+                                       "sent per chip per layer (MB)": [a["bytes_sent_per_chip"] / 1e6 for a in summary],
+                                       "time per layer (µs)": [a["ms"] * 1e3 for a in summary]}),
+                         f"galaxy_{phase}_per_axis")
+    step = pd.DataFrame({"phase": ["prefill (one prompt)", "decode step"],
+                         "weights read per chip (GB)": [plan["prefill"]["weight_bytes_read"] / GB,
+                                                        plan["decode"]["weight_bytes_read"] / GB],
+                         "memory (ms)": [plan["prefill"]["memory_ms"], plan["decode"]["memory_ms"]],
+                         "compute (ms)": [plan["prefill"]["compute_ms"], plan["decode"]["compute_ms"]],
+                         "collectives (ms)": [plan["prefill"]["comm_ms"], plan["decode"]["comm_ms"]],
+                         "total (ms)": [plan["ttft_ms"], plan["itl_ms"]]})
+    st.markdown("**Step estimate** (datasheet peaks: a lower bound on compute, collectives not overlapped)")
+    df_with_download(step, "galaxy_step")
+    check = reference_001_check(model, topo)
+    df_with_download(pd.DataFrame({"what": [r["what"] for r in check], "001": [r["reference"] for r in check],
+                                   "this layout": [r["layout"] for r in check], "agrees": [r["agrees"] for r in check],
+                                   "why": [r["why"] for r in check]}), "galaxy_001_check")
+    formula_expander("Formulas: the Galaxy layout, its collectives, step times and plan",
+                     "\n\n".join(inspect.getdoc(f) for f in (layer_collectives, galaxy_plan))
+                     + "\n\n" + "\n\n".join(f"{k}: {v}" for k, v in plan["formulas"].items()))
+
+
 def main() -> None:
     setup_page("Parallelism", icon=":material/hub:")
     st.title("Parallelism")
@@ -217,7 +335,7 @@ def main() -> None:
     for section in (lambda: tp_section(config, device, setup, ctx, batch, wd, kd),
                     lambda: pp_section(config, device, setup, ctx, wd, kd),
                     lambda: cp_section(config, setup, kd), lambda: ep_section(config, setup),
-                    lambda: sharding_section(config, setup)):
+                    lambda: sharding_section(config, setup), lambda: galaxy_section(config)):
         try:
             section()
         except SpecError as e:

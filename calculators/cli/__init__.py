@@ -3,15 +3,16 @@
     sizing  (calculators/cli/sizing.py):  memory, floor, roofline, latency, plan
     serving (calculators/cli/serving.py): simulate, batching, kv-alloc, queue
     planning (calculators/cli/planning.py): throughput
+    mesh    (calculators/cli/mesh.py):    mesh (a model on a Tenstorrent Galaxy 8 × 4 mesh)
 An area module has COMMANDS (its command names) and main(argv); argv[0] picks the area.
 """
 from __future__ import annotations
 
 import sys
 
-from calculators.cli import planning, serving, sizing
+from calculators.cli import mesh, planning, serving, sizing
 
-AREAS = (sizing, serving, planning)
+AREAS = (sizing, serving, planning, mesh)
 
 
 def main(argv: list[str] | None = None) -> int:
