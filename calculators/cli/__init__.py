@@ -3,6 +3,7 @@
     sizing  (calculators/cli/sizing.py):  memory, floor, roofline, latency, plan
     serving (calculators/cli/serving.py): simulate, batching, kv-alloc, queue
     planning (calculators/cli/planning.py): throughput
+    serve-at (calculators/cli/serve_at.py): serve-at (a layout at a request rate: TTFT, TPOT, ITL)
     mesh    (calculators/cli/mesh.py):    mesh (a model on a Tenstorrent Galaxy 8 × 4 mesh)
 An area module has COMMANDS (its command names) and main(argv); argv[0] picks the area.
 """
@@ -10,9 +11,9 @@ from __future__ import annotations
 
 import sys
 
-from calculators.cli import mesh, planning, serving, sizing
+from calculators.cli import mesh, planning, serve_at, serving, sizing
 
-AREAS = (sizing, serving, planning, mesh)
+AREAS = (sizing, serving, planning, serve_at, mesh)
 
 
 def main(argv: list[str] | None = None) -> int:

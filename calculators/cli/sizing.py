@@ -128,8 +128,30 @@ def run(args) -> dict:
         formulas["ridge_flop_per_byte"] = ex.explain_ridge_point(dev, rf["precision"]).formula
     if args.command in ("memory", "floor", "latency"):
         out.update(parallel_fields(args, c, dev, tokens, B, wd, kd))
+    if args.command == "latency" and out.get("gpus", 1) > 1:
+        rename_single_gpu_fields(out, formulas, args.output_tokens)
     out["formulas"] = formulas
     return out
+
+
+SINGLE_GPU_FIELDS = ("ttft_ms", "itl_ms", "total_ms", "per_stream_tok_s", "total_tok_s", "usd_per_million_tokens",
+                     "ideal_ttft_ms", "ideal_itl_ms", "ideal_total_ms")
+
+
+def rename_single_gpu_fields(out: dict, formulas: dict, output_tokens: int) -> None:
+    """A multi-GPU layout: the one-GPU figures move under single_gpu_* names, and ttft_ms / itl_ms / total_ms /
+    total_tok_s are the layout's own (prefill and decode on the mesh, with its collectives)."""
+    for k in SINGLE_GPU_FIELDS:
+        if k in out:
+            out[f"single_gpu_{k}"] = out.pop(k)
+    for k in ("ttft_ms", "itl_ms", "total_ms"):
+        if k in formulas:
+            formulas[f"single_gpu_{k}"] = formulas.pop(k)
+    out["ttft_ms"] = out["parallel_prefill_ms"]
+    out["itl_ms"] = out["parallel_itl_ms"]
+    out["total_ms"] = out["ttft_ms"] + out["itl_ms"] * (output_tokens - 1)
+    out["total_tok_s"] = out["parallel_total_tok_s"]
+    formulas["total_ms"] = "ttft_ms + itl_ms × (output_tokens − 1), on the layout (parallel_prefill_ms, parallel_itl_ms)"
 
 
 def parallel_fields(args, c: ModelConfig, dev: Device, tokens: int, B: int, wd: str, kd: str) -> dict:
@@ -197,7 +219,8 @@ def render_plan(out: dict) -> str:
         lines.append(f"  {i:>2}. {r['gpus']} × {r['device']} TP {r['tp']} PP {r['pp']}{ep} batch<= {r['batch_cap']} "
                      f"{r['weight_dtype']}/{r['kv_dtype']} KV: ${r['usd_per_million_input_tokens']:.3f}/1M input, "
                      f"${r['usd_per_million_output_tokens']:.3f}/1M output (${r['usd_per_million_tokens']:.3f} blended), "
-                     f"ITL {r['itl_ms']:.1f} ms, TTFT p99 {r['ttft_p99_ms']:.0f} ms; binding: {r['binding']}")
+                     f"ITL at the load {r['itl_at_load_ms']:.1f} ms, TTFT p99 {r['ttft_p99_ms']:.0f} ms, "
+                     f"{r['concurrency_per_replica']:.0f} in flight per replica; binding: {r['binding']}")
     for r in out.get("nearest_rejected", []):
         lines.append(f"  rejected: {r['gpus']} × {r['device']} TP {r['tp']} PP {r['pp']} batch<= {r['batch_cap']} "
                      f"{r['weight_dtype']}/{r['kv_dtype']}: {r['why']}")

@@ -40,8 +40,9 @@ from calculators.sizing.memory import DEFAULT_GPU_MEMORY_UTILIZATION, RuntimeOve
 from calculators.sizing.params import bytes_per_param, expert_params, param_breakdown
 from calculators.sizing.roofline import compute_precision_for, forward_flops
 from calculators.multi_gpu.tensor_parallel import Mesh, mesh_problem
-from calculators.serving.queueing import (batching_concurrency, prefill_wait_p99_s, slot_wait_p99_s,
-                                          token_time_s)
+from calculators.planning.serve_at import TOKEN_GRID, decode_context
+from calculators.serving.lengths import Lengths
+from calculators.serving.steady_state import Load, operating_point
 from calculators.units import check_fraction, check_int, check_positive
 from calculators.multi_gpu.collectives import allreduce_ms as collective_ms
 from calculators.multi_gpu.moe import routing_imbalance
@@ -49,6 +50,8 @@ from specs.devices import Device, Link, device_link
 from specs.model_config import ModelConfig, SpecError
 from specs.stacks import Stack, load_stack
 
+GiB = 2 ** 30
+REFINED_LEVELS = 3        # GPU counts per device whose plans get the full steady state (the ranks a reader sees)
 CONSTRAINTS = ("memory", "bandwidth", "compute", "communication", "queueing")
 REASONS = ("feasible", "mesh", "precision", "memory", "itl", "utilisation", "concurrency", "ttft", "no price")
 
@@ -63,6 +66,7 @@ class Workload:
     itl_ms: float
     prompt_tokens_p99: int | None = None
     prefix_hit_rate: float = 0.0         # share of each prompt served from the prefix cache (a shared system prompt)
+    output_tokens_p99: int | None = None     # None: every reply has the mean length; else a lognormal through both
 
     def check(self) -> "Workload":
         check_positive("request rate (requests/s)", self.requests_per_s, limit=1e7)
@@ -73,6 +77,10 @@ class Workload:
         if self.prompt_tokens_p99 is not None and check_int("p99 prompt tokens", self.prompt_tokens_p99,
                                                             limit=1 << 24) < self.prompt_tokens:
             raise SpecError("the p99 prompt length cannot be shorter than the mean")
+        if self.output_tokens_p99 is not None and check_int("p99 output tokens", self.output_tokens_p99,
+                                                            limit=1 << 24) < self.output_tokens:
+            raise SpecError("the p99 output length cannot be shorter than the mean")
+        self.prompt_lengths(), self.output_lengths()           # a p99 no lognormal reaches: one clear message
         h = self.prefix_hit_rate
         if isinstance(h, bool) or not isinstance(h, (int, float)) or not 0 <= h < 1:
             raise SpecError(f"prefix-cache hit rate is the share of prompt tokens found in the cache: from 0 up to "
@@ -86,6 +94,15 @@ class Workload:
     @property
     def p99_prompt(self) -> int:
         return self.prompt_tokens_p99 or self.prompt_tokens
+
+    def prompt_lengths(self, new_only: bool = False) -> Lengths:
+        """The prompt distribution (fixed, or the lognormal through mean and p99); `new_only`: the tokens a
+        prefill still computes after prefix-cache hits."""
+        f = self.new_prompt_tokens if new_only else (lambda x: x)
+        return Lengths.from_mean_p99(f(self.prompt_tokens), f(self.p99_prompt))
+
+    def output_lengths(self) -> Lengths:
+        return Lengths.from_mean_p99(self.output_tokens, self.output_tokens_p99)
 
 
 @dataclass(frozen=True)
@@ -325,31 +342,42 @@ def plan(config: ModelConfig, devices: list[Device], workload: Workload, space: 
     pre_mean, _ = prefill(wl.prompt_tokens)
     pre_p99, pre_comp = prefill(wl.p99_prompt)
 
-    # ---- queueing (continuous batching, calculators.serving.queueing) and cost
+    # ---- the loaded server (calculators.serving.steady_state on this candidate's mixed step) and cost
     lam = wl.requests_per_s / np.maximum(replicas, 1)
-    pre_s = pre_mean / 1e3
-    slope_ms = np.where(B > 1, (itl - itl_one) / np.maximum(Bf - 1, 1), 0.0)
-    concurrency = batching_concurrency(lam, pre_s, wl.output_tokens, itl_one / 1e3, slope_ms / 1e3)
-    in_flight = np.where(np.isfinite(concurrency), np.clip(concurrency, 1.0, Bf), Bf)
-    itl_load = itl_one + slope_ms * (in_flight - 1)
-    prefill_share = lam * pre_s
-    residence_s = pre_s + wl.output_tokens * token_time_s(lam, pre_s, itl_load / 1e3)
-    wait_ms = (prefill_wait_p99_s(lam, pre_s, prompt_scv(wl)) + slot_wait_p99_s(lam, residence_s, Bf)) * 1e3
-    ttft = pre_p99 + itl_load + wait_ms
-    rho = concurrency / Bf
+    base = mesh_ok & link_ok & ~np.isnan(peak) & (needed <= usable)
+    # bounds no load can beat, so the steady state is solved only where it decides: a token gap is at least a
+    # one-sequence decode step, a TTFT at least the p99 prompt's prefill alone, and B slots at best finish
+    # B requests per (output × one-sequence step)
+    slots_ok = lam * wl.output_tokens * itl_one / 1e3 < Bf
+    viable = base & (itl_one <= wl.itl_ms) & (pre_p99 <= wl.ttft_p99_ms) & slots_ok
+    ld = _loaded(c, wl, S, devices, stack, viable, lam, B, dict(
+        w_gpu=w_gpu, kv_row=kv_seq, share=share, tpf=tpf, pp=pp, peak=peak, bw=bw, mbu=efficiency.decode_mbu,
+        mfu=efficiency.decode_mfu, overhead=overhead, seq_over=seq_over, di=di, ep=ep, gpus=g.astype(float),
+        comm_table=_comm_table(di, tp, links, stack, D), stage=stage, lbw=lbw, a01=a0 + a1))
+    bounded = base & ~viable                       # out on a bound: say which, with the bound's own number
+    ld["tpot_ms"] = np.where(bounded, itl_one, ld["tpot_ms"])
+    ld["ttft_p99_ms"] = np.where(bounded, pre_p99, ld["ttft_p99_ms"])
+    ld["slot_utilisation"] = np.where(bounded & ~slots_ok, np.inf, np.where(bounded, 0.0, ld["slot_utilisation"]))
+    ld["step_stable"] = np.where(bounded, True, ld["step_stable"])
+    ld["prefill_budget_utilisation"] = np.where(bounded, 0.0, ld["prefill_budget_utilisation"])
+    tpot, ttft, in_flight = ld["tpot_ms"], ld["ttft_p99_ms"], ld["in_flight"]
+    stable, rho = ld["stable"], ld["slot_utilisation"]
+    prefill_share = ld["prefill_budget_utilisation"]
     usd_per_m = g * price / (wl.requests_per_s * (wl.prompt_tokens + wl.output_tokens) * 3600.0) * 1e6
-    gpu_s_out = wl.output_tokens * itl_load / in_flight                    # each step's time is shared by the batch
+    with np.errstate(invalid="ignore"):
+        gpu_s_out = np.where(np.isfinite(tpot), wl.output_tokens * tpot / np.maximum(in_flight, 1.0), np.inf)
     pre_share = np.where(pre_mean + gpu_s_out > 0, pre_mean / (pre_mean + gpu_s_out), 0)
     usd_in = usd_per_m * (wl.prompt_tokens + wl.output_tokens) * pre_share / wl.prompt_tokens
     usd_out = usd_per_m * (wl.prompt_tokens + wl.output_tokens) * (1 - pre_share) / wl.output_tokens
+    wait_ms = ld["wait_p99_ms"]
 
-    # ---- verdicts
-    mem_r, itl_r, ttft_r = needed / usable, itl / wl.itl_ms, ttft / wl.ttft_p99_ms
+    # ---- verdicts (ITL: the mean token gap AT THE LOAD, prefill share included; TTFT: its p99 at the load)
+    mem_r, itl_r, ttft_r = needed / usable, tpot / wl.itl_ms, ttft / wl.ttft_p99_ms
     conc_r = rho
-    ok = {"mesh": mesh_ok & link_ok, "precision": ~np.isnan(peak), "memory": mem_r <= 1, "itl": itl_r <= 1,
-          "utilisation": np.isfinite(concurrency), "concurrency": conc_r < 1, "ttft": ttft_r <= 1,
-          "no price": ~np.isnan(price)}
-    feasible = np.logical_and.reduce(list(ok.values()))
+    ok = {"mesh": mesh_ok & link_ok, "precision": ~np.isnan(peak), "memory": mem_r <= 1,
+          "utilisation": ~base | ld["step_stable"], "concurrency": ~base | (conc_r < 1),
+          "itl": itl_r <= 1, "ttft": ttft_r <= 1, "no price": ~np.isnan(price)}
+    feasible = np.logical_and.reduce(list(ok.values())) & viable & stable & ~np.isnan(price)
     code = np.zeros(len(tp), dtype=np.int8)              # index into REASONS; the first failing check wins
     names = list(ok)
     for name in reversed(names):
@@ -374,17 +402,119 @@ def plan(config: ModelConfig, devices: list[Device], workload: Workload, space: 
                 replicas=replicas, batch_cap=B, weight_dtype=np.array(space.weight_dtypes, dtype=object)[wdi],
                 kv_dtype=np.array(space.kv_dtypes, dtype=object)[kdi], per_gpu_weight_bytes=w_gpu,
                 per_gpu_kv_bytes=kv_gpu, per_gpu_needed_bytes=needed, usable_bytes=usable, itl_ms=itl,
-                prefill_ms=pre_mean, ttft_p99_ms=ttft, utilisation=rho, concurrency_per_replica=concurrency,
-                itl_at_load_ms=itl_load, prefill_share=prefill_share,
+                prefill_ms=pre_mean, ttft_p99_ms=ttft, ttft_p50_ms=ld["ttft_p50_ms"], utilisation=rho,
+                concurrency_per_replica=in_flight, itl_at_load_ms=tpot, itl_p99_at_load_ms=ld["itl_p99_ms"],
+                step_ms_at_load=ld["step_ms"], prefill_share=prefill_share,
                 usd_per_million_tokens=usd_per_m, usd_per_million_input_tokens=usd_in,
                 usd_per_million_output_tokens=usd_out, feasible=feasible, binding=binding, worst_ratio=worst,
                 reason=reason, itl_kind=itl_kind, ttft_kind=ttft_kind)
     idx = np.flatnonzero(feasible)
-    order = idx[np.lexsort((itl[idx], usd_per_m[idx]))]
+    order = idx[np.lexsort((worst[idx], usd_per_m[idx]))]      # ties in cost: the most headroom first
     counts = {r: int(np.sum(reason == r)) for r in REASONS if r != "feasible"}
     if not np.isfinite(price).any():
         notes.append("no chosen device has an hourly price: enter one")
     return PlanResult(columns=cols, feasible_order=order, reasons=counts, notes=notes, workload=wl)
+
+
+def _comm_table(di, tp, links, stack: Stack, hidden: int):
+    """Per (device, TP) group: the all-reduce pair of one layer (after attention and after the FFN) for each
+    tokens count of TOKEN_GRID, in ms (`collectives.allreduce_ms`, the stack's algorithm). Returns (group index
+    per candidate, table [groups, T])."""
+    keys = np.stack([di, tp], axis=1)
+    uniq, inv = np.unique(keys, axis=0, return_inverse=True)
+    tab = np.array([[0.0 if int(t) == 1 or links[int(d)] is None else
+                     2 * collective_ms(r * hidden * 2.0, int(t), links[int(d)], stack) for r in TOKEN_GRID]
+                    for d, t in uniq])
+    return inv.ravel(), tab
+
+
+def _loaded(c: ModelConfig, wl: Workload, S: dict, devices, stack: Stack, viable, lam, B, a: dict) -> dict:
+    """The steady state of every viable candidate at its per-replica rate (`calculators.serving.steady_state`),
+    on the candidate's mixed step: the same cost as `serve_at.step_cost` with the planner's arrays. Screened first
+    with prompts per step drawn independently; the prompt chain is run on the candidates near the targets.
+    Non-viable candidates get inf."""
+    n_all = len(B)
+    out = {k: np.full(n_all, np.inf) for k in ("tpot_ms", "ttft_p99_ms", "ttft_p50_ms", "itl_p99_ms", "step_ms",
+                                               "in_flight", "slot_utilisation", "prefill_budget_utilisation",
+                                               "wait_p99_ms")}
+    out["stable"] = np.zeros(n_all, dtype=bool)
+    out["step_stable"] = np.zeros(n_all, dtype=bool)
+    prompt, output = wl.prompt_lengths(new_only=True), wl.output_lengths()
+    ctx = decode_context(wl.prompt_lengths(), output)
+    kv_scale = ctx / S["mean_ctx"]
+    f_tok = S["prefill_flops"][wl.prompt_tokens] / wl.new_prompt_tokens(wl.prompt_tokens)
+    lg = np.log(TOKEN_GRID)
+    full = step_weight_bytes(c, "bf16", rows=1 << 30)
+    ratio_tab = np.array([step_weight_bytes(c, "bf16", rows=int(t)) / full for t in TOKEN_GRID]) \
+        if arch.is_moe(c) else np.ones(len(TOKEN_GRID))
+    e_tok = (c.num_experts_per_tok * 2 * expert_params(c) * arch.moe_layer_count(c)) if arch.is_moe(c) else 0.0
+    for d, dev in enumerate(devices):
+        sel = np.flatnonzero(viable & (a["di"] == d))
+        if not len(sel):
+            continue
+        v = {k: (x[sel] if isinstance(x, np.ndarray) and x.shape == (n_all,) else x) for k, x in a.items()
+             if k != "comm_table"}
+        ep_vals = np.unique(v["ep"])
+        imb_tab = {int(e): np.array([1.0 if e == 1 else routing_imbalance(t, c.num_experts, c.num_experts_per_tok,
+                                                                            int(e)) for t in TOKEN_GRID])
+                   for e in ep_vals} if arch.is_moe(c) else {}
+        groups, comm_tab = a["comm_table"]
+        v["group"] = groups[sel]
+
+        def table(tokens, v):
+            """The candidate's all-reduce pair per layer at `tokens` (..., M): linear in log tokens."""
+            pos = np.interp(np.log(np.maximum(tokens, 1.0)), lg, np.arange(len(lg), dtype=float))
+            i0 = np.minimum(pos.astype(int), len(lg) - 2)
+            f = pos - i0
+            return comm_tab[v["group"], i0] * (1 - f) + comm_tab[v["group"], i0 + 1] * f
+
+        def step(n, p, v=v, imb_tab=imb_tab):
+            n, p = np.broadcast_arrays(np.asarray(n, dtype=float), np.asarray(p, dtype=float))
+            ppv = v["pp"].astype(float)
+            m = np.minimum(np.maximum(n, 1.0), ppv)
+            rows, tok = n / m, (n + p) / m
+            ratio = np.interp(np.log(np.maximum(tok, 1.0)), lg, ratio_tab)
+            mem = (v["w_gpu"] * ratio + v["kv_row"] * kv_scale * rows) / (v["bw"] * v["mbu"]) * 1e3
+            extra = 0.0
+            if imb_tab:
+                imb = np.ones_like(tok)
+                for e, tab in imb_tab.items():
+                    imb = np.where(v["ep"] == e, np.interp(np.log(np.maximum(tok, 1.0)), lg, tab), imb)
+                extra = (imb - 1) * tok * e_tok / v["tpf"]
+            comp = ((S["decode_flops_per_row"] * rows + f_tok * p / m) / v["tpf"] + extra) * v["share"] / \
+                (v["peak"] * v["mfu"]) * 1e3
+            stage_ms = np.maximum(mem, comp) + v["stage"] * table(tok, v) + v["overhead"] + rows * v["seq_over"]
+            p2p_ms = np.where(ppv > 1, (v["a01"] + rows * c.hidden_size * 2.0 / v["lbw"]) * 1e3, 0.0)
+            return np.maximum(m, ppv) * stage_ms + (ppv - 1) * p2p_ms
+
+        chunk = float(stack.scheduler_limits(dev.memory_bytes / GiB, dev.name)[1])
+        load = Load(prompt, output, chunk=chunk, slots=B[sel].astype(float))
+        op = operating_point(step, lam[sel], load, chain=False)
+        near = op["stable"] & (op["tpot_ms"] <= 1.25 * wl.itl_ms) & (op["ttft_p99_ms"] <= 2.0 * wl.ttft_p99_ms)
+        cost = a["gpus"][sel]
+        levels = np.unique(cost[near])
+        near &= cost <= (levels[min(REFINED_LEVELS, len(levels)) - 1] if len(levels) else 0)
+        if near.any():
+            keep = np.flatnonzero(near)
+            vn = {k: (x[keep] if isinstance(x, np.ndarray) and x.shape == (len(sel),) else x) for k, x in v.items()}
+
+            def step_n(n, p, vn=vn):
+                return step(n, p, v=vn)
+            op2 = operating_point(step_n, lam[sel][keep], Load(prompt, output, chunk=chunk,
+                                                                 slots=B[sel][keep].astype(float)),
+                                  near_step_ms=op["step_ms"][keep])
+            for k2 in op:
+                op[k2] = np.array(op[k2], dtype=np.asarray(op2[k2]).dtype, copy=True)
+                op[k2][keep] = op2[k2]
+        for k2, src in (("tpot_ms", "tpot_ms"), ("ttft_p99_ms", "ttft_p99_ms"), ("ttft_p50_ms", "ttft_p50_ms"),
+                        ("itl_p99_ms", "itl_p99_ms"), ("step_ms", "step_ms"), ("in_flight", "in_flight"),
+                        ("slot_utilisation", "slot_utilisation"),
+                        ("prefill_budget_utilisation", "prefill_budget_utilisation")):
+            out[k2][sel] = op[src]
+        out["wait_p99_ms"][sel] = op["slot_wait_p99_ms"] + op["prefill_wait_p99_ms"]
+        out["stable"][sel] = op["stable"]
+        out["step_stable"][sel] = op["steps_converge"]
+    return out
 
 
 def _sentence(col: dict, i: int, wl: Workload) -> str:
@@ -400,13 +530,14 @@ def _sentence(col: dict, i: int, wl: Workload) -> str:
         return (f"memory: needs {col['per_gpu_needed_bytes'][i] / 1e9:.1f} GB per GPU, "
                 f"{col['usable_bytes'][i] / 1e9:.1f} GB usable")
     if r == "itl":
-        return f"ITL {col['itl_ms'][i]:.2f} ms > target {wl.itl_ms:g} ms ({col['itl_kind'][i]}-bound)"
+        return (f"ITL at the load {col['itl_at_load_ms'][i]:.2f} ms > target {wl.itl_ms:g} ms (decode alone at the "
+                f"cap: {col['itl_ms'][i]:.2f} ms, {col['itl_kind'][i]}-bound)")
     if r == "ttft":
         return (f"TTFT p99 {col['ttft_p99_ms'][i]:.0f} ms > target {wl.ttft_p99_ms:g} ms "
                 f"({col['ttft_kind'][i]})")
     if r == "utilisation":
-        return (f"queueing: prefills alone would take {col['prefill_share'][i]:.0%} of a replica's time; the rate "
-                "exceeds what the replicas serve")
+        return ("queueing: the rate exceeds what the replicas serve (the steps would grow without bound, or the "
+                "prompts exceed the prefill token budget)")
     if r == "concurrency":
         return (f"queueing: needs {col['concurrency_per_replica'][i]:.0f} sequences in flight per replica, "
                 f"batch cap {col['batch_cap'][i]}")
@@ -416,8 +547,8 @@ def _sentence(col: dict, i: int, wl: Workload) -> str:
 def plan_rows(res: PlanResult, top: int = 20) -> list[dict]:
     """Ranked feasible plans as plain dicts with the columns a reader needs (JSON/CSV export)."""
     keep = ("device", "gpus", "tp", "pp", "ep", "replicas", "batch_cap", "weight_dtype", "kv_dtype", "per_gpu_weight_bytes",
-            "per_gpu_kv_bytes", "per_gpu_needed_bytes", "usable_bytes", "prefill_ms", "ttft_p99_ms", "itl_ms",
-            "itl_at_load_ms", "concurrency_per_replica", "utilisation", "usd_per_million_tokens", "usd_per_million_input_tokens", "usd_per_million_output_tokens",
+            "per_gpu_kv_bytes", "per_gpu_needed_bytes", "usable_bytes", "prefill_ms", "ttft_p50_ms", "ttft_p99_ms",
+            "itl_ms", "itl_at_load_ms", "itl_p99_at_load_ms", "step_ms_at_load", "concurrency_per_replica", "utilisation", "usd_per_million_tokens", "usd_per_million_input_tokens", "usd_per_million_output_tokens",
             "binding", "why")
     return [{k: r[k] for k in keep} for r in res.ranked(top)]
 

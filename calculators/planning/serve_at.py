@@ -1,0 +1,157 @@
+"""This layout, this rate: what TTFT, TPOT and ITL? A deployment under a Poisson request rate, as the steady state
+of `calculators.serving.steady_state` on the deployment's own mixed step.
+
+The step cost is `throughput.step_time`'s, opened up to any mix: a step on the busiest GPU carries n decode rows
+(each at the time-weighted mean context of a decoding sequence) and p prompt tokens, in min(n, pp) microbatches:
+    memory   (weights read for n + p tokens (the experts they touch) + KV of the n rows) / (bandwidth · MBU)
+    compute  (decode FLOPs of n rows + prefill FLOPs of p prompt tokens) / tp / (peak · MFU at that precision)
+             + the busiest EP rank's extra expert FLOPs
+    step     max(m, pp) · (max(memory, compute) + collectives(n + p tokens) + step and per-sequence overheads)
+With every request queued (n = B, p = B·I/O, context I + O/2) it is exactly `throughput.step_time`, so the
+capacity under a rate never exceeds the maximum throughput `throughput` reports for the same deployment.
+The scheduler's caps become the steady state's: slots = min(KV memory, max sequences) per replica, and the
+prompt budget per step = max batched tokens (vLLM also counts the decode rows in it; left out here, which
+overstates the prompt budget by n / max batched tokens).
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from calculators import arch
+from calculators.planning.throughput import batch_limits, max_throughput
+from calculators.serving.lengths import Lengths
+from calculators.serving.steady_state import Load, capacity, check_rate, operating_point
+from calculators.sizing.latency import Efficiency, step_weight_bytes
+from calculators.sizing.roofline import compute_precision_for, forward_flops
+from calculators.multi_gpu.tensor_parallel import (Mesh, _comm_per_stage_ms, _expert_flops_extra, _link_for,
+                                                   _need_link, check_mesh, expert_imbalance_for, per_gpu_kv_bytes,
+                                                   per_gpu_weight_bytes, stage_layers)
+from calculators.units import check_fraction, default_kv_dtype
+from specs.devices import Device, Link
+from specs.model_config import ModelConfig, SpecError
+from specs.stacks import Stack, load_stack
+
+TOKEN_GRID = np.unique(np.round(np.geomspace(1, 1 << 20, 97))).astype(float)   # tokens per step: 1 .. 1M
+
+
+def lengths_of(x, what: str) -> Lengths:
+    """A `Lengths` from a Lengths or a whole number (fixed)."""
+    if isinstance(x, Lengths):
+        return x.check()
+    if isinstance(x, bool) or not isinstance(x, (int, float)) or not float(x).is_integer() or x < 1:
+        raise SpecError(f"{what} must be a whole number of tokens ≥ 1 or a length distribution, got {x!r}")
+    return Lengths.fixed(int(x))
+
+
+def decode_context(prompt: Lengths, output: Lengths) -> float:
+    """Time-weighted mean context of a decoding sequence: E[(O−1)(I + (O−2)/2)] / E[O−1] + 1 (prompts and outputs
+    independent; a long output is decoding for longer, so it weighs more)."""
+    d = max(output.mean_tokens - 1, 1e-9)
+    return prompt.mean_tokens + output.moment(lambda x: (x - 1) * (x - 2) / 2) / d + 1
+
+
+def step_cost(config: ModelConfig, device: Device, mesh: Mesh, weight_dtype: str, kv_dtype: str,
+              efficiency: Efficiency, link: Link | None, stack: Stack, decode_ctx: float, prompt_len: float,
+              expert_imbalance: float | None = None):
+    """The deployment's mixed step, step(n decode rows, p prompt tokens) -> ms, vectorised (see the module
+    docstring). The token-dependent parts (experts touched, collectives, expert imbalance) are computed by the
+    scalar calculators on a log grid of tokens per microbatch and interpolated."""
+    c = config
+    share = stage_layers(c, mesh.pp) / c.num_layers
+    w = per_gpu_weight_bytes(c, mesh, weight_dtype)
+    full = step_weight_bytes(c, weight_dtype, rows=1 << 30)
+    ctx = max(1, int(round(decode_ctx)))
+    kv_row = per_gpu_kv_bytes(c, mesh, ctx, 1, kv_dtype)
+    f_row = forward_flops(c, 1, ctx, 1) / mesh.tp * share
+    P = max(1, int(round(prompt_len)))
+    f_tok = forward_flops(c, P, P, 1) / P / mesh.tp * share
+    peak, _ = device.flops_for(compute_precision_for(weight_dtype))
+    g = TOKEN_GRID
+    moe = arch.is_moe(c)
+    ratio = np.array([step_weight_bytes(c, weight_dtype, rows=int(t)) / full for t in g]) if moe else np.ones_like(g)
+    imb = [expert_imbalance_for(c, mesh, t, expert_imbalance) for t in g]
+    extra = np.array([_expert_flops_extra(c, mesh, t, i) * share for t, i in zip(g, imb)])
+    comm = np.array([_comm_per_stage_ms(c, mesh, int(math.ceil(t)), link, stack, i) for t, i in zip(g, imb)])
+    bw = device.memory_bandwidth_bytes_per_s * efficiency.decode_mbu
+    fl = peak * efficiency.decode_mfu
+    lg = np.log(g)
+
+    def at(table, tokens):
+        return np.interp(np.log(np.maximum(tokens, 1.0)), lg, table)
+
+    def step(n, p):
+        n, p = np.broadcast_arrays(np.asarray(n, dtype=float), np.asarray(p, dtype=float))
+        m = np.minimum(np.maximum(n, 1.0), mesh.pp)
+        rows, tok = n / m, (n + p) / m
+        mem = (w * at(ratio, tok * max(1.0, mesh.ep / mesh.tp)) + kv_row * rows) / bw * 1e3
+        comp = (f_row * rows + f_tok * p / m + at(extra, tok)) / fl * 1e3
+        stage = np.maximum(mem, comp) + at(comm, tok) + efficiency.step_overhead_ms + \
+            rows * efficiency.sequence_overhead_us / 1e3
+        return np.maximum(m, mesh.pp) * stage
+    return step
+
+
+def serve_at(config: ModelConfig, device: Device, mesh: Mesh, rate: float, prompt, output,
+             weight_dtype: str = "bf16", kv_dtype: str | None = None, stack: Stack | str | None = None,
+             gpu_memory_utilization: float | None = None, efficiency: Efficiency | None = None,
+             link: Link | None = None, max_num_seqs: int | None = None, max_num_batched_tokens: int | None = None,
+             expert_imbalance: float | None = None, chunked_prefill: bool = True,
+             with_capacity: bool = True) -> dict:
+    """The deployment at `rate` requests/s (all replicas): the operating point per replica, TTFT p50/p99, TPOT,
+    ITL p50/p99, throughput, the capacity (requests/s the replicas sustain under a Poisson rate) and, when the
+    rate is above it, by how much. `prompt`/`output`: token counts (fixed) or `Lengths`."""
+    s = stack if isinstance(stack, Stack) else load_stack(stack)
+    check_mesh(config, mesh)
+    lam = check_rate(rate)
+    I, O = lengths_of(prompt, "prompt tokens"), lengths_of(output, "output tokens")
+    kd = kv_dtype or default_kv_dtype(weight_dtype)
+    gmu = check_fraction("gpu_memory_utilization", gpu_memory_utilization if gpu_memory_utilization is not None
+                         else s.gpu_memory_utilization)
+    eff = efficiency or Efficiency.for_stack(s, device)
+    lk = _link_for(device, link)
+    _need_link(mesh, lk, device)
+    i_mean, o_mean = int(math.ceil(I.mean_tokens)), int(math.ceil(O.mean_tokens))
+    top = int(max(I.quantile(0.99), i_mean)) + int(max(O.quantile(0.99), o_mean))
+    if top > config.max_position_embeddings:
+        raise SpecError(f"a p99 request (prompt + output ≈ {top:,} tokens) exceeds {config.name}'s context window "
+                        f"of {config.max_position_embeddings:,}")
+    lim = batch_limits(config, device, mesh, i_mean, o_mean, weight_dtype, kd, s, gmu, max_num_seqs,
+                       max_num_batched_tokens)
+    slots = min(lim["caps"]["memory (KV cache)"], lim["max_num_seqs"])
+    if slots == 0:
+        raise SpecError(f"{config.name} in {weight_dtype} does not fit on {mesh.gpus_per_replica} × {device.name} "
+                        f"with one sequence of {lim['reserved_context_tokens']:,} tokens: add GPUs or use narrower "
+                        "weights")
+    step = step_cost(config, device, mesh, weight_dtype, kd, eff, lk, s, decode_context(I, O), I.mean_tokens,
+                     expert_imbalance)
+    budget = float(lim["max_num_batched_tokens"]) if chunked_prefill else math.inf
+    load = Load(I, O, chunk=budget, slots=float(slots))
+    per_replica = lam / mesh.replicas
+    op = operating_point(step, per_replica, load)
+    offline = max_throughput(config, device, mesh, i_mean, o_mean, weight_dtype, kd, s, gmu, eff, lk,
+                             max_num_seqs, max_num_batched_tokens, expert_imbalance)
+    cap = min(float(capacity(step, load)) * mesh.replicas, offline["requests_per_s"]) if with_capacity else \
+        offline["requests_per_s"]
+    val = {k: float(v) for k, v in op.items()}
+    stable = bool(op["stable"]) and (lam <= cap or not with_capacity)
+    verdict = (f"serves {lam:g} requests/s ({lam / cap:.0%} of its capacity of {cap:.3g} requests/s)" if stable else
+               f"this layout serves at most {cap:.3g} requests/s: {lam:g} is {lam / cap:.2f}× that, and the queue "
+               "grows without bound")
+    return dict(rate_requests_per_s=lam, capacity_requests_per_s=cap, stable=stable,
+                utilisation=lam / cap if cap > 0 else math.inf, verdict=verdict,
+                in_flight_per_replica=val["in_flight"], decode_rows_per_step=val["decode_rows"],
+                prompt_tokens_per_step=val["prompt_tokens_per_step"], step_ms=val["step_ms"],
+                ttft_p50_ms=val["ttft_p50_ms"], ttft_p99_ms=val["ttft_p99_ms"], tpot_ms=val["tpot_ms"],
+                itl_p50_ms=val["itl_p50_ms"], itl_p99_ms=val["itl_p99_ms"],
+                slot_wait_p99_ms=val["slot_wait_p99_ms"], prefill_wait_p99_ms=val["prefill_wait_p99_ms"],
+                slot_utilisation=val["slot_utilisation"],
+                prefill_budget_utilisation=val["prefill_budget_utilisation"],
+                output_tok_s=lam * O.mean_tokens if stable else math.inf,
+                output_tok_s_per_gpu=lam * O.mean_tokens / mesh.total_gpus if stable else math.inf,
+                slots_per_replica=slots, prefill_budget_tokens=load.chunk, replicas=mesh.replicas,
+                gpus=mesh.total_gpus, stack=s.name, prompt=I.describe(), output=O.describe(),
+                max_throughput_requests_per_s=offline["requests_per_s"],
+                efficiency=dict(decode_mbu=eff.decode_mbu, decode_mfu=eff.decode_mfu,
+                                step_overhead_ms=eff.step_overhead_ms))
