@@ -11,7 +11,7 @@ published speed - 1, so + means the calculator is too optimistic, whatever the u
 fraction of the datasheet roof the measurement reached (achieved MBU for decode, achieved MFU for prefill).
 
     python bench/bench_published.py            # prints two Markdown tables
-    python bench/bench_published.py --fit trtllm    # refits a stack's efficiencies and step costs (specs/stacks.json)
+    python bench/bench_published.py --fit    # refits the stacks' efficiencies on the FIT rows only (specs/stacks.json)
 
 The second table is data-centre serving (bench/published_serving.csv: TensorRT-LLM, NVIDIA NIM and vLLM figures at
 concurrency 1-250, TP 1-8, EP 8, maximum throughput), each predicted with the default settings of the stack its
@@ -20,6 +20,7 @@ source names (`calculators.planning.published`); it ends with the median and wor
 from __future__ import annotations
 
 import csv
+import statistics
 import sys
 from pathlib import Path
 
@@ -104,57 +105,44 @@ def band_label(row: dict) -> str:
 
 
 def serving_table() -> None:
-    """The data-centre serving rows with their predictions (`calculators.planning.published`)."""
-    from calculators.planning.published import compare_all
+    """The data-centre serving rows with their predictions (`calculators.planning.published`), then the error by
+    split: the TEST rows (held out before any fit) are the accuracy; the fit rows are shown beside them."""
+    from calculators.planning.published import compare_all, error_table
     res = compare_all()
-    print("\n| stack | model | GPUs | in / out | mode | metric | published | predicted | error | source |")
-    print("|---|---|---|---|---|---|---:|---:|---:|---|")
+    print("\n| split | regime | stack | model | GPUs | in / out | mode | metric | published | predicted | error | source |")
+    print("|---|---|---|---|---|---|---|---|---:|---:|---:|---|")
     for r in res["rows"]:
-        mode = r["mode"] + (f" {r['concurrency']}" if r["concurrency"] else "")
-        par = f"{r['gpus']} × {load_device(r['device']).name} (TP {r['tp']}" + (f", EP {r['ep']})" if r["ep"] != "1"
-                                                                                 else ")")
-        print(f"| {r['stack']} | {r['model']} {r['weights']} | {par} | {r['prompt_tokens']} / {r['output_tokens']} | "
-              f"{mode} | {r['metric']} | {float(r['published']):,.2f} | {r['predicted']:,.2f} | "
-              f"{100 * r['error']:+.0f}% | {r['url']} |")
-    print(f"\n{len(res['rows'])} figures: median |error| {100 * res['median_abs_error']:.1f}%, worst "
-          f"{100 * res['worst_abs_error']:.1f}% (stack defaults from specs/stacks.json).")
-    if res["unpriced"]:
-        print(f"{len(res['unpriced'])} more figures are not priced by this predictor yet (MLPerf Server rows at a rate "
-              "under latency limits, rows without a stated mean input length); docs/validation_table.md.")
+        mode = r["mode"] + (f" {r['concurrency']}" if r["concurrency"] else "") + \
+            (f" {r['rate_rps']} req/s" if r["mode"] == "server" and r["rate_rps"] else "")
+        par = f"{r['gpus']} × {load_device(r['device']).name} (TP {r['tp']}" + \
+            (f", EP {r['ep']}" if r["ep"] not in ("", "1") else "") + \
+            (f", DP {r['dp']}" if r.get("dp") not in (None, "", "1") else "") + ")"
+        print(f"| {r['split']} | {r['regime']} | {r['stack']} | {r['model']} {r['weights']} | {par} | "
+              f"{r['prompt_tokens']} / {r['output_tokens']} | {mode} | {r['metric']} | {float(r['published']):,.2f} | "
+              f"{r['predicted']:,.2f} | {100 * r['error']:+.0f}% | {r['url']} |")
+    print("\n| split | by | group | rows | median abs error | worst abs error |")
+    print("|---|---|---|---:|---:|---:|")
+    for e in error_table(res["rows"]):
+        print(f"| {e['split']} | {e['group']} | {e['value']} | {e['n']} | {100 * e['median_abs_error']:.1f}% | "
+              f"{100 * e['worst_abs_error']:.1f}% |")
+    test = [abs(r["error"]) for r in res["rows"] if r["split"] == "test"]
+    print(f"\nTEST rows (held out): {len(test)} priced, median |error| {100 * statistics.median(test):.1f}%, worst "
+          f"{100 * max(test):.1f}%. {len(res['unpriced'])} rows not priced (no stated mean input length); "
+          "docs/validation_table.md.")
 
 
-def fit(stack: str) -> None:
-    """Grid search of decode MBU, prefill MFU, the fixed step cost and the per-sequence cost over one stack's rows
-    of bench/published_serving.csv: the values with the smallest worst |error| (then median) are printed."""
-    import itertools
-    import statistics
-
-    from calculators.planning import published as P
-    from calculators.sizing import latency
-    rows = [r for r in P.load_rows() if r["stack"] == stack]
-    if not rows:
-        raise SystemExit(f"no rows of stack {stack!r} in {P.SERVING_CSV}")
-    original = latency.Efficiency.for_stack
-    best = []
-    try:
-        for mbu, mfu, over, seq in itertools.product((0.5, 0.55, 0.6, 0.65, 0.7, 0.75), (0.35, 0.4, 0.45, 0.5),
-                                                     (0.0, 0.4, 1.0, 2.0, 3.0), (0.0, 4.0, 8.0)):
-            latency.Efficiency.for_stack = classmethod(
-                lambda cls, s=None, d=None: latency.Efficiency(mbu, mfu, 0.8, 0.5, over, seq))
-            errs = [abs(P.speed_error(r, P.predict(r))) for r in rows]
-            best.append((max(errs), statistics.median(errs), mbu, mfu, over, seq))
-    finally:
-        latency.Efficiency.for_stack = original
-    best.sort()
-    print(f"{stack}: {len(rows)} rows; best (worst |err|, median |err|, decode_mbu, prefill_mfu, step_overhead_ms, "
-          "sequence_overhead_us):")
-    for b in best[:5]:
-        print("  ", tuple(round(x, 3) for x in b))
+def fit() -> None:
+    """Refit the stacks' efficiencies on the FIT rows only (`published.fit_groups`) and write specs/stacks.json."""
+    from calculators.planning.published import fit_groups, write_fit
+    for key, g in fit_groups().items():
+        print(f"{key}: {len(g['rows'])} fit rows, median |error| {100 * g['median']:.1f}%, worst {100 * g['worst']:.1f}%, "
+              f"{g['efficiency']}")
+        write_fit(key, g)
 
 
 def main() -> None:
-    if len(sys.argv) > 2 and sys.argv[1] == "--fit":
-        fit(sys.argv[2])
+    if len(sys.argv) > 1 and sys.argv[1] == "--fit":
+        fit()
         return
     rows = load_rows()
     print("| device | model, settings | phase | unit | published | predicted ideal | predicted realistic | "

@@ -14,6 +14,8 @@ from calculators.explain import explain_queue_wait
 from calculators.serving.queueing import md1_wait_factor, queue_wait_factor
 from calculators.serving.slo import batch_cap_sweep, load_sweep
 from calculators.units import fmt_num
+from calculators.serving.lengths import from_kind
+from calculators.serving.steady_state import sweep_for_model
 from calculators.serving.workload import LENGTH_KINDS, synthetic_workload
 from specs.model_config import SpecError
 from ui import df_with_download, float_field, formula_expander, int_field, setup_page, show_error
@@ -90,8 +92,14 @@ def batched(model, n: int, prompt: float, output: float, out_kind: str, ttft_slo
         show_error(e)
         return
     df = pd.DataFrame(rows)
-    fig = go.Figure([go.Scatter(x=df["load"], y=df["ttft_p99_ms"], name="TTFT p99", mode="lines+markers"),
-                     go.Scatter(x=df["load"], y=df["ttft_p50_ms"], name="TTFT p50", mode="lines+markers")])
+    theory = pd.DataFrame(sweep_for_model(model, [r["load"] * r["capacity_rps"] for r in rows],
+                                          from_kind("fixed", prompt), from_kind(out_kind, output, 1 << 20), slots=cap))
+    fig = go.Figure([go.Scatter(x=df["load"], y=df["ttft_p99_ms"], name="TTFT p99 (simulated)", mode="lines+markers"),
+                     go.Scatter(x=df["load"], y=df["ttft_p50_ms"], name="TTFT p50 (simulated)", mode="lines+markers"),
+                     go.Scatter(x=df["load"], y=theory["ttft_p99_ms"], name="TTFT p99 (steady state)",
+                                mode="lines", line=dict(dash="dot", width=3)),
+                     go.Scatter(x=df["load"], y=theory["ttft_p50_ms"], name="TTFT p50 (steady state)",
+                                mode="lines", line=dict(dash="dot", width=3))])
     fig.add_scatter(x=[LOADS[0], LOADS[-1]], y=[ttft_slo, ttft_slo], mode="lines", name="TTFT target",
                     line=dict(dash="dash", color="gray"))
     fig.update_yaxes(type="log")
@@ -106,7 +114,9 @@ def batched(model, n: int, prompt: float, output: float, out_kind: str, ttft_slo
                                                          for k in df.columns})
     st.caption(f"Capacity = {fmt_num(rows[0]['capacity_rps'], 4)} requests/s: the rate the simulator sustains "
                "with an endless queue at this cap. Goodput counts the throughput of requests meeting both "
-               "targets (TTFT, and mean inter-token latency).")
+               "targets (TTFT, and mean inter-token latency). Dotted: the steady state the capacity planner uses "
+               "(calculators.serving.steady_state) at the same rates, computed in closed form, not simulated; "
+               "where the two part near full load, a run of a few thousand requests has not settled yet.")
     st.markdown(goodput_words(rows))
 
 

@@ -38,13 +38,21 @@ def workload_inputs(max_ctx: int) -> Workload | None:
     prompt = int_field("Mean prompt (tokens)", min(2000, max_ctx // 2), 1, max_ctx, key="plan.prompt", where=c[1])
     p99 = int_field("p99 prompt (tokens)", min(8000, max_ctx // 2), 1, max_ctx, key="plan.p99", where=c[2],
                     help="The long prompts set the TTFT tail.")
-    c = st.columns(3)
+    c = st.columns(4)
     out = int_field("Mean output (tokens)", 300, 1, max_ctx, key="plan.output", where=c[0])
-    ttft = float_field("TTFT p99 target (ms)", 2000.0, 0.0, 1e7, key="plan.ttft", where=c[1], step=100.0)
-    itl = float_field("ITL target (ms)", 50.0, 0.0, 1e5, key="plan.itl", where=c[2], step=5.0)
-    if None in (rate, prompt, p99, out, ttft, itl):
+    out99 = int_field("p99 output (tokens)", 300, 1, max_ctx, key="plan.out99", where=c[1],
+                      help="Above the mean: a lognormal through both (reasoning models have long tails). Equal to "
+                           "the mean: every reply that long.")
+    ttft = float_field("TTFT p99 target (ms)", 2000.0, 0.0, 1e7, key="plan.ttft", where=c[2], step=100.0)
+    itl = float_field("ITL target (ms)", 50.0, 0.0, 1e5, key="plan.itl", where=c[3], step=5.0,
+                      help="Checked at the load: the mean token gap with the prefills' share of every step.")
+    if None in (rate, prompt, p99, out, out99, ttft, itl):
         return None
-    return Workload(rate, prompt, out, ttft, itl, max(p99, prompt))
+    if p99 < prompt or out99 < out:
+        show_error("A p99 length cannot be below its mean (99% of requests are at most the p99 long): raise the "
+                   "p99 or lower the mean.")
+        return None
+    return Workload(rate, prompt, out, ttft, itl, p99, output_tokens_p99=out99 if out99 > out else None)
 
 
 def search_inputs() -> tuple[list, SearchSpace] | None:
@@ -96,18 +104,17 @@ def priced_devices(devices: list) -> list | None:
 
 def headline(best: dict, wl: Workload) -> None:
     """The cheapest plan in two rows of short metrics (each value fits its column in both text sizes)."""
-    c = st.columns(2)
-    c[0].metric("Cheapest plan", f"{best['gpus']} × {best['device']}",
-                help=f"TP {best['tp']}, PP {best['pp']}, batch cap {best['batch_cap']}, weights "
-                     f"{best['weight_dtype']}, KV {best['kv_dtype']}")
-    c[1].metric("Binding constraint", best["binding"], help=best["why"])
+    st.markdown(f"**Cheapest plan: {best['gpus']} × {best['device']}** — TP {best['tp']}, PP {best['pp']}"
+                f"{ep_words(best)}, {best['replicas']} replica(s), batch cap {best['batch_cap']}, weights "
+                f"{best['weight_dtype']}, KV {best['kv_dtype']}; binding: **{best['binding']}** ({best['why']}).")
     c = st.columns(4)
     c[0].metric("$ per 1M output tokens", f"${best['usd_per_million_output_tokens']:.3f}",
                 help="The GPU time spent decoding, per output token.")
     c[1].metric("$ per 1M input tokens", f"${best['usd_per_million_input_tokens']:.3f}",
                 help="The GPU time spent on prefill, per prompt token.")
-    c[2].metric("ITL at the cap", f"{best['itl_ms']:.1f} ms", help=f"target {wl.itl_ms:g} ms; with the load's "
-                f"{best['concurrency_per_replica']:.1f} requests in flight: {best['itl_at_load_ms']:.1f} ms")
+    c[2].metric("ITL at the load", f"{best['itl_at_load_ms']:.1f} ms", help=f"target {wl.itl_ms:g} ms, with "
+                f"{best['concurrency_per_replica']:.1f} requests in flight per replica and the prefills' share of "
+                f"every step; decode alone at the batch cap: {best['itl_ms']:.1f} ms")
     c[3].metric("TTFT p99", f"{best['ttft_p99_ms']:,.0f} ms", help=f"target {wl.ttft_p99_ms:g} ms")
     st.caption(f"Input and output tokens priced by the GPU time each takes (prefill vs decode) at this load: "
                f"${best['usd_per_million_input_tokens']:.3f} per 1M input, ${best['usd_per_million_output_tokens']:.3f} "

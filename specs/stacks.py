@@ -51,6 +51,21 @@ class Stack:
         table = self.step_overhead_ms
         return float(table.get(device_class, table.get("other", 0.0)))
 
+    def efficiency_for(self, vendor: str = "", precision: str | None = None) -> dict:
+        """The stack's efficiencies on a vendor's hardware at a weight precision: the base values, then every entry
+        of `efficiency_by` whose conditions match (in order; each names its source or fit). A stack runs its
+        kernels differently per vendor (ROCm vs CUDA) and per precision (an FP4 GEMM reaches a smaller share of its
+        peak than an FP8 one)."""
+        out = dict(self.efficiency)
+        for e in self.doc.get("efficiency_by", []):
+            when = e["when"]
+            if "vendor" in when and when["vendor"].lower() != (vendor or "").lower():
+                continue
+            if "precision" in when and when["precision"] != precision:
+                continue
+            out.update({k: float(v) for k, v in e["set"].items()})
+        return out
+
     def scheduler_limits(self, memory_gib: float, device_name: str = "") -> tuple[int, int]:
         """(max sequences, max batched tokens per step) the stack defaults to on a GPU of this size."""
         s = self.small_gpu_limits

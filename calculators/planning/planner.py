@@ -2,29 +2,28 @@
 within its latency targets, ranked by $ per 1M tokens, each plan naming the constraint that binds it.
 
 Search space: device × GPU count × TP × PP × batch cap × weight precision × KV precision. Every candidate is
-evaluated at once with NumPy arrays, using the same formulas as `calculators.multi_gpu.tensor_parallel` (the tests check the
-two agree): per-GPU memory against vLLM's gpu_memory_utilization budget, decode ITL at the batch cap, prefill
-time of a p99-length prompt, and a continuous-batching replica at the requested rate λ (per replica), with
-`calculators.serving.queueing`:
-    in flight      L = λ·R, R = prefill(mean) + output·t, t = I(L)/(1 − ρ_p + λ·I(L))   (batching_concurrency)
-                   I(n): decode step with n sequences, on the line from batch 1 to the cap; ρ_p = λ·prefill(mean)
-    TTFT p99       prefill(p99 prompt) + I(L) + p99 wait for the prefills ahead (M/G/1 on prefills)
-                   + p99 wait for a free slot (M/M/c with c = batch cap), each from calculators.serving.queueing
-The TTFT p99 agrees with the discrete-event simulator (`serving_sim.simulate_continuous`) within 25% while the
-prefills take under about half of a replica's time and the slots are not nearly full (tests check three loads);
-nearer saturation it reads low (the simulator also batches prompts that arrive together).
-Constraints: memory, ITL target at the batch cap (bound by bandwidth, compute or communication, whichever
-dominates the step), TTFT p99 target (compute, or queueing when the wait dominates), ρ_p < 1 and L below the
-batch cap (queueing).
-A plan's binding constraint is the one with the least slack (used / limit closest to 1).
+evaluated at once with NumPy arrays, with the same formulas as `calculators.multi_gpu.tensor_parallel` for memory,
+decode at the cap and prefill (the tests check they agree), and the loaded server of
+`calculators.serving.steady_state` on the candidate's own mixed step (the step `serve_at.step_cost` and
+`throughput.step_time` compute one candidate at a time: the tests check the planner equals `serve_at`):
+    per replica at λ = rate / replicas:  τ = step(λ·E[O−1]·τ decode rows, λ·E[I]·τ prompt tokens)
+                                          (the stack's efficiency for the device's vendor and the weights' precision)
+    ITL at the load  τ, the mean token gap with the prefills' share of every step included
+    TTFT p99         the prompt chain (whole prompts) or the chunk-budget queue, + the wait for a free slot
+    capacity         the rate beyond which no τ exists, the slots overflow or the prompts exceed the budget
+Constraints: memory, ITL at the load ≤ target (bound by bandwidth, compute or communication, whichever dominates
+the decode step), TTFT p99 ≤ target (compute, or queueing when the wait dominates), the rate below capacity
+(queueing). A plan's binding constraint is the one with the least slack (used / limit closest to 1); plans of
+equal cost are ranked by that slack (the most headroom first).
 Cost at the load: every GPU is paid, busy or not: $/1M = gpus × price / (rate × tokens per request × 3,600) × 10^6,
-split into $ per 1M input and per 1M output tokens by the GPU time each takes (a prefill holds the replica; a
-decode step is shared by the L sequences in flight).
+split into $ per 1M input and per 1M output tokens by the GPU time each takes.
+Bounds no load can beat screen the candidates first (a token gap is at least a one-sequence step, a TTFT at least
+the p99 prompt's prefill alone); the candidates of the cheapest REFINED_LEVELS GPU counts per device then get the
+full steady state (the prompt chain), the rest keep the screening model (prompts per step drawn independently).
 MoE models are also tried with expert parallelism over each TP group (EP = TP). A prefix-cache hit rate h
-(Workload.prefix_hit_rate) leaves ceil(P·(1 − h)) new prompt tokens to prefill, attending over all P. The
-serving stack (vLLM by default) sets the all-reduce algorithm, the efficiencies and the fixed step cost; FP4
+(Workload.prefix_hit_rate) leaves ceil(P·(1 − h)) new prompt tokens to prefill, attending over all P. FP4
 weights are tried only on devices with FP4 tensor cores. Not searched: context parallelism, speculative decoding,
-EP across data-parallel replicas (see `calculators.multi_gpu.moe`).
+EP across data-parallel replicas (`python -m calculators serve-at --ep` sizes such a layout).
 """
 from __future__ import annotations
 
@@ -218,7 +217,7 @@ def plan(config: ModelConfig, devices: list[Device], workload: Workload, space: 
         raise SpecError("choose at least one device")
     stack = stack if isinstance(stack, Stack) else load_stack(stack)
     effs = [efficiency or Efficiency.for_stack(stack, dv) for dv in devices]
-    efficiency = effs[0]
+    eff_tab = [[efficiency or _eff_or_none(stack, dv, w) for w in space.weight_dtypes] for dv in devices]
     check_fraction("gpu_memory_utilization", usable_fraction)
     notes = []
     bad_tp = [t for t in space.tp if mesh_problem(c, Mesh(tp=t)) is not None]
@@ -284,6 +283,11 @@ def plan(config: ModelConfig, devices: list[Device], workload: Workload, space: 
     price = np.array([dv.price_usd_per_hour if dv.price_usd_per_hour else np.nan for dv in devices])[di]
     overhead = np.array([e.step_overhead_ms for e in effs])[di]
     seq_over = np.array([e.sequence_overhead_us for e in effs])[di] / 1e3
+
+    def eff_of(field):                    # the stack's efficiency on each candidate's vendor and precision
+        return np.array([[getattr(e, field) if e else np.nan for e in row] for row in eff_tab])[di, wdi]
+    mbu, mfu, pre_mfu, pre_mbu, half = (eff_of(f) for f in ("decode_mbu", "decode_mfu", "prefill_mfu", "prefill_mbu",
+                                                             "gemm_half_tokens"))
     link_ok = has_link | (tp * pp == 1)
 
     def allreduce_ms(rows):
@@ -322,9 +326,9 @@ def plan(config: ModelConfig, devices: list[Device], workload: Workload, space: 
         rows = np.ceil(batch / m)
         uniq, inv = np.unique(rows, return_inverse=True)
         ratio = np.array([S["read_ratio"][int(r)] for r in uniq])[inv.ravel()]
-        mem = (w_gpu * ratio + kv_seq * rows) / (bw * efficiency.decode_mbu) * 1e3
+        mem = (w_gpu * ratio + kv_seq * rows) / (bw * mbu) * 1e3
         comp = (S["decode_flops_per_row"] * rows / tpf + extra_expert_flops(rows)) * share / \
-            (peak * efficiency.decode_mfu) * 1e3
+            (peak * mfu) * 1e3
         comm = stage * layer_comm_ms(rows)
         step = np.maximum(mem, comp) + comm + overhead + rows * seq_over
         return np.maximum(m, pp) * step + (pp - 1) * p2p(rows), mem, comp, comm
@@ -335,8 +339,8 @@ def plan(config: ModelConfig, devices: list[Device], workload: Workload, space: 
     def prefill(P):
         kv_p = np.array([kv_cache_bytes(c, P, 1, k) for k in space.kv_dtypes])[kdi] * share * kv_div
         cm = (S["prefill_flops"][P] / tpf + extra_expert_flops(float(P))) * share / \
-            (peak * efficiency.prefill_mfu) * 1e3
-        mm = (w_gpu * S["read_ratio_prefill"][P] + kv_p) / (bw * efficiency.prefill_mbu) * 1e3
+            (peak * pre_mfu) * 1e3
+        mm = (w_gpu * S["read_ratio_prefill"][P] + kv_p) / (bw * pre_mbu) * 1e3
         st = np.maximum(cm, mm) + stage * layer_comm_ms(float(wl.new_prompt_tokens(P))) + overhead + seq_over
         return ppf * st + (pp - 1) * p2p(float(wl.new_prompt_tokens(P))), cm
     pre_mean, _ = prefill(wl.prompt_tokens)
@@ -351,8 +355,8 @@ def plan(config: ModelConfig, devices: list[Device], workload: Workload, space: 
     slots_ok = lam * wl.output_tokens * itl_one / 1e3 < Bf
     viable = base & (itl_one <= wl.itl_ms) & (pre_p99 <= wl.ttft_p99_ms) & slots_ok
     ld = _loaded(c, wl, S, devices, stack, viable, lam, B, dict(
-        w_gpu=w_gpu, kv_row=kv_seq, share=share, tpf=tpf, pp=pp, peak=peak, bw=bw, mbu=efficiency.decode_mbu,
-        mfu=efficiency.decode_mfu, overhead=overhead, seq_over=seq_over, di=di, ep=ep, gpus=g.astype(float),
+        w_gpu=w_gpu, kv_row=kv_seq, share=share, tpf=tpf, pp=pp, peak=peak, bw=bw, mbu=mbu,
+        mfu=mfu, half=half, overhead=overhead, seq_over=seq_over, di=di, ep=ep, gpus=g.astype(float),
         comm_table=_comm_table(di, tp, links, stack, D), stage=stage, lbw=lbw, a01=a0 + a1))
     bounded = base & ~viable                       # out on a bound: say which, with the bound's own number
     ld["tpot_ms"] = np.where(bounded, itl_one, ld["tpot_ms"])
@@ -414,6 +418,14 @@ def plan(config: ModelConfig, devices: list[Device], workload: Workload, space: 
     if not np.isfinite(price).any():
         notes.append("no chosen device has an hourly price: enter one")
     return PlanResult(columns=cols, feasible_order=order, reasons=counts, notes=notes, workload=wl)
+
+
+def _eff_or_none(stack: Stack, device: Device, weight_dtype: str) -> Efficiency | None:
+    """The stack's efficiency for this device and weight format (None where the format does not run there)."""
+    try:
+        return Efficiency.for_stack(stack, device, weight_dtype)
+    except SpecError:
+        return None
 
 
 def _comm_table(di, tp, links, stack: Stack, hidden: int):
@@ -482,7 +494,7 @@ def _loaded(c: ModelConfig, wl: Workload, S: dict, devices, stack: Stack, viable
                     imb = np.where(v["ep"] == e, np.interp(np.log(np.maximum(tok, 1.0)), lg, tab), imb)
                 extra = (imb - 1) * tok * e_tok / v["tpf"]
             comp = ((S["decode_flops_per_row"] * rows + f_tok * p / m) / v["tpf"] + extra) * v["share"] / \
-                (v["peak"] * v["mfu"]) * 1e3
+                (v["peak"] * v["mfu"] * np.where(v["half"] > 0, np.maximum(tok, 1.0) / (np.maximum(tok, 1.0) + v["half"]), 1.0)) * 1e3
             stage_ms = np.maximum(mem, comp) + v["stage"] * table(tok, v) + v["overhead"] + rows * v["seq_over"]
             p2p_ms = np.where(ppv > 1, (v["a01"] + rows * c.hidden_size * 2.0 / v["lbw"]) * 1e3, 0.0)
             return np.maximum(m, ppv) * stage_ms + (ppv - 1) * p2p_ms

@@ -9,9 +9,14 @@ Row modes:
 - static batch B (every sequence starts together): end-to-end = prefill of B prompts + (O − 1) decode steps at
   the mean context; output tokens/s = B·O / end-to-end.
 Error = predicted speed / published speed − 1 (+ = the prediction is too optimistic), whatever the unit.
-Rows this predictor does not price yet (mode `server`: a rate under MLPerf-style latency limits; rows whose lengths
-the source does not state, such as MLPerf's dataset mean input length) load all the same and are listed apart as
-`unpriced` by `compare_all`.
+- server (MLPerf Server: Poisson arrivals, p99 TTFT and TPOT limits): the highest rate whose steady state
+  (`serve_at.max_rate_under_slo`) meets both limits, × the mean output length.
+Attention data-parallel rows (dp > 1: each of dp ranks runs attention for its own requests, the experts spread over
+ep GPUs) are the mesh tp = tp / dp, ep, gpus: EP across the data-parallel replicas.
+Rows whose lengths the source does not state (MLPerf's dataset mean input length where no source was found) load
+all the same and are listed apart as `unpriced` by `compare_all`.
+Each row carries a declared `split` (every third row `test`, fixed before any fit): the efficiencies in
+specs/stacks.json are fitted on `fit` rows only (`fit_stack`), and the `test` rows' error is the accuracy reported.
 """
 from __future__ import annotations
 
@@ -21,6 +26,7 @@ from pathlib import Path
 
 from calculators.sizing.latency import Efficiency
 from calculators.multi_gpu.tensor_parallel import Mesh, _link_for, decode_step_parallel, prefill_parallel
+from calculators.planning.serve_at import max_rate_under_slo, serve_at
 from calculators.planning.throughput import batch_limits, max_throughput, step_time
 from specs.devices import load_device
 from specs.model_config import SpecError
@@ -31,7 +37,7 @@ SERVING_CSV = Path(__file__).resolve().parents[2] / "bench" / "published_serving
 TIME_METRICS = ("itl_ms", "ttft_ms", "e2e_ms")
 COLUMNS = ("source", "url", "stack", "model", "device", "gpus", "tp", "ep", "weights", "kv", "prompt_tokens",
            "output_tokens", "mode", "concurrency", "metric", "published", "settings")
-PRICED_MODES = ("offline", "concurrency", "static")
+PRICED_MODES = ("offline", "concurrency", "static", "server")
 
 
 def load_rows(path: Path = SERVING_CSV) -> list[dict]:
@@ -45,11 +51,20 @@ def load_rows(path: Path = SERVING_CSV) -> list[dict]:
     return rows
 
 
-def _setup(row: dict):
+def mesh_of(row: dict) -> Mesh:
+    """The row's layout: dp > 1 is attention data-parallel (tp / dp GPUs per attention replica, experts over ep)."""
+    tp, ep, dp = int(row["tp"]), int(row["ep"] or 1), int(row.get("dp") or 1)
+    if dp > 1:
+        if tp % dp:
+            raise SpecError(f"{row['model']}: tp {tp} is not a multiple of dp {dp}")
+        tp //= dp
+    return Mesh(tp=tp, ep=ep, gpus=int(row["gpus"]))
+
+
+def _setup(row: dict, eff: Efficiency | None = None):
     c, dev = load_preset(row["model"]), load_device(row["device"])
-    mesh = Mesh(tp=int(row["tp"]), ep=int(row["ep"] or 1), gpus=int(row["gpus"]))
     stack = load_stack(row["stack"])
-    return c, dev, mesh, stack, Efficiency.for_stack(stack, dev)
+    return c, dev, mesh_of(row), stack, eff or Efficiency.for_stack(stack, dev, row["weights"])
 
 
 def _concurrency(row: dict, c, dev, mesh, stack, eff) -> float:
@@ -59,7 +74,7 @@ def _concurrency(row: dict, c, dev, mesh, stack, eff) -> float:
     if row["metric"] == "ttft_ms":
         return prefill_parallel(c, dev, mesh, I, 1, w, kv, eff, stack=stack)["prefill_ms"]
     if C > lim["batch"] * mesh.replicas and row["metric"] == "output_tok_s":
-        return max_throughput(c, dev, mesh, I, O, w, kv, stack)["output_tok_s"]
+        return max_throughput(c, dev, mesh, I, O, w, kv, stack, efficiency=eff)["output_tok_s"]
     per_replica = max(1, -(-C // mesh.replicas))
     itl = step_time(c, dev, mesh, min(per_replica, lim["batch"]), I, O, w, kv, eff, _link_for(dev, None),
                     stack)["step_ms"]
@@ -78,18 +93,43 @@ def _static(row: dict, c, dev, mesh, stack, eff) -> float:
     return e2e if row["metric"] == "e2e_ms" else B * O / e2e * 1e3
 
 
-def predict(row: dict) -> float:
-    """The planner's figure for one row, in the row's unit, with the row's stack's defaults."""
-    c, dev, mesh, stack, eff = _setup(row)
+def _server(row: dict, c, dev, mesh, stack, eff) -> float:
+    """MLPerf Server (limits given): the highest rate meeting them × mean output. A stated rate (an online
+    benchmark at a QPS): the metric at that rate, or at 99% of capacity when the rate exceeds it (a finite run
+    above capacity is saturated: its ITL is the full batch's step)."""
+    I, O = int(row["prompt_tokens"]), int(row["output_tokens"])
+    if row.get("ttft_p99_ms") and row.get("tpot_p99_ms"):
+        rate = max_rate_under_slo(c, dev, mesh, I, O, row["weights"], row["kv"], stack, eff,
+                                  ttft_p99_ms=float(row["ttft_p99_ms"]), tpot_ms=float(row["tpot_p99_ms"]))
+        return rate * O
+    r = serve_at(c, dev, mesh, float(row["rate_rps"]), I, O, row["weights"], row["kv"], stack, efficiency=eff)
+    if not r["stable"]:
+        r = serve_at(c, dev, mesh, 0.99 * r["capacity_requests_per_s"], I, O, row["weights"], row["kv"], stack,
+                     efficiency=eff)
+    metric = row["metric"]
+    if metric == "itl_ms":
+        return r["tpot_ms"]
+    if metric == "ttft_ms":
+        return r["ttft_p50_ms"]
+    if metric == "output_tok_s":
+        return r["output_tok_s"]
+    raise SpecError(f"a server row at a rate predicts itl_ms, ttft_ms or output_tok_s, not {metric!r}")
+
+
+def predict(row: dict, efficiency: Efficiency | None = None) -> float:
+    """The planner's figure for one row, in the row's unit, with the row's stack's defaults (or `efficiency`)."""
+    c, dev, mesh, stack, eff = _setup(row, efficiency)
     mode = row["mode"]
     if mode == "offline":
         return max_throughput(c, dev, mesh, int(row["prompt_tokens"]), int(row["output_tokens"]), row["weights"],
-                              row["kv"], stack)["output_tok_s"]
+                              row["kv"], stack, efficiency=eff)["output_tok_s"]
     if mode == "concurrency":
         return _concurrency(row, c, dev, mesh, stack, eff)
     if mode == "static":
         return _static(row, c, dev, mesh, stack, eff)
-    raise SpecError(f"unknown mode {mode!r}: offline, concurrency or static")
+    if mode == "server":
+        return _server(row, c, dev, mesh, stack, eff)
+    raise SpecError(f"unknown mode {mode!r}: offline, concurrency, static or server")
 
 
 def speed_error(row: dict, predicted: float) -> float:
@@ -115,3 +155,123 @@ def compare_all(rows: list[dict] | None = None) -> dict:
     errs = [abs(r["error"]) for r in out]
     return dict(rows=out, unpriced=unpriced, median_abs_error=statistics.median(errs) if errs else None,
                 worst_abs_error=max(errs) if errs else None)
+
+
+GROUPS = {"regime": lambda r: r["regime"], "dense/MoE": lambda r: "MoE" if load_preset(r["model"]).num_experts else
+          "dense", "vendor": lambda r: r["vendor"], "precision": lambda r: r["weights"]}
+
+
+def error_table(rows: list[dict]) -> list[dict]:
+    """Median and worst |error| by split, and within each split by regime, dense/MoE, vendor and precision."""
+    out = []
+    for split in ("test", "fit"):
+        part = [r for r in rows if r.get("split") == split]
+        if not part:
+            continue
+        errs = [abs(r["error"]) for r in part]
+        out.append(dict(split=split, group="all", value="all", n=len(part), median_abs_error=statistics.median(errs),
+                        worst_abs_error=max(errs)))
+        for name, key in GROUPS.items():
+            for v in sorted({key(r) for r in part}):
+                e = [abs(r["error"]) for r in part if key(r) == v]
+                out.append(dict(split=split, group=name, value=v, n=len(e), median_abs_error=statistics.median(e),
+                                worst_abs_error=max(e)))
+    return out
+
+
+# ------------------------------------------------------------------------------------------ fitting (fit rows only)
+FIT_GRID = {"decode_mbu": (0.35, 0.45, 0.55, 0.65, 0.75, 0.85),
+            "decode_mfu": (0.15, 0.2, 0.25, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8), "gemm_half_tokens": (0.0, 64.0, 256.0, 1024.0),
+            "prefill_mfu": (0.2, 0.3, 0.4, 0.5, 0.6, 0.7), "step_overhead_ms": (0.0, 0.5, 1.0, 2.0, 3.0, 4.0),
+            "sequence_overhead_us": (0.0, 4.0, 8.0, 16.0)}
+
+
+def row_id(row: dict, rows: list[dict]) -> int:
+    """A row's 1-based position among the data rows of the table (its id in specs/stacks.json's fitted_on)."""
+    return rows.index(row) + 1
+
+
+def _loss(rows: list[dict], eff: Efficiency) -> float:
+    """Mean |ln(predicted / published speed)|: symmetric in over- and under-prediction."""
+    import math
+    return sum(abs(math.log1p(speed_error(r, predict(r, eff)))) for r in rows) / len(rows)
+
+
+def fit_efficiency(rows: list[dict], start: Efficiency, fields=tuple(FIT_GRID), sweeps: int = 2) -> tuple:
+    """Coordinate search over FIT_GRID, one field at a time, `sweeps` times: the efficiency with the smallest mean
+    |log error| over `rows`, which must all be `fit` rows (SpecError otherwise: a test row would leak)."""
+    from dataclasses import replace
+    leaked = [r for r in rows if r.get("split") != "fit"]
+    if leaked:
+        raise SpecError(f"{len(leaked)} rows are not fit rows: the test rows stay out of every fit")
+    best, best_loss = start, _loss(rows, start)
+    for _ in range(sweeps):
+        for f in fields:
+            for v in FIT_GRID[f]:
+                cand = replace(best, **{f: v})
+                loss = _loss(rows, cand)
+                if loss < best_loss - 1e-12:
+                    best, best_loss = cand, loss
+    return best, best_loss
+
+
+# The groups fitted, each on its own fit rows (a stack's base on NVIDIA FP8/BF16; then what differs by precision or
+# vendor), and where each result goes in specs/stacks.json.
+FIT_GROUPS = {
+    ("trtllm", "base"): dict(select=lambda r: r["stack"] == "trtllm" and r["vendor"] == "NVIDIA" and r["weights"] != "fp4",
+                             fields=tuple(FIT_GRID)),
+    ("trtllm", "fp4"): dict(select=lambda r: r["stack"] == "trtllm" and r["weights"] == "fp4", when={"precision": "fp4"},
+                            fields=("decode_mbu", "decode_mfu", "prefill_mfu", "gemm_half_tokens")),
+    ("vllm", "AMD"): dict(select=lambda r: r["stack"] == "vllm" and r["vendor"] == "AMD", when={"vendor": "AMD"},
+                          fields=("decode_mbu", "decode_mfu", "prefill_mfu", "gemm_half_tokens")),
+}
+
+
+def fit_groups(rows: list[dict] | None = None) -> dict:
+    """Fit every FIT_GROUPS entry on its fit rows (the base first: the groups start from it)."""
+    from dataclasses import replace
+    rows = rows if rows is not None else load_rows()
+    fit_rows = [r for r in rows if r["split"] == "fit" and priced(r)]
+    out, base = {}, {}
+    for key, g in FIT_GROUPS.items():
+        part = [r for r in fit_rows if g["select"](r)]
+        if not part:
+            continue
+        stack, dev = load_stack(key[0]), load_device(part[0]["device"])
+        start = Efficiency.for_stack(stack, dev, part[0]["weights"])
+        if key[1] != "base" and key[0] in base:
+            start = replace(base[key[0]], **{f: getattr(start, f) for f in g["fields"]})
+        best, _ = fit_efficiency(part, start, g["fields"])
+        if key[1] == "base":
+            base[key[0]] = best
+        errs = [abs(speed_error(r, predict(r, best))) for r in part]
+        out[key] = dict(efficiency=best, rows=[row_id(r, rows) for r in part], median=statistics.median(errs),
+                        worst=max(errs), when=g.get("when"), fields=g["fields"])
+    return out
+
+
+def write_fit(key: tuple, g: dict, path: Path | None = None) -> None:
+    """Write one fitted group into specs/stacks.json (the base into `efficiency`, a group into `efficiency_by`),
+    with the fit rows' ids and errors."""
+    import json
+    from dataclasses import asdict
+    from specs.stacks import STACKS_FILE
+    path = path or STACKS_FILE
+    doc = json.loads(Path(path).read_text(encoding="utf-8"))
+    st = doc["stacks"][key[0]]
+    e = asdict(g["efficiency"])
+    note = (f"fitted by bench/bench_published.py --fit on the {len(g['rows'])} split=fit rows of "
+            f"bench/published_serving.csv in fitted_on: median |error| {100 * g['median']:.1f}%, worst "
+            f"{100 * g['worst']:.1f}%")
+    if key[1] == "base":
+        st["efficiency"] = {k: e[k] for k in ("decode_mbu", "prefill_mfu", "prefill_mbu", "decode_mfu",
+                                              "sequence_overhead_us", "gemm_half_tokens")}
+        st["step_overhead_ms"] = {k: e["step_overhead_ms"] for k in st["step_overhead_ms"]}
+        st["fit_rows"], st["efficiency_fitted_on"] = note, g["rows"]
+    else:
+        entry = dict(when=g["when"], set={f: e[f] for f in g["fields"]}, source=note, fitted_on=g["rows"])
+        st["efficiency_by"] = [x for x in st.get("efficiency_by", []) if x["when"] != g["when"]] + [entry]
+    Path(path).write_text(json.dumps(doc, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+    import specs.stacks as stacks_module
+    stacks_module._doc.cache_clear()
+    load_stack.cache_clear()

@@ -75,7 +75,6 @@ def step_cost(config: ModelConfig, device: Device, mesh: Mesh, weight_dtype: str
     extra = np.array([_expert_flops_extra(c, mesh, t, i) * share for t, i in zip(g, imb)])
     comm = np.array([_comm_per_stage_ms(c, mesh, int(math.ceil(t)), link, stack, i) for t, i in zip(g, imb)])
     bw = device.memory_bandwidth_bytes_per_s * efficiency.decode_mbu
-    fl = peak * efficiency.decode_mfu
     lg = np.log(g)
 
     def at(table, tokens):
@@ -86,7 +85,7 @@ def step_cost(config: ModelConfig, device: Device, mesh: Mesh, weight_dtype: str
         m = np.minimum(np.maximum(n, 1.0), mesh.pp)
         rows, tok = n / m, (n + p) / m
         mem = (w * at(ratio, tok * max(1.0, mesh.ep / mesh.tp)) + kv_row * rows) / bw * 1e3
-        comp = (f_row * rows + f_tok * p / m + at(extra, tok)) / fl * 1e3
+        comp = (f_row * rows + f_tok * p / m + at(extra, tok)) / (peak * efficiency.mfu_at(tok)) * 1e3
         stage = np.maximum(mem, comp) + at(comm, tok) + efficiency.step_overhead_ms + \
             rows * efficiency.sequence_overhead_us / 1e3
         return np.maximum(m, mesh.pp) * stage
@@ -109,7 +108,7 @@ def serve_at(config: ModelConfig, device: Device, mesh: Mesh, rate: float, promp
     kd = kv_dtype or default_kv_dtype(weight_dtype)
     gmu = check_fraction("gpu_memory_utilization", gpu_memory_utilization if gpu_memory_utilization is not None
                          else s.gpu_memory_utilization)
-    eff = efficiency or Efficiency.for_stack(s, device)
+    eff = efficiency or Efficiency.for_stack(s, device, weight_dtype)
     lk = _link_for(device, link)
     _need_link(mesh, lk, device)
     i_mean, o_mean = int(math.ceil(I.mean_tokens)), int(math.ceil(O.mean_tokens))
@@ -154,4 +153,41 @@ def serve_at(config: ModelConfig, device: Device, mesh: Mesh, rate: float, promp
                 gpus=mesh.total_gpus, stack=s.name, prompt=I.describe(), output=O.describe(),
                 max_throughput_requests_per_s=offline["requests_per_s"],
                 efficiency=dict(decode_mbu=eff.decode_mbu, decode_mfu=eff.decode_mfu,
-                                step_overhead_ms=eff.step_overhead_ms))
+                                gemm_half_tokens=eff.gemm_half_tokens, step_overhead_ms=eff.step_overhead_ms))
+
+
+def max_rate_under_slo(config: ModelConfig, device: Device, mesh: Mesh, prompt, output, weight_dtype: str,
+                       kv_dtype: str | None, stack: Stack | str | None, efficiency: Efficiency | None = None,
+                       ttft_p99_ms: float = math.inf, tpot_ms: float = math.inf, points: int = 48) -> float:
+    """The highest request rate (all replicas) whose steady state meets TTFT p99 ≤ `ttft_p99_ms` and TPOT ≤
+    `tpot_ms` (MLPerf Server's question): the operating point on a grid of rates up to the maximum throughput,
+    then a finer grid between the last rate that meets them and the first that does not."""
+    s = stack if isinstance(stack, Stack) else load_stack(stack)
+    I, O = lengths_of(prompt, "prompt tokens"), lengths_of(output, "output tokens")
+    kd = kv_dtype or default_kv_dtype(weight_dtype)
+    eff = efficiency or Efficiency.for_stack(s, device, weight_dtype)
+    lk = _link_for(device, None)
+    _need_link(mesh, lk, device)
+    i_mean, o_mean = int(math.ceil(I.mean_tokens)), int(math.ceil(O.mean_tokens))
+    lim = batch_limits(config, device, mesh, i_mean, o_mean, weight_dtype, kd, s, s.gpu_memory_utilization)
+    slots = min(lim["caps"]["memory (KV cache)"], lim["max_num_seqs"])
+    if slots == 0:
+        return 0.0
+    step = step_cost(config, device, mesh, weight_dtype, kd, eff, lk, s, decode_context(I, O), I.mean_tokens)
+    load = Load(I, O, chunk=float(lim["max_num_batched_tokens"]), slots=float(slots))
+    top = max_throughput(config, device, mesh, i_mean, o_mean, weight_dtype, kd, s, efficiency=eff,
+                         link=lk)["requests_per_s"] / mesh.replicas
+
+    def meets(rates):
+        op = operating_point(step, rates, load)
+        return op["stable"] & (op["ttft_p99_ms"] <= ttft_p99_ms) & (op["tpot_ms"] <= tpot_ms)
+    lo, hi = 0.0, top * 1.02
+    for _ in range(2):
+        grid = np.linspace(lo, hi, points + 1)[1:]
+        ok = meets(grid)
+        if not ok.any():
+            hi = grid[0]
+            continue
+        last = int(np.flatnonzero(ok)[-1])
+        lo, hi = grid[last], (grid[last + 1] if last + 1 < len(grid) else hi)
+    return lo * mesh.replicas

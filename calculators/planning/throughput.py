@@ -9,7 +9,7 @@ prefilled in the same step (chunked prefill), so one step carries B decode rows 
                  request's whole KV up front (TensorRT-LLM), I + O/2 on average when it grows (vLLM, SGLang)
     B_tokens   = max batched tokens per step × O / (I + O)    (decode rows + their share of prompt tokens)
     step       = max(bytes / (bandwidth·MBU), FLOPs / (peak·MFU)) + all-reduces + fixed step cost
-                 (MBU = decode_mbu, MFU = decode_mfu: the stack's efficiency for a mixed serving step)
+                 (MBU = decode_mbu, MFU = decode_mfu · t/(t + t½) at t tokens: `Efficiency.mfu_at`)
                  bytes = weights (the experts the step's tokens touch) + KV of B sequences at context I + O/2
                  FLOPs = B decode rows at that context + B/O prompts of I tokens
     output tok/s = B / step × replicas;  total tok/s = output × (I + O) / O
@@ -80,7 +80,7 @@ def step_time(config: ModelConfig, device: Device, mesh: Mesh, batch: int, promp
              + _expert_flops_extra(c, mesh, step_tokens, imb)) * share
     peak, prec = device.flops_for(compute_precision_for(weight_dtype))
     mem_ms = (w + kv) / (device.memory_bandwidth_bytes_per_s * efficiency.decode_mbu) * 1e3
-    comp_ms = flops / (peak * efficiency.decode_mfu) * 1e3     # a mixed step: decode rows + prompt chunks
+    comp_ms = flops / (peak * efficiency.mfu_at(step_tokens)) * 1e3   # a mixed step: decode rows + prompt chunks
     comm_ms = _comm_per_stage_ms(c, mesh, math.ceil(step_tokens), link, stack, imb)
     stage_ms = max(mem_ms, comp_ms) + comm_ms + efficiency.overhead_ms(rows)
     step_ms = max(m, mesh.pp) * stage_ms
@@ -109,7 +109,7 @@ def max_throughput(config: ModelConfig, device: Device, mesh: Mesh, prompt_token
     kd = kv_dtype or default_kv_dtype(weight_dtype)
     gmu = check_fraction("gpu_memory_utilization", gpu_memory_utilization if gpu_memory_utilization is not None
                          else s.gpu_memory_utilization)
-    eff = efficiency or Efficiency.for_stack(s, device)
+    eff = efficiency or Efficiency.for_stack(s, device, weight_dtype)
     lk = _link_for(device, link)
     _need_link(mesh, lk, device)
     lim = batch_limits(config, device, mesh, I, O, weight_dtype, kd, s, gmu, max_num_seqs, max_num_batched_tokens)
@@ -129,6 +129,6 @@ def max_throughput(config: ModelConfig, device: Device, mesh: Mesh, prompt_token
                 reserved_context_tokens=lim["reserved_context_tokens"], gpu_memory_utilization=gmu,
                 max_num_seqs=lim["max_num_seqs"], max_num_batched_tokens=lim["max_num_batched_tokens"],
                 efficiency=dict(decode_mbu=eff.decode_mbu, decode_mfu=eff.decode_mfu,
-                                step_overhead_ms=eff.step_overhead_ms),
+                                gemm_half_tokens=eff.gemm_half_tokens, step_overhead_ms=eff.step_overhead_ms),
                 binds=f"batch: {lim['binding']} ({B:,} sequences); step: {st['bound']}",
                 is_moe=arch.is_moe(config), expert_imbalance=st["expert_imbalance"])

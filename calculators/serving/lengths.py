@@ -206,6 +206,19 @@ def _norm_ppf(u: np.ndarray) -> np.ndarray:
     return out
 
 
+def from_kind(kind: str, mean: float, maximum: int | None = None) -> "Lengths":
+    """The distribution the simulator's workload kinds draw (`serving.workload.sample_lengths`): fixed; uniform on
+    [1, 2·mean − 1]; exponential = geometric with that mean."""
+    if kind == "fixed":
+        return Lengths.fixed(mean)
+    if kind == "exponential":
+        return Lengths("geometric", float(mean), maximum=maximum).check()
+    if kind == "uniform":
+        top = int(round(2 * mean - 1))
+        return Lengths.histogram(np.arange(1, top + 1), None)
+    raise SpecError(f"length distribution must be fixed, uniform or exponential, got {kind!r}")
+
+
 # Workload presets: (prompt, output) distributions with their sources.
 PRESETS = {
     "chat": dict(prompt=Lengths("lognormal", 1000.0, 4000.0), output=Lengths("lognormal", 250.0, 1000.0),

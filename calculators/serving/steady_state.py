@@ -399,3 +399,16 @@ def check_rate(rate) -> float:
     if isinstance(rate, bool) or not isinstance(rate, (int, float)) or not math.isfinite(rate) or rate < 0:
         raise SpecError(f"request rate must be a number of requests per second ≥ 0, got {rate!r}")
     return float(rate)
+
+
+def sweep_for_model(model, rates, prompt: Lengths, output: Lengths, slots: float = math.inf,
+                    chunk: float = math.inf) -> list[dict]:
+    """The steady state of a `batching.StepModel` replica at each rate (what the Queueing page draws beside the
+    simulator): TTFT p50/p99, TPOT, requests in flight, stable."""
+    load = Load(prompt, output, chunk=chunk, slots=slots)
+    step = step_fn_for_model(model, load)
+    op = operating_point(step, np.asarray(rates, dtype=float), load)
+    return [dict(rate_rps=float(r), stable=bool(s), ttft_p50_ms=float(a), ttft_p99_ms=float(b), tpot_ms=float(t),
+                 in_flight=float(n)) for r, s, a, b, t, n in zip(np.asarray(rates, dtype=float), op["stable"],
+                                                                 op["ttft_p50_ms"], op["ttft_p99_ms"], op["tpot_ms"],
+                                                                 op["in_flight"])]

@@ -14,6 +14,8 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
+import numpy as np
+
 from calculators import arch
 from calculators.sizing.kv_cache import kv_cache_bytes
 from calculators.sizing.params import bytes_per_param, expert_params, param_breakdown
@@ -39,37 +41,54 @@ class Efficiency:
     - step_overhead_ms 0: a fixed cost every forward step pays whatever its size (kernel launches, the scheduler,
       sampling); a serving stack's value per device class comes from `for_stack` (specs/stacks.json).
     - sequence_overhead_us 0: a cost per sequence in the step (the scheduler's and sampler's bookkeeping for each
-      running request), so a step of B sequences pays step_overhead_ms + B × sequence_overhead_us / 1000."""
+      running request), so a step of B sequences pays step_overhead_ms + B × sequence_overhead_us / 1000.
+    - gemm_half_tokens 0: see `mfu_at` (the serving step's MFU as a function of the tokens it carries)."""
     decode_mbu: float = 0.6
     prefill_mfu: float = 0.7
     prefill_mbu: float = 0.8
     decode_mfu: float = 0.5
     step_overhead_ms: float = 0.0
     sequence_overhead_us: float = 0.0
+    gemm_half_tokens: float = 0.0       # a serving step's MFU = decode_mfu · t/(t + this) at t tokens (0: flat)
 
     def __post_init__(self):
         for k, v in asdict(self).items():
-            if k in ("step_overhead_ms", "sequence_overhead_us"):
+            if k in ("step_overhead_ms", "sequence_overhead_us", "gemm_half_tokens"):
                 check_nonneg(k, v, limit=1e4)
             else:
                 check_fraction(k, v)
 
     @classmethod
-    def for_stack(cls, stack: "Stack | str | None" = None, device: Device | None = None) -> "Efficiency":
-        """The default efficiencies and fixed step cost of a serving stack (vLLM when None) on `device`'s class
-        (fitted to published measurements; specs/stacks.json says which rows)."""
+    def for_stack(cls, stack: "Stack | str | None" = None, device: Device | None = None,
+                  weight_dtype: str | None = None) -> "Efficiency":
+        """The default efficiencies and fixed step cost of a serving stack (vLLM when None) on `device`'s class,
+        for the device's vendor and the weights' precision where the stack's data distinguishes them (fitted to
+        the fit rows of bench/published_serving.csv; specs/stacks.json says which)."""
         s = stack if isinstance(stack, Stack) else load_stack(stack)
         if device is not None:
             check_stack_device(s, device)
         over = s.overhead_ms(device_class(device)) if device is not None else s.overhead_ms("other")
-        return cls(**{k: float(v) for k, v in s.efficiency.items()}, step_overhead_ms=over)
+        prec = compute_precision_for(weight_dtype) if weight_dtype else None
+        eff = s.efficiency_for(device.vendor if device is not None else "", prec)
+        over = float(eff.pop("step_overhead_ms", over))
+        return cls(**{k: float(v) for k, v in eff.items()}, step_overhead_ms=over)
+
+    def mfu_at(self, tokens):
+        """MFU of a serving step that multiplies `tokens` rows through the weights: decode_mfu · t / (t + t½).
+        A GEMM with few rows leaves most of the tensor cores' tiles idle and pays its launch and epilogue fixed
+        costs; t½ (the tokens at which half of decode_mfu is reached) is fitted per stack (specs/stacks.json).
+        With t½ = 0 the MFU is flat. Arrays broadcast."""
+        if not self.gemm_half_tokens:
+            return self.decode_mfu
+        t = np.maximum(tokens, 1.0)                     # an empty step does no GEMM: keep the ratio finite
+        return self.decode_mfu * t / (t + self.gemm_half_tokens)
 
     def overhead_ms(self, sequences: int | float = 1) -> float:
         """Fixed cost of one step that carries `sequences` sequences: step + per-sequence part, in ms."""
         return self.step_overhead_ms + sequences * self.sequence_overhead_us / 1e3
 
 
-IDEAL = Efficiency(1.0, 1.0, 1.0, 1.0, 0.0, 0.0)
+IDEAL = Efficiency(1.0, 1.0, 1.0, 1.0, 0.0, 0.0, 0.0)
 
 
 def bandwidth_floor_ms(bytes_read: float, bandwidth_bytes_per_s: float) -> float:
