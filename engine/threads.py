@@ -395,7 +395,10 @@ class BlasThreads:
             rows, budget = KINDS[kind]
             sample = weight_sample(matrices(), budget)
             if sample:
-                gain = self._calibrate(sample, choice.calibrate, rows, self.library.set)
+                try:
+                    gain = self._calibrate(sample, choice.calibrate, rows, self.library.set)
+                except Exception:                                      # never let a timing break a forward pass:
+                    gain = 0.0                                         # no gain, one thread
                 self._applied = None                                   # the timing left its own count set
                 self._gains[kind][choice.calibrate] = (gain, self._clock())
                 choice = self._choose(kind, now)
@@ -409,14 +412,13 @@ class BlasThreads:
     def status(self) -> ThreadStatus:
         mode = self.mode
         if mode == "fixed":
-            n, source = self._fixed
-            reason, text = "fixed", f"fixed by {source}"
+            reason, text = "fixed", f"fixed by {self._fixed[1]}"
         elif mode == "unavailable":
             reason, text = "unavailable", REASONS["unavailable"]
         else:
             choice = self._choices.get(self._kind)
             if choice is None:
-                reason, text = "measuring", "the engine has not run a model yet (one thread until it measures)"
+                reason, text = "measuring", "no forward pass has measured the load yet (one thread until then)"
             else:
                 reason, text = choice.reason, choice.text
         gains = {k: {n: g for n, (g, _) in v.items()} for k, v in self._gains.items()}

@@ -236,6 +236,14 @@ def test_no_gain_keeps_one_thread_even_on_a_quiet_machine():
     assert lib.count == 1 and g.status().reason == "no_gain" and timed == [(2, 1)]
 
 
+def test_a_timing_that_fails_leaves_one_thread_and_the_pass_runs():
+    def broken(rows):
+        raise MemoryError("no room for the timing")
+    g, clock, lib, machine, timed = governor(gain=broken)
+    run(g, clock, 2)                                  # no exception out of tick
+    assert lib.count == 1 and g.status().reason == "no_gain"
+
+
 def test_decode_and_batch_passes_are_timed_and_chosen_apart():
     g, clock, lib, machine, timed = governor(gain=lambda rows: 1.0 if rows == 1 else 1.8)
     run(g, clock, 1.5, rows=1)
