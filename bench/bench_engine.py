@@ -23,6 +23,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from engine import Model, Trace  # noqa: E402
+from engine import threads as blas_threads  # noqa: E402
 from specs.presets import load_preset  # noqa: E402
 from bench.lean_decode import LeanDecoder  # noqa: E402
 
@@ -105,7 +106,7 @@ def bench_torch(model: Model, reps: int, context: int = 32) -> dict | None:
     except ImportError:
         return None
     c = model.config
-    torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", os.cpu_count() or 1)))
+    torch.set_num_threads(blas_threads.status().threads or 1)       # the count the engine's decode just used
     hf = LlamaForCausalLM(LlamaConfig(
         vocab_size=c.vocab_size, hidden_size=c.hidden_size, intermediate_size=c.intermediate_size,
         num_hidden_layers=c.num_layers, num_attention_heads=c.num_heads, num_key_value_heads=c.num_kv_heads,
@@ -148,7 +149,8 @@ def main() -> None:
     cfg = load_preset("tinyllama")
     if args.quick:
         cfg = cfg.replace(num_layers=4, name="TinyLlama (4 layers)")
-    print(f"machine: {os.cpu_count()} cores; numpy {np.__version__}")
+    print(f"machine: {os.cpu_count()} cores; numpy {np.__version__}; BLAS threads sized by engine.threads "
+          f"(INFERENCE_LAB_BLAS_THREADS=N fixes them)")
     t = time.perf_counter()
     model = Model.random(cfg, seed=0)
     print(f"{cfg.name} fp32 random weights: {model.weights.nbytes() / 1e9:.2f} GB built in {time.perf_counter() - t:.1f} s")
@@ -161,6 +163,7 @@ def main() -> None:
           f"(target <= 1.05: {'PASS' if d['engine_ratio'] <= 1.05 else 'FAIL'})")
     print(f"  ratio lean / bare   = {d['lean_ratio']:.3f} (quartiles {d['lean_q1']:.3f}-{d['lean_q3']:.3f}; "
           f"lean - bare {d['lean_extra_ms']:.1f} ms): the same arithmetic in the fewest NumPy calls, no structure")
+    print(f"  {blas_threads.status().describe()}")
     tr = bench_torch(model, args.reps)
     if tr is None:
         print("  transformers not installed: torch comparison skipped")

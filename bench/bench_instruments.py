@@ -17,22 +17,17 @@
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 import time
 import tracemalloc
 from pathlib import Path
-
-# One BLAS thread unless told otherwise: on a shared, oversubscribed machine a spinning second BLAS thread makes a
-# 135M-parameter decode step 8x slower and its timing noise drowns a 2% effect. Both sides of a ratio run alike.
-os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
-os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 import numpy as np  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from engine import ActivationCache, Hooks, Model  # noqa: E402
+from engine import threads as blas_threads  # noqa: E402
 from engine.model import forward as fwd  # noqa: E402
 from engine.model import ops  # noqa: E402
 from specs.presets import load_preset  # noqa: E402
@@ -172,6 +167,10 @@ def main() -> None:
     ap.add_argument("--reps", type=int, default=60, help="decode repetitions (prefill: a fifth)")
     ap.add_argument("--tokens", type=int, default=4096)
     args = ap.parse_args()
+    if blas_threads.governor().mode == "auto":   # unless INFERENCE_LAB_BLAS_THREADS / OPENBLAS_NUM_THREADS say
+        # one thread: on a shared machine a second BLAS thread's spinning drowns a 2% effect in noise, and the
+        # bare forward (no Model.forward, so no automatic choice) must run with the engine's thread count
+        blas_threads.fix(1, "bench_instruments (both sides of each ratio alike)")
     both = not (args.overhead or args.memory)
     if args.overhead or both:
         bench_overhead(args.reps)

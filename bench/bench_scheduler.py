@@ -26,16 +26,13 @@ import os
 import sys
 from pathlib import Path
 
-if "--threads" in sys.argv:   # BLAS reads its thread count when NumPy is first imported
-    n = sys.argv[sys.argv.index("--threads") + 1]
-    os.environ.update(OPENBLAS_NUM_THREADS=n, OMP_NUM_THREADS=n, MKL_NUM_THREADS=n)
-
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from calculators.serving.speculative import expected_tokens_per_pass, speculative_speedup  # noqa: E402
 from engine import Model, load_model  # noqa: E402
+from engine import threads as blas_threads  # noqa: E402
 from engine.serve.serving_runs import (batching_run, chunked_prefill_run, prefix_cache_run,  # noqa: E402
                                  random_prompts, speculative_run)
 from engine.serve.speculative import early_exit_draft  # noqa: E402
@@ -106,9 +103,14 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--quick", action="store_true", help="small random shape instead of the default model")
     ap.add_argument("--json", help="also write the numbers to this file")
-    ap.add_argument("--threads", help="BLAS threads (default: the library's choice)")
+    ap.add_argument("--threads", default="auto",
+                    help="BLAS threads: a number, or auto (default: engine.threads sizes them to the free cores)")
     ap.add_argument("--rounds", type=int, default=5, help="interleaved rounds of the stream sweep (median reported)")
     args = ap.parse_args()
+    if args.threads != "auto":
+        if not args.threads.isdigit() or int(args.threads) < 1:
+            ap.error(f"--threads must be auto or a whole number >= 1, got {args.threads!r}")
+        blas_threads.fix(int(args.threads), f"--threads {args.threads}")
     if args.quick:
         cfg = ModelConfig(name="bench-small", hidden_size=256, num_layers=4, num_heads=8, num_kv_heads=2,
                           head_dim=32, intermediate_size=688, vocab_size=2048, max_position_embeddings=512)
@@ -117,9 +119,7 @@ def main() -> None:
     else:
         model = load_model()
         streams, new_tokens, long_len = [1, 2, 4, 8, 16, 32], 8, 128
-    threads = os.environ.get("OPENBLAS_NUM_THREADS", "default")
-    print(f"{model.name}; {os.cpu_count()} cores, BLAS threads {threads}; "
-          f"load average {os.getloadavg()[0]:.1f} (shared machine: noisy)")
+    print(f"{model.name}; {os.cpu_count()} cores; load average {os.getloadavg()[0]:.1f} (shared machine: noisy)")
     out = {"model": model.name, "load_average_start": os.getloadavg()[0]}
     print("\n[1] continuous batching, greedy streams")
     out["streams"] = bench_streams(model, streams, new_tokens, args.rounds)
@@ -138,7 +138,8 @@ def main() -> None:
     print("\n[4] prefix caching: the same system prompt twice")
     out["prefix_cache"] = bench_prefix_cache(model, system_len=long_len * 2)
     out["load_average_end"] = os.getloadavg()[0]
-    print(f"\nload average at the end {out['load_average_end']:.1f}")
+    out["blas_threads"] = blas_threads.status().describe()
+    print(f"\nload average at the end {out['load_average_end']:.1f}; {out['blas_threads']}")
     if args.json:
         Path(args.json).write_text(json.dumps(out, indent=2))
 

@@ -21,7 +21,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
-import os
 import sys
 import time
 import urllib.request
@@ -33,6 +32,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from engine import load_model  # noqa: E402
+from engine import threads as blas_threads  # noqa: E402
 from engine.serve.serving_runs import requests_run  # noqa: E402
 from tools.vllm_server import VllmUnavailable, paused, vllm_server  # noqa: E402
 
@@ -134,8 +134,7 @@ def measure(model, ids, counts, args, url, served, vllm_proc=None) -> dict:
 
 def report(rows, counts, args, vllm: bool, paused_vllm: bool = False) -> None:
     print(f"\n{args.new_tokens} greedy tokens per request, EOS ignored, wall time with prefill; "
-          f"median (range) over {args.rounds} interleaved rounds; BLAS threads: "
-          f"OPENBLAS_NUM_THREADS={os.environ.get('OPENBLAS_NUM_THREADS', 'unset (all cores)')}"
+          f"median (range) over {args.rounds} interleaved rounds; ours: {blas_threads.status().describe()}"
           + ("; vLLM paused while ours ran" if paused_vllm else
              "; vLLM running (idle) while ours ran" if vllm else ""))
     print(f"| concurrent requests | ours tokens/s | vLLM-CPU {args.dtype} tokens/s | ours / vLLM (range) | "

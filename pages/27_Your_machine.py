@@ -4,7 +4,7 @@ speed) next to the engine's own timings and counters, op by op.
 Predicted: `calculators.sizing.engine_floor` (the engine's decode bytes and ITL floor), `calculators.sizing.roofline`
 (forward_flops) and `calculators.explain`, on `specs.devices.measure_this_machine` (bandwidth of a matvec over a
 weight-sized matrix, the operation a decode step repeats). Measured: `engine.Trace(timing=True)`
-around `Model.prefill` and `Model.decode_step`.
+around `Model.prefill` and `Model.decode_step`. The BLAS threads the engine runs with, and why: `engine.threads`.
 """
 from __future__ import annotations
 
@@ -18,6 +18,7 @@ from calculators.sizing.kv_cache import kv_cache_bytes
 from calculators.sizing.roofline import forward_flops
 from calculators.units import MB, fmt_bytes, fmt_num
 from engine import Model, Trace
+from engine import threads as blas_threads
 from engine.instruments.profile import ProfileRun, profile_run
 from specs.devices import Device
 from specs.model_config import SpecError
@@ -176,6 +177,7 @@ def main() -> None:
         except SpecError as e:
             show_error(e)
             return
+    st.caption(f"**BLAS threads.** {blas_threads.status().describe()}")
     run = results.get(key)
     if run is None:
         st.caption("Press **Run the engine** to measure (a prefill and the decode steps, timed op by op).")

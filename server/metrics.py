@@ -8,12 +8,21 @@ vLLM (v1, vllm/v1/metrics/loggers.py) exposes, with labels `model_name` and `eng
               vllm:request_queue_time_seconds, vllm:request_prompt_tokens, vllm:request_generation_tokens
 Dashboards and load generators written for vLLM read ours unchanged. The gauges are read from the worker when
 Prometheus scrapes (`LiveCollector`), so they are never stale. prometheus_client writes the text format.
+
+Ours, under inference_lab: (how the engine sized its BLAS threads, `engine.threads`):
+  inference_lab_blas_threads{mode, reason}        threads OpenBLAS uses now (read from the library); mode auto or
+                                                  fixed, reason a key of engine.threads.REASONS
+  inference_lab_cpu_cores                         cores this process may run on
+  inference_lab_cpu_others_busy_cores             cores' worth of CPU other work took in the last window
+  inference_lab_blas_thread_gain{kind, threads}   speed at n threads over one thread, timed on a quiet machine
 """
 from __future__ import annotations
 
 from prometheus_client import CollectorRegistry, Counter, Histogram
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
+
+from engine import threads as blas_threads
 
 # vLLM's buckets (vllm/v1/metrics/loggers.py), so histograms of both servers line up
 TTFT_BUCKETS = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0,
@@ -43,6 +52,32 @@ class LiveCollector:
             g = GaugeMetricFamily(name, doc, labels=LABELS)
             g.add_metric(labels, float(value))
             yield g
+        yield from blas_gauges(labels)
+
+
+def blas_gauges(labels: list[str]):
+    """The engine's BLAS threads and why (`engine.threads.status()`, this process's)."""
+    s = blas_threads.status()
+    g = GaugeMetricFamily("inference_lab_blas_threads", "BLAS threads the engine uses now, and why "
+                          "(mode auto|fixed|unavailable; reason: engine.threads.REASONS).",
+                          labels=(*LABELS, "mode", "reason"))
+    g.add_metric([*labels, s.mode, s.reason], float("nan") if s.threads is None else float(s.threads))
+    yield g
+    g = GaugeMetricFamily("inference_lab_cpu_cores", "CPU cores this process may run on.", labels=LABELS)
+    g.add_metric(labels, float(s.cores))
+    yield g
+    if s.others_busy is not None:
+        g = GaugeMetricFamily("inference_lab_cpu_others_busy_cores", "Cores' worth of CPU that work other than "
+                              "the engine took over the last measured window.", labels=LABELS)
+        g.add_metric(labels, s.others_busy)
+        yield g
+    g = GaugeMetricFamily("inference_lab_blas_thread_gain", "Speed at n BLAS threads over one thread, timed on "
+                          "the model's own matrices when the machine looked quiet.",
+                          labels=(*LABELS, "kind", "threads"))
+    for kind, gains in s.gains.items():
+        for n, gain in gains.items():
+            g.add_metric([*labels, kind, str(n)], gain)
+    yield g
 
 
 class ServerMetrics:

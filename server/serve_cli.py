@@ -43,6 +43,7 @@ def run(args) -> int:
     import uvicorn
 
     from engine import load_model
+    from engine import threads as blas_threads
     from engine.errors import ModelError
     from server.openai_api import create_app
     from server.worker import EngineWorker
@@ -56,6 +57,7 @@ def run(args) -> int:
         if args.kv_budget_mb:
             options["kv_budget_bytes"] = args.kv_budget_mb * 1e6
         worker = EngineWorker(model, **options)
+        blas_threads.prepare(model.weight_matrices)     # threads sized to the free cores before the first request
     except ModelError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Callable, Iterator, Mapping, Sequence
 
 import numpy as np
 
+from engine import threads as blas_threads
 from engine.model import ops
 from engine.errors import ModelError
 from engine.model.forward import Pass, block, embed, lm_head
@@ -324,6 +325,8 @@ class Model:
         returns logits [B, V] of each sequence's last new token, or [B, T, V] with all_logits=True.
         """
         w = self.weights
+        tokens = np.asarray(tokens)
+        blas_threads.tick(tokens.size, self.weight_matrices)           # BLAS threads sized to the free cores
         p = Pass.begin(self.config, np.asarray(tokens), cache, n_valid, self._inv_freq, self.rope_layout, trace, hooks,
                        self._inv_freq_local)
         x = embed(np.asarray(tokens), w, p)                            # [B, T, D]
@@ -331,6 +334,11 @@ class Model:
             x = block(x, lw, li, p)                                     # [B, T, D]
         cache.advance(p.n_valid)
         return lm_head(x, w, p, all_logits)                            # [B, V] or [B, T, V]
+
+    def weight_matrices(self) -> Iterator[np.ndarray]:
+        """The layers' weight matrices in the order a pass reads them (what `engine.threads` times its choice on)."""
+        for lw in self.weights.layers:
+            yield from lw.matrices().values()
 
     # ------------------------------------------------------------------------------------ conveniences
     def check_prompt(self, ids: Sequence[int]) -> None:

@@ -225,6 +225,20 @@ def test_your_machine_runs_the_engine_on_click_and_counters_match_theory():
     assert {"qkv_proj", "attention", "lm_head"} <= set(by_op["op"])
 
 
+def test_your_machine_says_how_many_blas_threads_the_engine_uses_and_why():
+    threadpoolctl = pytest.importorskip("threadpoolctl")
+    from engine import threads as blas_threads
+    at = page("Your_machine", **{"machine.prompt": 8, "machine.steps": 3})
+    at = at.button(key="machine.run").click().run()
+    assert not at.exception and not errors(at)
+    line = next(c.value for c in at.caption if "BLAS threads" in c.value)
+    n = [i["num_threads"] for i in threadpoolctl.threadpool_info() if i["user_api"] == "blas"][0]  # the library's
+    assert f"uses {n} BLAS thread" in line and f"of {len(blas_threads.usable_cpus())} cores" in line
+    status = blas_threads.status()
+    if status.mode == "auto":
+        assert "chosen automatically" in line and status.text in line     # and why
+
+
 def test_measured_sections_ask_for_a_model_when_none_loads():
     at = page("Quantization", **{CHOICE_KEY: "Local path (.gguf or Hugging Face folder)",
                                  "model_path": "/no/such/model.gguf"})
