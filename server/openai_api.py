@@ -13,12 +13,17 @@ writes the metrics; nothing of either protocol is written by hand here.
 
 A bad request gets OpenAI's error shape, `{"error": {"message", "type", "param", "code"}}`, with a 4xx status and a
 message that says what to change; a client that goes away mid-reply has its request cancelled and its KV blocks
-freed.
+freed. No client can stall the others: the body is read with a size limit (413 past it, refused from its
+Content-Length before it is read), a prompt longer than the context window could hold is refused by its character
+count before tokenising, and JSON decoding, tokenising and detokenising run in worker threads (the tokenizer
+releases the GIL), never on the event loop that carries every stream and /health. Anything unforeseen is a JSON
+500, logged. Keys, Host and Origin checks: server/api_guard.py.
 """
 from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import time
 import uuid
 from dataclasses import dataclass
@@ -26,16 +31,21 @@ from typing import Any, AsyncIterator
 
 import anyio
 from starlette.applications import Starlette
+from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 from engine.errors import ModelError
-from server.api_requests import ApiError, GenerationRequest, parse_chat, parse_completion
+from server.api_guard import DEFAULT_MAX_BODY_BYTES, Access, AccessGuard
+from server.api_requests import (ApiError, GenerationRequest, decode_body, parse_chat, parse_completion,
+                                 prompt_char_limit)
 from server.metrics import ServerMetrics
 from server.worker import Busy, EngineWorker
 
 THREADS = 256                  # threads that wait for tokens (one per streaming request at most)
+RETRY_AFTER_S = 1              # what a 429 asks the client to wait
+log = logging.getLogger("inference_lab.server")
 FINISH = {"eos": "stop", "stop": "stop", "length": "length", "context": "length"}
 
 
@@ -46,15 +56,25 @@ class Served:
     model_name: str
     metrics: ServerMetrics
     created: int
+    max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
+    char_limit: int | None = None          # prompts longer than this many characters cannot fit the context
 
     @property
     def model(self):
         return self.worker.model
 
 
+class AsciiJSON(JSONResponse):
+    """JSON with every non-ASCII character escaped: an error that repeats a client's bad string always encodes."""
+
+    def render(self, content: Any) -> bytes:
+        return json.dumps(content, ensure_ascii=True, separators=(",", ":")).encode("ascii")
+
+
 def error_response(err: ApiError) -> JSONResponse:
-    return JSONResponse({"error": {"message": err.message, "type": err.kind, "param": err.param,
-                                   "code": err.code}}, status_code=err.status)
+    headers = {"Retry-After": str(RETRY_AFTER_S)} if err.status == 429 else None
+    return AsciiJSON({"error": {"message": err.message, "type": err.kind, "param": err.param, "code": err.code}},
+                     status_code=err.status, headers=headers)
 
 
 # ============================================================================================ token stream
@@ -179,7 +199,9 @@ async def _watch_disconnect(request: Request, stream: TokenStream) -> None:
 
 
 async def _respond(request: Request, served: Served, req: GenerationRequest, chat: bool) -> Response:
-    session = req.user or f"http-{uuid.uuid4().hex[:12]}"
+    # every HTTP request is its own session: the worker's one-request-per-session rule is for the classroom, and
+    # keying it on the client's `user` string let anyone who knew it block its owner (429)
+    session = f"http-{uuid.uuid4().hex}"
     limiter = request.app.state.limiter
     stream = await anyio.to_thread.run_sync(TokenStream, served, req, session, limiter=limiter)
     rid = ("chatcmpl-" if chat else "cmpl-") + uuid.uuid4().hex
@@ -222,33 +244,54 @@ async def _events(stream: TokenStream, limiter, head: dict, chat: bool, ids_want
             yield _sse({**head, "choices": [choice]})
     except ApiError as e:
         yield _sse({"error": {"message": e.message, "type": e.kind, "param": None, "code": e.code}})
+    except Exception:                       # a bug: the stream ends with an error event, never a cut connection
+        log.exception("streaming a reply failed")
+        yield _sse({"error": {"message": "internal error while streaming the reply (logged on the server)",
+                              "type": "server_error", "param": None, "code": "internal_error"}})
     if include_usage:
         yield _sse({**head, "choices": [], "usage": stream.usage()})
     yield b"data: [DONE]\n\n"
 
 
 # ============================================================================================ routes
-async def _json_body(request: Request) -> dict:
-    raw = await request.body()
-    try:
-        body = json.loads(raw)
-    except (UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise ApiError(400, f"the request body is not valid JSON ({e}); send a JSON object such as "
-                            f'{{"model": "...", "prompt": "Hello", "max_tokens": 16}}') from None
-    if not isinstance(body, dict):
-        raise ApiError(400, f"the request body must be a JSON object, got {type(body).__name__}")
-    return body
+async def read_body(request: Request, limit: int) -> bytes:
+    """The body, at most `limit` bytes: refused from its Content-Length before reading, or as soon as the bytes
+    received pass the limit (a chunked upload), so a huge body is never held in memory."""
+    too_big = ApiError(413, f"the request body is larger than this server accepts ({limit:,} bytes; the "
+                            f"server's --max-body-mb sets it)", code="request_too_large")
+    declared = request.headers.get("content-length")
+    if declared is not None:
+        if not declared.strip().isdigit():
+            raise ApiError(400, f"Content-Length must be a number of bytes, got {declared[:40]!r}")
+        if int(declared) > limit:
+            raise too_big
+    chunks, size = [], 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > limit:
+            raise too_big
+        chunks.append(chunk)
+    return b"".join(chunks)
 
 
 def _served(request: Request) -> Served:
     return request.app.state.served
 
 
+async def json_body(request: Request) -> dict:
+    """The body read with the size limit, decoded and checked in a worker thread."""
+    raw = await read_body(request, _served(request).max_body_bytes)
+    return await anyio.to_thread.run_sync(decode_body, raw, limiter=request.app.state.limiter)
+
+
 async def _endpoint(request: Request, parse, chat: bool) -> Response:
-    """Parse the body with `parse` (completions or chat), serve it; any ApiError as OpenAI's error shape."""
+    """Parse the body with `parse` (completions or chat) off the event loop, serve it; any ApiError as OpenAI's
+    error shape."""
     served = _served(request)
     try:
-        req = parse(await _json_body(request), served.model, served.model_name)
+        body = await json_body(request)
+        req = await anyio.to_thread.run_sync(parse, body, served.model, served.model_name, served.char_limit,
+                                             limiter=request.app.state.limiter)
         return await _respond(request, served, req, chat=chat)
     except ApiError as e:
         return error_response(e)
@@ -265,7 +308,7 @@ async def chat_completions(request: Request) -> Response:
 async def models(request: Request) -> Response:
     s = _served(request)
     card = {"id": s.model_name, "object": "model", "created": s.created, "owned_by": "inference-lab",
-            "root": s.model.source or s.model.name, "parent": None,
+            "root": s.model_name, "parent": None,            # never the model file's path
             "max_model_len": s.model.config.max_position_embeddings}
     return JSONResponse({"object": "list", "data": [card]})
 
@@ -287,24 +330,35 @@ async def live_batch(request: Request) -> Response:
 
 
 async def not_found(request: Request, exc: Exception) -> Response:
-    return error_response(ApiError(404, f"no route {request.method} {request.url.path}; this server offers "
+    return error_response(ApiError(404, f"no route {request.method} {request.url.path[:100]}; this server offers "
                                         f"/v1/completions, /v1/chat/completions, /v1/models, /health, /metrics "
                                         f"and /v1/batch", kind="not_found_error", code="not_found"))
 
 
 async def method_not_allowed(request: Request, exc: Exception) -> Response:
-    return error_response(ApiError(405, f"{request.method} is not allowed on {request.url.path}",
+    return error_response(ApiError(405, f"{request.method} is not allowed on {request.url.path[:100]}",
                                    kind="invalid_request_error", code="method_not_allowed"))
 
 
-def create_app(worker: EngineWorker, model_name: str, metrics_: ServerMetrics | None = None) -> Starlette:
-    """The ASGI app serving `worker`'s model as `model_name`."""
+async def internal_error(request: Request, exc: Exception) -> Response:
+    """A bug, not the client's fault: logged with its traceback, answered in OpenAI's shape (never plain text)."""
+    log.error("%s %s failed", request.method, request.url.path, exc_info=exc)
+    return error_response(ApiError(500, f"internal error ({type(exc).__name__}); it was logged on the server",
+                                   code="internal_error"))
+
+
+def create_app(worker: EngineWorker, model_name: str, metrics_: ServerMetrics | None = None, *,
+               access: Access | None = None, max_body_bytes: int = DEFAULT_MAX_BODY_BYTES) -> Starlette:
+    """The ASGI app serving `worker`'s model as `model_name`; `access` sets the API key and the Host and Origin
+    checks (server/api_guard.py), `max_body_bytes` the largest request body."""
     routes = [Route("/v1/completions", completions, methods=["POST"]),
               Route("/v1/chat/completions", chat_completions, methods=["POST"]),
               Route("/v1/models", models, methods=["GET"]), Route("/health", health, methods=["GET"]),
               Route("/metrics", metrics, methods=["GET"]), Route("/v1/batch", live_batch, methods=["GET"])]
-    app = Starlette(routes=routes, exception_handlers={404: not_found, 405: method_not_allowed})
+    app = Starlette(routes=routes, middleware=[Middleware(AccessGuard, access=access or Access())],
+                    exception_handlers={404: not_found, 405: method_not_allowed, Exception: internal_error})
     m = metrics_ or ServerMetrics(model_name, worker)
-    app.state.served = Served(worker, model_name, m, int(time.time()))
+    app.state.served = Served(worker, model_name, m, int(time.time()), int(max_body_bytes),
+                              prompt_char_limit(worker.model))
     app.state.limiter = anyio.CapacityLimiter(THREADS)
     return app

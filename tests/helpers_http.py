@@ -10,11 +10,12 @@ from server.process import free_port
 
 
 class InProcessServer:
-    def __init__(self, worker, model_name: str = "engine") -> None:
+    def __init__(self, worker, model_name: str = "engine", **app_options) -> None:
+        """app_options: create_app's keywords (access=..., max_body_bytes=...)."""
         self.worker, self.port = worker, free_port()
         self.url = f"http://127.0.0.1:{self.port}"
-        self.server = uvicorn.Server(uvicorn.Config(create_app(worker, model_name), host="127.0.0.1",
-                                                    port=self.port, log_level="warning"))
+        app = create_app(worker, model_name, **app_options)
+        self.server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=self.port, log_level="warning"))
         self.thread = threading.Thread(target=self.server.run, daemon=True)
 
     def start(self) -> "InProcessServer":

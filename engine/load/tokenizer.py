@@ -158,7 +158,16 @@ class Tokenizer:
         """
         if not isinstance(text, str):
             raise ModelError(f"encode() needs a string, got {type(text).__name__}")
-        ids = self.backend.encode(text, add_special_tokens=False).ids
+        # encode_batch releases the GIL while the Rust code runs (encode does not): a long prompt tokenised in one
+        # thread never freezes the others (a server's event loop, its other streams)
+        try:
+            ids = self.backend.encode_batch([text], add_special_tokens=False)[0].ids
+        except TypeError:                   # the backend takes only valid Unicode: a lone surrogate ("\\ud800")
+            bad = next((i for i, ch in enumerate(text) if 0xD800 <= ord(ch) <= 0xDFFF), None)
+            if bad is None:
+                raise
+            raise ModelError(f"the text holds a lone surrogate (U+{ord(text[bad]):04X} at character {bad}), which "
+                             f"is not valid Unicode; send UTF-8 text") from None
         want_bos = self.add_bos if add_bos is None else add_bos
         if want_bos and self.bos_token_id is not None and (not ids or ids[0] != self.bos_token_id):
             ids = [self.bos_token_id, *ids]

@@ -234,3 +234,39 @@ def test_stream_decoder_continuing_a_prompt_keeps_the_first_space(smollm2_tokeni
         d = StreamDecoder(tok, continuation=True)
         streamed = "".join(d.push(i) for i in all_ids[len(p_ids):]) + d.flush()
         assert streamed == tok.decode(all_ids)[len(tok.decode(p_ids)):] == reply
+
+
+def test_encode_refuses_a_lone_surrogate_with_a_model_error(smollm2_tokenizer):
+    # json.loads('"\\ud800"') gives such a string; the Rust backend raised a bare TypeError (a server's 500)
+    with pytest.raises(ModelError, match="lone surrogate.*character 3"):
+        smollm2_tokenizer.encode("abc\ud800def")
+
+
+def test_encoding_a_long_text_lets_other_threads_run(smollm2_tokenizer):
+    """Tokenising ~0.5 M characters takes ~0.5 s of CPU; a thread ticking every millisecond meanwhile must never
+    wait more than a small fraction of that (the backend's `encode` held the GIL for all of it: one long prompt
+    froze a server's event loop and every other stream)."""
+    import threading
+    import time
+    text = "Once upon a time there was a little fox. " * 12000
+    gaps, started, done = [], threading.Event(), threading.Event()
+
+    def tick():
+        last = time.perf_counter()
+        started.set()
+        while not done.is_set():
+            time.sleep(0.001)
+            now = time.perf_counter()
+            gaps.append(now - last)
+            last = now
+
+    t = threading.Thread(target=tick, daemon=True)
+    t.start()
+    started.wait(10)
+    t0 = time.perf_counter()
+    ids = smollm2_tokenizer.encode(text)
+    took = time.perf_counter() - t0
+    done.set()
+    t.join(10)
+    assert ids == smollm2_tokenizer.backend.encode(text, add_special_tokens=False).ids    # the same tokens
+    assert max(gaps) < max(0.1, took / 3), (max(gaps), took)
