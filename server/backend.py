@@ -36,6 +36,25 @@ class BackendError(ModelError):
     """A server that cannot be used as asked (unreachable, not OpenAI-compatible, unknown model, ...)."""
 
 
+DEFAULT_RETRY_AFTER_S = 2
+
+
+class BackendBusy(BackendError):
+    """A refusal for now, not for ever (HTTP 429, or a cap of the app's own): `retry_after_s` says when to try
+    again (the server's Retry-After header where it sent one), and the message says it too."""
+
+    def __init__(self, message: str, retry_after_s: int = DEFAULT_RETRY_AFTER_S) -> None:
+        self.retry_after_s = max(1, int(retry_after_s))
+        super().__init__(f"{message.rstrip('. ')}; try again in {self.retry_after_s} s")
+
+
+def _retry_after(err) -> int:
+    """Seconds from a response's Retry-After header (delta-seconds form); the default where absent or a date."""
+    response = getattr(err, "response", None)
+    text = str(getattr(response, "headers", {}).get("retry-after", "") or "").strip()
+    return int(text) if text.isdigit() else DEFAULT_RETRY_AFTER_S
+
+
 @dataclass(frozen=True)
 class BackendConfig:
     url: str                      # base URL, e.g. http://gpu-box:8000 (with or without /v1)
@@ -110,6 +129,8 @@ def _explain(err: Exception, cfg: BackendConfig) -> BackendError:
             return BackendError(f"{where}: {msg}")
         return BackendError(f"{where} is not an OpenAI-compatible server (no {cfg.base_url}/models or "
                             f"/completions endpoint: HTTP 404)")
+    if isinstance(err, openai.APIStatusError) and err.status_code == 429:
+        return BackendBusy(f"{where} is busy (HTTP 429): {_error_message(err)}", _retry_after(err))
     if isinstance(err, openai.APIStatusError):
         return BackendError(f"{where} answered HTTP {err.status_code}: {_error_message(err)}")
     if isinstance(err, (ValueError, TypeError, KeyError, AttributeError)):
@@ -191,6 +212,7 @@ class ReplyStream:
         except Exception as e:
             raise _explain(e, cfg) from None
         self.closed = False
+        self.finished = False                 # the reply was read to its end
         if stop is not None:
             threading.Thread(target=self._close_when_stopped, daemon=True).start()
 
@@ -201,8 +223,21 @@ class ReplyStream:
                 return
 
     def close(self) -> None:
+        """Hang up now: shut the connection's socket first, so a thread blocked reading it wakes at once and the
+        server sees the hang-up even while it has no token to send (a request waiting in line)."""
         if not self.closed:
             self.closed = True
+            try:
+                import socket
+                response = self._stream.response
+                if self.finished or response.is_closed:
+                    raise LookupError      # the connection went back to the shared pool: never shut it
+                stream = response.extensions.get("network_stream")
+                sock = stream.get_extra_info("socket") if stream is not None else None
+                if sock is not None:
+                    sock.shutdown(socket.SHUT_RDWR)
+            except Exception:
+                pass
             try:
                 self._stream.close()
             except Exception:
@@ -225,6 +260,7 @@ class ReplyStream:
                 for i, tid in enumerate(ids):        # several ids in one chunk: text goes with the last
                     last = i == len(ids) - 1
                     yield Piece(text if last else "", int(tid), now, finish if last else None)
+            self.finished = True
         except Exception as e:
             if self.closed:
                 return
@@ -345,31 +381,96 @@ def finite(x: float | None) -> bool:
 SIMULATED_PROMPTS = ("Write a story about a dragon.", "Explain photosynthesis simply.", "Give me three tips for "
                      "learning to code.", "Describe the moon to a child.", "Write a short poem about rain.")
 MAX_SIMULATED = 64                # students one click may add
-_simulated = threading.BoundedSemaphore(2 * MAX_SIMULATED)   # at most this many simulated requests at once
+SIMULATED_SHARE = 0.5             # simulated students take at most this share of a server's places (batch + line)
 
 
-def simulate_students(cfg: BackendConfig, model: str, n: int, max_tokens: int = 64) -> int:
-    """Send `n` streaming requests at once, as `n` students pressing Generate (each reads its reply and drops it).
-    Returns how many started (fewer when too many simulated requests are still running). Daemon threads: the
-    caller never waits."""
-    if not 1 <= n <= MAX_SIMULATED:
-        raise BackendError(f"the number of simulated students must be between 1 and {MAX_SIMULATED}, got {n}")
-    started = 0
-    for i in range(n):
-        if not _simulated.acquire(blocking=False):
-            break
-        threading.Thread(target=_one_student, args=(cfg, model, i, max_tokens), daemon=True,
-                         name=f"simulated-student-{i}").start()
-        started += 1
-    return started
+class SimulatedStudents:
+    """Simulated students' requests in flight, per server: capped, and the first to give way. A real student
+    refused for a full server takes a simulated student's place (`make_room`), so simulated load never costs a
+    real student a 429."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._streams: dict[str, list] = {}           # server root -> its simulated ReplyStreams (None: starting)
+
+    def running(self, cfg: BackendConfig) -> int:
+        with self._lock:
+            return len(self._streams.get(cfg.root, ()))
+
+    def start(self, cfg: BackendConfig, model: str, n: int, cap: int, max_tokens: int = 64) -> int:
+        """Send `n` streaming requests at once, as `n` students pressing Generate, keeping at most `cap` in flight
+        on this server. Returns how many started; BackendBusy (with Retry-After) when none may. Daemon threads:
+        the caller never waits."""
+        if not 1 <= n <= MAX_SIMULATED:
+            raise BackendError(f"the number of simulated students must be between 1 and {MAX_SIMULATED}, got {n}")
+        with self._lock:
+            mine = self._streams.setdefault(cfg.root, [])
+            room = max(0, int(cap) - len(mine))
+            slots = [_Slot() for _ in range(min(n, room))]
+            mine.extend(slots)
+        if not slots:
+            raise BackendBusy(f"{cap} simulated students are already running on {cfg.root} (at most "
+                              f"{SIMULATED_SHARE:.0%} of its places, so real students always find one)", 5)
+        for i, slot in enumerate(slots):
+            threading.Thread(target=self._one_student, args=(cfg, model, i, max_tokens, slot), daemon=True,
+                             name=f"simulated-student-{i}").start()
+        return len(slots)
+
+    def make_room(self, cfg: BackendConfig) -> bool:
+        """Hang up the newest simulated request on this server (the server frees its place); False if none."""
+        with self._lock:
+            mine = self._streams.get(cfg.root) or []
+            slot = mine.pop() if mine else None
+        if slot is None:
+            return False
+        slot.cancel()
+        return True
+
+    def _one_student(self, cfg: BackendConfig, model: str, i: int, max_tokens: int, slot: "_Slot") -> None:
+        try:
+            if slot.cancelled:
+                return
+            slot.stream = ReplyStream(cfg, model, prompt=SIMULATED_PROMPTS[i % len(SIMULATED_PROMPTS)],
+                                      max_tokens=max_tokens, temperature=0.7, seed=i)
+            if slot.cancelled:
+                slot.stream.close()
+            for _ in slot.stream:
+                pass
+        except BackendError:
+            pass                  # a simulated student that fails just leaves; the page shows the server's state
+        finally:
+            with self._lock:
+                mine = self._streams.get(cfg.root, [])
+                if slot in mine:
+                    mine.remove(slot)
 
 
-def _one_student(cfg: BackendConfig, model: str, i: int, max_tokens: int) -> None:
-    try:
-        for _ in ReplyStream(cfg, model, prompt=SIMULATED_PROMPTS[i % len(SIMULATED_PROMPTS)],
-                             max_tokens=max_tokens, temperature=0.7, seed=i):
-            pass
-    except BackendError:
-        pass                      # a simulated student that fails just leaves; the page shows the server's state
-    finally:
-        _simulated.release()
+class _Slot:
+    """One simulated student's place: its stream once sent; `cancel()` hangs it up (or stops it being sent)."""
+
+    def __init__(self) -> None:
+        self.stream: ReplyStream | None = None
+        self.cancelled = False
+
+    def cancel(self) -> None:
+        self.cancelled = True
+        if self.stream is not None:
+            self.stream.close()
+
+
+_simulated = SimulatedStudents()
+
+
+def simulate_students(cfg: BackendConfig, model: str, n: int, max_tokens: int = 64,
+                      cap: int = 2 * MAX_SIMULATED) -> int:
+    """`SimulatedStudents.start` on the process's one registry (the teacher check is the caller's:
+    ui.server.add_simulated_students)."""
+    return _simulated.start(cfg, model, n, cap, max_tokens)
+
+
+def simulated_running(cfg: BackendConfig) -> int:
+    return _simulated.running(cfg)
+
+
+def make_room_for_a_student(cfg: BackendConfig) -> bool:
+    return _simulated.make_room(cfg)
