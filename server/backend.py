@@ -45,7 +45,9 @@ class BackendBusy(BackendError):
 
     def __init__(self, message: str, retry_after_s: int = DEFAULT_RETRY_AFTER_S) -> None:
         self.retry_after_s = max(1, int(retry_after_s))
-        super().__init__(f"{message.rstrip('. ')}; try again in {self.retry_after_s} s")
+        when = f"try again in {self.retry_after_s} s"
+        super().__init__(message.replace("try again in a moment", when) if "try again in a moment" in message
+                         else f"{message.rstrip('. ')}; {when}")
 
 
 def _retry_after(err) -> int:
