@@ -332,3 +332,26 @@ def test_the_app_refuses_a_hub_model_before_downloading_it(monkeypatch, tmp_path
     monkeypatch.setenv("INFERENCE_LAB_HUB_DISK_MAX_GB", "3")
     picker.check_hub_fits("TinyLlama/TinyLlama-1.1B-Chat-v1.0")
     picker.check_hub_fits("random:SmolLM2-135M-Instruct")              # not a Hub source: nothing to check
+
+
+def test_one_thread_hangs_up_every_stopped_stream(stalled):
+    """Thirty streams used to keep thirty threads waking ten times a second (each wake-up takes the GIL from the
+    threads drawing replies): one watcher serves them all, hangs up a stream once its stop event is set (the
+    server frees its place), and ends when no stream is left."""
+    from server.backend import ReplyStream
+
+    def watchers() -> int:
+        return sum(t.name == "reply-stop-watcher" for t in threading.enumerate())
+
+    stops = [threading.Event() for _ in range(4)]
+    streams = [ReplyStream(stalled.cfg, "engine", prompt=[1, 2, 3], max_tokens=4, user=f"u{i}", stop=e)
+               for i, e in enumerate(stops)]
+    stalled.streams.extend(streams)
+    wait_until(lambda: watchers() == 1, what="one watcher for the four streams")
+    stops[0].set()
+    wait_until(lambda: streams[0].closed, what="the stopped stream hung up")
+    wait_until(lambda: stalled.worker.active_requests() == 3, what="its place freed on the server")
+    assert not any(s.closed for s in streams[1:])
+    for e in stops[1:]:
+        e.set()
+    wait_until(lambda: watchers() == 0, what="the watcher ending with no stream left")
