@@ -204,15 +204,15 @@ class ReplyStream:
         if user:
             common["user"] = user
         client = _client(cfg, STREAM_TIMEOUT_S)
-        try:
-            if messages is not None:
-                self._chat = True
-                self._stream = client.chat.completions.create(messages=messages, **common)
+        self._chat = messages is not None
+        try:        # the raw response: events are read with json.loads, not built into pydantic models per token
+            if self._chat:
+                raw = client.chat.completions.with_raw_response.create(messages=messages, **common)
             else:
-                self._chat = False
-                self._stream = client.completions.create(prompt=prompt, **common)
+                raw = client.completions.with_raw_response.create(prompt=prompt, **common)
         except Exception as e:
             raise _explain(e, cfg) from None
+        self._response = raw.http_response
         self.closed = False
         self.finished = False                 # the reply was read to its end
         if stop is not None:
@@ -225,7 +225,7 @@ class ReplyStream:
             self.closed = True
             try:
                 import socket
-                response = self._stream.response
+                response = self._response
                 if self.finished or response.is_closed:
                     raise LookupError      # the connection went back to the shared pool: never shut it
                 stream = response.extensions.get("network_stream")
@@ -235,20 +235,21 @@ class ReplyStream:
             except Exception:
                 pass
             try:
-                self._stream.close()
+                self._response.close()
             except Exception:
                 pass
 
     def __iter__(self) -> Iterator[Piece]:
         try:
-            for chunk in self._stream:
-                if not chunk.choices:
+            for event in self._events():
+                choices = event.get("choices") or []
+                if not choices:
                     continue
-                c = chunk.choices[0]
-                text = (c.delta.content or "") if self._chat else (c.text or "")
-                ids = getattr(c, "token_ids", None) or []
+                c = choices[0]
+                text = ((c.get("delta") or {}).get("content") or "") if self._chat else (c.get("text") or "")
+                ids = c.get("token_ids") or []
                 now = time.perf_counter()
-                finish = c.finish_reason
+                finish = c.get("finish_reason")
                 if not ids:
                     if text or finish:
                         yield Piece(text, None, now, finish)
@@ -263,6 +264,26 @@ class ReplyStream:
             raise _explain(e, self.cfg) from None
         finally:
             self.close()
+
+    def _events(self) -> Iterator[dict]:
+        """The server-sent events' JSON objects, until [DONE]; an error event is a BackendError."""
+        import json
+        for line in self._response.iter_lines():
+            if not line.startswith("data:"):
+                continue
+            data = line[5:].strip()
+            if data == "[DONE]":
+                return
+            try:
+                event = json.loads(data)
+            except ValueError:
+                raise BackendError(f"{self.cfg.root} sent an event that is not JSON: {data[:80]!r}") from None
+            if not isinstance(event, dict):
+                raise BackendError(f"{self.cfg.root} sent an event that is not a JSON object: {data[:80]!r}")
+            if event.get("error"):
+                err = event["error"]
+                raise BackendError(f"{self.cfg.root}: {err.get('message', err) if isinstance(err, dict) else err}")
+            yield event
 
 
 class _StopWatcher:
