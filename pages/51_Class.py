@@ -21,10 +21,10 @@ from engine.errors import ModelError
 from server.backend import BackendConfig, BackendError, read_live_batch
 from server.worker import WorkerSnapshot, decode_step_point
 from ui import df_with_download, formula_expander, setup_page
-from ui.class_join import backend_settings, join_box, other_server_view, simulated_students
+from ui.class_join import backend_settings, is_teacher, join_box, other_server_view, simulated_students, teacher_box
 from ui.machine import machine_controls, measured_machine
 from ui.model_source import fmt_si
-from ui.server import class_backend, embedded_servers
+from ui.server import class_backend, embedded_servers, start_engine_server
 from ui.charts import style as chart_style
 from ui.narration import measured_text, plural, speedup_words
 
@@ -68,9 +68,14 @@ def block_map(snap: WorkerSnapshot) -> go.Figure:
     return fig
 
 
+def recent_steps(snap: WorkerSnapshot) -> list:
+    """The steps of the last STEP_WINDOW_S seconds (none when the server has been idle that long)."""
+    return [s for s in snap.steps if s.ended_at >= snap.taken_at - STEP_WINDOW_S]
+
+
 def steps_chart(snap: WorkerSnapshot) -> go.Figure:
     t0 = snap.taken_at
-    steps = [s for s in snap.steps if s.ended_at >= t0 - STEP_WINDOW_S]
+    steps = recent_steps(snap)
     fig = go.Figure()
     fig.add_scatter(x=[s.ended_at - t0 for s in steps], y=[s.seconds * 1e3 for s in steps],
                     mode="markers+lines", name="step time (ms)",
@@ -79,9 +84,6 @@ def steps_chart(snap: WorkerSnapshot) -> go.Figure:
     fig.update_layout(title=f"Each step's time, last {STEP_WINDOW_S:g} s (bigger dot = more sequences together)",
                       height=360, xaxis_title="seconds ago (0 = now)", yaxis_title="step time (ms)",
                       xaxis_range=[-STEP_WINDOW_S, 0], margin=dict(l=10, r=10, t=50, b=10))
-    if not steps:
-        fig.add_annotation(text=f"no step in the last {STEP_WINDOW_S:g} s: the server is idle", showarrow=False,
-                           x=-STEP_WINDOW_S / 2, y=0.5, yref="paper")
     return fig
 
 
@@ -131,12 +133,12 @@ def pick_server() -> tuple[BackendConfig, object] | None:
     if not live:
         st.info("Nobody has generated yet: the engine server starts with the first Generate on the home page. "
                 "Ask the class to press Generate, then watch here.")
-        if st.button("Start the engine server now (default model)", key="class.start",
-                     help="To add simulated students before the class arrives."):
+        if is_teacher() and st.button("Start the engine server now (default model)", key="class.start",
+                                      help="To add simulated students before the class arrives."):
             from engine.load.default_model import default_model_path
             try:
                 with st.spinner("Starting the engine server (loading the model) …"):
-                    embedded_servers().server(str(default_model_path()))
+                    start_engine_server(str(default_model_path()))
             except ModelError as e:
                 st.error(str(e), icon=":material/error:")
                 return None
@@ -186,7 +188,11 @@ def live_view(cfg: BackendConfig, model, device) -> None:
     df_with_download(requests_frame(snap), "class_requests")
     left, right = st.columns(2)
     with left:
-        st.plotly_chart(chart_style(steps_chart(snap)), key="class.steps")
+        if recent_steps(snap):
+            st.plotly_chart(chart_style(steps_chart(snap)), key="class.steps")
+        else:                                  # an empty chart says nothing a sentence does not say better
+            st.info(f"No step in the last {STEP_WINDOW_S:g} s: the server is idle. Step times appear here as soon "
+                    "as someone presses Generate.", icon=":material/hourglass_empty:")
     if model is None:
         return
     with right:
@@ -215,12 +221,13 @@ def main() -> None:
         st.header("This machine")
         device = measured_machine()
         machine_controls(st.sidebar, "class.machine")
+        teacher_box()
         backend_settings(class_backend())
     join_box()
     backend = class_backend().info
     live = st.toggle("Live (refresh every second)", value=True, key=LIVE_KEY)
     if backend is not None and backend.engine != "ours":
-        simulated_students(backend.config, backend.model)
+        simulated_students(backend.config, backend.model, backend.engine)
         st.fragment(run_every=REFRESH_S if live else None)(other_server_view)(backend)
         return
     picked = (backend.config, None) if backend is not None else pick_server()

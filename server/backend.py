@@ -36,6 +36,27 @@ class BackendError(ModelError):
     """A server that cannot be used as asked (unreachable, not OpenAI-compatible, unknown model, ...)."""
 
 
+DEFAULT_RETRY_AFTER_S = 2
+
+
+class BackendBusy(BackendError):
+    """A refusal for now, not for ever (HTTP 429, or a cap of the app's own): `retry_after_s` says when to try
+    again (the server's Retry-After header where it sent one), and the message says it too."""
+
+    def __init__(self, message: str, retry_after_s: int = DEFAULT_RETRY_AFTER_S) -> None:
+        self.retry_after_s = max(1, int(retry_after_s))
+        when = f"try again in {self.retry_after_s} s"
+        super().__init__(message.replace("try again in a moment", when) if "try again in a moment" in message
+                         else f"{message.rstrip('. ')}; {when}")
+
+
+def _retry_after(err) -> int:
+    """Seconds from a response's Retry-After header (delta-seconds form); the default where absent or a date."""
+    response = getattr(err, "response", None)
+    text = str(getattr(response, "headers", {}).get("retry-after", "") or "").strip()
+    return int(text) if text.isdigit() else DEFAULT_RETRY_AFTER_S
+
+
 @dataclass(frozen=True)
 class BackendConfig:
     url: str                      # base URL, e.g. http://gpu-box:8000 (with or without /v1)
@@ -110,6 +131,8 @@ def _explain(err: Exception, cfg: BackendConfig) -> BackendError:
             return BackendError(f"{where}: {msg}")
         return BackendError(f"{where} is not an OpenAI-compatible server (no {cfg.base_url}/models or "
                             f"/completions endpoint: HTTP 404)")
+    if isinstance(err, openai.APIStatusError) and err.status_code == 429:
+        return BackendBusy(f"{where} is busy (HTTP 429): {_error_message(err)}", _retry_after(err))
     if isinstance(err, openai.APIStatusError):
         return BackendError(f"{where} answered HTTP {err.status_code}: {_error_message(err)}")
     if isinstance(err, (ValueError, TypeError, KeyError, AttributeError)):
@@ -181,43 +204,52 @@ class ReplyStream:
         if user:
             common["user"] = user
         client = _client(cfg, STREAM_TIMEOUT_S)
-        try:
-            if messages is not None:
-                self._chat = True
-                self._stream = client.chat.completions.create(messages=messages, **common)
+        self._chat = messages is not None
+        try:        # the raw response: events are read with json.loads, not built into pydantic models per token
+            if self._chat:
+                raw = client.chat.completions.with_raw_response.create(messages=messages, **common)
             else:
-                self._chat = False
-                self._stream = client.completions.create(prompt=prompt, **common)
+                raw = client.completions.with_raw_response.create(prompt=prompt, **common)
         except Exception as e:
             raise _explain(e, cfg) from None
+        self._response = raw.http_response
         self.closed = False
+        self.finished = False                 # the reply was read to its end
         if stop is not None:
-            threading.Thread(target=self._close_when_stopped, daemon=True).start()
-
-    def _close_when_stopped(self) -> None:
-        while not self.closed:
-            if self.stop.wait(0.1):
-                self.close()
-                return
+            _stop_watcher.add(self)
 
     def close(self) -> None:
+        """Hang up now: shut the connection's socket first, so a thread blocked reading it wakes at once and the
+        server sees the hang-up even while it has no token to send (a request waiting in line)."""
         if not self.closed:
             self.closed = True
             try:
-                self._stream.close()
+                import socket
+                response = self._response
+                if self.finished or response.is_closed:
+                    raise LookupError      # the connection went back to the shared pool: never shut it
+                stream = response.extensions.get("network_stream")
+                sock = stream.get_extra_info("socket") if stream is not None else None
+                if sock is not None:
+                    sock.shutdown(socket.SHUT_RDWR)
+            except Exception:
+                pass
+            try:
+                self._response.close()
             except Exception:
                 pass
 
     def __iter__(self) -> Iterator[Piece]:
         try:
-            for chunk in self._stream:
-                if not chunk.choices:
+            for event in self._events():
+                choices = event.get("choices") or []
+                if not choices:
                     continue
-                c = chunk.choices[0]
-                text = (c.delta.content or "") if self._chat else (c.text or "")
-                ids = getattr(c, "token_ids", None) or []
+                c = choices[0]
+                text = ((c.get("delta") or {}).get("content") or "") if self._chat else (c.get("text") or "")
+                ids = c.get("token_ids") or []
                 now = time.perf_counter()
-                finish = c.finish_reason
+                finish = c.get("finish_reason")
                 if not ids:
                     if text or finish:
                         yield Piece(text, None, now, finish)
@@ -225,12 +257,73 @@ class ReplyStream:
                 for i, tid in enumerate(ids):        # several ids in one chunk: text goes with the last
                     last = i == len(ids) - 1
                     yield Piece(text if last else "", int(tid), now, finish if last else None)
+            self.finished = True
         except Exception as e:
             if self.closed:
                 return
             raise _explain(e, self.cfg) from None
         finally:
             self.close()
+
+    def _events(self) -> Iterator[dict]:
+        """The server-sent events' JSON objects, until [DONE]; an error event is a BackendError."""
+        import json
+        for line in self._response.iter_lines():
+            if not line.startswith("data:"):
+                continue
+            data = line[5:].strip()
+            if data == "[DONE]":
+                return
+            try:
+                event = json.loads(data)
+            except ValueError:
+                raise BackendError(f"{self.cfg.root} sent an event that is not JSON: {data[:80]!r}") from None
+            if not isinstance(event, dict):
+                raise BackendError(f"{self.cfg.root} sent an event that is not a JSON object: {data[:80]!r}")
+            if event.get("error"):
+                err = event["error"]
+                raise BackendError(f"{self.cfg.root}: {err.get('message', err) if isinstance(err, dict) else err}")
+            yield event
+
+
+class _StopWatcher:
+    """One thread hangs up every stream whose stop event is set, checking them all STOP_POLL_S apart, and ends
+    when none is left: thirty streams no longer keep thirty threads waking ten times a second each (every wake-up
+    takes the GIL from the threads drawing replies)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._streams: set[ReplyStream] = set()
+        self._thread: threading.Thread | None = None
+
+    def add(self, stream: ReplyStream) -> None:
+        with self._lock:
+            self._streams.add(stream)
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._run, name="reply-stop-watcher", daemon=True)
+                self._thread.start()
+
+    def watching(self) -> int:
+        with self._lock:
+            return len(self._streams)
+
+    def _run(self) -> None:
+        while True:
+            time.sleep(STOP_POLL_S)
+            with self._lock:
+                due = [s for s in self._streams if s.stop.is_set() and not s.closed]
+                self._streams = {s for s in self._streams if not s.closed and s not in due}
+                done = not self._streams
+                if done:
+                    self._thread = None             # a later add() starts a new watcher
+            for s in due:
+                s.close()
+            if done:
+                return
+
+
+STOP_POLL_S = 0.1
+_stop_watcher = _StopWatcher()
 
 
 # ============================================================================================ live state
@@ -345,31 +438,96 @@ def finite(x: float | None) -> bool:
 SIMULATED_PROMPTS = ("Write a story about a dragon.", "Explain photosynthesis simply.", "Give me three tips for "
                      "learning to code.", "Describe the moon to a child.", "Write a short poem about rain.")
 MAX_SIMULATED = 64                # students one click may add
-_simulated = threading.BoundedSemaphore(2 * MAX_SIMULATED)   # at most this many simulated requests at once
+SIMULATED_SHARE = 0.5             # simulated students take at most this share of a server's places (batch + line)
 
 
-def simulate_students(cfg: BackendConfig, model: str, n: int, max_tokens: int = 64) -> int:
-    """Send `n` streaming requests at once, as `n` students pressing Generate (each reads its reply and drops it).
-    Returns how many started (fewer when too many simulated requests are still running). Daemon threads: the
-    caller never waits."""
-    if not 1 <= n <= MAX_SIMULATED:
-        raise BackendError(f"the number of simulated students must be between 1 and {MAX_SIMULATED}, got {n}")
-    started = 0
-    for i in range(n):
-        if not _simulated.acquire(blocking=False):
-            break
-        threading.Thread(target=_one_student, args=(cfg, model, i, max_tokens), daemon=True,
-                         name=f"simulated-student-{i}").start()
-        started += 1
-    return started
+class SimulatedStudents:
+    """Simulated students' requests in flight, per server: capped, and the first to give way. A real student
+    refused for a full server takes a simulated student's place (`make_room`), so simulated load never costs a
+    real student a 429."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._streams: dict[str, list] = {}           # server root -> its simulated ReplyStreams (None: starting)
+
+    def running(self, cfg: BackendConfig) -> int:
+        with self._lock:
+            return len(self._streams.get(cfg.root, ()))
+
+    def start(self, cfg: BackendConfig, model: str, n: int, cap: int, max_tokens: int = 64) -> int:
+        """Send `n` streaming requests at once, as `n` students pressing Generate, keeping at most `cap` in flight
+        on this server. Returns how many started; BackendBusy (with Retry-After) when none may. Daemon threads:
+        the caller never waits."""
+        if not 1 <= n <= MAX_SIMULATED:
+            raise BackendError(f"the number of simulated students must be between 1 and {MAX_SIMULATED}, got {n}")
+        with self._lock:
+            mine = self._streams.setdefault(cfg.root, [])
+            room = max(0, int(cap) - len(mine))
+            slots = [_Slot() for _ in range(min(n, room))]
+            mine.extend(slots)
+        if not slots:
+            raise BackendBusy(f"{cap} simulated students are already running on {cfg.root} (at most "
+                              f"{SIMULATED_SHARE:.0%} of its places, so real students always find one)", 5)
+        for i, slot in enumerate(slots):
+            threading.Thread(target=self._one_student, args=(cfg, model, i, max_tokens, slot), daemon=True,
+                             name=f"simulated-student-{i}").start()
+        return len(slots)
+
+    def make_room(self, cfg: BackendConfig) -> bool:
+        """Hang up the newest simulated request on this server (the server frees its place); False if none."""
+        with self._lock:
+            mine = self._streams.get(cfg.root) or []
+            slot = mine.pop() if mine else None
+        if slot is None:
+            return False
+        slot.cancel()
+        return True
+
+    def _one_student(self, cfg: BackendConfig, model: str, i: int, max_tokens: int, slot: "_Slot") -> None:
+        try:
+            if slot.cancelled:
+                return
+            slot.stream = ReplyStream(cfg, model, prompt=SIMULATED_PROMPTS[i % len(SIMULATED_PROMPTS)],
+                                      max_tokens=max_tokens, temperature=0.7, seed=i)
+            if slot.cancelled:
+                slot.stream.close()
+            for _ in slot.stream:
+                pass
+        except BackendError:
+            pass                  # a simulated student that fails just leaves; the page shows the server's state
+        finally:
+            with self._lock:
+                mine = self._streams.get(cfg.root, [])
+                if slot in mine:
+                    mine.remove(slot)
 
 
-def _one_student(cfg: BackendConfig, model: str, i: int, max_tokens: int) -> None:
-    try:
-        for _ in ReplyStream(cfg, model, prompt=SIMULATED_PROMPTS[i % len(SIMULATED_PROMPTS)],
-                             max_tokens=max_tokens, temperature=0.7, seed=i):
-            pass
-    except BackendError:
-        pass                      # a simulated student that fails just leaves; the page shows the server's state
-    finally:
-        _simulated.release()
+class _Slot:
+    """One simulated student's place: its stream once sent; `cancel()` hangs it up (or stops it being sent)."""
+
+    def __init__(self) -> None:
+        self.stream: ReplyStream | None = None
+        self.cancelled = False
+
+    def cancel(self) -> None:
+        self.cancelled = True
+        if self.stream is not None:
+            self.stream.close()
+
+
+_simulated = SimulatedStudents()
+
+
+def simulate_students(cfg: BackendConfig, model: str, n: int, max_tokens: int = 64,
+                      cap: int = 2 * MAX_SIMULATED) -> int:
+    """`SimulatedStudents.start` on the process's one registry (the teacher check is the caller's:
+    ui.server.add_simulated_students)."""
+    return _simulated.start(cfg, model, n, cap, max_tokens)
+
+
+def simulated_running(cfg: BackendConfig) -> int:
+    return _simulated.running(cfg)
+
+
+def make_room_for_a_student(cfg: BackendConfig) -> bool:
+    return _simulated.make_room(cfg)

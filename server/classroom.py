@@ -11,13 +11,23 @@ serving a class turns it on with environment variables read at start:
                                               separated; "" = none). Default: the two small model families above
     INFERENCE_LAB_HUB_MAX_GB=2.5              largest download allowed, in GB (10⁹ bytes) of files fetched
     INFERENCE_LAB_RANDOM_MAX_GB=2             largest random-weights model, in GB of float32 weights
+    INFERENCE_LAB_TEACHER_KEY=...             the key a browser types (Class page, sidebar) to use the teacher's
+                                              controls: simulated students, where the class generates, starting
+                                              the engine server. Unset: no browser has them in classroom mode
+    INFERENCE_LAB_HUB_DISK_MAX_GB=10          the Hub cache's total size after a download, in GB
+
+Teacher-only actions are checked here, on the server, for the session asking (`TeacherSessions.require`): a
+student's session is refused whatever its browser sends, not only shown fewer buttons.
 
 Every refusal is a `ModelError` that says what was refused, which rule refused it and who can change the rule.
 """
 from __future__ import annotations
 
 import fnmatch
+import hmac
 import os
+import threading
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Mapping
@@ -29,6 +39,9 @@ ENV_MODELS_DIR = "INFERENCE_LAB_MODELS_DIR"
 ENV_HUB_ALLOW = "INFERENCE_LAB_HUB_ALLOW"
 ENV_HUB_MAX_GB = "INFERENCE_LAB_HUB_MAX_GB"
 ENV_RANDOM_MAX_GB = "INFERENCE_LAB_RANDOM_MAX_GB"
+ENV_TEACHER_KEY = "INFERENCE_LAB_TEACHER_KEY"
+ENV_HUB_DISK_MAX_GB = "INFERENCE_LAB_HUB_DISK_MAX_GB"
+DEFAULT_HUB_DISK_MAX_GB = 10.0
 DEFAULT_HUB_ALLOW = ("HuggingFaceTB/*", "TinyLlama/*")
 DEFAULT_HUB_MAX_GB = 2.5
 DEFAULT_RANDOM_MAX_GB = 2.0
@@ -55,12 +68,14 @@ class ClassroomPolicy:
     hub_allow: tuple[str, ...] = DEFAULT_HUB_ALLOW
     hub_max_bytes: float = DEFAULT_HUB_MAX_GB * 1e9
     random_max_bytes: float = DEFAULT_RANDOM_MAX_GB * 1e9
+    teacher_key: str | None = None
+    hub_disk_max_bytes: float = DEFAULT_HUB_DISK_MAX_GB * 1e9
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> "ClassroomPolicy":
         env = os.environ if env is None else env
         if env.get(ENV_CLASSROOM, "").strip().lower() not in ("1", "true", "yes", "on"):
-            return cls(enabled=False)
+            return cls(enabled=False, hub_disk_max_bytes=_gb(env, ENV_HUB_DISK_MAX_GB, DEFAULT_HUB_DISK_MAX_GB) * 1e9)
         folder = env.get(ENV_MODELS_DIR, "").strip()
         allow = env.get(ENV_HUB_ALLOW)
         patterns = DEFAULT_HUB_ALLOW if allow is None else tuple(p.strip() for p in allow.split(",") if p.strip())
@@ -68,7 +83,9 @@ class ClassroomPolicy:
                    models_dir=Path(folder).expanduser().resolve() if folder else None,
                    hub_allow=patterns,
                    hub_max_bytes=_gb(env, ENV_HUB_MAX_GB, DEFAULT_HUB_MAX_GB) * 1e9,
-                   random_max_bytes=_gb(env, ENV_RANDOM_MAX_GB, DEFAULT_RANDOM_MAX_GB) * 1e9)
+                   random_max_bytes=_gb(env, ENV_RANDOM_MAX_GB, DEFAULT_RANDOM_MAX_GB) * 1e9,
+                   teacher_key=env.get(ENV_TEACHER_KEY, "").strip() or None,
+                   hub_disk_max_bytes=_gb(env, ENV_HUB_DISK_MAX_GB, DEFAULT_HUB_DISK_MAX_GB) * 1e9)
 
     # ------------------------------------------------------------------------------------ rules
     def check_local_path(self, path: str | Path) -> Path:
@@ -135,6 +152,53 @@ class ClassroomPolicy:
                 f"Hub repositories allowed: {', '.join(self.hub_allow) or 'none'}, up to "
                 f"{self.hub_max_bytes / 1e9:,.2f} GB each",
                 f"Random-weight models up to {self.random_max_bytes / 1e9:,.2f} GB (float32)"]
+
+
+class TeacherSessions:
+    """Which sessions hold the teacher's controls. Outside classroom mode every session does (one user on their
+    own machine); in classroom mode only a session that typed INFERENCE_LAB_TEACHER_KEY (none when it is unset).
+    A wrong key makes every session wait `wrong_key_pause_s` before the next try (no guessing at speed)."""
+
+    def __init__(self, policy: Callable[[], ClassroomPolicy] | None = None, wrong_key_pause_s: float = 1.0) -> None:
+        self.policy = policy or current_policy
+        self.wrong_key_pause_s = wrong_key_pause_s
+        self._lock = threading.Lock()
+        self._teachers: set[str] = set()
+        self._next_try = 0.0
+
+    def is_teacher(self, session: str) -> bool:
+        if not self.policy().enabled:
+            return True
+        with self._lock:
+            return session in self._teachers
+
+    def unlock(self, session: str, key: str) -> None:
+        """Make `session` the teacher's if `key` is right; ModelError (one clear line) otherwise."""
+        policy = self.policy()
+        if not policy.enabled:
+            return
+        if policy.teacher_key is None:
+            raise ModelError(f"classroom mode: teacher controls are off (no {ENV_TEACHER_KEY} was set when the app "
+                             f"started; {_TEACHER})")
+        with self._lock:
+            now = time.monotonic()
+            if now < self._next_try:
+                raise ModelError(f"too many tries: wait {self._next_try - now:.0f} s before the next one")
+            if not hmac.compare_digest(key.encode(), policy.teacher_key.encode()):
+                self._next_try = now + self.wrong_key_pause_s
+                raise ModelError("that is not the teacher key")
+            self._teachers.add(session)
+
+    def lock(self, session: str) -> None:
+        with self._lock:
+            self._teachers.discard(session)
+
+    def require(self, session: str, action: str) -> None:
+        """ModelError unless `session` holds the teacher's controls: the server-side check of every
+        teacher-only action."""
+        if not self.is_teacher(session):
+            raise ModelError(f"classroom mode: only the teacher can {action} (the teacher unlocks it on the Class "
+                             f"page with the key set in {ENV_TEACHER_KEY})")
 
 
 def _download_bytes(repo_id: str) -> float:

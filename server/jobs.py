@@ -21,10 +21,16 @@ from typing import Callable, Iterator
 from engine.errors import ModelError
 
 MEMORY_HEADROOM = 0.9            # a job may take at most this share of the memory free when it starts
+BUSY_RETRY_AFTER_S = 10          # what a refusal for a full line tells the user to wait
 
 
 class JobRefused(ModelError):
-    """A heavy job that cannot start: the line is full, or the memory it needs is not free."""
+    """A heavy job that cannot start: the line is full, or the memory it needs is not free. `retry_after_s`: when
+    trying again may succeed (the message says it too)."""
+
+    def __init__(self, message: str, retry_after_s: int = BUSY_RETRY_AFTER_S) -> None:
+        super().__init__(message)
+        self.retry_after_s = retry_after_s
 
 
 def available_memory_bytes() -> int | None:
@@ -86,9 +92,10 @@ class JobQueue:
         """Join the line; refused at once if the line is full or the job could not fit even on an idle server."""
         check_memory(label, memory_bytes, self.free_memory())
         with self._cond:
-            if len(self._line) >= self.max_waiting and len(self._running) >= self.max_running:
+            free_now = max(0, self.max_running - len(self._running))     # tickets that may start at once
+            if len(self._line) - free_now >= self.max_waiting:
                 raise JobRefused(f"busy: {len(self._line)} heavy jobs are already waiting (the limit is "
-                                 f"{self.max_waiting}); try {label} again in a moment")
+                                 f"{self.max_waiting}); try {label} again in {BUSY_RETRY_AFTER_S} s")
             ticket = Ticket(label, float(memory_bytes))
             self._line.append(ticket)
             self._cond.notify_all()
@@ -115,6 +122,7 @@ class JobQueue:
             self._line.popleft()
             ticket.started_at = time.monotonic()
             self._running.append(ticket)
+            self._cond.notify_all()      # the next in line is now first: with a free place it may start too
             return True
 
     def leave(self, ticket: Ticket) -> None:

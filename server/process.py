@@ -1,6 +1,9 @@
 """`python -m engine serve` as a child process: start it on a free loopback port, wait until /health answers, stop.
 
-The app's embedded engine server, the tests and the benchmarks all start the server this one way.
+The app's embedded engine server, the tests and the benchmarks all start the server this one way, tied to the
+process that starts it: the child can never outlive its parent (`python -m server.process engine serve ...`
+watches a pipe whose only write end the parent holds; the parent's end closes however it ends, SIGKILL
+included, and the child then stops: SIGTERM to itself, `os._exit` if still there after TIED_GRACE_S).
 
     with EngineServerProcess() as srv:          # the default model on 127.0.0.1:<free port>
         srv.base_url                            # "http://127.0.0.1:54321/v1"
@@ -8,16 +11,21 @@ The app's embedded engine server, the tests and the benchmarks all start the ser
 from __future__ import annotations
 
 import os
+import select
+import signal
 import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import urllib.request
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 START_TIMEOUT_S = 180.0          # loading the model on a busy 2-core machine
+ENV_PARENT_FD = "INFERENCE_LAB_PARENT_FD"
+TIED_GRACE_S = 5.0               # after its parent is gone, a graceful stop may take this long, then a hard exit
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -39,6 +47,7 @@ class EngineServerProcess:
         self.log_path = Path(log_path) if log_path else Path(tempfile.mkstemp(prefix="engine-serve-",
                                                                              suffix=".log")[1])
         self.proc: subprocess.Popen | None = None
+        self._lifeline: int | None = None          # the write end of the pipe the child watches
 
     @property
     def url(self) -> str:
@@ -49,7 +58,7 @@ class EngineServerProcess:
         return self.url + "/v1"
 
     def command(self) -> list[str]:
-        cmd = [sys.executable, "-m", "engine", "serve", "--host", self.host, "--port", str(self.port)]
+        cmd = [sys.executable, "-m", "server.process", "engine", "serve", "--host", self.host, "--port", str(self.port)]
         if self.model:
             cmd += ["--model", self.model]
         if self.served_model_name:
@@ -58,9 +67,14 @@ class EngineServerProcess:
 
     def start(self, wait: bool = True, timeout_s: float = START_TIMEOUT_S) -> "EngineServerProcess":
         log = open(self.log_path, "wb")
-        self.proc = subprocess.Popen(self.command(), cwd=ROOT, stdout=log, stderr=subprocess.STDOUT,
-                                     env={**os.environ, "PYTHONUNBUFFERED": "1"})
-        log.close()
+        read_end, self._lifeline = os.pipe()           # both non-inheritable: no other child gets the write end
+        try:
+            self.proc = subprocess.Popen(self.command(), cwd=ROOT, stdout=log, stderr=subprocess.STDOUT,
+                                         pass_fds=(read_end,),
+                                         env={**os.environ, "PYTHONUNBUFFERED": "1", ENV_PARENT_FD: str(read_end)})
+        finally:
+            os.close(read_end)
+            log.close()
         if wait:
             self.wait_ready(timeout_s)
         return self
@@ -101,6 +115,9 @@ class EngineServerProcess:
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait()
+        if self._lifeline is not None:
+            os.close(self._lifeline)
+            self._lifeline = None
 
     def __enter__(self) -> "EngineServerProcess":
         return self.start() if self.proc is None else self
@@ -138,3 +155,48 @@ def stop_group(proc: subprocess.Popen, timeout_s: float = 60.0) -> None:
     except ProcessLookupError:
         pass
     proc.wait()
+
+
+# ============================================================================================ the child's side
+def _watch_parent(fd: int, parent: int, poll_s: float = 1.0) -> None:
+    """Return once the parent is gone: its end of the pipe closed (EOF; the parent never writes) or this process
+    was re-parented (a forked copy of the parent holding the pipe open must not keep us alive)."""
+    while True:
+        try:
+            ready, _, _ = select.select([fd], [], [], poll_s)
+            if ready and not os.read(fd, 64):
+                return
+        except OSError:
+            return
+        if os.getppid() != parent:
+            return
+
+
+def _stop_self(grace_s: float = TIED_GRACE_S) -> None:
+    os.kill(os.getpid(), signal.SIGTERM)       # graceful: uvicorn stops serving; while loading, the default kills
+    time.sleep(grace_s)
+    os._exit(3)                                # still here: a stuck shutdown must not leave an orphan
+
+
+def run_tied(argv: list[str]) -> None:
+    """`python -m server.process MODULE ARGS...`: run MODULE as `python -m MODULE ARGS...` would, in this very
+    process, stopping when the parent goes (the watch starts before MODULE's first line: a model still loading
+    stops too)."""
+    if not argv:
+        raise SystemExit("usage: python -m server.process MODULE [ARGS...]")
+    fd = os.environ.pop(ENV_PARENT_FD, "")
+    if fd.isdigit():
+        parent = os.getppid()
+
+        def watch() -> None:
+            _watch_parent(int(fd), parent)
+            _stop_self()
+
+        threading.Thread(target=watch, name="exit-with-parent-pipe", daemon=True).start()
+    import runpy
+    sys.argv = list(argv)
+    runpy.run_module(argv[0], run_name="__main__", alter_sys=True)
+
+
+if __name__ == "__main__":
+    run_tied(sys.argv[1:])

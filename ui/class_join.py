@@ -5,12 +5,46 @@ from __future__ import annotations
 import numpy as np
 import streamlit as st
 
-from server.backend import (ENV_API_KEY, ENV_MODEL, ENV_URL, MAX_SIMULATED, BackendConfig, BackendError,
-                            ServerState, read_state, simulate_students)
+from engine.errors import ModelError
+from server.backend import (ENV_API_KEY, ENV_MODEL, ENV_URL, MAX_SIMULATED, BackendConfig, BackendError, ServerState,
+                            read_state)
+from server.classroom import ENV_TEACHER_KEY, current_policy
 
 URL_KEY, MODEL_KEY, KEY_KEY = "class.backend.url", "class.backend.model", "class.backend.key"
 JOIN_KEY = "class.join.url"
 SIM_KEY = "class.sim.n"
+TEACHER_KEY_FIELD = "class.teacher.key"
+
+
+def is_teacher() -> bool:
+    from ui.server import session_id, teachers
+    return teachers().is_teacher(session_id())
+
+
+def teacher_box() -> None:
+    """Sidebar, classroom mode only: the teacher types the key (INFERENCE_LAB_TEACHER_KEY) to unlock the
+    teacher's controls for this browser session. The server checks the session on every teacher action."""
+    from ui.server import session_id, teachers
+    if not current_policy().enabled:
+        return
+    st.header("Teacher")
+    if is_teacher():
+        st.caption("This browser holds the teacher's controls.")
+        if st.button("Lock the teacher's controls", key="class.teacher.lock"):
+            teachers().lock(session_id())
+            st.rerun()
+        return
+    if current_policy().teacher_key is None:
+        st.caption(f"Classroom mode: the teacher's controls are off (start the app with {ENV_TEACHER_KEY} set to "
+                   "use them from a browser).")
+        return
+    key = st.text_input("Teacher key", type="password", key=TEACHER_KEY_FIELD)
+    if st.button("Unlock the teacher's controls", key="class.teacher.unlock", disabled=not key):
+        try:
+            teachers().unlock(session_id(), key)
+            st.rerun()
+        except ModelError as e:
+            st.error(str(e), icon=":material/error:")
 
 
 def backend_settings(backend) -> None:
@@ -19,10 +53,9 @@ def backend_settings(backend) -> None:
     info = backend.info
     st.caption(f"Now: {'the app’s own engine server (NumPy, this machine)' if info is None else f'{info.engine} at {info.config.root}, model {info.model}'}. "
                f"Environment: {ENV_URL}, {ENV_MODEL}, {ENV_API_KEY}.")
-    from server.classroom import current_policy
-    if current_policy().enabled:        # the setting is everyone's: in a class, only the teacher's start sets it
-        st.caption("Classroom mode: set by the teacher when starting the app (the environment variables above); "
-                   "it cannot be changed from a browser.")
+    if not is_teacher():        # the setting is everyone's: in a class, only the teacher may change it
+        st.caption("Classroom mode: set by the teacher (the environment variables above, or the teacher's "
+                   "controls once unlocked with the teacher key); it cannot be changed from a browser without it.")
         return
     url = st.text_input("OpenAI-compatible server URL", key=URL_KEY, placeholder="http://gpu-box:8000",
                         help="vLLM, SGLang, TGI, llama.cpp's server, or `python -m engine serve` elsewhere. "
@@ -30,10 +63,14 @@ def backend_settings(backend) -> None:
     model = st.text_input("Model name (empty: the first the server lists)", key=MODEL_KEY)
     key = st.text_input("API key (optional)", key=KEY_KEY, type="password")
     c = st.columns(2)
-    if c[0].button("Use this server", key="class.backend.use", disabled=not url.strip()):
-        backend.use(BackendConfig(url.strip(), model.strip() or None, key.strip() or None))
-    if c[1].button("Use the app's engine", key="class.backend.reset", disabled=info is None):
-        backend.use(None)
+    from ui.server import use_backend
+    try:
+        if c[0].button("Use this server", key="class.backend.use", disabled=not url.strip()):
+            use_backend(BackendConfig(url.strip(), model.strip() or None, key.strip() or None))
+        if c[1].button("Use the app's engine", key="class.backend.reset", disabled=info is None):
+            use_backend(None)
+    except ModelError as e:
+        st.error(str(e), icon=":material/error:")
     if backend.error:
         st.error(backend.error, icon=":material/error:")
     st.caption("The inside-the-model pages always run this app's NumPy engine: they need its hooks.")
@@ -60,17 +97,21 @@ def _app_url() -> str:
         return "http://localhost:8501"
 
 
-def simulated_students(cfg: BackendConfig, model: str) -> None:
-    """Add N simulated students' requests to the class's server, to show batching before the class arrives."""
+def simulated_students(cfg: BackendConfig, model: str, engine: str = "ours") -> None:
+    """Add N simulated students' requests to the class's server, to show batching before the class arrives
+    (the teacher's only; `ui.server.add_simulated_students` checks the session again on the server)."""
+    from ui.server import add_simulated_students
+    if not is_teacher():
+        return
     c = st.columns([1, 2])
     n = c[0].number_input("Simulated students", 1, MAX_SIMULATED, 8, key=SIM_KEY)
     if c[1].button(f"Add {int(n)} simulated students", key="class.sim.add", icon=":material/group_add:",
                    help="Each sends one streaming request (64 tokens) to the class's server, as a student pressing "
                         "Generate would."):
         try:
-            started = simulate_students(cfg, model, int(n))
+            started = add_simulated_students(cfg, model, int(n), engine)
             st.toast(f"{started} simulated students sent their requests")
-        except BackendError as e:
+        except ModelError as e:
             st.error(str(e), icon=":material/error:")
 
 

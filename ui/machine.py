@@ -19,6 +19,7 @@ from typing import Any
 
 import streamlit as st
 
+from server.registry import process_wide
 from specs.devices import Device, measure_this_machine
 
 PIN_KEY = "machine.pinned"                 # index into the shared history this session uses
@@ -54,7 +55,7 @@ class MachineHistory:
             return list(self._entries)
 
 
-@st.cache_resource(show_spinner=False)
+@process_wide
 def machine_history() -> MachineHistory:
     return MachineHistory()
 

@@ -1,7 +1,7 @@
 """The sidebar model picker every page shares: choose a model, load it with a progress bar, show its card.
 
-Weights are loaded once per process and shared read-only by every session (`shared_models`, an
-`st.cache_resource`); a session only remembers *which* source it uses (`st.session_state`). A model that fails to
+Weights are loaded once per process and shared read-only by every session (`shared_models`, a
+`server.registry.process_wide` object that no browser's "clear cache" message can empty); a session only remembers *which* source it uses (`st.session_state`). A model that fails to
 load shows its message and leaves the session on the model it had.
 
     from ui.model_picker import model_picker
@@ -22,6 +22,7 @@ import streamlit as st
 from engine import Model, load_model
 from server.classroom import current_policy
 from server.jobs import available_memory_bytes, check_memory
+from server.registry import process_wide
 from specs.model_config import SpecError
 from specs.presets import list_presets, load_preset, preset_document
 from ui.widgets import remember, show_error
@@ -192,9 +193,9 @@ class SharedModels:
         return model
 
 
-@st.cache_resource(show_spinner=False)
+@process_wide
 def shared_models() -> SharedModels:
-    """The process-wide model store (an st.cache_resource, so `st.cache_resource.clear()` empties it). An evicted
+    """The process-wide model store (server.registry: no browser's "clear cache" message empties it). An evicted
     model's embedded engine server stops with it."""
     from ui.server import embedded_servers, session_alive
     return SharedModels(is_alive=session_alive, on_evict=lambda source: embedded_servers().drop(source))
@@ -230,6 +231,35 @@ def check_random_fits(source: str) -> None:
                  available_memory_bytes())
 
 
+def check_hub_fits(source: str) -> None:
+    """Refuse a Hub model before its download when its float32 weights would not fit in free memory (the app and
+    its engine server each hold a copy) or the download would take the Hub cache past its cap
+    (INFERENCE_LAB_HUB_DISK_MAX_GB) or the disk past what is free: `engine.load.hub.check_download_fits`."""
+    import shutil
+
+    from engine.load import hub
+    from engine.load.loading import parse_source
+    from ui.server import class_backend
+    src = parse_source(source)
+    if src.kind != "repo":
+        return
+    cached = hub.cached_repo_folder(src.name)
+    if cached is not None:
+        plan = [(p.name, p.stat().st_size) for p in cached.glob("*.safetensors")]
+        download = 0.0
+    else:
+        plan = hub.repo_download_plan(src.name)
+        download = float(sum(size for _, size in plan))
+    cache_dir = Path(hub.hub_cache_dir())
+    existing = next((p for p in (cache_dir, *cache_dir.parents) if p.exists()), Path("/"))
+    hub.check_download_fits(
+        src.name, download_bytes=download,
+        weights_float32_bytes=hub.float32_bytes(plan, hub.stored_dtype(src.name, cached)),
+        copies=1 if class_backend().info is not None else 2,        # generation elsewhere: no engine child copy
+        free_memory=available_memory_bytes(), cache_bytes=hub.hub_cache_bytes(cache_dir) if download else 0.0,
+        cache_cap=current_policy().hub_disk_max_bytes, free_disk=float(shutil.disk_usage(existing).free))
+
+
 def load_estimate_bytes(source: str) -> float:
     """Memory a load will take, where the theory can tell before loading (float32 weights of a preset's shape:
     `calculators.sizing.params.weight_bytes`); 0 where unknown (a file or repo of unknown shape)."""
@@ -255,6 +285,7 @@ def load_shared(source: str, where: Any = None) -> Model:
     if model is None:
         current_policy().check_model_source(source)
         check_random_fits(source)
+        check_hub_fits(source)
         box = where if where is not None else st.sidebar
         progress, slot = _progress_bar(box, source)
         try:

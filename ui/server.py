@@ -15,7 +15,11 @@ Generation never runs in the Streamlit process. Every session's Generate is an H
 from __future__ import annotations
 
 import atexit
+import hashlib
+import hmac
+import secrets
 import threading
+import time
 from dataclasses import dataclass
 from typing import Callable, Iterator, Sequence
 
@@ -23,12 +27,17 @@ import streamlit as st
 
 from calculators.sizing.kv_cache import kv_bytes_per_token
 from engine import Generated, Model
-from server.backend import BackendConfig, BackendError, BackendInfo, ReplyStream, probe
+from server.backend import (MAX_SIMULATED, SIMULATED_SHARE, BackendBusy, BackendConfig, BackendError, BackendInfo,
+                            ReplyStream, make_room_for_a_student, probe, read_live_batch, simulate_students)
+from server.classroom import TeacherSessions
 from server.jobs import JobQueue
 from server.process import EngineServerProcess, ServerStartError
+from server.registry import process_wide
 
 HEAVY_JOBS_AT_ONCE = 1             # 2 cores: one heavy job at a time already uses both
 HEAVY_JOBS_WAITING = 8
+BUSY_RETRY_S = 3.0                 # a Generate refused for a full server (or its own request still being freed)
+#                                   tries again this long, making room by hanging up simulated students first
 
 
 # ============================================================================================ sessions
@@ -89,8 +98,10 @@ class EmbeddedServers:
             self.drop(source)
 
 
-@st.cache_resource(show_spinner=False)
+@process_wide
 def embedded_servers() -> EmbeddedServers:
+    """The app's engine servers: process-wide, out of any browser's reach (not an st.cache_resource, which a
+    "clear cache" message from any browser empties for everyone: server.registry)."""
     return EmbeddedServers()
 
 
@@ -116,9 +127,48 @@ class ClassBackend:
             self.info, self.error = None, f"{e}. The class keeps generating on the app's own engine."
 
 
-@st.cache_resource(show_spinner=False)
+@process_wide
 def class_backend() -> ClassBackend:
     return ClassBackend()
+
+
+@process_wide
+def teachers() -> TeacherSessions:
+    """Which sessions hold the teacher's controls (server.classroom; every session outside classroom mode)."""
+    return TeacherSessions()
+
+
+def use_backend(cfg: BackendConfig | None) -> None:
+    """Point the whole class at `cfg` (None: the app's engine). Teacher only, checked here for the calling
+    session (ModelError otherwise), whatever the page showed."""
+    teachers().require(session_id(), "change where the class generates")
+    class_backend().use(cfg)
+
+
+def start_engine_server(source: str) -> EngineServerProcess:
+    """Start the class's engine server before anyone generates (teacher only, checked here)."""
+    teachers().require(session_id(), "start the engine server")
+    return embedded_servers().server(source)
+
+
+def simulated_cap(cfg: BackendConfig, engine: str) -> int:
+    """Simulated requests allowed in flight on a server: SIMULATED_SHARE of our engine server's places (its
+    batch plus its line, read from /v1/batch); MAX_SIMULATED on a server whose capacity cannot be read."""
+    if engine == "ours":
+        try:
+            snap = read_live_batch(cfg)
+            return max(1, int(SIMULATED_SHARE * (snap.max_batch + snap.max_waiting)))
+        except BackendError:
+            pass
+    return MAX_SIMULATED
+
+
+def add_simulated_students(cfg: BackendConfig, model: str, n: int, engine: str = "ours",
+                           max_tokens: int = 64) -> int:
+    """Add `n` simulated students on the class's server. Teacher only (ModelError for any other session, checked
+    here, on the server); capped by `simulated_cap`; BackendBusy with a retry time when the cap is reached."""
+    teachers().require(session_id(), "add simulated students")
+    return simulate_students(cfg, model, n, max_tokens=max_tokens, cap=simulated_cap(cfg, engine))
 
 
 @dataclass(frozen=True)
@@ -152,7 +202,7 @@ def active_requests() -> int:
     return total
 
 
-@st.cache_resource(show_spinner=False)
+@process_wide
 def heavy_jobs() -> JobQueue:
     """The bounded queue every heavy one-off job goes through (quantization, profiling, model loads)."""
     return JobQueue(max_running=HEAVY_JOBS_AT_ONCE, max_waiting=HEAVY_JOBS_WAITING)
@@ -200,11 +250,67 @@ def generate(model: Model, ids: Sequence[int], max_new_tokens: int = 64, tempera
     target = target_for(model)
     prompt = list(ids) if target.embedded or model.tokenizer is None else model.tokenizer.decode(ids)
     sid = session_id()
-    reply = ReplyStream(target.config, target.model, prompt=prompt, max_tokens=max_new_tokens,
-                        temperature=temperature, top_p=top_p, top_k=top_k, seed=seed, user=sid, stop=stop)
+    session_streams().hang_up(sid)                     # one request per session: a new Generate ends the old
+    deadline = time.monotonic() + BUSY_RETRY_S
+    while True:
+        try:
+            reply = ReplyStream(target.config, target.model, prompt=prompt, max_tokens=max_new_tokens,
+                                temperature=temperature, top_p=top_p, top_k=top_k, seed=seed,
+                                user=session_key(sid), stop=stop)
+            break
+        except BackendBusy:
+            # a simulated student gives way; or this session's previous request is still being freed
+            make_room_for_a_student(target.config)
+            if time.monotonic() >= deadline or (stop is not None and stop.is_set()):
+                raise
+            time.sleep(0.1)
     stream = ServedStream(reply, model, len(ids), max_new_tokens, target)
     stream.on_progress = on_progress
+    session_streams().hold(sid, stream)
     return stream
+
+
+_SECRET = secrets.token_bytes(32)
+
+
+def session_key(sid: str) -> str:
+    """The `user` this session's requests carry: derived from its Streamlit session id with a secret of this
+    process, so no browser can name (or guess) another session's key and have its requests refused."""
+    return "s-" + hmac.new(_SECRET, sid.encode(), hashlib.sha256).hexdigest()[:24]
+
+
+class SessionStreams:
+    """Each session's reply in flight (at most one): the app keys fairness on its own sessions."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._streams: dict[str, "ServedStream"] = {}
+
+    def hold(self, sid: str, stream: "ServedStream") -> None:
+        with self._lock:
+            old, self._streams[sid] = self._streams.get(sid), stream
+        if old is not None and old is not stream:
+            old.stop()
+
+    def hang_up(self, sid: str) -> None:
+        with self._lock:
+            old = self._streams.pop(sid, None)
+        if old is not None:
+            old.stop()
+
+    def release(self, sid: str, stream: "ServedStream") -> None:
+        with self._lock:
+            if self._streams.get(sid) is stream:
+                del self._streams[sid]
+
+    def count(self) -> int:
+        with self._lock:
+            return len(self._streams)
+
+
+@process_wide
+def session_streams() -> SessionStreams:
+    return SessionStreams()
 
 
 FINISH = {"stop": "eos", "length": "length"}
@@ -220,6 +326,7 @@ class ServedStream:
         self.kv_per_token = int(kv_bytes_per_token(model.config, "fp32"))
         self.on_wait: Callable[[str], None] | None = None
         self.on_progress: Callable[[int, int, str], None] | None = None
+        self.sid = session_id()
 
     def stop(self) -> None:
         self.reply.close()
@@ -247,3 +354,4 @@ class ServedStream:
                 last, step = piece.arrived, step + 1
         finally:                              # stopped, rerun, browser gone: hang up, the server frees the blocks
             self.reply.close()
+            session_streams().release(self.sid, self)

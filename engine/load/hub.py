@@ -127,6 +127,81 @@ def cached_repo_folder(repo_id: str) -> Path | None:
     return folder if any(folder.glob("*.safetensors")) else None
 
 
+# ============================================================================================ will it fit?
+STORED_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2}    # bytes per weight as a checkpoint stores them
+FIT_HEADROOM = 0.9               # a load may take at most this share of the memory (or disk) free
+
+
+def float32_bytes(plan: list[tuple[str, int]], stored_dtype: str | None) -> float:
+    """Bytes the weights take once the engine holds them in float32: the safetensors files' size scaled from
+    their stored dtype (config.json's torch_dtype; unknown is taken as 16-bit, the Hub's usual)."""
+    stored = sum(size for name, size in plan if name.endswith(".safetensors"))
+    return stored * 4 / STORED_BYTES.get(str(stored_dtype or "").lower(), 2)
+
+
+def stored_dtype(repo_id: str, folder: Path | None = None) -> str | None:
+    """config.json's torch_dtype (from `folder`, else fetched: a few kB); None where it does not say."""
+    import json
+    try:
+        path = folder / "config.json" if folder is not None else Path(hf_hub_download(repo_id, "config.json"))
+        doc = json.loads(path.read_text(encoding="utf-8-sig"))
+    except Exception as e:
+        raise _hub_error(repo_id, e) from None
+    dtype = doc.get("torch_dtype") or doc.get("dtype")
+    return str(dtype) if dtype else None
+
+
+def hub_cache_dir() -> str:
+    """The Hugging Face hub cache folder (~/.cache/huggingface/hub, or as HF_HOME / HF_HUB_CACHE say)."""
+    from huggingface_hub import constants
+    return str(constants.HF_HUB_CACHE)
+
+
+def hub_cache_bytes(folder: str | Path | None = None) -> int:
+    """What the Hugging Face cache holds now, in bytes (regular files only: its snapshot links are not counted
+    twice)."""
+    import os
+    if folder is None:
+        folder = hub_cache_dir()
+    total = 0
+    for root, _, files in os.walk(folder):
+        for f in files:
+            p = os.path.join(root, f)
+            if not os.path.islink(p):
+                try:
+                    total += os.path.getsize(p)
+                except OSError:
+                    pass
+    return total
+
+
+def check_download_fits(repo_id: str, *, download_bytes: float, weights_float32_bytes: float, copies: int,
+                        free_memory: float | None, cache_bytes: float, cache_cap: float,
+                        free_disk: float | None) -> None:
+    """Refuse (ModelError, one line saying which limit and the numbers) a Hub model before anything is fetched:
+    - memory: `copies` float32 copies of its weights (the app and its engine server each hold one) must fit in
+      FIT_HEADROOM of the memory free;
+    - disk: the cache after the download must stay within `cache_cap`, and the download within FIT_HEADROOM
+      of the disk free. A model already cached (`download_bytes` 0) is only checked for memory."""
+    need = copies * weights_float32_bytes
+    if free_memory is not None and need > FIT_HEADROOM * free_memory:
+        raise ModelError(f"{repo_id} would take about {need / 1e9:,.2f} GB of memory ({copies} × "
+                         f"{weights_float32_bytes / 1e9:,.2f} GB of float32 weights: "
+                         f"{'the app and its engine server each hold a copy' if copies > 1 else 'one copy'}), "
+                         f"but only {free_memory / 1e9:,.2f} GB is free; nothing was downloaded. Pick a smaller "
+                         f"model")
+    if download_bytes <= 0:
+        return
+    if cache_bytes + download_bytes > cache_cap:
+        raise ModelError(f"{repo_id} is a {download_bytes / 1e9:,.2f} GB download; the model cache already holds "
+                         f"{cache_bytes / 1e9:,.2f} GB and may hold at most {cache_cap / 1e9:,.2f} GB "
+                         f"(INFERENCE_LAB_HUB_DISK_MAX_GB); nothing was downloaded. Free the cache "
+                         f"(huggingface-cli delete-cache) or raise the cap")
+    if free_disk is not None and download_bytes > FIT_HEADROOM * free_disk:
+        raise ModelError(f"{repo_id} is a {download_bytes / 1e9:,.2f} GB download, but only "
+                         f"{free_disk / 1e9:,.2f} GB of disk is free; nothing was downloaded")
+
+
 def download_repo(repo_id: str, progress: Progress | None = None) -> Path:
     """Fetch what the engine needs from `repo_id` into the HF cache; return the snapshot folder.
 

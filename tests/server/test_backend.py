@@ -139,3 +139,44 @@ def test_the_shared_metrics_client_keeps_no_cookie_one_session_received():
     plain = httpx2.Client()                                  # a default client would have kept it
     plain.cookies.extract_cookies(answer)
     assert dict(plain.cookies) == {"session": "alice"}
+
+
+@pytest.mark.parametrize("chat", [False, True])
+def test_reply_stream_reads_completions_and_chat_events(chat):
+    """The stream is read as server-sent events with json.loads (no SDK model built per token): every chunk's text,
+    in order, and the finish reason on the last one, for both routes."""
+    from helpers_fake_openai import FakeOpenAIServer, Script
+    with FakeOpenAIServer(Script(ttft_s=0.0, itl_s=0.0)) as srv:
+        cfg = BackendConfig(srv.url)
+        kwargs = dict(messages=[{"role": "user", "content": "a b"}]) if chat else dict(prompt="a b")
+        pieces = list(ReplyStream(cfg, "fake-model", max_tokens=3, **kwargs))
+    assert [p.text for p in pieces] == [" t0", " t1", " t2"]
+    assert [p.finish_reason for p in pieces] == [None, None, "length"] and all(p.token_id is None for p in pieces)
+
+
+def test_an_error_event_mid_stream_is_one_clear_message():
+    """Our server reports a failure after the stream began as `data: {"error": ...}`: a BackendError with its
+    message, after the tokens that came before it."""
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_POST(self):
+            self.rfile.read(int(self.headers.get("Content-Length") or 0))
+            self.send_response(200)
+            self.send_header("Content-Type", "text/event-stream")
+            self.end_headers()
+            self.wfile.write(b'data: {"choices": [{"index": 0, "text": " a", "token_ids": [7]}]}\n\n'
+                             b'data: {"error": {"message": "the engine failed on this batch"}}\n\n')
+
+        def log_message(self, *args):
+            pass
+
+    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    try:
+        got = []
+        with pytest.raises(BackendError, match="the engine failed on this batch"):
+            for piece in ReplyStream(BackendConfig(f"http://127.0.0.1:{httpd.server_address[1]}"), "m", prompt="x"):
+                got.append((piece.text, piece.token_id))
+        assert got == [(" a", 7)]
+    finally:
+        httpd.shutdown()
+        httpd.server_close()

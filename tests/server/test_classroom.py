@@ -4,6 +4,8 @@ turn with a clear place in line and a memory check; models are evicted only when
 """
 import sys
 import threading
+import time
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -18,7 +20,7 @@ import ui.machine  # noqa: F401  (so sys.modules holds it)
 from ui.model_picker import CHOICE_KEY, LOCAL_CHOICE, PATH_KEY, RANDOM_PREFIX, REPO_CHOICE, REPO_KEY, SharedModels
 
 TIMEOUT = 60
-from helpers_apptest import errors
+from helpers_apptest import errors, walkthrough_problems
 
 ROOT = Path(__file__).resolve().parents[2]
 APP, ROOFLINE = str(ROOT / "app.py"), str(ROOT / "pages" / "23_Roofline.py")
@@ -108,7 +110,9 @@ def test_job_queue_order_busy_place_and_refusals():
 
     worker = threading.Thread(target=job_f)
     worker.start()
+    deadline = time.monotonic() + 10                                   # every wait here has a deadline
     while not places:                                                  # F is told its place while E runs
+        assert time.monotonic() < deadline and worker.is_alive(), "F was never told its place in line"
         threading.Event().wait(0.01)
     assert places[0] == 1 and not done.is_set()
     q.leave(holder)
@@ -230,7 +234,7 @@ def test_classroom_mode_refusals_show_in_the_app(monkeypatch, tmp_path, state, m
 def test_measure_again_never_replaces_another_sessions_machine(monkeypatch):
     monkeypatch.setattr(sys.modules["ui.machine"], "MEASURE_SECONDS", 0.05)
     from ui.machine import PIN_KEY, machine_history
-    machine_history.clear()
+    machine_history.reset()
     state = {"size.source": "Preset", "device": "This machine (measured with NumPy)"}
     sessions = []
     for _ in range(2):
@@ -291,6 +295,14 @@ def test_class_page_shows_the_live_batch(monkeypatch, model):
         assert list(theory["streams"]) == ["one stream alone", "the current batch (2)"]
         assert theory["predicted tokens/s"].iloc[1] >= theory["predicted tokens/s"].iloc[0]
         assert len(at.get("plotly_chart")) == 3                        # blocks, step times, roofline
+        # the same server idle for over a minute (as the shared one often is in a full run): no empty step chart
+        with w._cond:
+            w._steps = type(w._steps)((replace(s, ended_at=s.ended_at - 120) for s in w._steps),
+                                      maxlen=w._steps.maxlen)
+        at = at.run()
+        assert walkthrough_problems(at) == []
+        assert any("the server is idle" in i.value for i in at.info)
+        assert len(at.get("plotly_chart")) == 2                        # blocks and roofline; step times in words
     finally:
         servers.drop(model.source)
 
