@@ -43,7 +43,7 @@ NETWORK_EVENTS = ("Network.requestWillBeSent", "Network.loadingFailed")   # kept
 
 class Browser:
     def __init__(self, chromium: str, size: str = "1400,1800") -> None:
-        self.profile = tempfile.TemporaryDirectory(prefix="chromium-profile-")
+        self.profile = tempfile.TemporaryDirectory(prefix="chromium-profile-", ignore_cleanup_errors=True)
         self.proc = subprocess.Popen([chromium, *CHROMIUM_FLAGS, f"--user-data-dir={self.profile.name}",
                                       f"--window-size={size}", "--remote-debugging-port=0",
                                       "--remote-allow-origins=*", "about:blank"],
