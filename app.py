@@ -68,7 +68,7 @@ def main() -> None:
     def home() -> None:
         home_page(lessons, pages)
 
-    nav = {"Start": [st.Page(home, title="Home", icon=":material/home:", default=True)]}
+    nav = {"Start": [st.Page(home, title="Home", default=True)]}  # no Material icon: see ui.FAVICON
     for section, group in lessons.items():
         nav.setdefault(section, []).extend(pages[f.relative] for f in group)
     st.navigation(nav).run()

@@ -1,4 +1,4 @@
-"""Published measurements next to the calculators' predictions (README table).
+"""Published measurements next to the calculators' predictions (docs/measurements.md table).
 
 Every published figure is in bench/published_measurements.csv with its source URL and exact settings (model,
 quantisation, batch, prompt/generation length, hardware, software build). Predictions for each row:
@@ -95,7 +95,7 @@ def compare(row: dict, efficiency: Efficiency | None = None) -> dict:
 
 def error_band(row: dict) -> float | None:
     """The documented |error| band of a row as a fraction, or None where the calculator is not expected to fit
-    (README: "Where the model is off"); every row must still stay under its ideal roof."""
+    (docs/measurements.md: "Where the model is off"); every row must still stay under its ideal roof."""
     return float(row["error_band_pct"]) / 100 if row["error_band_pct"] else None
 
 

@@ -175,7 +175,7 @@ def main(argv=None) -> int:
     print(f"\nour server: peak RSS {rss / 2**20:,.0f} MiB; KV blocks free after the run: {batch['free_blocks']} of "
           f"{batch['num_blocks']} ({'all free' if free_ok else 'NOT all free'})")
     if not vllm_url:
-        print("vLLM: not measured (set VLLM_PYTHON and --hf-model, or --vllm-url; see README)")
+        print("vLLM: not measured (set VLLM_PYTHON and --hf-model, or --vllm-url; see docs/serving.md)")
     if args.json:
         Path(args.json).write_text(json.dumps({"rows": {f"{k[0]}@{k[1]}": v for k, v in rows.items()},
                                                "peak_rss_bytes": rss, "kv_all_free": free_ok}, indent=1))

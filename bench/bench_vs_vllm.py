@@ -13,7 +13,7 @@ started is paused (SIGSTOP, `--no-pause` to keep it running): idle, it still wak
 second, which on 2 cores slows OpenBLAS's two threads. Levels run in rounds, ours and vLLM
 alternating which goes first; the table gives each side's median over rounds (with the range), and ours ÷ vLLM as
 the median of the per-round ratios. The closing line says whether the greedy texts were identical.
-vLLM is skipped, with the reason, where it is not set up (tools/vllm_server.py; the README has the one install
+vLLM is skipped, with the reason, where it is not set up (tools/vllm_server.py; docs/serving.md has the one install
 command); ours is reported anyway. A shared machine moves every number: rerun when it is quiet.
 """
 from __future__ import annotations

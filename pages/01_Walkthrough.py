@@ -91,7 +91,7 @@ def step_next_token(model: Model, prompt: Prompt, rec, texts: list[str]) -> None
     fig = go.Figure(go.Bar(x=names, y=first.top_probs, text=[f"{p:.0%}" for p in first.top_probs],
                            textposition="outside", marker_color="#2563eb"))
     fig.update_layout(xaxis_title="candidate next token", yaxis_title="probability", yaxis_tickformat=".0%",
-                      yaxis_range=[0, 1.1], height=360)
+                      yaxis_range=[0, 1.1], yaxis_tickvals=[0, 0.25, 0.5, 0.75, 1], height=360)
     fig.update_xaxes(type="category")
     st.plotly_chart(style(fig, height=360, legend_top=False), width="stretch")
     st.markdown(f"It picked **`{texts[0]}`**.")
@@ -106,7 +106,7 @@ def step_one_at_a_time(model: Model, prompt: Prompt, rec, texts: list[str]) -> N
                            text=[f"{s.model_prob:.0%}" for s in rec.steps], textposition="outside",
                            marker_color="#10b981"))
     fig.update_layout(xaxis_title="generated token (in order)", yaxis_title="model's probability of it",
-                      yaxis_tickformat=".0%", yaxis_range=[0, 1.1], height=380)
+                      yaxis_tickformat=".0%", yaxis_range=[0, 1.1], yaxis_tickvals=[0, 0.25, 0.5, 0.75, 1], height=380)
     fig.update_xaxes(type="category", tickangle=-60)
     st.plotly_chart(style(fig, height=380, legend_top=False), width="stretch")
     greedy = all(s.prob >= 1.0 - 1e-9 for s in rec.steps)          # the sampler's odds: 1 for every greedy pick

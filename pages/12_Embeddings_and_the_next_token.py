@@ -133,7 +133,8 @@ def logit_lens_section(model: Model, prompt: Prompt, resid: np.ndarray) -> None:
                                                    textposition="outside", cliponaxis=False,
                                                    marker=dict(color="#2563eb")),
                                               xaxis=dict(title="probability of that layer's top token",
-                                                         tickformat=".0%", range=[0, 1.25]),
+                                                         tickformat=".0%", range=[0, 1.25],  # room for labels
+                                                         tickvals=[0, 0.25, 0.5, 0.75, 1]),   # no tick past 100%
                                               yaxis=dict(autorange="reversed", type="category", dtick=1)),
                                        height=120 + 24 * len(layers), legend_top=False))
     st.plotly_chart(fig, width="stretch")

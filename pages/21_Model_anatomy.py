@@ -58,7 +58,8 @@ def parameters_section(c: ModelConfig, dtype: str) -> None:
         "note": [p.description for p in parts],
     })
     df_with_download(df, "parameters_by_component", column_config={"parameters": st.column_config.NumberColumn(
-        **COUNT), f"{dtype} (MB)": st.column_config.NumberColumn(format="%.1f")})
+        **COUNT), f"{dtype} (MB)": st.column_config.NumberColumn(format="%,.1f")},
+        show=["component", "parameters", f"{dtype} (MB)", "formula", "with numbers"])     # 1366 px wide
     with st.expander("Attention weights by tensor (all layers)"):
         ap = pb.attention_parts
         df_with_download(pd.DataFrame({"tensor": list(ap), "parameters": list(ap.values())}), "attention_tensors",
@@ -83,8 +84,9 @@ def ops_table(c: ModelConfig, new_tokens: int, context: int, batch: int, dtype: 
     })
     num = st.column_config.NumberColumn(format="%.4g")
     df_with_download(df, name, height=table_height(len(df)), column_config={
-        "GFLOP (one run)": num, "weights read (MB)": num, "KV read (MB)": num, "KV written (MB)": num,
-        "shape": st.column_config.TextColumn(width="large")})
+        "GFLOP (one run)": num, "weights read (MB)": num, "KV read (MB)": num, "KV written (MB)": num},
+        show={"op": None, "shape": None, "runs (layers)": "runs", "GFLOP (one run)": "GFLOP",        # 1366 px wide
+              "weights read (MB)": "weights (MB)", "KV read (MB)": None, "KV written (MB)": None})
 
 
 def main() -> None:

@@ -46,6 +46,10 @@ def op_frame(rows: list[dict]) -> pd.DataFrame:
 COLUMNS = {c: st.column_config.NumberColumn(format="%.4g") for c in
            ("GFLOP", "bytes read (MB)", "bytes written (MB)", "intensity (FLOP/byte)", "compute (µs)",
             "memory (µs)", "time (µs)")}
+# What fits 1366 px, the verdict first: the shapes stay in the CSV (Model anatomy shows them).
+SHOWN = {"op": None, "bound": None, "time (µs)": None, "intensity (FLOP/byte)": "FLOP/byte", "kind": None,
+         "GFLOP": None, "bytes read (MB)": "read (MB)", "bytes written (MB)": "written (MB)",
+         "compute (µs)": None, "memory (µs)": None}
 
 
 def chart(device: Device, reports: dict[str, dict], group: str) -> go.Figure:
@@ -154,11 +158,13 @@ def main() -> None:
             st.markdown(f"**One `{group}` layer, op by op** (time = the larger of compute and memory time; "
                         f"FLOPs and bytes are for one layer).")
             df = op_frame(rep["layers"][group])
-            df_with_download(df, f"roofline_{phase}", column_config=COLUMNS, height=table_height(len(df)))
+            df_with_download(df, f"roofline_{phase}", column_config=COLUMNS, height=table_height(len(df)),
+                             show=SHOWN)
             with st.expander("Every op of the whole step (embedding, each layer type, LM head)"):
                 df = op_frame(rep["step_rows"])
                 df.insert(1, "layers", [r["count"] for r in rep["step_rows"]])
-                df_with_download(df, f"roofline_{phase}_step", column_config=COLUMNS)
+                df_with_download(df, f"roofline_{phase}_step", column_config=COLUMNS,
+                                 show={"op": None, "layers": None, **SHOWN})
 
 
 main()

@@ -56,7 +56,7 @@ def size_section(config: ModelConfig, device, setup: MultiGPU | None = None) -> 
         df[f"fits on {setup.label()}, 1 × 2,048 tokens"] = [
             per_gpu_memory(config, device, setup.mesh, min(2048, config.max_position_embeddings), 1, r["dtype"],
                            None, **setup.memory_kw())["fits"] for r in rows]
-    fig = px.bar(df, x="precision", y="weights (GB)", text=[f"{fmt_bytes(r['weight_bytes'])} · "
+    fig = px.bar(df, x="precision", y="weights (GB)", text=[f"{fmt_bytes(r['weight_bytes'])}<br>"  # 2 lines fit
                                                             f"{fmt_num(r['bandwidth_floor_ms'], 3)} ms/token"
                                                             for r in rows],
                  title=f"Weight size and the decode floor it sets (weights / {fmt_num(device.memory_bandwidth_gb_s, 4)}"

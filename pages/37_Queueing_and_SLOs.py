@@ -24,6 +24,17 @@ from ui.serving import remembered, step_model_inputs, style
 from ui.narration import best_cap_words, goodput_words
 
 LOADS = (0.1, 0.3, 0.5, 0.7, 0.8, 0.9, 0.95)
+# The columns each table draws, with short headings, so that it fits 1366 px; the CSV keeps every column.
+ONE_SERVER_SHOWN = {"load": "load ρ", "measured_rho": "measured ρ", "service_mean_ms": "service (ms)",
+                    "wait_mean_ms": "wait (ms)", "wait_over_service": "wait ÷ service", "md1_wait_over_service":
+                    "M/D/1", "mg1_wait_over_service": "M/G/1", "mm1_wait_factor": "M/M/1"}
+BATCHED_SHOWN = {"load": "load ρ", "arrival_rate_rps": "requests/s", "mean_batch_busy": "mean batch",
+                 "ttft_p50_ms": "TTFT p50 (ms)", "ttft_p99_ms": "TTFT p99 (ms)", "tpot_p99_ms": "TPOT p99 (ms)",
+                 "throughput_tok_s": "tokens/s", "goodput_tok_s": "goodput tokens/s",
+                 "fraction_meeting_slo": "meeting targets"}
+KNOB_SHOWN = {"max_batch": "batch cap", "ttft_p99_ms": "TTFT p99 (ms)", "itl_p99_ms": "ITL p99 (ms)",
+              "tpot_p99_ms": "TPOT p99 (ms)", "mean_batch": "mean batch", "throughput_tok_s": "tokens/s",
+              "goodput_tok_s": "goodput tokens/s", "fraction_meeting_slo": "meeting targets"}
 CAPS = (1, 2, 4, 8, 16, 32, 64)
 CURVE = [i / 100 for i in range(1, 97)]
 
@@ -76,7 +87,7 @@ def one_server(model, n: int, prompt: float, output: float, out_kind: str) -> No
                "steady-state averages; near ρ = 1 a queue takes very long to settle, so a run of a few thousand "
                "requests measures less than the formula there (more requests per run bring it closer).")
     df_with_download(df, "queue_one_server", column_config={
-        k: st.column_config.NumberColumn(format="%.4g") for k in df.columns})
+        k: st.column_config.NumberColumn(format="%.4g") for k in df.columns}, show=ONE_SERVER_SHOWN)
 
 
 def batched(model, n: int, prompt: float, output: float, out_kind: str, ttft_slo: float, itl_slo: float) -> None:
@@ -111,7 +122,7 @@ def batched(model, n: int, prompt: float, output: float, out_kind: str, ttft_slo
     st.plotly_chart(style(fig, "Throughput and goodput", "load (fraction of capacity)", "tokens/s", height=400),
                     key="queue.goodput")
     df_with_download(df, "queue_batched", column_config={k: st.column_config.NumberColumn(format="%.4g")
-                                                         for k in df.columns})
+                                                         for k in df.columns}, show=BATCHED_SHOWN)
     st.caption(f"Capacity = {fmt_num(rows[0]['capacity_rps'], 4)} requests/s: the rate the simulator sustains "
                "with an endless queue at this cap. Goodput counts the throughput of requests meeting both "
                "targets (TTFT, and mean inter-token latency). Dotted: the steady state the capacity planner uses "
@@ -141,7 +152,7 @@ def knob(model, n: int, prompt: float, output: float, out_kind: str, ttft_slo: f
                           "tokens/s", height=420), key="queue.knob")
     st.markdown(best_cap_words(rows))
     df_with_download(df, "batch_cap_sweep", column_config={k: st.column_config.NumberColumn(format="%.4g")
-                                                           for k in df.columns})
+                                                           for k in df.columns}, show=KNOB_SHOWN)
 
 
 

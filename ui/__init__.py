@@ -15,15 +15,26 @@ from ui.model_picker import current_model, model_card, model_picker, random_choi
 from ui.widgets import (catch_spec_errors, check_number, df_with_download, float_field, formula_expander, int_field,
                         number_field, remember, show_error)
 
-APP_TITLE = "LLM inference, by hand"
+APP_TITLE = "Inference Lab"
+# The browser tab's icon. A ":material/...:" page icon would make the browser fetch an SVG from fonts.gstatic.com
+# for every page (Streamlit draws favicons from Google's font host; icons inside the page use its bundled font), and
+# a classroom without internet would log a failed request per page. None keeps Streamlit's own favicon, served by
+# the app itself (an emoji would be drawn by the browser, but shows as a box where no emoji font is installed).
+FAVICON = None
 
 
-def setup_page(title: str, icon: str = ":material/memory:") -> None:
-    """First call of every page: browser-tab title, a wide layout, and the sidebar's large-text switch."""
+def favicon(icon: str | None) -> str | None:
+    """The tab icon for a page asking for `icon`: an image or emoji as given, a Material icon replaced by FAVICON."""
+    return FAVICON if icon is None or icon.startswith(":material") else icon
+
+
+def setup_page(title: str, icon: str | None = FAVICON) -> None:
+    """First call of every page: browser-tab title and icon (nothing fetched from another host), a wide layout, and
+    the sidebar's large-text switch."""
     from ui.charts import large_text_toggle
     from ui.nav import leave_pages_folder_mode
     leave_pages_folder_mode()
-    st.set_page_config(page_title=f"{title} · {APP_TITLE}", page_icon=icon, layout="wide")
+    st.set_page_config(page_title=f"{title} · {APP_TITLE}", page_icon=favicon(icon), layout="wide")
     large_text_toggle()
 
 

@@ -146,6 +146,18 @@ def legend_height_px(traces: list, px: int, titled: bool = False, row_px: float 
     return rows * round(LINE_EM * px) + 10
 
 
+def _numbers(raw: Any) -> np.ndarray | None:
+    """A trace's x or y as floats, or None where they are not numbers (text categories, dates) or absent."""
+    if raw is None:
+        return None
+    try:
+        if isinstance(raw, dict) and "bdata" in raw:               # plotly 6 packs NumPy arrays as base64
+            return np.frombuffer(base64.b64decode(raw["bdata"]), dtype=raw["dtype"]).astype(float)
+        return np.asarray(raw, dtype=float).ravel()
+    except (TypeError, ValueError, KeyError):
+        return None
+
+
 def _axis_values(traces: list, axis_name: str) -> list[float]:
     """The positive finite values the traces put on one axis ("xaxis2" holds the traces with xaxis="x2")."""
     letter, ref = axis_name[0], axis_name[0] + axis_name[5:]
@@ -153,16 +165,32 @@ def _axis_values(traces: list, axis_name: str) -> list[float]:
     for t in traces:
         if t.get(f"{letter}axis", letter) != ref or t.get(letter) is None:
             continue
-        raw = t[letter]
-        try:
-            if isinstance(raw, dict) and "bdata" in raw:           # plotly 6 packs NumPy arrays as base64
-                v = np.frombuffer(base64.b64decode(raw["bdata"]), dtype=raw["dtype"]).astype(float)
-            else:
-                v = np.asarray(raw, dtype=float).ravel()
-        except (TypeError, ValueError, KeyError):
+        v = _numbers(t[letter])
+        if v is None:
             continue
         out.extend(v[np.isfinite(v) & (v > 0)].tolist())
     return out
+
+
+def _never_negative(traces: list, layout: dict, axis_name: str) -> bool:
+    """True when an axis only carries quantities that cannot be negative (times, bytes, counts) from lines, markers
+    and bars, so its range should stop at zero: plotly pads a short or empty series below it (a step-time axis
+    from −1 ms). False for a log, category or date axis, one with its own range, any other kind of trace on it
+    (a heatmap's cells reach half a cell below 0), text categories, or any value below zero."""
+    ax = layout.get(axis_name) or {}
+    if ax.get("type") not in (None, "linear", "-") or "range" in ax or ax.get("autorange") not in (None, True):
+        return False
+    letter, ref = axis_name[0], axis_name[0] + axis_name[5:]
+    on_axis = [t for t in traces if t.get(f"{letter}axis", letter) == ref]
+    if not on_axis:
+        return False
+    for t in on_axis:
+        if t.get("type", "scatter") not in ("scatter", "scattergl", "bar") or t.get("base") is not None:
+            return False
+        v = _numbers(t.get(letter))
+        if v is None or np.any(v[np.isfinite(v)] < 0):           # None: no values, text categories, dates
+            return False
+    return True
 
 
 def log_ticks(values: list[float]) -> dict:
@@ -234,6 +262,25 @@ def _fit_titles(d: dict, layout: dict, px: int, width: float,
     return out, extra_top, extra_rows * round(LINE_EM * px), plot_w
 
 
+def bar_label_min_px(px: int) -> int:
+    """The smallest a bar label may be drawn: 4/5 of the chart's font (12 px at normal size, 18 with large text).
+    Plotly shrinks a label to fit its bar, down to 7 px; below this size the label is hidden instead."""
+    return round(0.8 * px)
+
+
+def _bar_labels(traces: list) -> bool:
+    """Bar labels readable from the back row: never turned on their side (plotly rotates a label that is wider
+    than its bar, and a rotated "8" reads as "∞"), and none shrunk below `bar_label_min_px` (`uniformtext` hides
+    such a label; the value stays in the hover and the page's table). Changes the traces in place; True when any
+    bar carries a label."""
+    labelled = False
+    for i, t in enumerate(traces):
+        if t.get("type") == "bar" and (t.get("text") is not None or t.get("texttemplate")):
+            traces[i] = {"textangle": 0, **t}
+            labelled = True
+    return labelled
+
+
 def style(fig: Any, *, height: int | None = None, legend_top: bool = True, span: float = 1.0) -> Any:
     """The app's chart look applied to a plotly figure (or a `figure` dict): readable fonts (bigger with large text), titled axes kept,
     margins that leave room for tick labels, a legend above the plot so it never covers data, titles broken into
@@ -278,11 +325,15 @@ def style(fig: Any, *, height: int | None = None, legend_top: bool = True, span:
         log = layout.get(name, {}).get("type") == "log" and "dtick" not in layout.get(name, {}) \
             and "tickvals" not in layout.get(name, {})
         extra[name] = {**axis, **log_ticks(_axis_values(d.get("data", []), name))} if log else axis
+        if _never_negative(d.get("data", []), layout, name):
+            extra[name] = {**extra[name], "rangemode": "nonnegative"}
     if legend_top:
         extra["legend"] = dict(orientation="h", yanchor="bottom", y=1.02, xanchor="left", x=0, font=dict(size=px),
                                title=dict(font=dict(size=px)))
     if height is not None:
         extra["height"] = int(height * scale) + legend_px + extra_top + extra_h  # these add, never squash
+    if _bar_labels(d["data"]):
+        layout.setdefault("uniformtext", dict(minsize=bar_label_min_px(px), mode="hide"))
     layout = _merge(layout, extra)
     if "annotations" in layout:
         layout["annotations"] = [_merge(a, dict(font=dict(size=px))) for a in layout["annotations"]]

@@ -71,7 +71,7 @@ def target_and_plan() -> tuple[Target, SweepPlan] | None:
     if not url.strip():
         st.info("Type the address of a running OpenAI-compatible server above, e.g. `http://127.0.0.1:8000`, "
                 "and the model name it serves. Start one with `python -m engine serve` (this app's engine) or "
-                "`vllm serve MODEL` (see the README).", icon=":material/dns:")
+                "`vllm serve MODEL` (see docs/serving.md).", icon=":material/dns:")
         return None
     if not model.strip() or None in (n, p, o):
         if not model.strip():

@@ -9,6 +9,7 @@ import math
 import re
 from typing import Any, Callable
 
+import numpy as np
 import pandas as pd
 import streamlit as st
 
@@ -18,15 +19,61 @@ from specs.sources import readable_source
 
 # ============================================================================================ tables
 def df_with_download(df: pd.DataFrame, name: str, *, hide_index: bool = True, height: int | str = "auto",
-                     column_config: dict | None = None) -> None:
+                     column_config: dict | None = None, show: dict[str, str | None] | list[str] | None = None) -> None:
     """Show `df` as a table with a "Download CSV" button under it. Every table in the app goes through here.
 
     `name` names the file (`<name>.csv`) and keys the button, so it must be unique on a page.
+    `show`: the columns drawn, in order, for a table too wide for a projector's 1366 px; a dict also gives each a
+    short heading (None keeps the name). The CSV keeps every column under its own name, and a caption under the
+    table names the ones only the CSV has. Names `df` lacks are skipped.
     """
-    st.dataframe(df, hide_index=hide_index, height=height, column_config=column_config)
+    config = readable_numbers(df, column_config)
+    order = None
+    if show is not None:
+        labels = show if isinstance(show, dict) else dict.fromkeys(show)
+        order = [c for c in labels if c in df.columns]
+        for c in order:
+            if labels[c]:
+                config[c] = {**(config.get(c) or {}), "label": labels[c]}
+    st.dataframe(df, hide_index=hide_index, height=height, column_config=config, column_order=order)
+    if order is not None and (rest := [str(c) for c in df.columns if c not in order]):
+        st.caption("Also in the CSV: " + ", ".join(rest) + ".")
     slug = _slug(name)
     st.download_button("Download CSV", df.to_csv(index=False).encode("utf-8"), file_name=f"{slug}.csv",
                        mime="text/csv", key=f"download.{slug}", on_click="ignore", icon=":material/download:")
+
+
+def number_format(values: pd.Series) -> str | None:
+    """A display format for one numeric column that reads from the back row: thousands separators ("1,520,640",
+    not "1520640") and the decimals that give its smallest nonzero value three significant digits ("64,936", not
+    "64935.998"; "2.35"; "0.0456"). None (Streamlit's own) where that takes more than 4 decimals (a value below
+    0.001: fixed decimals would round it away) and for columns that are not numbers. The CSV keeps every digit."""
+    if pd.api.types.is_bool_dtype(values) or not pd.api.types.is_numeric_dtype(values):
+        return None
+    if pd.api.types.is_integer_dtype(values):
+        return "%,d"
+    v = pd.to_numeric(values, errors="coerce").to_numpy(dtype=float)
+    v = v[np.isfinite(v)]
+    if v.size == 0:
+        return None
+    if np.all(v == np.round(v)) and np.max(np.abs(v)) < 2 ** 53:
+        return "%,.0f"
+    if not np.any(v != 0):
+        return "%,.0f"
+    decimals = max(0, 2 - math.floor(math.log10(float(np.min(np.abs(v[v != 0]))))))
+    return None if decimals > 4 else f"%,.{decimals}f"
+
+
+def readable_numbers(df: pd.DataFrame, column_config: dict | None = None) -> dict:
+    """`column_config` with a `number_format` for every numeric column it does not configure itself."""
+    out = dict(column_config or {})
+    for col in df.columns:
+        if col in out:
+            continue
+        fmt = number_format(df[col])
+        if fmt is not None:
+            out[col] = st.column_config.NumberColumn(format=fmt)
+    return out
 
 
 def _slug(name: str) -> str:

@@ -6,7 +6,7 @@
     python -m calculators kv-alloc --requests 300 --rate 20 --pool-tokens 12000 --block-size 16
     python -m calculators queue --max-batch 1 --loads 0.3,0.5,0.7,0.9 --output-dist fixed
 
-JSON keys are listed in the README ("Serving simulators"). Bad input prints one line and exits with status 2.
+JSON keys are listed in docs/planner.md ("Serving simulators"). Bad input prints one line and exits with status 2.
 """
 from __future__ import annotations
 

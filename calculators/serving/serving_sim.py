@@ -161,7 +161,7 @@ class SimResult:
         return float(self.batch_end.max() - self.arrival.min())
 
     def summary(self) -> dict:
-        """Throughput, utilisation, padding waste and TTFT/ITL/latency percentiles (documented in the README)."""
+        """Throughput, utilisation, padding waste and TTFT/ITL/latency percentiles (documented in docs/planner.md)."""
         span = self.makespan_s
         out_tokens = int(self.output_tokens.sum())
         tpot = self.tpot[np.isfinite(self.tpot)]

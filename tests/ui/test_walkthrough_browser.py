@@ -1,4 +1,4 @@
-"""The teacher's walkthrough in a real browser (tools/walkthrough.py): every page at 1280×720, large text off and
+"""The teacher's walkthrough in a real browser (tools/walkthrough.py): every page at 1366×768, large text off and
 on, as drawn and after its main button; no error box, no cut metric or link, no empty chart, no source named by a
 bare code. It takes minutes, so it runs only when asked and when Chromium is installed:
 
