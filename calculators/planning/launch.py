@@ -361,5 +361,20 @@ def launch_command(plan: dict, stack: str) -> LaunchCommand:
     return COMMANDS[stack](plan)
 
 
-__all__ = ["LaunchCommand", "STACKS", "launch_command", "launch_commands", "normalise_plan", "stack_flags",
+def plan_from_row(row: dict, model: str, max_model_len: int | None = None,
+                  gpu_memory_utilization: float | None = None) -> dict:
+    """A launch plan from a row of `planner.plan_rows` (device, gpus, tp, pp, ep, replicas, batch_cap, weight and KV
+    precision, per-GPU weight bytes), the model it was planned for, the longest request it sized the KV cache
+    for and the memory fraction it assumed."""
+    keys = ("device", "gpus", "tp", "pp", "ep", "dp", "replicas", "batch_cap", "weight_dtype", "kv_dtype",
+            "per_gpu_weight_bytes", "max_batched_tokens")
+    plan = {k: row[k] for k in keys if row.get(k) is not None}
+    for k in ("gpus", "tp", "pp", "ep", "dp", "replicas", "batch_cap", "max_batched_tokens"):
+        if k in plan:
+            plan[k] = int(plan[k])
+    plan.update(model=model, max_model_len=max_model_len, gpu_memory_utilization=gpu_memory_utilization)
+    return plan
+
+
+__all__ = ["LaunchCommand", "plan_from_row", "STACKS", "launch_command", "launch_commands", "normalise_plan", "stack_flags",
            "sglang_command", "trtllm_command", "trtllm_kv_fraction", "vllm_command"]

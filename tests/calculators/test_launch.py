@@ -237,3 +237,23 @@ def test_vllm_parser_accepts_the_command():
         if "gpu_memory_utilization" in plan:
             assert ns["gpu_memory_utilization"] == pytest.approx(plan["gpu_memory_utilization"])
         assert ns["quantization"] == {"fp8": "fp8", "fp4": "modelopt_fp4"}.get(plan["weight_dtype"])
+
+
+# ------------------------------------------------------------------------------------------- plan --launch
+def test_plan_launch_in_the_cli(capsys):
+    """`plan --launch --json` carries each stack's command for the first plan, with its layout, precision, cap and
+    the longest request (prompt p99 + output) the plan sized the KV cache for."""
+    from calculators.cli import main
+    assert main(["plan", "--model", "llama-3-8b", "--gpu", "h100", "--tokens", "1000", "--prompt-p99", "3000",
+                 "--output-tokens", "200", "--rate", "2", "--launch", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    top, cmds = out["plans"][0], out["launch"]
+    assert set(cmds) == set(STACKS)
+    v = _options(cmds["vllm"]["argv"], 3)
+    assert int(v["--tensor-parallel-size"]) == top["tp"] and int(v["--max-num-seqs"]) == top["batch_cap"]
+    assert v["--max-model-len"] == "3200"
+    assert v["--kv-cache-dtype"] == ("fp8" if top["kv_dtype"] == "fp8" else "auto")
+    assert cmds["sglang"]["argv"][4] == "meta-llama/Meta-Llama-3-8B"
+    assert main(["plan", "--model", "llama-3-8b", "--gpu", "h100", "--tokens", "1000", "--output-tokens", "200",
+                 "--rate", "2", "--launch"]) == 0
+    assert "launch on trtllm:" in capsys.readouterr().out
