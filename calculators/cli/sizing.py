@@ -74,6 +74,8 @@ def add_plan_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--ttft-ms", type=nonneg_float, default=2000.0, help="TTFT p99 target in ms (default 2000)")
     g.add_argument("--itl-ms", type=nonneg_float, default=50.0, help="ITL target in ms (default 50)")
     g.add_argument("--top", type=positive_int, default=10, help="plans to print (default 10)")
+    g.add_argument("--launch", action="store_true", help="add the command lines that start the first plan on "
+                   "vLLM, SGLang and TensorRT-LLM, with what they cannot carry")
 
 
 def run(args) -> dict:
@@ -206,7 +208,20 @@ def run_plan(args) -> dict:
         return out
     out.update(candidates=res.n_candidates, plans=plan_rows(res, args.top), rejected_by_reason=res.reasons,
                nearest_rejected=rejected_rows(res, 5), no_feasible_plan=res.no_plan_reason())
+    if getattr(args, "launch", False) and out["plans"]:
+        out["launch"] = launch_for_plan(out["plans"][0], args.model, (args.prompt_p99 or prompt) + args.output_tokens,
+                                        args.gpu_memory_utilization)
     return out
+
+
+def launch_for_plan(row: dict, model: str, max_model_len: int, gpu_memory_utilization: float) -> dict:
+    """`plan --launch`: each stack's command for the first plan (or the reason there is none)."""
+    from calculators.planning.launch import launch_commands, plan_from_row
+    try:
+        cmds = launch_commands(plan_from_row(row, model, max_model_len, gpu_memory_utilization))
+    except SpecError as e:
+        return dict(error=str(e))
+    return {stack: cmd.to_dict() for stack, cmd in cmds.items()}
 
 
 def render_plan(out: dict) -> str:
@@ -221,6 +236,13 @@ def render_plan(out: dict) -> str:
                      f"${r['usd_per_million_output_tokens']:.3f}/1M output (${r['usd_per_million_tokens']:.3f} blended), "
                      f"ITL at the load {r['itl_at_load_ms']:.1f} ms, TTFT p99 {r['ttft_p99_ms']:.0f} ms, "
                      f"{r['concurrency_per_replica']:.0f} in flight per replica; binding: {r['binding']}")
+    for stack, cmd in (out.get("launch") or {}).items():
+        if stack == "error":
+            lines.append(f"  launch: {cmd}")
+            continue
+        lines.append(f"  launch on {stack}:" + ("" if cmd["supported"] else " (not supported on this device)"))
+        lines += ["    " + ln for ln in cmd["shell"].splitlines()]
+        lines += [f"    note: {n}" for n in cmd["notes"]]
     for r in out.get("nearest_rejected", []):
         lines.append(f"  rejected: {r['gpus']} × {r['device']} TP {r['tp']} PP {r['pp']} batch<= {r['batch_cap']} "
                      f"{r['weight_dtype']}/{r['kv_dtype']}: {r['why']}")
