@@ -327,9 +327,9 @@ class Model:
         w = self.weights
         tokens = np.asarray(tokens)
         blas_threads.tick(tokens.size, self.weight_matrices)           # BLAS threads sized to the free cores
-        p = Pass.begin(self.config, np.asarray(tokens), cache, n_valid, self._inv_freq, self.rope_layout, trace, hooks,
+        p = Pass.begin(self.config, tokens, cache, n_valid, self._inv_freq, self.rope_layout, trace, hooks,
                        self._inv_freq_local)
-        x = embed(np.asarray(tokens), w, p)                            # [B, T, D]
+        x = embed(tokens, w, p)                                        # [B, T, D]
         for li, lw in enumerate(w.layers):
             x = block(x, lw, li, p)                                     # [B, T, D]
         cache.advance(p.n_valid)
