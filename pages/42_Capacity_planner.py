@@ -24,6 +24,7 @@ from ui.model_source import model_source, units_note
 from ui.multi_gpu import multi_gpu_sidebar
 from ui.charts import style as chart_style
 from ui.frontier import frontier_chart, stack_inputs, throughput_section, what_if_table
+from ui.plan_deploy import chosen_plan_section
 
 DEFAULT_DEVICES = ["H100 SXM", "A100 SXM 80GB", "H200", "L40S"]
 DEFAULT_MODEL = "Llama-3-70B"
@@ -106,7 +107,8 @@ def headline(best: dict, wl: Workload) -> None:
     """The cheapest plan in two rows of short metrics (each value fits its column in both text sizes)."""
     st.markdown(f"**Cheapest plan: {best['gpus']} × {best['device']}** — TP {best['tp']}, PP {best['pp']}"
                 f"{ep_words(best)}, {best['replicas']} replica(s), batch cap {best['batch_cap']}, weights "
-                f"{best['weight_dtype']}, KV {best['kv_dtype']}; binding: **{best['binding']}** ({best['why']}).")
+                f"{best['weight_dtype']}, KV {best['kv_dtype']}; it meets every target, and the one it is closest to "
+                f"is **{best['binding']}** ({best['worst_ratio']:.0%} of its limit).")
     c = st.columns(4)
     c[0].metric("$ per 1M output tokens", f"${best['usd_per_million_output_tokens']:.3f}",
                 help="The GPU time spent decoding, per output token.")
@@ -159,7 +161,7 @@ def named_layout(res, devices: list, space: SearchSpace) -> None:
             st.warning(f"{name}: rejected. {r['why'][0].upper() + r['why'][1:]}.")
 
 
-def results(res, wl: Workload) -> None:
+def results(res, wl: Workload, config=None, stack=None, setup=None) -> None:
     reason = res.no_plan_reason()
     st.caption(f"{res.n_candidates:,} candidate plans searched (device × GPUs × TP × PP × batch cap × precisions).")
     if reason:
@@ -167,6 +169,11 @@ def results(res, wl: Workload) -> None:
     else:
         rows = plan_rows(res, 30)
         headline(rows[0], wl)
+        if config is not None:
+            chosen_plan_section(config, res.ranked(1)[0], wl, stack,
+                                min(config.max_position_embeddings, wl.p99_prompt + (wl.output_tokens_p99 or
+                                                                                      wl.output_tokens)),
+                                setup.usable_fraction)
         precision_caveats(rows[:15])
         df = pd.DataFrame(rows)
         df["plan"] = [f"{r['gpus']}× {r['device']} TP{r['tp']} PP{r['pp']}{' EP' + str(r['ep']) if r['ep'] > 1 else ''} "
@@ -181,13 +188,18 @@ def results(res, wl: Workload) -> None:
         show = df.assign(**{"per-GPU need (GB)": df["per_gpu_needed_bytes"] / GB}).drop(
             columns=["per_gpu_weight_bytes", "per_gpu_kv_bytes", "per_gpu_needed_bytes", "usable_bytes", "plan"])
         df_with_download(show, "feasible_plans", column_config={
-            c: st.column_config.NumberColumn(format="%.4g") for c in show.columns if show[c].dtype.kind == "f"})
+            c: st.column_config.NumberColumn(format="%.4g") for c in show.columns if show[c].dtype.kind == "f"},
+            show={"device": None, "gpus": "GPUs", "tp": "TP", "pp": "PP", "batch_cap": "cap",
+                  "weight_dtype": "weights", "kv_dtype": "KV", "ttft_p99_ms": "TTFT p99 ms",
+                  "itl_at_load_ms": "ITL ms", "usd_per_million_tokens": "$/1M", "binding": None})
         st.download_button("Download plans (JSON)", json.dumps(rows, indent=2, default=float), "plans.json",
                            "application/json", key="plan.json", on_click="ignore")
     st.subheader("Why the others fail")
     counts = pd.DataFrame({"reason": list(res.reasons), "rejected plans": list(res.reasons.values())})
     df_with_download(counts, "rejections_by_reason")
-    df_with_download(pd.DataFrame(rejected_rows(res, 40)), "nearest_rejected_plans")
+    df_with_download(pd.DataFrame(rejected_rows(res, 40)), "nearest_rejected_plans",
+                     show={"device": None, "gpus": "GPUs", "tp": "TP", "pp": "PP", "batch_cap": "cap",
+                           "weight_dtype": "weights", "reason": None, "why": None})
     st.caption("Nearest misses first (the smallest over-limit ratio). 'mesh' rows are layouts the model or the GPU "
                "count cannot take (TP not dividing the heads, TP × PP not dividing the GPUs).")
 
@@ -224,7 +236,7 @@ def main() -> None:
     except SpecError as e:
         st.warning(f"**No feasible plan**: {e}")
         return
-    results(res, wl)
+    results(res, wl, config, stack[0], setup)
     frontier_chart(res)
     named_layout(res, devices, sp)
     what_if_table(config, devices, wl, sp, stack[0], usable_fraction=setup.usable_fraction,

@@ -561,7 +561,7 @@ def plan_rows(res: PlanResult, top: int = 20) -> list[dict]:
     keep = ("device", "gpus", "tp", "pp", "ep", "replicas", "batch_cap", "weight_dtype", "kv_dtype", "per_gpu_weight_bytes",
             "per_gpu_kv_bytes", "per_gpu_needed_bytes", "usable_bytes", "prefill_ms", "ttft_p50_ms", "ttft_p99_ms",
             "itl_ms", "itl_at_load_ms", "itl_p99_at_load_ms", "step_ms_at_load", "concurrency_per_replica", "utilisation", "usd_per_million_tokens", "usd_per_million_input_tokens", "usd_per_million_output_tokens",
-            "binding", "why")
+            "binding", "worst_ratio", "why")
     return [{k: r[k] for k in keep} for r in res.ranked(top)]
 
 
