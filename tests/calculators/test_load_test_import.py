@@ -192,3 +192,36 @@ def test_real_files_from_the_engine_server_import(path):
         m = r.metrics
         assert 0 < m["ttft_mean_ms"] < m["e2e_mean_ms"] if m["e2e_mean_ms"] else m["ttft_mean_ms"] > 0
         assert m["tpot_mean_ms"] > 0 and m["output_tok_s"] > 0
+
+
+def _details(path):
+    """Per-request arrays a detailed vLLM (--save-detailed) or SGLang (--output-details) file keeps, recomputed in
+    our definitions with the shared summary: sent = 0 (or the start time), first = + TTFT, last = + TTFT + Σ gaps."""
+    text = path.read_text().strip()
+    try:
+        d = json.loads(text)
+    except json.JSONDecodeError:                    # JSON lines: the last run
+        d = json.loads(text.splitlines()[-1])
+    if not isinstance(d, dict) or "ttfts" not in d or "itls" not in d:
+        return None, None
+    ok = [i for i, t in enumerate(d["ttfts"]) if t and d["output_lens"][i]]
+    start = d.get("start_times") or [0.0] * len(d["ttfts"])
+    sent = [start[i] for i in ok]
+    first = [start[i] + d["ttfts"][i] for i in ok]
+    last = [start[i] + d["ttfts"][i] + sum(d["itls"][i]) for i in ok]
+    s = summarise_requests(sent, first, last, [d["output_lens"][i] for i in ok], None, [d["itls"][i] for i in ok])
+    return d, s
+
+
+DETAILED = [p for p in sorted(DATA.glob("*/*")) if p.suffix in (".json", ".jsonl") and _details(p)[0] is not None]
+
+
+@pytest.mark.parametrize("path", DETAILED, ids=[f"{p.parent.name}/{p.name}" for p in DETAILED])
+def test_one_run_read_two_ways_agrees(path):
+    """The tool's own summary (imported) against our recomputation from the same run's per-request times: TTFT,
+    TPOT, ITL and E2E means and p50/p90/p99 within 5% (0.5% in practice: the same requests, the same definitions)."""
+    _, ours = _details(path)
+    rec = import_load_test(path.read_bytes(), path.name)[-1]
+    for k in METRIC_KEYS:
+        if k.endswith("_ms") and rec.metrics[k] is not None:
+            assert rec.metrics[k] == pytest.approx(ours[k], rel=0.05), k
