@@ -45,10 +45,11 @@ def test_held_out_rows_are_within_12_percent_at_the_median():
 
 
 def test_held_out_rows_worst_error_is_what_the_closing_note_reports():
-    """Issue 26 asks for ≤ 35% worst on the test rows; the saturated online rows (a finite run above capacity)
-    are not met yet. This bound holds the present figure so that it can only improve."""
+    """Issue 26 asks for ≤ 35% worst on the test rows; not met yet (63.5%: a finite online run on H200 at a QPS
+    past capacity, an FP4 MoE and Mixtral at short prompts). This bound holds the present figure so that it can
+    only improve."""
     test = [abs(r["error"]) for r in RESULT["rows"] if r["split"] == "test"]
-    assert max(test) <= 0.80
+    assert max(test) <= 0.65
 
 
 def test_error_table_splits_test_from_fit_and_counts_every_priced_row():
