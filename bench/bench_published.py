@@ -125,10 +125,20 @@ def serving_table() -> None:
     for e in error_table(res["rows"]):
         print(f"| {e['split']} | {e['group']} | {e['value']} | {e['n']} | {100 * e['median_abs_error']:.1f}% | "
               f"{100 * e['worst_abs_error']:.1f}% |")
+    write_accuracy(error_table(res["rows"]))
     test = [abs(r["error"]) for r in res["rows"] if r["split"] == "test"]
     print(f"\nTEST rows (held out): {len(test)} priced, median |error| {100 * statistics.median(test):.1f}%, worst "
           f"{100 * max(test):.1f}%. {len(res['unpriced'])} rows not priced (no stated mean input length); "
           "docs/validation_table.md.")
+
+
+def write_accuracy(rows: list[dict]) -> None:
+    """bench/published_accuracy.json: the error table the app and the CLI quote as each prediction's error bar."""
+    import json
+    from calculators.planning.accuracy import ACCURACY_JSON
+    ACCURACY_JSON.write_text(json.dumps(dict(about="Held-out (split=test) and fit errors of bench/published_serving.csv "
+                                             "by regime, dense/MoE, vendor and precision; written by "
+                                             "bench/bench_published.py", rows=rows), indent=1) + "\n", encoding="utf-8")
 
 
 def fit() -> None:

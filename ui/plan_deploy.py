@@ -7,28 +7,16 @@ import streamlit as st
 
 from calculators.multi_gpu.tensor_parallel import Mesh
 from calculators.planning.launch import launch_commands, plan_from_row
-from calculators.planning.published import compare_all, error_table
+from calculators.planning.accuracy import band
+from calculators.sizing.roofline import compute_precision_for
 from calculators.planning.serve_at import serve_at
 from specs.devices import load_device
 from specs.model_config import SpecError
 
 
-@st.cache_data(show_spinner="Pricing the published table (once per server)…")
-def accuracy_rows() -> list[dict]:
-    """The published table's error by split and regime (`published.error_table`), computed once per process."""
-    return error_table(compare_all()["rows"])
-
-
-def regime_band(regime: str = "under_rate") -> str:
-    """'median x%, worst y% over n held-out rows' for one regime, or a sentence saying there are none."""
-    rows = [r for r in accuracy_rows() if r["split"] == "test" and r["group"] == "regime" and r["value"] == regime]
-    alls = [r for r in accuracy_rows() if r["split"] == "test" and r["group"] == "all"]
-    if not rows:
-        return "no held-out published row measures this regime"
-    r, a = rows[0], alls[0]
-    return (f"median {100 * r['median_abs_error']:.0f}%, worst {100 * r['worst_abs_error']:.0f}% over {r['n']} "
-            f"held-out published rows of this regime (all held-out rows: median {100 * a['median_abs_error']:.0f}%, "
-            f"worst {100 * a['worst_abs_error']:.0f}%)")
+def regime_band(vendor: str | None = None, precision: str | None = None) -> str:
+    """The held-out error of predictions under a rate (`calculators.planning.accuracy`)."""
+    return band("under_rate", vendor, precision)["text"]
 
 
 def chosen_plan_section(config, best: dict, wl, stack, max_model_len: int, usable_fraction: float) -> None:
@@ -46,7 +34,8 @@ def chosen_plan_section(config, best: dict, wl, stack, max_model_len: int, usabl
     c[1].metric("TTFT p50 / p99", f"{r['ttft_p50_ms']:,.0f} / {r['ttft_p99_ms']:,.0f} ms")
     c[2].metric("ITL mean / p99", f"{r['tpot_ms']:,.0f} / {r['itl_p99_ms']:,.0f} ms")
     c[3].metric("In flight per replica", f"{r['in_flight_per_replica']:,.1f}")
-    st.caption(f"{r['verdict'][0].upper()}{r['verdict'][1:]}. How far to trust these: {regime_band()}.")
+    st.caption(f"{r['verdict'][0].upper()}{r['verdict'][1:]}. How far to trust these: "
+               f"{regime_band(dev.vendor, compute_precision_for(best['weight_dtype']))}.")
     cmds = launch_commands(plan_from_row(best, config.name, max_model_len, usable_fraction))
     tabs = st.tabs([f"{name}" for name in cmds])
     for tab, (name, cmd) in zip(tabs, cmds.items()):

@@ -13,7 +13,9 @@ import argparse
 
 from calculators.cli.common import Parser, dtype_arg, load_gpu, load_model, nonneg_float, positive_int, run_and_print
 from calculators.multi_gpu.tensor_parallel import Mesh
+from calculators.planning.accuracy import band
 from calculators.planning.throughput import max_throughput
+from calculators.sizing.roofline import compute_precision_for
 from calculators.units import KV_DTYPES, WEIGHT_DTYPES, default_kv_dtype, fmt_num
 from specs.stacks import list_stacks
 
@@ -55,7 +57,8 @@ def run(args) -> dict:
                        max_num_batched_tokens=args.max_num_batched_tokens)
     return dict(command="throughput", model=c.name, device=dev.name, tp=mesh.tp, pp=mesh.pp, ep=mesh.ep,
                 weight_dtype=args.weight_dtype, kv_dtype=kd, prompt_tokens=args.prompt_tokens,
-                output_tokens=args.output_tokens, **r)
+                output_tokens=args.output_tokens, **r,
+                accuracy=band("max_throughput", dev.vendor, compute_precision_for(args.weight_dtype)))
 
 
 def render(out: dict) -> str:
@@ -65,6 +68,7 @@ def render(out: dict) -> str:
               "memory_ms", "compute_ms", "comm_ms", "overhead_ms"):
         lines.append(f"  {k:<22} {fmt_num(out[k], 4)}")
     lines.append(f"  binds                  {out['binds']}")
+    lines.append(f"  accuracy               {out['accuracy']['text']}")
     lines.append(f"  batch caps             " + ", ".join(f"{k} {v:,}" for k, v in out["batch_caps"].items()))
     return "\n".join(lines)
 

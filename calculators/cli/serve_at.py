@@ -13,7 +13,9 @@ from __future__ import annotations
 
 from calculators.cli.common import Parser, dtype_arg, load_gpu, load_model, nonneg_float, positive_int, run_and_print
 from calculators.multi_gpu.tensor_parallel import Mesh
+from calculators.planning.accuracy import band
 from calculators.planning.serve_at import serve_at
+from calculators.sizing.roofline import compute_precision_for
 from calculators.serving.lengths import PRESETS, Lengths, preset
 from calculators.units import KV_DTYPES, WEIGHT_DTYPES, default_kv_dtype, fmt_num
 from specs.model_config import SpecError
@@ -86,7 +88,8 @@ def run(args) -> dict:
                  max_num_seqs=args.max_num_seqs, max_num_batched_tokens=args.max_num_batched_tokens,
                  chunked_prefill=not args.no_chunked_prefill)
     return dict(command="serve-at", model=c.name, device=dev.name, tp=mesh.tp, pp=mesh.pp, ep=mesh.ep,
-                weight_dtype=args.weight_dtype, kv_dtype=kd, **r)
+                weight_dtype=args.weight_dtype, kv_dtype=kd, **r,
+                accuracy=band("under_rate", dev.vendor, compute_precision_for(args.weight_dtype)))
 
 
 def render(out: dict) -> str:
@@ -95,6 +98,7 @@ def render(out: dict) -> str:
              f"{out['output']}", f"  {out['verdict']}"]
     for k in SHOWN:
         lines.append(f"  {k:<24} {fmt_num(out[k], 4)}")
+    lines.append(f"  accuracy                 {out['accuracy']['text']}")
     return "\n".join(lines)
 
 

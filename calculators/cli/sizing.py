@@ -208,6 +208,11 @@ def run_plan(args) -> dict:
         return out
     out.update(candidates=res.n_candidates, plans=plan_rows(res, args.top), rejected_by_reason=res.reasons,
                nearest_rejected=rejected_rows(res, 5), no_feasible_plan=res.no_plan_reason())
+    from calculators.planning.accuracy import band
+    from calculators.sizing.roofline import compute_precision_for
+    for r in out["plans"]:                # each figure with the held-out error of its regime (a rate: under_rate)
+        r["accuracy"] = band("under_rate", next(d.vendor for d in devices if d.name == r["device"]),
+                             compute_precision_for(r["weight_dtype"]))
     if getattr(args, "launch", False) and out["plans"]:
         out["launch"] = launch_for_plan(out["plans"][0], args.model, (args.prompt_p99 or prompt) + args.output_tokens,
                                         args.gpu_memory_utilization)
@@ -236,6 +241,8 @@ def render_plan(out: dict) -> str:
                      f"${r['usd_per_million_output_tokens']:.3f}/1M output (${r['usd_per_million_tokens']:.3f} blended), "
                      f"ITL at the load {r['itl_at_load_ms']:.1f} ms, TTFT p99 {r['ttft_p99_ms']:.0f} ms, "
                      f"{r['concurrency_per_replica']:.0f} in flight per replica; binding: {r['binding']}")
+        if i == 1:
+            lines.append(f"      accuracy: {r['accuracy']['text']}")
     for stack, cmd in (out.get("launch") or {}).items():
         if stack == "error":
             lines.append(f"  launch: {cmd}")

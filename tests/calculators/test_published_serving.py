@@ -67,3 +67,22 @@ def test_error_sign_is_speed_whatever_the_unit():
 
 def test_row_ids_are_one_based_positions():
     assert row_id(ROWS[2], ROWS) == 3 and ROWS[2]["split"] == "test"
+
+
+def test_the_committed_error_bars_are_the_tables_own_and_every_regime_has_its_band():
+    """bench/published_accuracy.json (what the CLI and the planner page quote) equals the error table computed now:
+    a band cannot go stale when the predictor, the efficiencies or the table change."""
+    from calculators.planning.accuracy import ACCURACY_JSON, band
+    committed = json.loads(ACCURACY_JSON.read_text(encoding="utf-8"))["rows"]
+    fresh = error_table(RESULT["rows"])
+    assert len(committed) == len(fresh)
+    for a, b in zip(committed, fresh):
+        assert (a["split"], a["group"], a["value"], a["n"]) == (b["split"], b["group"], b["value"], b["n"])
+        assert a["median_abs_error"] == pytest.approx(b["median_abs_error"], rel=1e-9)
+        assert a["worst_abs_error"] == pytest.approx(b["worst_abs_error"], rel=1e-9)
+    for e in fresh:
+        if e["split"] == "test" and e["group"] == "regime":
+            got = band(e["value"])
+            assert got["n"] == e["n"] and got["median_abs_error"] == pytest.approx(e["median_abs_error"])
+    assert "outside what was validated" in band("max_throughput", "Intel", "fp8")["text"]
+    assert band("no such regime")["n"] == 0

@@ -1,0 +1,46 @@
+"""How far a prediction can be trusted: the measured error of its regime on the HELD-OUT rows of the published
+table (bench/published_serving.csv, split = test), as `bench/bench_published.py` computed it last and wrote it to
+bench/published_accuracy.json (a test recomputes the file and fails when it is stale).
+
+    band("under_rate")  ->  {"regime": "under_rate", "n": 3, "median_abs_error": 0.15, "worst_abs_error": 0.63,
+                             "text": "under a rate: median 15%, worst 63% over 3 held-out published rows"}
+A request outside anything validated (a regime, vendor or precision with no held-out row) says so.
+"""
+from __future__ import annotations
+
+import json
+from functools import lru_cache
+from pathlib import Path
+
+ACCURACY_JSON = Path(__file__).resolve().parents[2] / "bench" / "published_accuracy.json"
+REGIME_WORDS = {"max_throughput": "maximum throughput", "under_rate": "under a rate", "batch1": "one request",
+                "concurrency": "a fixed number of users", "static": "a static batch"}
+
+
+@lru_cache(maxsize=1)
+def table() -> tuple:
+    if not ACCURACY_JSON.is_file():
+        return ()
+    return tuple(json.loads(ACCURACY_JSON.read_text(encoding="utf-8"))["rows"])
+
+
+def _find(group: str, value: str) -> dict | None:
+    return next((r for r in table() if r["split"] == "test" and r["group"] == group and r["value"] == value), None)
+
+
+def band(regime: str, vendor: str | None = None, precision: str | None = None) -> dict:
+    """The held-out error of `regime`, and whether the vendor and precision were validated at all."""
+    r = _find("regime", regime)
+    words = REGIME_WORDS.get(regime, regime)
+    if r is None:
+        return dict(regime=regime, n=0, median_abs_error=None, worst_abs_error=None,
+                    text=f"{words}: no held-out published row measures this regime; the figure is not validated")
+    out = dict(regime=regime, n=r["n"], median_abs_error=r["median_abs_error"], worst_abs_error=r["worst_abs_error"],
+               text=f"{words}: median {100 * r['median_abs_error']:.0f}%, worst {100 * r['worst_abs_error']:.0f}% "
+                    f"over {r['n']} held-out published rows")
+    missing = [f"{what} {v}" for what, group, v in (("vendor", "vendor", vendor), ("precision", "precision", precision))
+               if v and _find(group, v) is None]
+    if missing:
+        out["text"] += f" (none of them on {' or '.join(missing)}: outside what was validated)"
+        out["outside_validated"] = missing
+    return out
