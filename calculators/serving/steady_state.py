@@ -275,7 +275,7 @@ def prefill_wait_quantile_s(rho, service_s, scv, q):
     return np.where(rho < 1, np.where(rho > 0, t, 0.0), np.inf)
 
 
-def _chain_ttft_quantiles(step: StepFn, n, lam, load: "Load", qs) -> list:
+def _chain_ttft_quantiles(step: StepFn, n, lam, load: "Load", qs, busy=None) -> list:
     """TTFT quantiles with whole prompts, from the prompt chain: an arrival lands in a step of state K with
     probability ∝ π_K·τ_K (a long step is more likely to be hit), waits the rest of it (uniform), then its own
     step carries it and the Poisson(λ·τ_K) others that arrived meanwhile. While the replica is idle
@@ -296,6 +296,9 @@ def _chain_ttft_quantiles(step: StepFn, n, lam, load: "Load", qs) -> list:
     # P(r + own_j ≤ t | K) with r ~ U(0, τ_K): (..., K, j, T)
     frac = np.clip((grid[..., None, None, :] - own[..., None, :, None]) / tau_k[..., :, None, None], 0, 1)
     cdf = np.einsum("...k,...kj,...kjt->...t", w, others, frac)
+    if busy is not None:                      # an arrival at an idle replica starts its own step at once
+        idle = 1 - np.asarray(busy, dtype=float)[..., None]
+        cdf = idle * (grid >= own[..., :1]) + (1 - idle) * cdf
     return [_invert(grid, cdf, q) for q in qs], own[..., 0]
 
 
@@ -326,10 +329,10 @@ def operating_point(step: StepFn, rate, load: Load, chain: bool = True, near_ste
     held = slots_held(lam, t, load, pre_mean_wait)
     busy = 1 - np.exp(-held)
     if whole and chain:
-        (c50, c99), alone = _chain_ttft_quantiles(step, n, lam, load, (0.5, 0.99))
+        (c50, c99), alone = _chain_ttft_quantiles(step, n, lam, load, (0.5, 0.99), busy)
         for q, tag, cq in ((0.5, "p50", c50), (0.99, "p99", c99)):
             longer = step(n, p + I.quantile(q)) - step(n, p + I.mean_tokens)     # a longer own prompt
-            out[f"own_prefill_{tag}_ms"] = np.where(q <= 1 - busy, alone, cq) + np.maximum(longer, 0)
+            out[f"own_prefill_{tag}_ms"] = cq + np.maximum(longer, 0)
             out[f"prefill_wait_{tag}_ms"] = np.zeros_like(t)
     elif whole:
         for q, tag in ((0.5, "p50"), (0.99, "p99")):
