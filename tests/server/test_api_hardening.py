@@ -102,7 +102,7 @@ def test_json_nested_100000_deep_is_a_400(server):
     json.dumps({"prompt": "Hi", "temperature": 10 ** 400}).encode(),       # OverflowError in isfinite -> 500
     json.dumps({"prompt": "Hi", "max_tokens": 10 ** 30}).encode(),
     json.dumps({"prompt": "Hi", "top_p": "high"}).encode(),
-    json.dumps({"prompt": [[1, 2], [3]]}).encode(), json.dumps({"prompt": [True]}).encode(),
+    json.dumps({"prompt": [[1, 2], [True]]}).encode(), json.dumps({"prompt": [True]}).encode(),
     json.dumps({"prompt": [10 ** 20]}).encode(), json.dumps({"prompt": {"a": 1}}).encode(),
     json.dumps({"prompt": "Hi", "stop": [1]}).encode(), json.dumps({"prompt": "Hi", "model": ["x"]}).encode(),
     json.dumps({"prompt": "Hi", "stream_options": "yes"}).encode(), b'{"prompt": NaN}',
