@@ -19,6 +19,11 @@ Content-Length before it is read), a prompt longer than the context window could
 count before tokenising, and JSON decoding, tokenising and detokenising run in worker threads (the tokenizer
 releases the GIL), never on the event loop that carries every stream and /health. Anything unforeseen is a JSON
 500, logged. Keys, Host and Origin checks: server/api_guard.py.
+
+Fields (server/api_requests.py; docs/engine_server_api.md): n and batches of prompts (one `TokenStream` per
+choice, merged as they come when streamed), logprobs / top_logprobs (the scheduler records the log-softmax of the
+model's logits for every sampled token), echo with the prompt's logprobs (engine/serve/prompt_logprobs.py, in a
+worker thread), stop lists, presence / frequency penalties, seed, max_completion_tokens.
 """
 from __future__ import annotations
 
