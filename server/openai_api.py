@@ -65,6 +65,7 @@ class Served:
     created: int
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
     char_limit: int | None = None          # prompts longer than this many characters cannot fit the context
+    keyed: bool = False                    # every /v1 request carries the server's API key
 
     @property
     def model(self):
@@ -301,12 +302,16 @@ async def _watch_disconnect(request: Request, streams: list[TokenStream]) -> Non
 def _open_streams(served: Served, req: GenerationRequest) -> list[TokenStream]:
     """One TokenStream per choice (in a worker thread: submitting takes the worker's lock). A refusal of any
     choice cancels the ones already queued."""
-    # every HTTP request is its own session: the worker's one-request-per-session rule is for the classroom, and
-    # keying it on the client's `user` string let anyone who knew it block its owner (429)
+    # The worker allows one request per session. Without an API key anyone can call, so `user` is only a label and
+    # every request is its own session (keyed on `user`, anyone who knew a user's string could get them refused).
+    # With a key only its holders call (the app, for its sessions): `user` is then the session, one request each.
     streams: list[TokenStream] = []
     try:
         for index, ids, seed in req.choices():
-            streams.append(TokenStream(served, req, f"http-{uuid.uuid4().hex}", ids, seed, index))
+            session = f"user:{req.user}" if served.keyed and req.user else f"http-{uuid.uuid4().hex}"
+            if served.keyed and req.user and req.n * len(req.prompts) > 1:
+                session += f"#{index}"
+            streams.append(TokenStream(served, req, session, ids, seed, index))
     except ApiError:
         for s in streams:
             s.stop()
@@ -571,6 +576,6 @@ def create_app(worker: EngineWorker, model_name: str, metrics_: ServerMetrics | 
                     exception_handlers={404: not_found, 405: method_not_allowed, Exception: internal_error})
     m = metrics_ or ServerMetrics(model_name, worker)
     app.state.served = Served(worker, model_name, m, int(time.time()), int(max_body_bytes),
-                              prompt_char_limit(worker.model))
+                              prompt_char_limit(worker.model), keyed=bool(access and access.api_key))
     app.state.limiter = anyio.CapacityLimiter(THREADS)
     return app
