@@ -1,8 +1,10 @@
 """OpenAI request bodies -> one checked `GenerationRequest`, or an `ApiError` that says what to change.
 
-The fields follow OpenAI's API reference for /v1/completions and /v1/chat/completions, plus vLLM's extensions that
-load generators send (`top_k`, `ignore_eos`, `return_token_ids`). Fields this engine cannot honour (n > 1, logprobs,
-echo, tools, penalties other than 0) are refused by name rather than silently ignored.
+The fields follow OpenAI's API reference for /v1/completions and /v1/chat/completions (n, logprobs, top_logprobs,
+echo, stop lists, presence/frequency penalties, seed, max_completion_tokens, a batch of prompts), plus vLLM's
+extensions that load generators and evaluation harnesses send (`top_k`, `ignore_eos`, `return_token_ids`,
+`add_special_tokens` for /tokenize). Fields this engine cannot honour (tools, logit_bias, suffix, a JSON
+`response_format`, vLLM's guided decoding ...) are refused by name with a 400, never silently ignored.
 """
 from __future__ import annotations
 
@@ -15,7 +17,10 @@ from engine.errors import ModelError
 
 DEFAULT_COMPLETION_TOKENS = 16      # OpenAI's default max_tokens for /v1/completions
 DEFAULT_CHAT_TOKENS = 256           # chat has no published default; a bound keeps a CPU server responsive
-MAX_STOP_STRINGS = 4                # as OpenAI
+MAX_STOP_STRINGS = 32               # OpenAI allows 4, vLLM any number
+MAX_STOP_CHARS = 1000               # the longest stop string (its text is held back while it may still match)
+MAX_LOGPROBS = 20                   # as vLLM's default max_logprobs (OpenAI: 5 for completions, 20 for chat)
+MAX_CHOICES = 64                    # prompts × n in one request
 MAX_DEPTH = 64                      # JSON nesting a request may have (OpenAI's bodies need < 10)
 SHOWN_CHARS = 60                    # how much of a bad value an error message repeats
 
@@ -44,6 +49,20 @@ class GenerationRequest:
     ignore_eos: bool = False
     return_token_ids: bool = False
     user: str | None = None
+    n: int = 1                                    # choices per prompt
+    logprobs: int | None = None                   # alternatives per token (0: only the chosen one); None: off
+    echo: bool = False                            # completions: the prompt (and its logprobs) before the reply
+    presence_penalty: float = 0.0
+    frequency_penalty: float = 0.0
+    prompts: list[list[int]] = field(default_factory=list)     # every prompt of a batch (prompt_ids: the first)
+    prompt_texts: list[str | None] = field(default_factory=list)   # their text when sent as text (for echo)
+
+    def choices(self) -> list[tuple[int, list[int], int | None]]:
+        """(index, prompt ids, seed) of every choice: prompt by prompt, n each; seed + index keeps n samples
+        of one seeded request different from each other and reproducible."""
+        prompts = self.prompts or [self.prompt_ids]
+        return [(i * self.n + j, ids, None if self.seed is None else (self.seed + i * self.n + j) % 2**32)
+                for i, ids in enumerate(prompts) for j in range(self.n)]
 
 
 def _show(v: Any) -> str:
@@ -147,23 +166,39 @@ def _flag(body: dict, key: str) -> bool:
 def _stop(body: dict) -> list[str]:
     v = body.get("stop")
     stops = [] if v is None else [v] if isinstance(v, str) else v
-    if not isinstance(stops, list) or not all(isinstance(s, str) and s for s in stops) or len(stops) > MAX_STOP_STRINGS:
-        raise ApiError(400, f"'stop' must be a non-empty string or a list of at most {MAX_STOP_STRINGS} of them, "
-                            f"got {_show(v)}", param="stop")
-    return stops
+    if not isinstance(stops, list) or not all(isinstance(s, str) and 0 < len(s) <= MAX_STOP_CHARS for s in stops) \
+            or len(stops) > MAX_STOP_STRINGS:
+        raise ApiError(400, f"'stop' must be a string or a list of at most {MAX_STOP_STRINGS} strings, each of 1 to "
+                            f"{MAX_STOP_CHARS} characters, got {_show(v)}", param="stop")
+    return list(dict.fromkeys(stops))
+
+
+# fields this server does not honour: refused by name when they ask for something (their "off" values pass)
+UNSUPPORTED = {"suffix": "inserting text after the completion", "tools": "tool calls", "functions": "function calls",
+               "logit_bias": "logit biases", "stop_token_ids": "stop token ids", "min_tokens": "a minimum length",
+               "guided_json": "guided decoding", "guided_regex": "guided decoding", "guided_choice": "guided decoding",
+               "guided_grammar": "guided decoding", "structured_outputs": "structured outputs",
+               "prompt_logprobs": "vLLM's prompt_logprobs (use echo with logprobs)", "audio": "audio",
+               "modalities": "modalities other than text", "prediction": "predicted outputs",
+               "web_search_options": "web search"}
+OFF = (None, False, 0, "", [], {}, "none", ["text"])
 
 
 def _refuse_unsupported(body: dict) -> None:
-    if _integer(body, "n", 1, 1) != 1:
-        raise ApiError(400, "'n' must be 1: this server returns one choice per request (send n requests instead)",
-                       param="n")
-    for key in ("logprobs", "top_logprobs", "echo", "suffix", "tools", "functions", "logit_bias", "best_of"):
-        v = body.get(key)
-        if v not in (None, False, 0, 1 if key == "best_of" else None, [], {}):
-            raise ApiError(400, f"'{key}' is not supported by this server; leave it out", param=key)
-    for key in ("presence_penalty", "frequency_penalty"):
-        if _number(body, key, 0.0, -2.0, 2.0) != 0.0:
-            raise ApiError(400, f"'{key}' is not supported by this server (only 0)", param=key)
+    for key, what in UNSUPPORTED.items():
+        if body.get(key) not in OFF:
+            raise ApiError(400, f"'{key}' is not supported by this server ({what}); leave it out", param=key)
+    choice = body.get("tool_choice")
+    if choice not in (None, "none", "auto"):
+        raise ApiError(400, "'tool_choice' is not supported by this server (no tool calls); leave it out",
+                       param="tool_choice")
+    fmt = body.get("response_format")
+    if fmt is not None and fmt != {"type": "text"}:
+        raise ApiError(400, f"'response_format' {_show(fmt)} is not supported by this server (only "
+                            f"{{\"type\": \"text\"}}: no JSON mode or schema)", param="response_format")
+    if _number(body, "repetition_penalty", 1.0, 0.0, 100.0) != 1.0:
+        raise ApiError(400, "'repetition_penalty' is not supported by this server (use presence_penalty or "
+                            "frequency_penalty)", param="repetition_penalty")
 
 
 def check_model(body: dict, model_name: str) -> None:
@@ -181,10 +216,8 @@ def check_model(body: dict, model_name: str) -> None:
 
 # ============================================================================================ prompts
 def _prompt_ids(prompt: Any, model, char_limit: int | None) -> list[int]:
-    """The prompt as token ids: a string is tokenized; a list of ints is taken as ids (checked against the
-    vocabulary); a one-element list of either is unwrapped (OpenAI allows batches; this server takes one)."""
-    if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], (str, list)):
-        prompt = prompt[0]
+    """One prompt as token ids: a string is tokenized; a list of ints is taken as ids (checked against the
+    vocabulary)."""
     ctx = model.config.max_position_embeddings
     if isinstance(prompt, str):
         if model.tokenizer is None:
@@ -203,7 +236,7 @@ def _prompt_ids(prompt: Any, model, char_limit: int | None) -> list[int]:
                                 f"{model.config.vocab_size - 1})", param="prompt")
         ids = list(prompt)
     else:
-        raise ApiError(400, "'prompt' must be a string or a list of token ids (one prompt per request)",
+        raise ApiError(400, "'prompt' must be a string, a list of token ids, or a list of several of either",
                        param="prompt")
     if not ids:
         raise ApiError(400, "the prompt is empty: send at least one token", param="prompt")
@@ -226,11 +259,29 @@ def _check_length(ids: list[int], max_tokens: int, model) -> None:
                        code="context_length_exceeded", param="max_tokens")
 
 
-def _fields(body: dict) -> GenerationRequest:
+def _logprobs(body: dict, chat: bool) -> int | None:
+    """Completions: logprobs = k alternatives (0..20). Chat: logprobs = true, top_logprobs = k alternatives."""
+    if not chat:
+        return _integer(body, "logprobs", None, 0, MAX_LOGPROBS)
+    wanted = _flag(body, "logprobs")
+    top = _integer(body, "top_logprobs", None, 0, MAX_LOGPROBS)
+    if top is not None and not wanted:
+        raise ApiError(400, "'top_logprobs' needs 'logprobs': true", param="top_logprobs")
+    return (top or 0) if wanted else None
+
+
+def _fields(body: dict, chat: bool = False) -> GenerationRequest:
     """Every field but the prompt, checked before any tokenising (a bad field costs nothing)."""
     _refuse_unsupported(body)
+    echo = _flag(body, "echo")
+    if echo and chat:
+        raise ApiError(400, "'echo' is supported on /v1/completions only", param="echo")
     key = "max_completion_tokens" if body.get("max_completion_tokens") is not None else "max_tokens"
-    max_tokens = _integer(body, key, None, 1)
+    max_tokens = _integer(body, key, None, 0 if echo else 1)      # echo with 0 tokens: score the prompt only
+    n = _integer(body, "n", 1, 1, MAX_CHOICES)
+    best_of = _integer(body, "best_of", None, 1, MAX_CHOICES)
+    if best_of is not None and best_of != n:
+        raise ApiError(400, "'best_of' is not supported by this server (only equal to n)", param="best_of")
     opts = body.get("stream_options") or {}
     if not isinstance(opts, dict):
         raise ApiError(400, "'stream_options' must be an object such as {\"include_usage\": true}",
@@ -239,20 +290,38 @@ def _fields(body: dict) -> GenerationRequest:
     if user is not None and not isinstance(user, str):
         raise ApiError(400, "'user' must be a string", param="user")
     return GenerationRequest(
-        prompt_ids=[], max_tokens=max_tokens or 0, temperature=_number(body, "temperature", 1.0, 0.0, 100.0),
+        prompt_ids=[], max_tokens=-1 if max_tokens is None else max_tokens,
+        temperature=_number(body, "temperature", 1.0, 0.0, 100.0),
         top_p=_number(body, "top_p", 1.0, 1e-9, 1.0), top_k=max(0, _integer(body, "top_k", 0, -1) or 0),
         seed=_integer(body, "seed", None, 0, 2**32 - 1), stop=_stop(body), stream=_flag(body, "stream"),
         include_usage=_flag(opts, "include_usage"), ignore_eos=_flag(body, "ignore_eos"),
-        return_token_ids=_flag(body, "return_token_ids"), user=user or None)
+        return_token_ids=_flag(body, "return_token_ids"), user=user or None, n=n,
+        logprobs=_logprobs(body, chat), echo=echo,
+        presence_penalty=_number(body, "presence_penalty", 0.0, -2.0, 2.0),
+        frequency_penalty=_number(body, "frequency_penalty", 0.0, -2.0, 2.0))
 
 
-def _with_prompt(req: GenerationRequest, ids: list[int], model, default_tokens: int) -> GenerationRequest:
+def _with_prompts(req: GenerationRequest, prompts: list[list[int]], model, default_tokens: int
+                  ) -> GenerationRequest:
     ctx = model.config.max_position_embeddings
-    req.prompt_ids = ids
-    if not req.max_tokens:
-        req.max_tokens = max(1, min(default_tokens, ctx - len(ids)))
-    _check_length(ids, req.max_tokens, model)
+    req.prompts, req.prompt_ids = prompts, prompts[0]
+    if req.max_tokens < 0:
+        req.max_tokens = max(1, min(default_tokens, ctx - max(len(p) for p in prompts)))
+    for ids in prompts:
+        _check_length(ids, req.max_tokens, model)
+    if len(prompts) * req.n > MAX_CHOICES:
+        raise ApiError(400, f"{len(prompts)} prompts × n = {req.n} is {len(prompts) * req.n} choices; this server "
+                            f"returns at most {MAX_CHOICES} per request", param="n")
     return req
+
+
+def _batch(prompt: Any) -> list:
+    """OpenAI's prompt: a string, a list of token ids, or a list of several of either (a batch)."""
+    if isinstance(prompt, list) and prompt and all(isinstance(p, (str, list)) for p in prompt):
+        if len(prompt) > MAX_CHOICES:
+            raise ApiError(400, f"at most {MAX_CHOICES} prompts per request, got {len(prompt)}", param="prompt")
+        return prompt
+    return [prompt]
 
 
 def parse_completion(body: dict, model, model_name: str, char_limit: int | None = None) -> GenerationRequest:
@@ -260,7 +329,11 @@ def parse_completion(body: dict, model, model_name: str, char_limit: int | None 
     if "prompt" not in body:
         raise ApiError(400, "'prompt' is required (a string or a list of token ids)", param="prompt")
     req = _fields(body)
-    return _with_prompt(req, _prompt_ids(body["prompt"], model, char_limit), model, DEFAULT_COMPLETION_TOKENS)
+    batch = _batch(body["prompt"])
+    if char_limit is not None:
+        _check_chars(sum(len(p) for p in batch if isinstance(p, str)), char_limit * len(batch), model, "prompt")
+    req.prompt_texts = [p if isinstance(p, str) else None for p in batch]
+    return _with_prompts(req, [_prompt_ids(p, model, char_limit) for p in batch], model, DEFAULT_COMPLETION_TOKENS)
 
 
 def _content(m: Any) -> str | None:
@@ -305,5 +378,60 @@ def chat_prompt(model, messages: list[dict], char_limit: int | None) -> list[int
 def parse_chat(body: dict, model, model_name: str, char_limit: int | None = None) -> GenerationRequest:
     check_model(body, model_name)
     messages = chat_messages(body)
-    req = _fields(body)
-    return _with_prompt(req, chat_prompt(model, messages, char_limit), model, DEFAULT_CHAT_TOKENS)
+    req = _fields(body, chat=True)
+    return _with_prompts(req, [chat_prompt(model, messages, char_limit)], model, DEFAULT_CHAT_TOKENS)
+
+
+# ============================================================================================ tokenize
+def parse_tokenize(body: dict, model, model_name: str, char_limit: int | None = None) -> dict:
+    """vLLM's POST /tokenize: {"prompt": text, "add_special_tokens": true} or {"messages": [...],
+    "add_generation_prompt": true} -> {"count", "max_model_len", "tokens", "token_strs"}."""
+    check_model(body, model_name)
+    tok = model.tokenizer
+    if tok is None:
+        raise ApiError(400, f"{model.name} has no tokenizer", param="prompt")
+    special = _flag_default(body, "add_special_tokens", "messages" not in body)
+    if "messages" in body:
+        messages = chat_messages(body)
+        if not tok.has_chat_template:
+            raise ApiError(400, f"{model.name} has no chat template; send 'prompt'", param="messages")
+        _check_chars(sum(len(m["content"]) for m in messages), char_limit, model, "messages")
+        try:
+            text = tok.apply_chat_template(messages,
+                                           add_generation_prompt=_flag_default(body, "add_generation_prompt", True))
+        except ModelError as e:
+            raise ApiError(400, str(e), param="messages") from None
+    else:
+        text = body.get("prompt")
+        if not isinstance(text, str):
+            raise ApiError(400, "'prompt' (a string) or 'messages' is required", param="prompt")
+        _check_chars(len(text), char_limit, model, "prompt")
+    try:
+        ids = tok.encode(text, add_bos=None if special else False)
+    except ModelError as e:
+        raise ApiError(400, str(e), param="prompt") from None
+    strs = [tok.token_bytes(i).decode("utf-8", errors="replace") for i in ids] \
+        if _flag(body, "return_token_strs") else None
+    return {"count": len(ids), "max_model_len": model.config.max_position_embeddings, "tokens": ids,
+            "token_strs": strs}
+
+
+def parse_detokenize(body: dict, model, model_name: str, char_limit: int | None = None) -> dict:
+    """vLLM's POST /detokenize: {"tokens": [ids]} -> {"prompt": text}."""
+    check_model(body, model_name)
+    ids = body.get("tokens")
+    V = model.config.vocab_size
+    if not isinstance(ids, list) or not all(isinstance(t, int) and not isinstance(t, bool) for t in ids):
+        raise ApiError(400, "'tokens' must be a list of token ids", param="tokens")
+    if len(ids) > model.config.max_position_embeddings * 4:
+        raise ApiError(400, f"at most {model.config.max_position_embeddings * 4} tokens per request", param="tokens")
+    bad = [t for t in ids if not 0 <= t < V]
+    if bad:
+        raise ApiError(400, f"token id {_show(bad[0])} is outside the vocabulary (0 to {V - 1})", param="tokens")
+    if model.tokenizer is None:
+        raise ApiError(400, f"{model.name} has no tokenizer", param="tokens")
+    return {"prompt": model.tokenizer.decode(ids)}
+
+
+def _flag_default(body: dict, key: str, default: bool) -> bool:
+    return _flag(body, key) if body.get(key) is not None else default

@@ -284,8 +284,10 @@ class EngineWorker:
     # ------------------------------------------------------------------------------------ sessions' side
     def submit(self, session_id: str, prompt_ids: Sequence[int], max_new_tokens: int = 64,
                temperature: float = 0.0, top_k: int = 0, top_p: float = 1.0, seed: int | None = None,
-               stop_at_eos: bool = True, alive: Callable[[], bool] | None = None) -> GenerationHandle:
-        """Queue a request. Raises `Busy` (try again later) or `ModelError` (can never run, with the reason)."""
+               stop_at_eos: bool = True, alive: Callable[[], bool] | None = None, *, logprobs: int | None = None,
+               presence_penalty: float = 0.0, frequency_penalty: float = 0.0) -> GenerationHandle:
+        """Queue a request. Raises `Busy` (try again later) or `ModelError` (can never run, with the reason).
+        logprobs / penalties: the scheduler's (`handle.request.token_logprobs[i]` is token i's log p)."""
         ids = [int(t) for t in prompt_ids]
         with self._cond:
             if self._closed:
@@ -300,7 +302,9 @@ class EngineWorker:
                            f"{self.max_waiting}); try again in a moment")
             request = self.scheduler.submit(ids, max_new_tokens=max_new_tokens, temperature=temperature,
                                             top_k=top_k, top_p=top_p, seed=seed, stop_at_eos=stop_at_eos,
-                                            request_id=f"r{next(self._ids)}")   # ModelError: can never fit
+                                            request_id=f"r{next(self._ids)}", logprobs=logprobs,
+                                            presence_penalty=presence_penalty,
+                                            frequency_penalty=frequency_penalty)   # ModelError: can never fit
             handle = GenerationHandle(self, session_id, request, len(ids), int(max_new_tokens), alive)
             self._labels.setdefault(session_id, len(self._labels) + 1)
             self._handles.append(handle)

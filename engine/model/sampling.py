@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import math
+from typing import Sequence
 
 import numpy as np
 
@@ -80,3 +81,36 @@ def top_alternatives(logits: np.ndarray, k: int) -> tuple[list[int], list[float]
     top = np.argpartition(-p, k - 1)[:k]
     top = top[np.argsort(-p[top], kind="stable")]
     return [int(i) for i in top], [float(p[i]) for i in top]
+
+
+def log_softmax(logits: np.ndarray) -> np.ndarray:
+    """log p of every token under softmax(logits) at temperature 1, in float64.   [..., V] -> [..., V]"""
+    z = np.asarray(logits, np.float64)
+    m = z.max(axis=-1, keepdims=True)
+    return z - m - np.log(np.exp(z - m).sum(axis=-1, keepdims=True))
+
+
+def top_logprobs(logprobs: np.ndarray, k: int) -> tuple[tuple[int, float], ...]:
+    """The k most likely (token id, log p), most likely first (ties: lower id first).   [V] -> k pairs"""
+    k = min(int(k), logprobs.size)
+    if k <= 0:
+        return ()
+    top = np.argpartition(-logprobs, k - 1)[:k]
+    top = top[np.lexsort((top, -logprobs[top]))]
+    return tuple((int(i), float(logprobs[i])) for i in top)
+
+
+def check_penalties(presence: float, frequency: float) -> None:
+    for name, v in (("presence_penalty", presence), ("frequency_penalty", frequency)):
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or not -2 <= v <= 2:
+            raise ModelError(f"{name} must be a number between -2 and 2 (0 = off), got {v!r}")
+
+
+def apply_penalties(logits: np.ndarray, generated: Sequence[int], presence: float, frequency: float) -> np.ndarray:
+    """OpenAI's presence and frequency penalties over the tokens generated so far (not the prompt):
+    logit[j] − c[j]·frequency − (c[j] > 0)·presence, c[j] = times token j was generated.   [V] -> [V] (a copy)"""
+    out = np.array(logits, np.float32, copy=True)
+    if generated and (presence or frequency):
+        ids, counts = np.unique(np.asarray(generated, np.int64), return_counts=True)
+        out[ids] -= (counts * frequency + presence).astype(np.float32)
+    return out

@@ -24,7 +24,8 @@ from engine.serve.block_manager import BlockManager, OutOfBlocks, check_block_si
 from engine.errors import ModelError
 from engine.model.stopping import FinishReason, Status, check_max_new_tokens, eos_ids, finish_reason
 from engine.serve.paged_cache import PagedKVCache, grow_table
-from engine.model.sampling import check_sampling, sample
+from engine.model.sampling import (apply_penalties, check_penalties, check_sampling, log_softmax, sample,
+                                   top_logprobs)
 from engine.serve.sequence import Request
 from engine.model.trace import Trace
 
@@ -157,15 +158,22 @@ class Scheduler:
     # ------------------------------------------------------------------------------------ requests in and out
     def submit(self, prompt_ids: Sequence[int], max_new_tokens: int = 32, temperature: float = 0.0, top_k: int = 0,
                top_p: float = 1.0, seed: int | None = None, stop_at_eos: bool = True,
-               request_id: str | None = None) -> Request:
+               request_id: str | None = None, *, logprobs: int | None = None, presence_penalty: float = 0.0,
+               frequency_penalty: float = 0.0) -> Request:
         """Queue a request. Every check happens here: a request that could never run raises ModelError now and
-        takes no block."""
+        takes no block. logprobs=k keeps, for every sampled token, its log-probability and the k most likely
+        alternatives (log-softmax of the model's logits, before temperature and penalties)."""
         with self._lock:
-            return self._submit(prompt_ids, max_new_tokens, temperature, top_k, top_p, seed, stop_at_eos, request_id)
+            return self._submit(prompt_ids, max_new_tokens, temperature, top_k, top_p, seed, stop_at_eos, request_id,
+                                logprobs, presence_penalty, frequency_penalty)
 
-    def _submit(self, prompt_ids, max_new_tokens, temperature, top_k, top_p, seed, stop_at_eos, request_id):
+    def _submit(self, prompt_ids, max_new_tokens, temperature, top_k, top_p, seed, stop_at_eos, request_id,
+                logprobs=None, presence_penalty=0.0, frequency_penalty=0.0):
         max_new = check_max_new_tokens(max_new_tokens)
         check_sampling(temperature, top_k, top_p)
+        check_penalties(presence_penalty, frequency_penalty)
+        if logprobs is not None and logprobs != 0:
+            logprobs = check_count("logprobs", logprobs)
         ids = self.model.encode_prompt(prompt_ids)
         self.model.check_prompt(ids)
         V = self.model.config.vocab_size
@@ -180,7 +188,8 @@ class Scheduler:
         rid = str(next(self._ids)) if request_id is None else str(request_id)
         if any(r.request_id == rid for r in self.waiting + self.running):
             raise ModelError(f"request_id {rid!r} is already queued or running")
-        req = Request(rid, list(ids), max_new, temperature, top_k, top_p, seed, stop_at_eos)
+        req = Request(rid, list(ids), max_new, temperature, top_k, top_p, seed, stop_at_eos, logprobs,
+                      float(presence_penalty), float(frequency_penalty))
         self.waiting.append(req)
         return req
 
@@ -351,7 +360,14 @@ class Scheduler:
 
     def _sample(self, req: Request, logits: np.ndarray, now: float, report: StepReport) -> None:
         """The same draw and the same stop rules as `engine.model.generate` for this request alone."""
+        raw = logits
+        if req.presence_penalty or req.frequency_penalty:
+            logits = apply_penalties(logits, req.token_ids, req.presence_penalty, req.frequency_penalty)
         tok = sample(logits, req.temperature, req.top_k, req.top_p, req.rng)
+        if req.logprobs is not None:
+            lp = log_softmax(raw)
+            req.token_logprobs.append(float(lp[tok]))
+            req.top_logprobs.append(top_logprobs(lp, req.logprobs))
         req.record_token(tok, now)
         req.status = Status.RUNNING
         report.tokens_produced += 1

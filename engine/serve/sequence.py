@@ -24,7 +24,12 @@ class Request:
     top_p: float = 1.0
     seed: int | None = None
     stop_at_eos: bool = True
+    logprobs: int | None = None       # keep log p of each sampled token and this many alternatives (None: none)
+    presence_penalty: float = 0.0     # OpenAI's penalties over the generated tokens (engine.model.sampling)
+    frequency_penalty: float = 0.0
     token_ids: list[int] = field(default_factory=list)
+    token_logprobs: list[float] = field(default_factory=list)      # log p of token_ids[i] (raw logits, T = 1)
+    top_logprobs: list[tuple] = field(default_factory=list)        # ((id, log p), ...) most likely first
     status: Status = Status.WAITING
     finish_reason: FinishReason | None = None
     block_table: list[int] = field(default_factory=list)

@@ -463,3 +463,46 @@ def test_submit_and_cancel_from_other_threads_while_steps_run(model):
         else:
             assert i % 3 == 0 and r.finish_reason == "cancelled"
     assert s.free_blocks == s.num_blocks
+
+
+def _brute_log_softmax(z):
+    z = np.asarray(z, np.float64) - np.max(z)
+    return z - np.log(np.exp(z).sum())
+
+
+def test_logprobs_one_per_token_and_exact_under_preemption(model):
+    """Preempted requests recompute their tokens without sampling them again: still exactly one log-probability
+    per generated token, each the log-softmax of the model's logits at that point (brute force, full forward)."""
+    prompts = [prompt(n, seed=60 + n) for n in LENGTHS]
+    s = Scheduler(model, block_size=4, num_blocks=14, max_batch=6)
+    reqs = [s.submit(p, max_new_tokens=8, stop_at_eos=False, request_id=f"r{i}", logprobs=3)
+            for i, p in enumerate(prompts)]
+    reports = run_checked(s)
+    assert sum(len(rep.preempted) for rep in reports) > 0
+    for p, r in zip(prompts, reqs):
+        assert len(r.token_logprobs) == len(r.top_logprobs) == len(r.token_ids) == 8
+        for k, tok in enumerate(r.token_ids):
+            ref = _brute_log_softmax(model.logits(list(p) + r.token_ids[:k])[-1])
+            assert r.token_logprobs[k] == pytest.approx(ref[tok], abs=1e-4)
+            assert [i for i, _ in r.top_logprobs[k]] == [int(i) for i in np.argsort(-ref, kind="stable")[:3]]
+
+
+def test_penalties_follow_openais_formula(model):
+    """Greedy with presence and frequency penalties equals a loop written from OpenAI's formula; a request with
+    no penalties in the same batch is unaffected. (Negative penalties: a random model seldom repeats a token, so
+    encouraging repeats is what makes the penalties change its reply.)"""
+    p = prompt(5, seed=71)
+    s = Scheduler(model, block_size=4, num_blocks=64, max_batch=4)
+    pen = s.submit(p, max_new_tokens=10, stop_at_eos=False, presence_penalty=-2.0, frequency_penalty=-0.5)
+    plain = s.submit(p, max_new_tokens=10, stop_at_eos=False)
+    run_checked(s)
+    gen = []
+    for _ in range(10):
+        z = np.asarray(model.logits(list(p) + gen)[-1], np.float64)
+        for t in set(gen):
+            z[t] -= -0.5 * gen.count(t) - 2.0
+        gen.append(int(np.argmax(z)))
+    assert pen.token_ids == gen
+    assert plain.token_ids == alone(model, p, max_new_tokens=10, stop_at_eos=False) != gen
+    with pytest.raises(ModelError, match="presence_penalty"):
+        s.submit(p, max_new_tokens=2, presence_penalty=3.0)

@@ -102,7 +102,7 @@ def test_json_nested_100000_deep_is_a_400(server):
     json.dumps({"prompt": "Hi", "temperature": 10 ** 400}).encode(),       # OverflowError in isfinite -> 500
     json.dumps({"prompt": "Hi", "max_tokens": 10 ** 30}).encode(),
     json.dumps({"prompt": "Hi", "top_p": "high"}).encode(),
-    json.dumps({"prompt": [[1, 2], [3]]}).encode(), json.dumps({"prompt": [True]}).encode(),
+    json.dumps({"prompt": [[1, 2], [True]]}).encode(), json.dumps({"prompt": [True]}).encode(),
     json.dumps({"prompt": [10 ** 20]}).encode(), json.dumps({"prompt": {"a": 1}}).encode(),
     json.dumps({"prompt": "Hi", "stop": [1]}).encode(), json.dumps({"prompt": "Hi", "model": ["x"]}).encode(),
     json.dumps({"prompt": "Hi", "stream_options": "yes"}).encode(), b'{"prompt": NaN}',
@@ -213,20 +213,33 @@ def test_a_429_carries_retry_after(default_model):
     assert int(h["retry-after"]) >= 1
 
 
-def test_the_same_user_string_does_not_block_another_request(server):
-    """'user' is only a label: two requests naming the same user are both served (it was the session key, so
-    anyone who knew a user's string could get them refused with 429)."""
-    c = http.client.HTTPConnection("127.0.0.1", server.port, timeout=TIMEOUT_S)
+def _second_request_while_the_first_runs(srv, headers=None):
+    """Alice's long streamed request is running; -> (status, headers, body) of a second request naming alice."""
+    c = http.client.HTTPConnection("127.0.0.1", srv.port, timeout=TIMEOUT_S)
     try:
         c.request("POST", "/v1/completions", json.dumps({"prompt": "Tell a long story", "max_tokens": 2000,
                                                          "user": "alice", "stream": True, "ignore_eos": True}),
-                  {"Content-Type": "application/json"})
+                  {"Content-Type": "application/json", **(headers or {})})
         r = c.getresponse()
         assert r.status == 200 and r.readline().startswith(b"data: ")     # alice's first request is running
-        s, _, b = post(server, {"prompt": "Hi", "max_tokens": 2, "user": "alice"})
+        return post(srv, {"prompt": "Hi", "max_tokens": 2, "user": "alice"}, headers=headers)
     finally:
         c.close()                                                          # hang up: the long one is cancelled
+
+
+def test_without_a_key_the_same_user_string_does_not_block_another_request(server):
+    """Without a key anyone can call: 'user' is only a label, two requests naming the same user are both served
+    (it was the session key, so anyone who knew a user's string could get them refused with 429)."""
+    s, _, b = _second_request_while_the_first_runs(server)
     assert s == 200, b
+
+
+def test_with_a_key_user_is_the_session_one_request_each(keyed):
+    """With a key only its holders call (the app, for its sessions): 'user' is the session again, one request
+    at a time, the second refused with 429 and Retry-After."""
+    s, h, b = _second_request_while_the_first_runs(keyed, {"Authorization": f"Bearer {KEY}"})
+    assert_openai_error(s, b, 429)
+    assert int(h["retry-after"]) >= 1
 
 
 def test_models_shows_no_file_path(server, default_model):

@@ -5,7 +5,8 @@
     VLLM_URL=http://127.0.0.1:8011                                              (a vLLM already serving "smollm2")
 
 See docs/serving.md ("vLLM for CPU") for the one command that installs it. Checked here: vLLM's greedy text equals our
-engine's; the app's backend setting makes the home page generate there; the Class page shows vLLM's metrics."""
+engine's, and so are its logprobs (echo + logprobs, within 1e-3); the app's backend setting makes the home
+page generate there; the Class page shows vLLM's metrics."""
 import os
 import subprocess
 import time
@@ -100,3 +101,38 @@ def test_the_apps_backend_setting_generates_there_and_the_class_page_shows_its_m
         assert {"Requests running", "Waiting", "KV cache in use", "Mean TTFT"} <= labels
     finally:
         backend.use(None)
+
+
+def test_logprobs_and_echo_equal_vllms(vllm_url, default_model):
+    """The same token-id prompt scored by both servers (echo + logprobs, as lm-eval's loglikelihood asks, then 4
+    greedy tokens): every prompt token's and every generated token's log-probability within 1e-3."""
+    import http.client
+    import json
+
+    from helpers_http import InProcessServer
+    from server.worker import EngineWorker
+
+    ids = default_model.tokenizer.encode("The quick brown fox jumps over the lazy dog because")
+    body = {"model": MODEL, "prompt": ids, "max_tokens": 4, "temperature": 0, "logprobs": 5, "echo": True,
+            "ignore_eos": True}
+
+    def ask(host_port):
+        c = http.client.HTTPConnection(*host_port, timeout=600)
+        try:
+            c.request("POST", "/v1/completions", json.dumps(body), {"Content-Type": "application/json"})
+            r = c.getresponse()
+            assert r.status == 200
+            return json.loads(r.read())["choices"][0]
+        finally:
+            c.close()
+
+    theirs = ask(vllm_url.split("//", 1)[1].rsplit(":", 1))
+    srv = InProcessServer(EngineWorker(default_model), MODEL).start()
+    try:
+        ours = ask(("127.0.0.1", srv.port))
+    finally:
+        srv.stop()
+    a, b = ours["logprobs"]["token_logprobs"], theirs["logprobs"]["token_logprobs"]
+    assert len(a) == len(b) == len(ids) + 4 and a[0] is None and b[0] is None
+    assert a[1:] == pytest.approx(b[1:], abs=1e-3)
+    assert ours["text"] == theirs["text"]
