@@ -294,11 +294,10 @@ def plan(config: ModelConfig, devices: list[Device], workload: Workload, space: 
         """The stack's all-reduce of a [rows, D] activation (`collectives.allreduce`), once per distinct
         (device, TP, rows)."""
         rows_arr = np.broadcast_to(np.asarray(rows, dtype=float), tp.shape)
-        keys = np.stack([di, tp, rows_arr], axis=1)
-        uniq, inv = np.unique(keys, axis=0, return_inverse=True)
+        uniq, inv = _unique_rows(di, tp, rows_arr)
         vals = np.array([0.0 if int(t) == 1 or links[int(d)] is None else
                          collective_ms(r * D * 2.0, int(t), links[int(d)], stack) for d, t, r in uniq])
-        return vals[inv.ravel()] if len(vals) else np.zeros(len(tp))
+        return vals[inv] if len(vals) else np.zeros(len(tp))
 
     def layer_comm_ms(rows):
         """Per layer: the attention all-reduce and the FFN's (EP inside the TP group sums the experts' partial
@@ -315,10 +314,9 @@ def plan(config: ModelConfig, devices: list[Device], workload: Workload, space: 
     def extra_expert_flops(tokens):
         """The busiest EP rank's routed-expert FLOPs beyond the mean (`tensor_parallel._expert_flops_extra`)."""
         tok = np.broadcast_to(np.asarray(tokens, dtype=float), tp.shape)
-        keys = np.stack([tok, ep], axis=1)
-        uniq, inv = np.unique(keys, axis=0, return_inverse=True)
+        uniq, inv = _unique_rows(tok, ep)
         imb = np.array([1.0 if e == 1 else routing_imbalance(t, c.num_experts, c.num_experts_per_tok, int(e))
-                        for t, e in uniq])[inv.ravel()]
+                        for t, e in uniq])[inv]
         return (imb - 1) * tok * expert_flops_per_token / tpf
 
     def decode(batch):
@@ -418,6 +416,19 @@ def plan(config: ModelConfig, devices: list[Device], workload: Workload, space: 
     if not np.isfinite(price).any():
         notes.append("no chosen device has an hourly price: enter one")
     return PlanResult(columns=cols, feasible_order=order, reasons=counts, notes=notes, workload=wl)
+
+
+def _unique_rows(*cols):
+    """The distinct rows of equal-length columns and each element's row (np.unique(axis=0) without sorting
+    floats row by row: each column is coded by its own 1-D unique, then the codes are combined into one integer)."""
+    code = np.zeros(len(cols[0]), dtype=np.int64)
+    values = []
+    for col in cols:
+        v, i = np.unique(np.asarray(col), return_inverse=True)
+        code = code * len(v) + i.ravel()
+        values.append(v)
+    u, first, inv = np.unique(code, return_index=True, return_inverse=True)
+    return [tuple(np.asarray(col)[j] for col in cols) for j in first], inv.ravel()
 
 
 def _eff_or_none(stack: Stack, device: Device, weight_dtype: str) -> Efficiency | None:

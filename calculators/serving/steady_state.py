@@ -142,7 +142,8 @@ def mean_step(step: StepFn, n, p, load: "Load", lam=None, chain: bool = True):
     return np.where(many, step(n, p), mixed)
 
 
-def _fixed_point(step: StepFn, lam: np.ndarray, load: Load, chain: bool = True, near=None) -> np.ndarray:
+def _fixed_point(step: StepFn, lam: np.ndarray, load: Load, chain: bool = True, near=None,
+                 iterations: int = BISECT) -> np.ndarray:
     """τ with τ = mean_step(λ·E[O−1]·τ, λ·E[I]·τ), per element of λ; inf where none exists (the step grows at
     least as fast as τ). Bisection on [step(0, 0), hi], hi doubled until mean_step(hi) < hi."""
     a, b = load.decode_tokens, load.prompt.mean_tokens
@@ -160,7 +161,7 @@ def _fixed_point(step: StepFn, lam: np.ndarray, load: Load, chain: bool = True, 
         if ok.all():
             break
         hi = np.where(ok, hi, hi * 2)
-    for _ in range(BISECT):
+    for _ in range(iterations):
         mid = (lo + hi) / 2
         above = f(mid) > mid
         lo, hi = np.where(above, mid, lo), np.where(above, hi, mid)
@@ -315,7 +316,7 @@ def operating_point(step: StepFn, rate, load: Load, chain: bool = True, near_ste
     p99, and `stable` (False where the rate is above capacity: then the latencies are inf). `chain=False` skips
     the prompt chain (prompts per step drawn independently): cheaper, for screening many candidates."""
     lam = np.asarray(rate, dtype=float)
-    tau = _fixed_point(step, lam, load, chain, near_step_ms)
+    tau = _fixed_point(step, lam, load, chain, near_step_ms, BISECT if chain else 20)   # screening: 1e-6 of the bracket
     stable = np.isfinite(tau)
     t = np.where(stable, tau, 1.0)
     n = lam * load.decode_tokens * t / 1e3
