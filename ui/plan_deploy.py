@@ -14,9 +14,9 @@ from specs.devices import load_device
 from specs.model_config import SpecError
 
 
-def regime_band(vendor: str | None = None, precision: str | None = None) -> str:
+def regime_band(vendor: str | None = None, precision: str | None = None, moe: bool | None = None) -> str:
     """The held-out error of predictions under a rate (`calculators.planning.accuracy`)."""
-    return band("under_rate", vendor, precision)["text"]
+    return band("under_rate", vendor, precision, moe)["text"]
 
 
 def chosen_plan_section(config, best: dict, wl, stack, max_model_len: int, usable_fraction: float) -> None:
@@ -35,7 +35,7 @@ def chosen_plan_section(config, best: dict, wl, stack, max_model_len: int, usabl
     c[2].metric("ITL mean / p99", f"{r['tpot_ms']:,.0f} / {r['itl_p99_ms']:,.0f} ms")
     c[3].metric("In flight per replica", f"{r['in_flight_per_replica']:,.1f}")
     st.caption(f"{r['verdict'][0].upper()}{r['verdict'][1:]}. How far to trust these: "
-               f"{regime_band(dev.vendor, compute_precision_for(best['weight_dtype']))}.")
+               f"{regime_band(dev.vendor, compute_precision_for(best['weight_dtype']), bool(config.num_experts))}.")
     cmds = launch_commands(plan_from_row(best, config.name, max_model_len, usable_fraction))
     tabs = st.tabs([f"{name}" for name in cmds])
     for tab, (name, cmd) in zip(tabs, cmds.items()):

@@ -58,7 +58,8 @@ def run(args) -> dict:
     return dict(command="throughput", model=c.name, device=dev.name, tp=mesh.tp, pp=mesh.pp, ep=mesh.ep,
                 weight_dtype=args.weight_dtype, kv_dtype=kd, prompt_tokens=args.prompt_tokens,
                 output_tokens=args.output_tokens, **r,
-                accuracy=band("max_throughput", dev.vendor, compute_precision_for(args.weight_dtype)))
+                accuracy=band("max_throughput", dev.vendor, compute_precision_for(args.weight_dtype),
+                              bool(c.num_experts)))
 
 
 def render(out: dict) -> str:

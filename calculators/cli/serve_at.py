@@ -89,7 +89,7 @@ def run(args) -> dict:
                  chunked_prefill=not args.no_chunked_prefill)
     return dict(command="serve-at", model=c.name, device=dev.name, tp=mesh.tp, pp=mesh.pp, ep=mesh.ep,
                 weight_dtype=args.weight_dtype, kv_dtype=kd, **r,
-                accuracy=band("under_rate", dev.vendor, compute_precision_for(args.weight_dtype)))
+                accuracy=band("under_rate", dev.vendor, compute_precision_for(args.weight_dtype), bool(c.num_experts)))
 
 
 def render(out: dict) -> str:

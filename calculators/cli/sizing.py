@@ -212,7 +212,7 @@ def run_plan(args) -> dict:
     from calculators.sizing.roofline import compute_precision_for
     for r in out["plans"]:                # each figure with the held-out error of its regime (a rate: under_rate)
         r["accuracy"] = band("under_rate", next(d.vendor for d in devices if d.name == r["device"]),
-                             compute_precision_for(r["weight_dtype"]))
+                             compute_precision_for(r["weight_dtype"]), bool(c.num_experts))
     if getattr(args, "launch", False) and out["plans"]:
         out["launch"] = launch_for_plan(out["plans"][0], args.model, (args.prompt_p99 or prompt) + args.output_tokens,
                                         args.gpu_memory_utilization)

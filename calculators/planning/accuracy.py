@@ -28,9 +28,11 @@ def _find(group: str, value: str) -> dict | None:
     return next((r for r in table() if r["split"] == "test" and r["group"] == group and r["value"] == value), None)
 
 
-def band(regime: str, vendor: str | None = None, precision: str | None = None) -> dict:
-    """The held-out error of `regime`, and whether the vendor and precision were validated at all."""
-    r = _find("regime", regime)
+def band(regime: str, vendor: str | None = None, precision: str | None = None, moe: bool | None = None) -> dict:
+    """The held-out error of `regime` (of its MoE or dense rows when `moe` is given and such rows exist), and
+    whether the vendor, the precision and an MoE model were validated at all."""
+    kind = None if moe is None else ("MoE" if moe else "dense")
+    r = (_find("regime, dense/MoE", f"{regime}, {kind}") if kind else None) or _find("regime", regime)
     words = REGIME_WORDS.get(regime, regime)
     if r is None:
         return dict(regime=regime, n=0, median_abs_error=None, worst_abs_error=None,
@@ -40,6 +42,8 @@ def band(regime: str, vendor: str | None = None, precision: str | None = None) -
                     f"over {r['n']} held-out published rows")
     missing = [f"{what} {v}" for what, group, v in (("vendor", "vendor", vendor), ("precision", "precision", precision))
                if v and _find(group, v) is None]
+    if kind == "MoE" and _find("regime, dense/MoE", f"{regime}, MoE") is None:
+        missing.append("an MoE model in this regime")
     if missing:
         out["text"] += f" (none of them on {' or '.join(missing)}: outside what was validated)"
         out["outside_validated"] = missing

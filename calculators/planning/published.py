@@ -158,8 +158,12 @@ def compare_all(rows: list[dict] | None = None) -> dict:
                 worst_abs_error=max(errs) if errs else None)
 
 
-GROUPS = {"regime": lambda r: r["regime"], "dense/MoE": lambda r: "MoE" if load_preset(r["model"]).num_experts else
-          "dense", "vendor": lambda r: r["vendor"], "precision": lambda r: r["weights"]}
+def _kind(r: dict) -> str:
+    return "MoE" if load_preset(r["model"]).num_experts else "dense"
+
+
+GROUPS = {"regime": lambda r: r["regime"], "dense/MoE": _kind, "vendor": lambda r: r["vendor"],
+          "precision": lambda r: r["weights"], "regime, dense/MoE": lambda r: f"{r['regime']}, {_kind(r)}"}
 
 
 def error_table(rows: list[dict]) -> list[dict]:

@@ -86,3 +86,13 @@ def test_the_committed_error_bars_are_the_tables_own_and_every_regime_has_its_ba
             assert got["n"] == e["n"] and got["median_abs_error"] == pytest.approx(e["median_abs_error"])
     assert "outside what was validated" in band("max_throughput", "Intel", "fp8")["text"]
     assert band("no such regime")["n"] == 0
+
+
+def test_an_moe_layout_under_a_rate_says_it_was_never_validated():
+    """The held-out rows under a rate are all dense: an MoE figure there must say so instead of borrowing the
+    dense rows' band as if it applied."""
+    from calculators.planning.accuracy import band
+    assert not any(r["split"] == "test" and r["regime"] == "under_rate" and r["model"] in ("deepseek-r1",
+                   "mixtral-8x7b", "qwen3-235b-a22b") for r in RESULT["rows"])
+    assert "MoE model in this regime" in band("under_rate", "NVIDIA", "fp4", moe=True)["text"]
+    assert "MoE model" not in band("under_rate", "NVIDIA", "bf16", moe=False)["text"]
