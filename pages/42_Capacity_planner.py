@@ -24,7 +24,7 @@ from ui.model_source import model_source, units_note
 from ui.multi_gpu import multi_gpu_sidebar
 from ui.charts import style as chart_style
 from ui.frontier import frontier_chart, stack_inputs, throughput_section, what_if_table
-from ui.plan_deploy import chosen_plan_section
+from ui.plan_deploy import chosen_plan_section, disaggregated_section
 
 DEFAULT_DEVICES = ["H100 SXM", "A100 SXM 80GB", "H200", "L40S"]
 DEFAULT_MODEL = "Llama-3-70B"
@@ -161,7 +161,7 @@ def named_layout(res, devices: list, space: SearchSpace) -> None:
             st.warning(f"{name}: rejected. {r['why'][0].upper() + r['why'][1:]}.")
 
 
-def results(res, wl: Workload, config=None, stack=None, setup=None) -> None:
+def results(res, wl: Workload, config=None, stack=None, setup=None, devices=()) -> None:
     reason = res.no_plan_reason()
     st.caption(f"{res.n_candidates:,} candidate plans searched (device × GPUs × TP × PP × batch cap × precisions).")
     if reason:
@@ -174,6 +174,7 @@ def results(res, wl: Workload, config=None, stack=None, setup=None) -> None:
                                 min(config.max_position_embeddings, wl.p99_prompt + (wl.output_tokens_p99 or
                                                                                       wl.output_tokens)),
                                 setup.usable_fraction)
+            disaggregated_section(config, rows[0], wl, devices, stack)
         precision_caveats(rows[:15])
         df = pd.DataFrame(rows)
         df["plan"] = [f"{r['gpus']}× {r['device']} TP{r['tp']} PP{r['pp']}{' EP' + str(r['ep']) if r['ep'] > 1 else ''} "
@@ -236,7 +237,7 @@ def main() -> None:
     except SpecError as e:
         st.warning(f"**No feasible plan**: {e}")
         return
-    results(res, wl, config, stack[0], setup)
+    results(res, wl, config, stack[0], setup, devices)
     frontier_chart(res)
     named_layout(res, devices, sp)
     what_if_table(config, devices, wl, sp, stack[0], usable_fraction=setup.usable_fraction,

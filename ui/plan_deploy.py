@@ -43,3 +43,50 @@ def chosen_plan_section(config, best: dict, wl, stack, max_model_len: int, usabl
             st.code(cmd.shell, language="bash", wrap_lines=True)
             for note in cmd.notes:
                 st.caption(f"• {note}")
+
+
+def disaggregated_section(config, best: dict, wl, devices: list, stack) -> None:
+    """Disaggregated prefill and decode pools (`calculators.planning.disaggregated`) beside the cheapest co-located
+    plan at the same targets: GPUs, $ per 1M tokens, TTFT p99 and ITL of each, and which wins."""
+    import pandas as pd
+    from calculators.multi_gpu.tensor_parallel import Mesh
+    from calculators.planning.disaggregated import size_disaggregated
+    from ui.widgets import df_with_download
+    st.subheader("Disaggregated prefill and decode, beside the co-located plan")
+    st.caption("Prefill instances (one prompt at a time) and decode instances (a batch as large as the ITL target "
+               "allows) sized apart, the prompt's KV cache handed from one to the other over InfiniBand NDR.")
+    names = [d.name for d in devices]
+    c = st.columns(4)
+    pdev = c[0].selectbox("Prefill device", names, index=names.index(best["device"]), key="plan.pd.pdev")
+    ptp = c[1].selectbox("Prefill TP", (1, 2, 4, 8), index=2, key="plan.pd.ptp")
+    ddev = c[2].selectbox("Decode device", names, index=names.index(best["device"]), key="plan.pd.ddev")
+    dtp = c[3].selectbox("Decode TP", (1, 2, 4, 8), index=1, key="plan.pd.dtp")
+    dev = {d.name: d for d in devices}
+    try:
+        r = size_disaggregated(config, dev[pdev], Mesh(tp=ptp), dev[ddev], Mesh(tp=dtp), wl.requests_per_s,
+                               wl.prompt_tokens, wl.output_tokens, wl.itl_ms, best["weight_dtype"], best["kv_dtype"],
+                               stack=stack)
+    except SpecError as e:
+        st.warning(f"Disaggregated serving does not work here: {e}")
+        return
+    rows = [dict(design="disaggregated", GPUs=r["total_gpus"],
+                 layout=f"{r['prefill_instances']} × prefill TP {ptp} on {pdev} + {r['decode_instances']} × decode "
+                        f"TP {dtp} on {ddev} (batch {r['decode_batch']})",
+                 usd_per_million_tokens=r["usd_per_million_tokens"], ttft_p99_ms=r["ttft_p99_ms"],
+                 itl_ms=r["itl_ms"]),
+            dict(design="co-located (the cheapest plan)", GPUs=best["gpus"],
+                 layout=f"{best['replicas']} × TP {best['tp']} PP {best['pp']} on {best['device']}",
+                 usd_per_million_tokens=best["usd_per_million_tokens"], ttft_p99_ms=best["ttft_p99_ms"],
+                 itl_ms=best["itl_at_load_ms"])]
+    df_with_download(pd.DataFrame(rows), "disaggregated_vs_colocated", column_config={
+        k: st.column_config.NumberColumn(format="%.4g") for k in ("usd_per_million_tokens", "ttft_p99_ms", "itl_ms")})
+    d, co = rows
+    if d["usd_per_million_tokens"] is None or co["usd_per_million_tokens"] is None:
+        return
+    cheaper = d if d["usd_per_million_tokens"] < co["usd_per_million_tokens"] else co
+    ttft_ok = d["ttft_p99_ms"] <= wl.ttft_p99_ms
+    st.markdown(f"**{cheaper['design'].split(' (')[0].capitalize()} is cheaper here** "
+                f"(${d['usd_per_million_tokens']:.3f} against ${co['usd_per_million_tokens']:.3f} per 1M tokens). "
+                f"Disaggregated, every decode step is free of prefills, so its ITL is decode alone "
+                f"({d['itl_ms']:.1f} ms); its TTFT p99 is {d['ttft_p99_ms']:,.0f} ms"
+                f"{'' if ttft_ok else ', above the target'}, including {r['kv_handoff_ms']:.1f} ms of KV handoff.")

@@ -70,3 +70,21 @@ def test_near_duplicates_collapse_to_the_smallest_deployment():
     out = collapse_near_duplicates(pts, "ttft", "cost")
     h100 = [p for p in out if p["device"] == "H100" and p["cost"] < 1.5]
     assert len(out) == 3 and len(h100) == 1 and h100[0]["gpus"] == 4 and h100[0]["represents"] == 2
+
+
+def test_worked_example_where_each_pool_needs_several_instances():
+    """40 requests/s of 2,000 in / 300 out, ITL 40 ms, FP8 70B on H100s (prefill TP 4, decode TP 2): worked by hand
+    from the prefill time and the decode step the scalar calculators give, each pool needs several instances."""
+    rate, P, O = 40.0, 2000, 300
+    r = size_disaggregated(L70, H100, Mesh(tp=4), H100, Mesh(tp=2), rate, P, O, 40.0, "fp8", "fp8")
+    eff = Efficiency.for_stack(None, H100)
+    pre = prefill_parallel(L70, H100, Mesh(tp=4), P, 1, "fp8", "fp8", eff)["prefill_ms"]
+    n_pre = math.ceil(rate * pre / 1000 / 0.8)                     # utilisation kept at or below 80%
+    B = r["decode_batch"]
+    itl = decode_step_parallel(L70, H100, Mesh(tp=2), P + O // 2, B, "fp8", "fp8", eff)["itl_ms"]
+    n_dec = math.ceil(rate * O * itl / 1000 / B)                   # sequences in flight / sequences per instance
+    assert (r["prefill_instances"], r["decode_instances"]) == (n_pre, n_dec)
+    assert n_pre >= 2 and n_dec >= 2
+    assert r["total_gpus"] == 4 * n_pre + 2 * n_dec
+    price = H100.price_usd_per_hour
+    assert r["usd_per_million_tokens"] == pytest.approx(r["total_gpus"] * price / (rate * (P + O) * 3600) * 1e6)
