@@ -28,7 +28,8 @@ from ui.server import class_backend, embedded_servers, start_engine_server
 from ui.charts import style as chart_style
 from ui.narration import measured_text, plural, speedup_words
 
-REFRESH_S = 1.0
+REFRESH_S = 2.0                            # the live view's redraw (charts, tables) was half of the app's own CPU
+#                                            time during a 30-student class at one refresh a second (py-spy --gil)
 STEP_WINDOW_S = 60.0                       # the step-time chart shows this much recent history
 BLOCK_COLUMNS = 32                         # blocks per row of the pool picture
 WORKER_KEY = "class.worker"
@@ -225,7 +226,7 @@ def main() -> None:
         backend_settings(class_backend())
     join_box()
     backend = class_backend().info
-    live = st.toggle("Live (refresh every second)", value=True, key=LIVE_KEY)
+    live = st.toggle(f"Live (refresh every {REFRESH_S:g} s)", value=True, key=LIVE_KEY)
     if backend is not None and backend.engine != "ours":
         simulated_students(backend.config, backend.model, backend.engine)
         st.fragment(run_every=REFRESH_S if live else None)(other_server_view)(backend)

@@ -39,7 +39,9 @@ def df_with_download(df: pd.DataFrame, name: str, *, hide_index: bool = True, he
     if order is not None and (rest := [str(c) for c in df.columns if c not in order]):
         st.caption("Also in the CSV: " + ", ".join(rest) + ".")
     slug = _slug(name)
-    st.download_button("Download CSV", df.to_csv(index=False).encode("utf-8"), file_name=f"{slug}.csv",
+    # deferred: the CSV is written when someone clicks, not on every run (the Class page's live tables were
+    # written out every refresh: 14% of the app's own CPU time during a 30-student class, py-spy --gil)
+    st.download_button("Download CSV", lambda: df.to_csv(index=False).encode("utf-8"), file_name=f"{slug}.csv",
                        mime="text/csv", key=f"download.{slug}", on_click="ignore", icon=":material/download:")
 
 

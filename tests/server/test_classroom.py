@@ -50,7 +50,8 @@ def test_two_sessions_recording_at_once_each_get_only_their_own_record_and_hook_
     for t in threads:
         t.start()
     for t in threads:
-        t.join()
+        t.join(TIMEOUT)
+        assert not t.is_alive(), "a recording session did not finish within its deadline"
     for ids, got in ((a, ra), (b, rb)):
         solo = record_generation(model, ids, max_new_tokens=6, attention_layers=[0], kv_layers=[1])
         assert got["rec"].prompt_ids == ids
