@@ -105,7 +105,8 @@ def test_the_apps_backend_setting_generates_there_and_the_class_page_shows_its_m
 
 def test_logprobs_and_echo_equal_vllms(vllm_url, default_model):
     """The same token-id prompt scored by both servers (echo + logprobs, as lm-eval's loglikelihood asks, then 4
-    greedy tokens): every prompt token's and every generated token's log-probability within 1e-3."""
+    greedy tokens): every prompt token's and every generated token's log-probability, and its top-5 alternatives,
+    within 1e-3; the same tokens and text offsets."""
     import http.client
     import json
 
@@ -134,5 +135,14 @@ def test_logprobs_and_echo_equal_vllms(vllm_url, default_model):
         srv.stop()
     a, b = ours["logprobs"]["token_logprobs"], theirs["logprobs"]["token_logprobs"]
     assert len(a) == len(b) == len(ids) + 4 and a[0] is None and b[0] is None
-    assert a[1:] == pytest.approx(b[1:], abs=1e-3)
+    assert a[1:] == pytest.approx(b[1:], abs=1e-3), max(abs(x - y) for x, y in zip(a[1:], b[1:]))
     assert ours["text"] == theirs["text"]
+    for key in ("tokens", "text_offset"):
+        assert ours["logprobs"][key] == theirs["logprobs"][key], key
+    # the alternatives too: vLLM sends the chosen token plus the top 5 (a dict of up to 6); measured on this prompt
+    # the sets are the same and the values differ by < 1e-4, so a swap at rank 5 is no risk at 1e-3
+    top_a, top_b = ours["logprobs"]["top_logprobs"], theirs["logprobs"]["top_logprobs"]
+    assert top_a[0] is None and top_b[0] is None
+    for i, (x, y) in enumerate(zip(top_a[1:], top_b[1:]), start=1):
+        assert x.keys() == y.keys(), (i, x, y)
+        assert x == pytest.approx(y, abs=1e-3), (i, x, y)
