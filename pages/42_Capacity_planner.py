@@ -105,10 +105,15 @@ def priced_devices(devices: list) -> list | None:
 
 def headline(best: dict, wl: Workload) -> None:
     """The cheapest plan in two rows of short metrics (each value fits its column in both text sizes)."""
-    st.markdown(f"**Cheapest plan: {best['gpus']} × {best['device']}** — TP {best['tp']}, PP {best['pp']}"
-                f"{ep_words(best)}, {best['replicas']} replica(s), batch cap {best['batch_cap']}, weights "
-                f"{best['weight_dtype']}, KV {best['kv_dtype']}; it meets every target, and the one it is closest to "
-                f"is **{best['binding']}** ({best['worst_ratio']:.0%} of its limit).")
+    c = st.columns(2)
+    c[0].metric("Cheapest plan", f"{best['gpus']} × {best['device']}",
+                help=f"TP {best['tp']}, PP {best['pp']}, batch cap {best['batch_cap']}, weights "
+                     f"{best['weight_dtype']}, KV {best['kv_dtype']}")
+    c[1].metric("Binding constraint", best["binding"], help=best["why"])
+    st.markdown(f"**{best['gpus']} × {best['device']}**: TP {best['tp']}, PP {best['pp']}{ep_words(best)}, "
+                f"{best['replicas']} replica(s), batch cap {best['batch_cap']}, weights {best['weight_dtype']}, KV "
+                f"{best['kv_dtype']}. It meets every target; the one it is closest to is **{best['binding']}** "
+                f"({best['worst_ratio']:.0%} of its limit).")
     c = st.columns(4)
     c[0].metric("$ per 1M output tokens", f"${best['usd_per_million_output_tokens']:.3f}",
                 help="The GPU time spent decoding, per output token.")
