@@ -1,7 +1,7 @@
 """Who may call the engine server: an API key, and Host and Origin checks that keep web pages out.
 
 - API key (`--api-key` or the environment variable INFERENCE_LAB_API_KEY, as vLLM's `--api-key`/VLLM_API_KEY):
-  every /v1 route (/v1/batch included), /tokenize and /detokenize need `Authorization: Bearer <key>`; /metrics
+  every /v1 route (/v1/batch included), /tokenize, /detokenize and /tokenizer_info need `Authorization: Bearer <key>`; /metrics
   too when `protect_metrics` is set; /health never (a load balancer's probe).
 - Host: a page on evil.example whose DNS name is re-pointed at this machine (DNS rebinding) reaches the server
   with `Host: evil.example`. Allowed Host names: IP literals, localhost, this machine's own name, and those listed
@@ -24,7 +24,7 @@ from urllib.parse import urlsplit
 
 API_KEY_ENV = "INFERENCE_LAB_API_KEY"      # as vLLM's VLLM_API_KEY
 DEFAULT_MAX_BODY_BYTES = 8 * 2**20         # request bodies larger than this are refused (413)
-KEYED_PREFIXES = ("/v1/", "/tokenize", "/detokenize")
+KEYED_PREFIXES = ("/v1/", "/tokenize", "/detokenize", "/tokenizer_info")
 LOOPBACK_NAMES = frozenset({"localhost", "localhost.localdomain", "ip6-localhost"})
 
 

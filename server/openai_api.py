@@ -3,6 +3,8 @@
     POST /v1/completions         prompt (text or token ids) -> text; `stream: true` sends server-sent events
     POST /v1/chat/completions    messages -> the model's chat template -> text (streaming too)
     POST /tokenize, /detokenize  text or messages <-> token ids (vLLM's routes and shapes)
+    GET  /tokenizer_info         the tokenizer's config (special tokens, chat template): vLLM's route, which
+                                 lm-eval's local-completions uses to tokenize through the server
     GET  /v1/models              the one model served
     GET  /health                 200 once the model is loaded
     GET  /metrics                Prometheus text, vLLM's metric names where the meaning is the same
@@ -43,6 +45,7 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 from engine.errors import ModelError
+from engine.load.hf_export import tokenizer_config_dict
 from engine.serve.prompt_logprobs import prompt_logprobs
 from server.api_guard import DEFAULT_MAX_BODY_BYTES, Access, AccessGuard
 from server.api_requests import (ApiError, GenerationRequest, decode_body, parse_chat, parse_completion,
@@ -512,6 +515,16 @@ async def detokenize(request: Request) -> Response:
     return await _json_endpoint(request, parse_detokenize)
 
 
+async def tokenizer_info(request: Request) -> Response:
+    """vLLM's GET /tokenizer_info: the tokenizer_config.json an exported Hugging Face folder holds (bos, eos, pad
+    and unk tokens, add_bos_token, the chat template, model_max_length). lm-eval's local-completions looks for it
+    (with /tokenize) and then tokenizes through this server, needing no local copy of the tokenizer."""
+    model = _served(request).model
+    if model.tokenizer is None:
+        return error_response(ApiError(400, f"{model.name} has no tokenizer"))
+    return JSONResponse(tokenizer_config_dict(model.tokenizer, model.config.max_position_embeddings))
+
+
 async def completions(request: Request) -> Response:
     return await _endpoint(request, parse_completion, chat=False)
 
@@ -547,7 +560,7 @@ async def live_batch(request: Request) -> Response:
 async def not_found(request: Request, exc: Exception) -> Response:
     return error_response(ApiError(404, f"no route {request.method} {request.url.path[:100]}; this server offers "
                                         f"/v1/completions, /v1/chat/completions, /v1/models, /tokenize, "
-                                        f"/detokenize, /health, /metrics and /v1/batch", kind="not_found_error",
+                                        f"/detokenize, /tokenizer_info, /health, /metrics and /v1/batch", kind="not_found_error",
                                    code="not_found"))
 
 
@@ -571,7 +584,8 @@ def create_app(worker: EngineWorker, model_name: str, metrics_: ServerMetrics | 
               Route("/v1/chat/completions", chat_completions, methods=["POST"]),
               Route("/v1/models", models, methods=["GET"]), Route("/health", health, methods=["GET"]),
               Route("/metrics", metrics, methods=["GET"]), Route("/v1/batch", live_batch, methods=["GET"]),
-              Route("/tokenize", tokenize, methods=["POST"]), Route("/detokenize", detokenize, methods=["POST"])]
+              Route("/tokenize", tokenize, methods=["POST"]), Route("/detokenize", detokenize, methods=["POST"]),
+              Route("/tokenizer_info", tokenizer_info, methods=["GET"])]
     app = Starlette(routes=routes, middleware=[Middleware(AccessGuard, access=access or Access())],
                     exception_handlers={404: not_found, 405: method_not_allowed, Exception: internal_error})
     m = metrics_ or ServerMetrics(model_name, worker)

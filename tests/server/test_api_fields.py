@@ -273,6 +273,27 @@ def test_tokenize_and_detokenize_as_vllm(server, default_model):
         assert status == 400 and err["error"]["message"], (path, body)
 
 
+def test_tokenizer_info_as_vllm_gives_what_lm_eval_reads(server, default_model):
+    """lm-eval's local-completions tokenizes through the server when GET /tokenizer_info and POST /tokenize
+    answer; it takes eos/bos ids as the first token of their strings. Expected: SmolLM2-135M-Instruct's published
+    tokenizer_config.json (bos <|im_start|>, eos and pad <|im_end|>, unk <|endoftext|>; ids 1 and 2)."""
+    c = http.client.HTTPConnection("127.0.0.1", server.port, timeout=TIMEOUT_S)
+    try:
+        c.request("GET", "/tokenizer_info")
+        r = c.getresponse()
+        status, info = r.status, json.loads(r.read())
+    finally:
+        c.close()
+    assert status == 200, info
+    assert (info["bos_token"], info["eos_token"], info["pad_token"], info["unk_token"]) == \
+        ("<|im_start|>", "<|im_end|>", "<|im_end|>", "<|endoftext|>")
+    assert info["chat_template"] == default_model.tokenizer.chat_template and info["add_bos_token"] is False
+    assert info["model_max_length"] == 8192
+    first = [ok(server, {"prompt": info[k], "add_special_tokens": False}, "/tokenize")["tokens"][0]
+             for k in ("bos_token", "eos_token")]
+    assert first == [1, 2]
+
+
 # ============================================================================================ refused by name
 @pytest.mark.parametrize("path,extra,param", [
     ("/v1/completions", {"response_format": {"type": "json_object"}}, "response_format"),

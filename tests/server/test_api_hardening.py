@@ -281,7 +281,8 @@ def keyed(default_model):
 
 
 @pytest.mark.parametrize("method,path", [("GET", "/v1/models"), ("GET", "/v1/batch"),
-                                         ("POST", "/v1/completions"), ("POST", "/v1/chat/completions")])
+                                         ("POST", "/v1/completions"), ("POST", "/v1/chat/completions"),
+                                         ("POST", "/tokenize"), ("POST", "/detokenize"), ("GET", "/tokenizer_info")])
 def test_with_a_key_every_v1_route_needs_it(keyed, method, path):
     body = b'{"prompt": "Hi", "max_tokens": 1}' if method == "POST" else b""
     s, h, b = request(keyed, method, path, body)
