@@ -70,7 +70,7 @@ def render(out: dict) -> str:
         lines.append(f"  {k:<22} {fmt_num(out[k], 4)}")
     lines.append(f"  binds                  {out['binds']}")
     lines.append(f"  accuracy               {out['accuracy']['text']}")
-    lines.append(f"  batch caps             " + ", ".join(f"{k} {v:,}" for k, v in out["batch_caps"].items()))
+    lines.append("  batch caps             " + ", ".join(f"{k} {v:,}" for k, v in out["batch_caps"].items()))
     return "\n".join(lines)
 
 

@@ -1,7 +1,6 @@
 """Capacity planner: the vectorised search agrees with the scalar calculators, every plan keeps the constraints it
 claims, the cheapest plan is the brute-force minimum, and bad input gives a reason instead of a traceback."""
 import itertools
-import math
 
 import numpy as np
 import pytest
