@@ -63,7 +63,8 @@ def flip_checkbox(key: str) -> Callable[[AppTest, int], None]:
 CASES: list[tuple[str, str, Callable[[AppTest, int], None], str]] = [
     ("Tokens", "11_Tokens.py", flip_checkbox(CHAT_KEY), "chat template on/off"),
     ("Embeddings and the next token", "12_Embeddings_and_the_next_token.py",
-     flip_text("emb.temperature", "0.7", "1.3"), "temperature 0.7 <-> 1.3"),
+     flip_text("emb.position", "0", "1"), "position 0 <-> 1"),
+    ("Sampling", "12_Sampling.py", flip_text("samp.temperature", "0.7", "1.3"), "temperature 0.7 <-> 1.3"),
     ("Attention", "13_Attention.py", flip_text("attn.head", "1", "2"), "head 1 <-> 2"),
     ("KV cache, step by step", "14_KV_cache_step_by_step.py", flip_text("kv.step", "3", "4"), "step 3 <-> 4"),
     ("Prefill and decode, measured", "15_Prefill_and_decode_measured.py",

@@ -1,8 +1,11 @@
 """Walkthrough: a guided lesson for a class, one idea per step (Next / Back), on the teacher's own prompt and run:
 tokens, embeddings, attention, the next-token distribution, one token at a time, the KV cache growing, prefill
-versus decode. Each step links to the page that goes deeper.
+versus decode; then the same model serving many people: batching, the paged KV cache and the capacity planner.
+Each step links to the page that goes deeper.
 
-Numbers: the same functions as the "Inside the model" pages (`engine.instruments.readout`, the run's record, `ui.inside`).
+Numbers: the same functions as the "Inside the model" pages (`engine.instruments.readout`, the run's record,
+`ui.inside`); the serving steps size this run's model with the calculators the serving and planning pages use
+(`calculators.serving.batching`, `calculators.explain.explain_paging`, `calculators.planning.planner`).
 """
 from __future__ import annotations
 
@@ -10,18 +13,28 @@ import numpy as np
 import plotly.graph_objects as go
 import streamlit as st
 
-from calculators.sizing.kv_cache import kv_cache_bytes
-from calculators.units import fmt_bytes
+from calculators.explain import explain_paging
+from calculators.planning.planner import Workload, plan, plan_rows
+from calculators.serving.batching import batch_curve, step_model_for
+from calculators.serving.paging import reserve_for_max
+from calculators.sizing.kv_cache import kv_bytes_per_token, kv_cache_bytes
+from calculators.units import fmt_bytes, fmt_num
 from engine import Model
 from engine.instruments.readout import record_timeline, token_end_times_ms, token_table
+from specs.devices import load_device
 from specs.model_config import SpecError
 from ui import model_picker, setup_page, show_error
 from ui.charts import DIVERGING, WEIGHTS, heatmap_size, style
 from ui.inside import (Prompt, deeper_link, layer_attention, piece_label, pieces_html, run_settings, step_texts,
-                       stepper, teacher_prompt, teacher_run)
+                       session_cached, stepper, teacher_prompt, teacher_run)
+from ui.model_source import DEFAULT_DEVICE
 
 STEP_KEY = "walk.step"
 HEATMAP_TOKENS = 40
+BATCHES = (1, 2, 4, 8, 16, 32, 64, 128, 256)
+BLOCK = 16                                   # tokens per KV block, as in vLLM and the Paged KV cache page
+CLASS_SIZE, SECONDS_BETWEEN_REQUESTS = 30, 10
+PLAN_DEVICES = ("H100 SXM", "A100 SXM 80GB", "L40S", "L4")
 
 
 def step_prompt(model: Model, prompt: Prompt, rec, texts: list[str]) -> None:
@@ -95,7 +108,7 @@ def step_next_token(model: Model, prompt: Prompt, rec, texts: list[str]) -> None
     fig.update_xaxes(type="category")
     st.plotly_chart(style(fig, height=360, legend_top=False), width="stretch")
     st.markdown(f"It picked **`{texts[0]}`**.")
-    deeper_link("pages/12_Embeddings_and_the_next_token.py", "Go deeper: the next token")
+    deeper_link("pages/12_Sampling.py", "Go deeper: Sampling")
 
 
 def step_one_at_a_time(model: Model, prompt: Prompt, rec, texts: list[str]) -> None:
@@ -148,17 +161,108 @@ def step_two_speeds(model: Model, prompt: Prompt, rec, texts: list[str]) -> None
     deeper_link("pages/15_Prefill_and_decode_measured.py", "Go deeper: Prefill and decode, measured")
 
 
+def step_batching(model: Model, prompt: Prompt, rec, texts: list[str]) -> None:
+    c = model.config
+    context = rec.steps[-1].cache_tokens
+    try:
+        rows = batch_curve(step_model_for(c, load_device(DEFAULT_DEVICE), "bf16"), context, BATCHES)
+    except SpecError as e:
+        show_error(e)
+        return
+    one, many = rows[0], next(r for r in rows if r["batch"] == 64)
+    st.markdown(f"One reply at a time wastes the machine: every decode step reads **all the weights** to make one "
+                f"token. Serve many people together and one read of the weights makes a token for each of them. "
+                f"For this model on an {DEFAULT_DEVICE} (datasheet speed, {context:,} tokens of context each): "
+                f"**{fmt_num(one['total_tok_s'], 3)} tokens/s** for one reply, "
+                f"**{fmt_num(many['total_tok_s'], 3)} tokens/s** in total for 64 replies at once, each still "
+                f"getting {fmt_num(many['per_stream_tok_s'], 3)} tokens/s.")
+    fig = go.Figure()
+    fig.add_scatter(x=[r["batch"] for r in rows], y=[r["total_tok_s"] for r in rows], name="all replies together",
+                    mode="lines+markers", line=dict(color="#2563eb", width=3))
+    fig.add_scatter(x=[r["batch"] for r in rows], y=[r["per_stream_tok_s"] for r in rows], name="one reply",
+                    mode="lines+markers", line=dict(color="#f59e0b", width=3))
+    fig.update_layout(xaxis_title="replies decoded together (batch)", yaxis_title="tokens per second", height=360)
+    fig.update_xaxes(type="log", tickvals=list(BATCHES))
+    fig.update_yaxes(type="log")
+    st.plotly_chart(style(fig, height=360), width="stretch")
+    st.caption("Computed from the step-time model (weights once per step, plus every reply's KV cache), not "
+               "measured: the Batching page measures it on this machine.")
+    deeper_link("pages/31_Batching.py", "Go deeper: Batching")
+
+
+def step_paging(model: Model, prompt: Prompt, rec, texts: list[str]) -> None:
+    c = model.config
+    n = rec.steps[-1].cache_tokens
+    blocks, empty = explain_paging(n, BLOCK)
+    per_token = kv_bytes_per_token(c, "fp32")
+    reserved = reserve_for_max(n, c.max_position_embeddings, per_token)
+    st.markdown(f"Many replies share one memory, and nobody knows in advance how long a reply will be. Reserving "
+                f"the whole context window ({c.max_position_embeddings:,} tokens) for this reply would hold "
+                f"**{fmt_bytes(reserved['reserved_bytes'])}** for {fmt_bytes(reserved['used_bytes'])} used. A paged "
+                f"cache hands out small blocks of {BLOCK} tokens as the reply grows: this reply's {n:,} tokens take "
+                f"**{blocks.value:,.0f} blocks**, with {empty.value:,.0f} empty slots in the last one.")
+    rows = int(blocks.value)
+    z = [[1 if b * BLOCK + s < n else 0 for s in range(BLOCK)] for b in range(rows)]
+    text = [[str(b * BLOCK + s) if b * BLOCK + s < n else "" for s in range(BLOCK)] for b in range(rows)]
+    fig = go.Figure(go.Heatmap(z=z, text=text, texttemplate="%{text}", showscale=False, xgap=3, ygap=3, zmin=0,
+                               zmax=1, colorscale=[[0, "#e2e8f0"], [1, "#2563eb"]], hoverinfo="skip"))
+    fig.update_layout(xaxis_title=f"slot in the block (0 … {BLOCK - 1}); number = token position, grey = empty",
+                      yaxis_title="block", height=min(520, 130 + 40 * rows))
+    fig.update_xaxes(showticklabels=False)
+    fig.update_yaxes(autorange="reversed", tickvals=list(range(rows)), ticktext=[f"block {b}" for b in range(rows)])
+    st.plotly_chart(style(fig, height=min(520, 130 + 40 * rows), legend_top=False), width="stretch")
+    st.caption(f"Blocks: {blocks.formula}. Empty slots: {empty.formula}. A request never wastes more than "
+               f"{BLOCK - 1} slots, whatever its length.")
+    deeper_link("pages/33_Paged_KV_cache.py", "Go deeper: Paged KV cache")
+
+
+def step_planner(model: Model, prompt: Prompt, rec, texts: list[str]) -> None:
+    c = model.config
+    rate = CLASS_SIZE / SECONDS_BETWEEN_REQUESTS
+    wl = Workload(requests_per_s=rate, prompt_tokens=len(prompt.ids), output_tokens=max(1, len(rec.steps)),
+                  ttft_p99_ms=2000.0, itl_ms=50.0)
+    try:                                                  # one search per GPU: its cheapest plan, or none
+        best = session_cached("walk.plan", (model.source, wl), lambda: {
+            d: rows[0] for d in PLAN_DEVICES for rows in [plan_rows(plan(c, [load_device(d)], wl), top=1)] if rows})
+    except SpecError as e:
+        show_error(e)
+        return
+    st.markdown(f"Last question: what to buy. Say a class of {CLASS_SIZE} each sends a prompt like this one every "
+                f"{SECONDS_BETWEEN_REQUESTS} s ({rate:g} requests/s, {len(prompt.ids):,} tokens in, "
+                f"{len(rec.steps):,} out), and wants the first token within 2 s and then one every 50 ms. The "
+                "planner tries every GPU, count, split and precision and keeps the cheapest that meets the targets.")
+    if not best:
+        st.warning("No plan meets these targets on these GPUs; the Capacity planner says why for each.")
+    else:
+        names = sorted(best, key=lambda d: best[d]["usd_per_million_output_tokens"])
+        cost = [best[d]["usd_per_million_output_tokens"] for d in names]
+        fig = go.Figure(go.Bar(y=names, x=cost, orientation="h", marker_color="#10b981",
+                               text=[f"${v:,.3f}: {best[d]['gpus']} GPU, {best[d]['weight_dtype']}"
+                                     for d, v in zip(names, cost)], textposition="outside", cliponaxis=False))
+        fig.update_layout(xaxis_title="$ per 1M output tokens (cheapest plan on that GPU)",
+                          yaxis=dict(type="category", autorange="reversed"), height=140 + 50 * len(names))
+        fig.update_xaxes(range=[0, max(cost) * 1.6])
+        st.plotly_chart(style(fig, height=140 + 50 * len(names), legend_top=False), width="stretch")
+        top = best[min(best, key=lambda d: best[d]["usd_per_million_output_tokens"])]
+        st.markdown(f"Cheapest: **{top['gpus']} × {top['device']}** ({top['weight_dtype']} weights), "
+                    f"**${top['usd_per_million_output_tokens']:,.3f} per million output tokens**; {top['why']}.")
+    deeper_link("pages/42_Capacity_planner.py", "Go deeper: Capacity planner")
+
+
 STEPS = [("Your prompt and its reply", step_prompt), ("Text becomes tokens", step_tokens),
          ("Tokens become vectors", step_embeddings), ("Tokens look at each other", step_attention),
          ("A score for every word", step_next_token), ("One token at a time", step_one_at_a_time),
-         ("The memory that grows", step_kv_cache), ("Two speeds: prefill and decode", step_two_speeds)]
+         ("The memory that grows", step_kv_cache), ("Two speeds: prefill and decode", step_two_speeds),
+         ("Many people at once: batching", step_batching), ("Memory in pages", step_paging),
+         ("What to buy: the planner", step_planner)]
 
 
 def main() -> None:
     setup_page("Walkthrough", icon=":material/school:")
     st.title("Walkthrough")
-    st.markdown("A tour of one real request through a real model, in eight steps. Type the prompt you want the "
-                "class to see; every step uses that prompt and the reply the model gives to it.")
+    st.markdown(f"A tour of one real request through a real model, then of serving it to a whole class, in "
+                f"{len(STEPS)} steps. Type the prompt you want the class to see; every step uses that prompt and the "
+                "reply the model gives to it.")
     model = model_picker()
     prompt = teacher_prompt(model, height=70)
     if model is None or prompt is None:

@@ -1,9 +1,8 @@
 """Embeddings and the next token: the embedding table (its size, one token's row, its nearest neighbours), then the
-other end of the model: the last position's logits, softmax, and how temperature / top-k / top-p reshape the
-distribution; greedy versus sampled; and a logit lens through every layer.
+other end of the model: a pointer to the Sampling lesson (the next-token distribution and the sampler), and a logit
+lens through every layer.
 
-Numbers: `engine.instruments.readout` (nearest_tokens, top_k, logit_lens), `engine.model.sampling.sampling_probs` (the sampler the
-engine itself uses), `calculators.sizing.params.embedding_bytes`; the run is one forward pass (`ui.inside`).
+Numbers: `engine.instruments.readout` (nearest_tokens, logit_lens), `calculators.sizing.params.embedding_bytes`; the run is one forward pass (`ui.inside`).
 """
 from __future__ import annotations
 
@@ -14,15 +13,12 @@ import streamlit as st
 from calculators.sizing.params import embedding_bytes
 from calculators.units import fmt_bytes
 from engine import Model
-from engine.instruments.readout import embedding_row, logit_lens, nearest_tokens, softmax, support_size, top_k
-from engine.model.sampling import sampling_probs
-from ui import df_with_download, float_field, formula_expander, int_field, model_picker, setup_page
+from engine.instruments.readout import embedding_row, logit_lens, nearest_tokens
+from ui import df_with_download, formula_expander, model_picker, setup_page
 from ui.charts import DIVERGING, figure, font_px, style
-from ui.inside import Prompt, index_field, prompt_readout, session_cached, teacher_prompt
+from ui.inside import Prompt, deeper_link, index_field, prompt_readout, session_cached, teacher_prompt
 
-SHOW_TOP = 12           # bars in the next-token chart
 NEIGHBOURS = 10
-DRAWS = 20              # sampled draws shown beside the greedy pick
 
 
 def piece(model: Model, token_id: int) -> str:
@@ -73,50 +69,10 @@ def embedding_section(model: Model, prompt: Prompt) -> None:
         st.caption("Random weights: neighbours are random too (a trained model puts related words together).")
 
 
-def next_token_section(model: Model, prompt: Prompt, logits: np.ndarray) -> None:
+def next_token_section() -> None:
     st.subheader("2 · From the last position to the next token")
-    st.markdown("The last position's vector is compared with every row of the output table: one score (logit) per "
-                "token of the vocabulary. Softmax turns the scores into probabilities; the sampler then picks one. "
-                "Change the sampler's settings and watch the bars.")
-    cols = st.columns(4)
-    temperature = float_field("Temperature", 1.0, 0.0, 100.0, key="emb.temperature", where=cols[0],
-                              help="Divides the logits: below 1 sharpens, above 1 flattens; 0 = greedy.")
-    k = int_field("Top-k", 0, 0, model.config.vocab_size, key="emb.top_k", where=cols[1],
-                  help="Keep the k most likely tokens; 0 = off.")
-    p = float_field("Top-p", 1.0, 0.01, 1.0, key="emb.top_p", where=cols[2],
-                    help="Keep the most likely tokens until their probabilities add up to p; 1 = off.")
-    seed = int_field("Seed", 0, 0, 2**32 - 1, key="emb.seed", where=cols[3])
-    if None in (temperature, k, p, seed):
-        return
-    base = softmax(logits)                                                        # [V] at temperature 1
-    shaped = sampling_probs(logits, temperature, k, p)                            # [V] what the sampler draws from
-    top_ids, _ = top_k(base, SHOW_TOP)
-    labels = [f"{piece(model, i)}" for i in top_ids]
-    fig = figure(dict(type="bar", name="model (softmax, T = 1)", x=labels, y=base[top_ids],
-                      marker=dict(color="#94a3b8")),
-                 dict(type="bar", name="after your temperature / top-k / top-p", x=labels, y=shaped[top_ids],
-                      marker=dict(color="#2563eb"), text=[f"{x:.0%}" for x in shaped[top_ids]],
-                      textposition="outside", cliponaxis=False),
-                 barmode="group", xaxis=dict(title=f"next token (the model's {SHOW_TOP} most likely)", type="category"),
-                 yaxis=dict(title="probability", tickformat=".0%"))
-    st.plotly_chart(style(fig, height=430), width="stretch")
-    greedy = int(np.argmax(logits))
-    rng = np.random.default_rng(seed)
-    draws = rng.choice(shaped.size, size=DRAWS, p=shaped)
-    kept = support_size(shaped)
-    st.markdown(f"**Greedy** (always the most likely): `{piece(model, greedy)}` ({base[greedy]:.1%}).  \n"
-                f"**Sampled**, {DRAWS} draws with seed {seed}: "
-                + " ".join(f"`{piece(model, d)}`" for d in draws)
-                + f"  \n{kept:,} of {shaped.size:,} tokens can still be drawn with these settings.")
-    formula_expander("Softmax, temperature, top-k, top-p",
-                     "p_i = exp(z_i / T) ÷ Σ_j exp(z_j / T), with z the logits and T the temperature.\n\n"
-                     "Top-k keeps the k largest z (others get p = 0); top-p keeps the most likely tokens until "
-                     "their probabilities reach p, then renormalises. T = 0 puts all mass on the largest z "
-                     "(greedy). These are the engine's own sampler (`engine.model.sampling.sampling_probs`).\n\n"
-                     "Source: 003 Detail 3")
-    df = pd.DataFrame({"token": labels, "token_id": top_ids, "logit": np.round(logits[top_ids], 4),
-                       "p (T=1)": np.round(base[top_ids], 6), "p (your settings)": np.round(shaped[top_ids], 6)})
-    df_with_download(df, "next_token_distribution")
+    deeper_link("pages/12_Sampling.py", "The next-token distribution and how the sampler picks from it (temperature, "
+                "top-k, top-p) have their own lesson: Sampling")
 
 
 def logit_lens_section(model: Model, prompt: Prompt, resid: np.ndarray) -> None:
@@ -157,7 +113,7 @@ def main() -> None:
         return
     readout = prompt_readout(model, prompt)
     embedding_section(model, prompt)
-    next_token_section(model, prompt, readout.last_logits)
+    next_token_section()
     logit_lens_section(model, prompt, readout.last_resid)
 
 

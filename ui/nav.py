@@ -1,8 +1,9 @@
 """The app's table of contents: every file `pages/NN_Title.py` becomes a page, grouped into the curriculum's parts
-by the tens digit of NN. Adding a lesson is adding a file; nothing here lists pages by hand.
+by the tens digit of NN, in order of NN and then of title (12_Embeddings… comes before 12_Sampling). Adding a
+lesson is adding a file; nothing here lists pages by hand.
 
     00-09  Start               (the home page lives in app.py; 01 Walkthrough)
-    10-19  Inside the model    (tokens, embeddings, attention, KV cache, prefill vs decode)
+    10-19  Inside the model    (tokens, embeddings, sampling, attention, KV cache, prefill vs decode)
     20-29  Sizing one GPU      (anatomy, KV variants, roofline, floors, FlashAttention, quantization, your machine)
     30-39  Serving many users  (batching, continuous batching, paging, prefix caching, chunked prefill, ...)
     40-49  Beyond one GPU      (parallelism, capacity planner, calibration, measure a server)
