@@ -457,3 +457,34 @@ def prepare(matrices: Callable[[], Iterable[np.ndarray]] | None = None) -> Threa
 
 def status() -> ThreadStatus:
     return governor().status()
+
+
+# ============================================================================================ a lesson's reading
+BUSY_CORES = SLACK        # other work holding at least this many cores' worth makes a measurement "on a busy machine"
+
+
+@dataclass(frozen=True)
+class LoadReading:
+    """How much other work ran on this process's cores while a measurement ran (`measured_under_load`)."""
+    others: float | None          # cores' worth of CPU other programs (and this process's other threads) used
+    cores: int
+    seconds: float
+
+    @property
+    def busy(self) -> bool:
+        return self.others is not None and self.others >= BUSY_CORES
+
+
+def measured_under_load(run: Callable[[], object], sampler: Callable[[], CpuSample] = sample_cpu,
+                        matrices: Callable[[], Iterable[np.ndarray]] | None = None) -> tuple:
+    """`run()` and the load other work put on our cores meanwhile: (its result, a LoadReading). The calling thread
+    is the engine (its BLAS threads are this process's CPU, not other work). `matrices` (a model's
+    `weight_matrices`): size the BLAS threads to the load first (`prepare`), so that neither the first window's
+    single thread nor a timing of more threads lands inside the measurement."""
+    if matrices is not None:
+        prepare(matrices)
+    prev = sampler()
+    result = run()
+    cur = sampler()
+    return result, LoadReading(others_busy(prev, cur, {threading.get_ident()}), len(usable_cpus()),
+                               cur.wall - prev.wall)

@@ -1,6 +1,6 @@
 """Prefill and decode, measured: the teacher's run as a timeline (one prefill bar, then one tick per token), TTFT,
 the inter-token latency distribution and tokens/s; then a prompt-length sweep on this machine showing TTFT grow
-while ITL stays flat, beside the calculators' prediction for this machine.
+and what ITL does, beside the calculators' prediction for this machine.
 
 Numbers: `engine.record_generation` (the run), `engine.instruments.readout.record_timeline`, `engine.instruments.profile.profile_run`
 (the sweep), `calculators.sizing.latency.prefill_ms` / `decode_step_ms` on `specs.devices.measure_this_machine`.
@@ -14,13 +14,14 @@ import streamlit as st
 from calculators.sizing.latency import decode_step_ms, prefill_ms
 from engine import Model
 from engine.instruments.profile import profile_run
+from engine import threads
 from engine.instruments.readout import record_timeline, sweep_lengths, token_end_times_ms
 from specs.model_config import SpecError
 from ui import df_with_download, formula_expander, model_picker, setup_page, show_error
 from ui.charts import figure, style
 from ui.inside import Prompt, run_settings, session_cached, step_texts, teacher_prompt, teacher_run
 from ui.model_source import measured_machine
-from ui.narration import gap_words
+from ui.narration import beat_words, busy_notice, gap_words, step_spread, sweep_words
 
 ENGINE_DTYPE = "fp32"               # the engine's weights, activations and cache are float32
 SWEEP_STEPS = 4                     # decode steps timed per prompt length (the median is reported)
@@ -82,9 +83,14 @@ def run_section(model: Model, prompt: Prompt) -> None:
     cols[3].metric("Whole run", f"{tl['total_ms']:.0f} ms", help=f"{len(rec.steps)} tokens")
     st.caption(f"Measured on this server: {model.name}, float32 NumPy, one sequence (batch 1), a "
                f"{len(prompt.ids):,}-token prompt, {len(rec.steps)} new tokens ({rec.finish_reason}).")
+    load = threads.status()
+    notice = busy_notice(load.others_busy, load.cores, step_spread(tl["itl_ms"]))
+    if notice:
+        st.warning(notice, icon=":material/warning:")
     timeline(rec, texts, tl)
     if len(tl["itl_ms"]):
         itl_histogram(tl)
+    st.markdown(beat_words(tl["itl_ms"], notice is not None))
     formula_expander("Where these numbers come from",
                      "Each forward pass has its own wall-clock timer in the run's record:\n\n"
                      "- **TTFT** = the prefill pass over all prompt tokens (it also yields the first token).\n"
@@ -106,7 +112,7 @@ def sweep(model: Model, lengths: tuple[int, ...]) -> pd.DataFrame:
 
 
 def sweep_section(model: Model) -> None:
-    st.subheader("Longer prompts: TTFT grows, ITL stays flat")
+    st.subheader("Longer prompts: what happens to TTFT and to ITL?")
     st.markdown("Prefill handles the whole prompt in one pass, so its time grows with the prompt. A decode step "
                 "handles one token and mostly reads the weights, so it barely notices how long the prompt was.")
     ctx = model.config.max_position_embeddings
@@ -119,9 +125,14 @@ def sweep_section(model: Model) -> None:
                                   help="A few seconds for the default model."):
         return
     with st.spinner("Measuring each prompt length …"):
-        df = session_cached("sweep", key, lambda: sweep(model, lengths))
+        df, load = session_cached("sweep", key, lambda: threads.measured_under_load(lambda: sweep(model, lengths),
+                                                                             matrices=model.weight_matrices))
+        df = df.copy()
         device = measured_machine()
     st.session_state[SWEEP_KEY] = key
+    notice = busy_notice(load.others, load.cores)
+    if notice:
+        st.warning(notice, icon=":material/warning:")
     df["TTFT predicted (ms)"] = [prefill_ms(model.config, device, n, weight_dtype=ENGINE_DTYPE)["prefill_ms"]
                                  for n in df["prompt tokens"]]
     df["ITL predicted (ms)"] = [decode_step_ms(model.config, device, n, weight_dtype=ENGINE_DTYPE)["step_ms"]
@@ -137,6 +148,7 @@ def sweep_section(model: Model) -> None:
     st.caption(f"Prediction for this machine as measured by NumPy: {device.memory_bandwidth_gb_s:,.1f} GB/s, "
                f"{device.peak(ENGINE_DTYPE) / 1e9:,.1f} GFLOP/s in float32; each step takes the larger of its "
                "compute time and its memory time (the roofline).")
+    st.markdown(sweep_words(df, notice is not None))
     st.markdown(gap_words(df))
     df_with_download(df.round(3), "prefill_decode_sweep")
     formula_expander("The prediction", "TTFT ≈ max(prefill FLOPs ÷ peak FLOP/s, bytes ÷ bandwidth) and "
@@ -149,8 +161,8 @@ def main() -> None:
     setup_page("Prefill and decode, measured", icon=":material/timer:")
     st.title("Prefill and decode, measured")
     st.markdown("A reply has two phases. First the model reads the whole prompt in one pass (prefill): that is the "
-                "wait before the first token. Then it produces one token per pass (decode), at a steady beat. Here "
-                "is your run on this server, timed pass by pass.")
+                "wait before the first token. Then it produces one token per pass (decode), each pass the same "
+                "work, so on a quiet machine the tokens come at a steady beat. Here is your run on this server, timed pass by pass.")
     model = model_picker()
     prompt = teacher_prompt(model)
     if model is None or prompt is None:

@@ -18,11 +18,13 @@ from calculators.serving.batching import (REFERENCE_003, batch_curve, compute_cr
                                   reference_batch_table)
 from calculators.units import GB, MB, fmt_bytes, fmt_num
 from engine.serve.serving_runs import batching_run
+from engine.threads import measured_under_load
 from specs.model_config import SpecError
 from specs.sources import readable_source
 from ui import df_with_download, formula_expander, int_field, model_picker, setup_page, show_error
 from ui.serving import measured_run, step_model_inputs
 from ui.charts import style as chart_style
+from ui.narration import batching_words, busy_notice, ceiling_label, spread
 
 TABLE_BATCHES = (1, 8, 32, 128)
 
@@ -97,27 +99,36 @@ def measured(model) -> None:
     st.subheader("Measured on the engine")
     st.markdown("The engine's scheduler decodes several identical greedy requests in one forward pass per step, "
                 "reading the weights once for all of them. Next to it, the same step's weight products alone "
-                "(no attention, no scheduler): the most batching can give on this machine.")
+                "(no attention, no scheduler): on a quiet machine, the most batching can give here.")
     c = st.columns(3)
     largest = int_field("Most streams", 4, 1, 32, key="batching.streams", where=c[0])
     new = int_field("Tokens per stream", 4, 2, 64, key="batching.new", where=c[1])
     plen = int_field("Prompt tokens", 8, 1, 256, key="batching.plen", where=c[2])
     if None in (largest, new, plen):
         return
-    rows = measured_run(
+    out = measured_run(
         "batching measurement", (model.source, largest, new, plen),
-        lambda: batching_run(model, batch_points(largest), prompt_len=plen, new_tokens=new),
+        lambda: measured_under_load(lambda: batching_run(model, batch_points(largest), prompt_len=plen,
+                                                         new_tokens=new),
+                                    matrices=model.weight_matrices),
         model=model, tokens=plen + new, sequences=largest, button="Measure", button_key="batching.measure",
         icon=":material/science:", spinner="Decoding on the engine …",
         hint="Press Measure to time the engine (a few seconds per stream count on this machine).")
-    if not rows:
+    if not out:
         return
+    rows, load = out
+    notice = busy_notice(load.others, load.cores, max(spread([r["gain_min"], r["gain"], r["gain_max"]])
+                                                      for r in rows))
+    if notice:
+        st.warning(notice, icon=":material/warning:")
     df = pd.DataFrame(rows)
     x = df["streams"].astype(str)
     fig = go.Figure([
         go.Bar(x=x, y=df["gain"], name="measured: scheduler tokens/s ÷ one stream's", marker_color="#4c78a8",
-               text=[f"{g:.2f}×" for g in df["gain"]], textposition="outside"),
-        go.Scatter(x=x, y=df["ceiling"], name="ceiling: weight products alone", mode="lines+markers",
+               text=[f"{g:.2f}×" for g in df["gain"]], textposition="outside",
+               error_y=dict(type="data", symmetric=False, array=df["gain_max"] - df["gain"],
+                            arrayminus=df["gain"] - df["gain_min"])),
+        go.Scatter(x=x, y=df["ceiling"], name=ceiling_label(rows), mode="lines+markers",
                    line=dict(color="#e45756", width=3)),
         go.Scatter(x=x, y=df["streams"], name="ideal: n streams, n×", mode="lines",
                    line=dict(color="#54a24b", dash="dash")),
@@ -125,15 +136,7 @@ def measured(model) -> None:
     fig.update_layout(title=f"{model.config.name}: gain from batching on this machine", xaxis_title="streams",
                       yaxis_title="× one stream", height=420, xaxis=dict(type="category"))
     st.plotly_chart(chart_style(fig))
-    last, one = rows[-1], rows[0]
-    if last["streams"] > 1:
-        st.markdown(
-            f"With **{last['streams']} streams** the scheduler made **{last['gain']:.2f}×** one stream's tokens/s; "
-            f"the weight products alone allow **{last['ceiling']:.2f}×** here. NumPy's BLAS multiplied "
-            f"{last['streams']} rows at {last['products_gflop_s']:.1f} GFLOP/s but one row at "
-            f"{one['products_gflop_s']:.1f} GFLOP/s: the weights are read once, yet a few rows are multiplied far "
-            "below this CPU's peak, so the step grows with the batch. On a GPU a small batch is memory-bound "
-            "(the step's time is the weight read), and the gain follows the dashed line much longer.")
+    st.markdown(batching_words(rows, notice is not None))
     df_with_download(df, "batching_measured", column_config={
         k: st.column_config.NumberColumn(format="%.4g") for k in df.columns if k != "streams"})
 

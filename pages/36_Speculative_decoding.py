@@ -22,7 +22,8 @@ from engine.serve.speculative import LOOKUP_EXAMPLES, PromptLookup, early_exit_d
 from specs.model_config import SpecError
 from ui import df_with_download, float_field, formula_expander, int_field, model_picker, setup_page, show_error
 from ui.serving import measured_run, style
-from ui.narration import acceptance_words
+from engine.threads import measured_under_load
+from ui.narration import acceptance_words, busy_notice, formula_gap_words, speculative_words
 
 ALPHAS = [i / 20 for i in range(21)]
 KS = (1, 2, 4, 8)
@@ -61,7 +62,8 @@ def theory() -> None:
                                    for a in ALPHAS]), "speculative_tokens_per_pass")
 
 
-DRAFTS = ("early exit: the model's own first layers", "prompt lookup: n-grams copied from the text so far")
+DRAFTS = ("prompt lookup: n-grams copied from the text so far", "early exit: the model's own first layers")
+BOTH = "both examples: where drafting wins, beside where it loses"
 
 
 def chat_ids(model, text: str) -> list[int]:
@@ -76,14 +78,14 @@ def measured(model) -> None:
     st.subheader("On the engine: two kinds of draft")
     L = model.config.num_layers
     kind = st.radio("Draft", DRAFTS, key="spec.draft", horizontal=True)
-    lookup = kind == DRAFTS[1]
+    lookup = kind == DRAFTS[0]
     if lookup:
         st.markdown("**Prompt lookup** (vLLM's `ngram` method) needs no draft model: it finds the latest earlier "
                     "place where the last 1-3 tokens of the text occurred and proposes the K tokens that followed "
                     "there. Free to compute, and right whenever the reply repeats its input.")
-        example = st.selectbox("Prompt", [*LOOKUP_EXAMPLES, "your own"], key="spec.example")
-        text = LOOKUP_EXAMPLES.get(example) or st.text_input("Your prompt", "Repeat after me: to be or not to be",
-                                                             key="spec.own_prompt")
+        example = st.selectbox("Prompt", [BOTH, *LOOKUP_EXAMPLES, "your own"], key="spec.example")
+        text = BOTH if example == BOTH else LOOKUP_EXAMPLES.get(example) or st.text_input(
+            "Your prompt", "Repeat after me: to be or not to be", key="spec.own_prompt")
     else:
         st.markdown(f"The draft is the model's own first layers (the same embedding, final norm and output head), "
                     f"so it costs about layers ÷ {L} of a full step and shares every weight.")
@@ -102,24 +104,44 @@ def measured(model) -> None:
     if not text.strip():
         show_error("Type a prompt.")
         return
+    cases = dict(LOOKUP_EXAMPLES) if text == BOTH else {"this prompt": text}
     try:
-        ids = chat_ids(model, text) if lookup else model.encode_prompt(text)
+        ids = {label: chat_ids(model, t) if lookup else model.encode_prompt(t) for label, t in cases.items()}
         draft = PromptLookup() if lookup else early_exit_draft(model, layers)
     except SpecError as e:
         show_error(e)
         return
-    r = measured_run(
+    out = measured_run(
         "speculative run", (model.source, kind, text, layers, k, new),
-        lambda: speculative_run(model, draft, ids, max_new_tokens=new, draft_tokens=k),
-        model=model, tokens=len(ids) + new + k, sequences=2, button="Run plain and speculative",
-        button_key="spec.run", spinner="Decoding twice …",
+        lambda: measured_under_load(lambda: {label: speculative_run(model, draft, i, max_new_tokens=new,
+                                                                    draft_tokens=k) for label, i in ids.items()},
+                                        matrices=model.weight_matrices),
+        model=model, tokens=max(map(len, ids.values())) + new + k, sequences=2,
+        button="Run plain and speculative", button_key="spec.run", spinner="Decoding twice …",
         hint="Press Run to decode the prompt plainly and speculatively.")
-    if r is None:
+    if out is None:
         return
-    show_result(r, k, lookup, model, layers)
+    results, load = out
+    notice = busy_notice(load.others, load.cores)
+    if notice:
+        st.warning(notice, icon=":material/warning:")
+    for i, (label, r) in enumerate(results.items()):
+        if len(results) > 1:
+            st.markdown(f"#### {label}")
+        st.markdown(speculative_words(label, r, notice is not None))
+        show_result(r, k, lookup, model, layers, f"speculative_measured_{i}")
+    if lookup:
+        st.markdown(
+            "**Why it wins or loses.** When the reply copies the prompt, the tokens after the last matching n-gram "
+            "are what the model writes next, so most of the K drafts are accepted and one pass of the full model "
+            "yields several tokens, while the drafts cost nothing to make. When the reply is new text, the n-grams "
+            "rarely match: a round either proposes nothing (a plain decode step) or proposes tokens the model "
+            "rejects, and each verification pass of K + 1 tokens costs more than a plain step, so it runs slower "
+            "than plain decoding. The formula's α assumes every token is equally likely to be accepted; copying "
+            "is all-or-nothing in runs, so measured tokens per pass can differ from it.")
 
 
-def show_result(r: dict, k: int, lookup: bool, model, layers: int) -> None:
+def show_result(r: dict, k: int, lookup: bool, model, layers: int, name: str) -> None:
     (st.success if r["identical"] else st.error)(
         "Same tokens as plain greedy decoding." if r["identical"] else "Tokens differ from plain decoding!")
     alpha = r["alpha"]
@@ -143,19 +165,10 @@ def show_result(r: dict, k: int, lookup: bool, model, layers: int) -> None:
         dict(quantity="verification pass ÷ target step", measured=r["verify_cost_ratio"],
              formula="1 (the formula assumes one step)"),
         dict(quantity="plain decoding (s)", measured=r["plain_s"], formula=given),
-        dict(quantity="speculative (s)", measured=r["speculative_s"], formula=given)]), "speculative_measured")
-    st.caption(f"Formula with the measured α, K = {k} and the measured draft cost per step. On a CPU the "
-               "verification pass of K + 1 tokens costs more than one decode step, so the measured speedup falls "
-               "below the bandwidth-bound formula. " + ("" if lookup else acceptance_words(model, layers, alpha)))
-    if lookup:
-        st.markdown(
-            "**Why it wins or loses.** When the reply copies the prompt, the tokens after the last matching n-gram "
-            "are what the model writes next, so most of the K drafts are accepted and one pass of the full model "
-            "yields several tokens, while the drafts cost nothing to make. When the reply is new text, the n-grams "
-            "rarely match: a round either proposes nothing (a plain decode step) or proposes tokens the model "
-            "rejects, and each verification pass of K + 1 tokens costs more than a plain step, so it runs slower "
-            "than plain decoding. The formula's α assumes every token is equally likely to be accepted; copying "
-            "is all-or-nothing in runs, so measured tokens per pass can differ from it.")
+        dict(quantity="speculative (s)", measured=r["speculative_s"], formula=given)]), name)
+    st.caption(f"Formula with the measured α, K = {k} and the measured draft cost per step. "
+               + formula_gap_words(r["speedup_measured"], pred_speed, r["verify_cost_ratio"]) + " "
+               + ("" if lookup else acceptance_words(model, layers, alpha)))
 
 
 def main() -> None:

@@ -10,6 +10,7 @@ import numpy as np
 import pandas as pd
 
 from calculators.units import fmt_num
+from engine.threads import BUSY_CORES
 
 
 def gap_words(df: pd.DataFrame) -> str:
@@ -116,3 +117,168 @@ def speedup_words(snap, speedup: float, window_s: float = 10.0) -> str:
             "more sequences also costs nearly proportionally more arithmetic. The batching gain of the lesson "
             "shows when steps are limited by reading the weights, with the prompts already read.") if total > 0 \
         else f"The batch delivers {fmt_num(speedup, 3)}× the tokens/s of one stream alone."
+
+
+# ============================================================================================ measured lessons
+BUSY_SPREAD = 0.5           # repeats whose range exceeds half their median: the timing is not steady
+SHRANK = 0.95               # a measured time "shrank" only when it fell by more than 5%
+
+
+def spread(values) -> float:
+    """(max - min) / median of repeated timings (0 for one value)."""
+    v = [float(x) for x in values]
+    med = float(np.median(v)) if v else float("nan")
+    return (max(v) - min(v)) / med if len(v) > 1 and med > 0 else 0.0
+
+
+def step_spread(values) -> float:
+    """(90th - 10th percentile) / median of steps that each do the same work (0 for fewer than two)."""
+    v = np.asarray(values, float)
+    if v.size < 2:
+        return 0.0
+    lo, med, hi = np.percentile(v, [10, 50, 90])
+    return float((hi - lo) / med) if med > 0 else 0.0
+
+
+def busy_notice(others: float | None, cores: int, spread_: float | None = None) -> str | None:
+    """The busy-machine notice for a measured lesson, or None when the machine looked quiet: other programs'
+    CPU during the run (`engine.threads.LoadReading.others`) and the spread between repeats."""
+    loaded = others is not None and others >= BUSY_CORES
+    noisy = spread_ is not None and spread_ > BUSY_SPREAD
+    if not (loaded or noisy):
+        return None
+    why = []
+    if loaded:
+        why.append(f"other programs used **{others:.1f} of its {cores} cores** while this ran")
+    if noisy:
+        why.append(f"repeats of the same measurement differed by **{spread_:.0%}** of their median")
+    return ("**This machine is busy:** " + " and ".join(why) + ". The engine waited for the cores as well as "
+            "doing its work, so these timings are slower and noisier than the lesson's arithmetic: a difference "
+            "smaller than that spread says nothing. Read the sentences below for what this run did show, and "
+            "press again when the machine is quieter (fewer programs, fewer students on this server) to see the "
+            "effect itself.")
+
+
+def _busy_reason(busy: bool) -> str:
+    return (" The machine was busy (see the notice above): a step's time here depends on when the other programs "
+            "let the engine run, more than on the step's own work." if busy else "")
+
+
+def chunk_measured_words(whole: dict, chunked: dict, chunk: int, busy: bool) -> str:
+    """What the engine's two runs (whole prompt, chunks) show, in sentences true of these numbers."""
+    w, c = whole["itl_max_ms"], chunked["itl_max_ms"]
+    wm, cm = whole["itl_p50_ms"], chunked["itl_p50_ms"]
+    tw, tc = whole["long_prompt_ttft_ms"], chunked["long_prompt_ttft_ms"]
+    gap = f"from {fmt_num(w, 3)} to {fmt_num(c, 3)} ms"
+    if c < SHRANK * w:
+        out = (f"With chunks of {chunk:,} tokens the decoding requests' worst gap **shrank** {gap}: no step had to "
+               "carry the whole prompt.")
+    else:
+        out = (f"With chunks of {chunk:,} tokens the decoding requests' worst gap **did not shrink** here ({gap})."
+               + (_busy_reason(True) if busy else
+                  " At this size the whole prompt costs about as much as a decode step (the engine's cost per pass "
+                  "outweighs the prompt's arithmetic): make the long prompt longer to see chunks help."))
+    out += f" Their median gap went from {fmt_num(wm, 3)} to {fmt_num(cm, 3)} ms."
+    out += (f" The long prompt's first token came **later** with chunks ({fmt_num(tw, 3)} → {fmt_num(tc, 3)} ms): "
+            "its prefill was spread over several steps." if tc > tw else
+            f" The long prompt's first token did not come later here ({fmt_num(tw, 3)} → {fmt_num(tc, 3)} ms).")
+    return out
+
+
+def batching_bound_holds(rows: list[dict]) -> bool:
+    """Whether the weight products' gain was an upper bound of every measured gain in this run."""
+    return all(r["gain"] <= r["ceiling"] for r in rows)
+
+
+def batching_words(rows: list[dict], busy: bool) -> str:
+    """What the batching measurement shows, true of these numbers; it calls the weight products' gain a ceiling
+    only when no measured gain went above it."""
+    last, one = rows[-1], rows[0]
+    if last["streams"] <= 1:
+        return "Measure more than one stream to see a gain."
+    out = (f"With **{last['streams']} streams** the scheduler made **{last['gain']:.2f}×** one stream's tokens/s "
+           f"(repeats from {last.get('gain_min', last['gain']):.2f}× to {last.get('gain_max', last['gain']):.2f}×). ")
+    if batching_bound_holds(rows):
+        out += (f"The weight products alone allow **{last['ceiling']:.2f}×** here, and no measured gain went above "
+                "them: they are this run's ceiling. ")
+    else:
+        over = [r for r in rows if r["gain"] > r["ceiling"]]
+        out += (f"The weight products alone, timed separately, gave {last['ceiling']:.2f}×, yet the scheduler "
+                f"measured more at {', '.join(str(r['streams']) for r in over)} streams: in this run they are "
+                "**not a ceiling**, since the two timings met different moments of the machine."
+                + (_busy_reason(True) if busy else " Press again to see whether it holds.") + " ")
+    out += (f"NumPy's BLAS multiplied {last['streams']} rows at {last['products_gflop_s']:.1f} GFLOP/s but one row "
+            f"at {one['products_gflop_s']:.1f} GFLOP/s: the weights are read once, yet a few rows are multiplied "
+            "far below this CPU's peak, so the step grows with the batch. On a GPU a small batch is memory-bound "
+            "(the step's time is the weight read), and the gain follows the dashed line much longer.")
+    return out
+
+
+def ceiling_label(rows: list[dict]) -> str:
+    return ("ceiling: weight products alone" if batching_bound_holds(rows)
+            else "weight products alone (not a bound in this run)")
+
+
+def beat_words(itl_ms, busy: bool) -> str:
+    """Whether the decode steps of one run came at a steady beat, from their own times."""
+    itl = np.asarray(itl_ms, float)
+    if itl.size < 2:
+        return "Too few decode steps to say how steady they were."
+    lo, med, hi = np.percentile(itl, [10, 50, 90])
+    top = float(itl.max())
+    if hi <= 1.5 * lo and top <= 3 * med:
+        return (f"**A steady beat:** 8 steps in 10 took between {fmt_num(lo, 3)} and {fmt_num(hi, 3)} ms "
+                f"(median {fmt_num(med, 3)} ms): each step does the same work, one token through every layer.")
+    return (f"**Not a steady beat on this run:** steps took from {fmt_num(float(itl.min()), 3)} to "
+            f"{fmt_num(top, 3)} ms (8 in 10 between {fmt_num(lo, 3)} and {fmt_num(hi, 3)} ms, median "
+            f"{fmt_num(med, 3)} ms), though each does the same work, one token through every layer."
+            + (_busy_reason(True) if busy else
+               " Other work in this process or a first-use cost (memory, caches) slowed some steps: the median "
+               "is the step's own cost."))
+
+
+def sweep_words(df: pd.DataFrame, busy: bool) -> str:
+    """Whether TTFT grew and ITL stayed flat across the sweep, from its own rows."""
+    first, last = df.iloc[0], df.iloc[-1]
+    n0, n1 = int(first["prompt tokens"]), int(last["prompt tokens"])
+    t = last["TTFT measured (ms)"] / first["TTFT measured (ms)"]
+    itl = df["ITL measured (ms)"]
+    i = float(itl.max() / itl.min())
+    out = f"From {n0:,} to {n1:,} prompt tokens TTFT grew **{t:.1f}×**"
+    if i <= 1.5 and t > 2 * i:
+        return out + f" while ITL stayed **flat** (within {i:.2f}× across the sweep)."
+    if t > 2 * i:
+        return out + (f" and ITL changed up to {i:.1f}×, far less than TTFT: a decode step reads the weights "
+                      "plus the cache, and the cache grew with the prompt." + _busy_reason(busy))
+    return out + (f" and ITL changed up to {i:.1f}×: **not the expected picture** on this run." +
+                  (_busy_reason(True) if busy else " Press again: one slow moment can move a short timing."))
+
+
+def speculative_words(label: str, r: dict, busy: bool) -> str:
+    """Whether drafting won or lost in this run, with α and the measured speedup."""
+    s, a = r["speedup_measured"], r["alpha"]
+    alpha = "no guess checked" if math.isnan(a) else f"α = {a:.2f}"
+    if s >= 1.05:
+        return (f"**{label}: drafting won**, {s:.2f}× plain decoding's speed ({alpha}, "
+                f"{r['tokens_per_pass']:.2f} tokens per pass of the full model).")
+    if s <= 0.95:
+        return (f"**{label}: drafting lost**, {s:.2f}× plain decoding's speed ({alpha}, "
+                f"{r['tokens_per_pass']:.2f} tokens per pass): too few guesses were accepted to pay for the "
+                "verification passes." + _busy_reason(busy))
+    return (f"**{label}: a tie**, {s:.2f}× plain decoding's speed ({alpha}, {r['tokens_per_pass']:.2f} tokens per "
+            "pass)." + _busy_reason(busy))
+
+
+def formula_gap_words(measured: float, predicted: float, verify_ratio: float) -> str:
+    """How the measured speedup compares with the formula's, and why, true of these numbers."""
+    if not (np.isfinite(measured) and np.isfinite(predicted)):
+        return "The formula needs a measured α (no guess was checked)."
+    if measured < 0.95 * predicted:
+        why = (f" the verification pass of K + 1 tokens cost {verify_ratio:.1f}× a decode step here, the formula "
+               "assumes 1×" if np.isfinite(verify_ratio) and verify_ratio > 1.05 else "")
+        return (f"The measured speedup ({measured:.2f}×) fell below the bandwidth-bound formula's "
+                f"({predicted:.2f}×)" + (":" + why if why else "") + ".")
+    if measured > 1.05 * predicted:
+        return (f"The measured speedup ({measured:.2f}×) came out above the formula's ({predicted:.2f}×): accepted "
+                "guesses came in long runs, which the formula's one α per token does not model.")
+    return f"The measured speedup ({measured:.2f}×) matches the formula's ({predicted:.2f}×) within 5%."

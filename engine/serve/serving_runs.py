@@ -141,6 +141,26 @@ def chunked_prefill_run(model: Model, long_prompt_len: int, chunk_size: int | No
                 forward_tokens=sum(r.forward_tokens for r in reports))
 
 
+def chunked_prefill_repeats(model: Model, long_prompt_len: int, chunk_size: int, decoders: int = 4,
+                            new_tokens: int = 16, repeats: int = 3) -> list[dict]:
+    """`chunked_prefill_run` whole and chunked, `repeats` times interleaved (a busy second slows both alike): per
+    case the median of each timing, and `itl_max_spread`, the range of the worst gap over its median."""
+    runs: dict = {None: [], chunk_size: []}
+    for _ in range(max(1, int(repeats))):
+        for c in runs:
+            runs[c].append(chunked_prefill_run(model, long_prompt_len, c, decoders=decoders, new_tokens=new_tokens))
+    out = []
+    for c, rs in runs.items():
+        row = dict(rs[0])
+        for k in ("itl_p50_ms", "itl_p99_ms", "itl_max_ms", "long_prompt_ttft_ms"):
+            row[k] = float(np.median([r[k] for r in rs]))
+        worst = [r["itl_max_ms"] for r in rs]
+        row["itl_max_spread"] = (max(worst) - min(worst)) / row["itl_max_ms"] if row["itl_max_ms"] > 0 else 0.0
+        row["repeats"] = len(rs)
+        out.append(row)
+    return out
+
+
 def prefix_cache_run(model: Model, system_len: int, question_len: int = 8, prefix_caching: bool = True) -> dict:
     """Two requests sharing a system prompt, one after the other; what the second one had to prefill."""
     system = random_prompts(model, 1, system_len, seed=11)[0]

@@ -44,9 +44,9 @@ LOOKUP_PARAGRAPH = ("The museum opens at nine in the morning and closes at six i
 # Two chat prompts for prompt lookup: a reply that repeats its input (the drafts copied from the prompt are mostly
 # right), and one that writes new text (the n-grams rarely match, and every verification pass costs extra).
 LOOKUP_EXAMPLES = {
-    "wins: copy a paragraph, changing one word":
+    "copy a paragraph, changing one word (copy-heavy)":
         f"Repeat the following text exactly, but replace 'museum' with 'gallery':\n\n{LOOKUP_PARAGRAPH}",
-    "loses: write a new story": "Write a short story about a dragon who learns to bake bread.",
+    "write a new story (new text)": "Write a short story about a dragon who learns to bake bread.",
 }
 
 
