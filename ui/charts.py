@@ -28,6 +28,9 @@ _METRIC_CSS = """
   [data-testid="stSidebarNavLink"], [data-testid="stSidebarNavLink"] *, [data-testid="stNavSectionHeader"] {
     white-space: normal !important; overflow: visible !important; text-overflow: clip !important; }
   [data-testid="stSidebarNavLink"] { height: auto !important; min-height: 2rem; }
+  /* a projector's 1366x768: less empty margin above and beside the lesson, more room for its tables and charts */
+  [data-testid="stMainBlockContainer"] { padding-top: 4rem !important; padding-left: 3rem !important;
+    padding-right: 3rem !important; }
 </style>
 """
 _LARGE_CSS = """
@@ -39,6 +42,8 @@ _LARGE_CSS = """
   [data-testid="stMetricValue"] p { font-size: 2.6rem !important; }
   [data-testid="stMetricLabel"] p { font-size: 1.05rem !important; }
   h1 { font-size: 3rem !important; } h2 { font-size: 2.2rem !important; } h3 { font-size: 1.7rem !important; }
+  [data-testid="stMainBlockContainer"] { padding-top: 3.5rem !important; padding-left: 1rem !important;
+    padding-right: 1rem !important; }
 </style>
 """
 
