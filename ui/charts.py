@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 import streamlit as st
 
-LARGE_TEXT_KEY = "ui.large_text"
+from ui.widgets import LARGE_TEXT_KEY, large_text  # noqa: F401  (the switch lives with the tables that read it)
 # Explicit colour scales (a named one in a plain-dict figure is read by plotly.js, whose "Blues" runs dark to light):
 WEIGHTS = [[0.0, "#f7fbff"], [0.25, "#c6dbef"], [0.5, "#6baed6"], [0.75, "#2171b5"], [1.0, "#08306b"]]  # 0 = white
 DIVERGING = [[0.0, "#2166ac"], [0.5, "#f7f7f7"], [1.0, "#b2182b"]]                                  # −, 0, +
@@ -46,11 +46,6 @@ _LARGE_CSS = """
     padding-right: 1rem !important; }
 </style>
 """
-
-
-def large_text() -> bool:
-    """Whether this session asked for projector-sized text."""
-    return bool(st.session_state.get(LARGE_TEXT_KEY, False))
 
 
 def font_px() -> int:
