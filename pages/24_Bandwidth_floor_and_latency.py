@@ -187,7 +187,9 @@ def batching(config: ModelConfig, device: Device, setup: MultiGPU, wd: str, kd: 
         "weights (GB)": f3, "KV read (GB)": f3, "total read (GB)": f3, "step (ms)": f3,
         "tokens/s all streams": st.column_config.NumberColumn(format="localized"),
         "tokens/s per stream": st.column_config.NumberColumn(format="%.0f"),
-        "$ per 1M output tokens": st.column_config.NumberColumn(format="%.4f")})
+        "$ per 1M output tokens": st.column_config.NumberColumn(format="%.4f")},
+        show=["batch", "step (ms)", "tokens/s all streams", "tokens/s per stream", "$ per 1M output tokens",  # 1366 px
+              "fits on 1 GPU", "weights (GB)", "KV read (GB)", "total read (GB)"])
     st.caption("One GPU, ideal numbers (peak bandwidth, `calculators.sizing.latency.batch_table`); a row that does not "
                "fit on one GPU cannot run there. Step = (weights + batch × "
                "KV per sequence) / bandwidth; tokens/s = batch / step. Weights count every parameter once per "
@@ -231,7 +233,7 @@ def compare(config: ModelConfig, primary: Device, setup: MultiGPU, P: int, N: in
                    "typical on-demand rates and assumptions (specs/devices.json).")
     df_with_download(df, "device_comparison", column_config={
         c: st.column_config.NumberColumn(format="%.4g") for c in df.columns
-        if c not in ("device", "case", "fits on 1 GPU")})
+        if c not in ("device", "case", "fits on 1 GPU")}, show=list(df.columns))      # the leading ones that fit
     st.caption("Each device alone (one GPU); a bar marked 'does NOT fit' is for a setup that cannot run.")
 
 

@@ -69,7 +69,9 @@ def tp_section(config: ModelConfig, device: Device, setup: MultiGPU, ctx: int, b
                        "all-reduce (ms)": [r["allreduce_ms"] for r in ok], "ITL (ms)": [r["itl_ms"] for r in ok],
                        "speed-up vs TP 1": [r["speedup"] for r in ok], "fits": [r["fits"] for r in ok]})
     df_with_download(df, "tp_scaling", column_config={c: st.column_config.NumberColumn(format="%.3f")
-                                                      for c in df.columns if c not in ("TP", "fits")})
+                                                      for c in df.columns if c not in ("TP", "fits")},
+                     show=["TP", "ITL (ms)", "speed-up vs TP 1", "fits", "weights per GPU (GB)", "KV per GPU (GB)",
+                           "every weight read once (ms)", "all-reduce (ms)"])        # the verdict first: 1366 px
     if arch.is_moe(config):
         st.caption(f"{config.name} is a mixture of experts: a decode step reads only the experts its tokens are "
                    "routed to, so its ITL sits well below the time to read every resident weight once (the "
@@ -102,7 +104,7 @@ def pp_section(config: ModelConfig, device: Device, setup: MultiGPU, ctx: int, w
     with cols[1]:                                  # the small table beside the chart; the wide one below it
         df_with_download(df, "pipeline_bubble")
     df_with_download(dfp, "pp_scaling", column_config={c: st.column_config.NumberColumn(format="%.3f")
-                                                       for c in dfp.columns[2:]})
+                                                       for c in dfp.columns[2:]}, show=list(dfp.columns))
     formula_expander("Formulas: bubble and pipelined decode", inspect.getdoc(pp_scaling))
 
 
@@ -191,7 +193,9 @@ def sharding_section(config: ModelConfig, setup: MultiGPU) -> None:
                        "collective": [x["collective"] for x in rows],
                        "message (MB)": [x["message_bytes"] / 1e6 for x in rows], "time (ms)": [x["ms"] for x in rows]})
     df_with_download(df, "layer_sharding", column_config={"message (MB)": st.column_config.NumberColumn(format="%.3f"),
-                                                          "time (ms)": st.column_config.NumberColumn(format="%.4f")})
+                                                          "time (ms)": st.column_config.NumberColumn(format="%.4f")},
+                     show=["step", "op", "collective", "time (ms)", "message (MB)", "weight shard", "input shard",
+                           "output shard"])
     st.caption(f"{r * c} devices; times on {setup.link.name}, alpha-beta ring model.")
     formula_expander("The sharding rule", inspect.getdoc(layer_sharding))
 

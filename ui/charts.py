@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 import streamlit as st
 
-LARGE_TEXT_KEY = "ui.large_text"
+from ui.widgets import LARGE_TEXT_KEY, large_text  # noqa: F401  (the switch lives with the tables that read it)
 # Explicit colour scales (a named one in a plain-dict figure is read by plotly.js, whose "Blues" runs dark to light):
 WEIGHTS = [[0.0, "#f7fbff"], [0.25, "#c6dbef"], [0.5, "#6baed6"], [0.75, "#2171b5"], [1.0, "#08306b"]]  # 0 = white
 DIVERGING = [[0.0, "#2166ac"], [0.5, "#f7f7f7"], [1.0, "#b2182b"]]                                  # −, 0, +
@@ -28,6 +28,9 @@ _METRIC_CSS = """
   [data-testid="stSidebarNavLink"], [data-testid="stSidebarNavLink"] *, [data-testid="stNavSectionHeader"] {
     white-space: normal !important; overflow: visible !important; text-overflow: clip !important; }
   [data-testid="stSidebarNavLink"] { height: auto !important; min-height: 2rem; }
+  /* a projector's 1366x768: less empty margin above and beside the lesson, more room for its tables and charts */
+  [data-testid="stMainBlockContainer"] { padding-top: 4rem !important; padding-left: 3rem !important;
+    padding-right: 3rem !important; }
 </style>
 """
 _LARGE_CSS = """
@@ -39,13 +42,10 @@ _LARGE_CSS = """
   [data-testid="stMetricValue"] p { font-size: 2.6rem !important; }
   [data-testid="stMetricLabel"] p { font-size: 1.05rem !important; }
   h1 { font-size: 3rem !important; } h2 { font-size: 2.2rem !important; } h3 { font-size: 1.7rem !important; }
+  [data-testid="stMainBlockContainer"] { padding-top: 3.5rem !important; padding-left: 1rem !important;
+    padding-right: 1rem !important; }
 </style>
 """
-
-
-def large_text() -> bool:
-    """Whether this session asked for projector-sized text."""
-    return bool(st.session_state.get(LARGE_TEXT_KEY, False))
 
 
 def font_px() -> int:

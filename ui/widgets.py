@@ -24,14 +24,16 @@ def df_with_download(df: pd.DataFrame, name: str, *, hide_index: bool = True, he
 
     `name` names the file (`<name>.csv`) and keys the button, so it must be unique on a page.
     `show`: the columns drawn, in order, for a table too wide for a projector's 1366 px; a dict also gives each a
-    short heading (None keeps the name). The CSV keeps every column under its own name, and a caption under the
-    table names the ones only the CSV has. Names `df` lacks are skipped.
+    short heading (None keeps the name), most important first: only the leading ones that fit 1366 px are drawn
+    (`fitting_columns`). Without `show` every column is drawn (a table wider than the page scrolls: the browser
+    walk reports it, since only its page knows which columns matter). The CSV keeps every column under its own name, and a caption under the table names the
+    ones only the CSV has. Names `df` lacks are skipped.
     """
     config = readable_numbers(df, column_config)
     order = None
-    if show is not None:
+    if show is not None:                  # the page ranked its columns: the leading ones that fit are drawn
         labels = show if isinstance(show, dict) else dict.fromkeys(show)
-        order = [c for c in labels if c in df.columns]
+        order = fitting_columns(df, [c for c in labels if c in df.columns], labels)
         for c in order:
             if labels[c]:
                 config[c] = {**(config.get(c) or {}), "label": labels[c]}
@@ -64,6 +66,38 @@ def number_format(values: pd.Series) -> str | None:
         return "%,.0f"
     decimals = max(0, 2 - math.floor(math.log10(float(np.min(np.abs(v[v != 0]))))))
     return None if decimals > 4 else f"%,.{decimals}f"
+
+
+LARGE_TEXT_KEY = "ui.large_text"
+
+
+def large_text() -> bool:
+    """Whether this session asked for projector-sized text (the sidebar's switch, `ui.charts.large_text_toggle`)."""
+    return bool(st.session_state.get(LARGE_TEXT_KEY, False))
+
+
+# (page px, px per character, cell padding px) at 1366×768: the lesson column is ~970 px wide, ~1,020 with Large
+# text (ui.charts' margins); table text is ~7.5 px a character, ~10.5 with Large text.
+TABLE_FIT = {False: (950, 7.5, 18), True: (1000, 10.5, 20)}
+CELL_MAX_CHARS = 40
+
+
+def fitting_columns(df: pd.DataFrame, order: list, labels: dict) -> list:
+    """The leading columns of `order` whose estimated widths fit a projector's page (`TABLE_FIT`, normal or Large
+    text): a column's width is taken as its longest heading or value (up to 40 characters) in characters, times
+    the text size, plus the cell's padding. At least two columns."""
+    page_px, char_px, pad_px = TABLE_FIT[large_text()]
+    out, used = [], 0.0
+    for c in order:
+        head = df[c].head(50)
+        texts = [f"{v:,.4g}" if isinstance(v, float) else f"{v:,}" if isinstance(v, int) else str(v)
+                 for v in head.tolist()]
+        w = pad_px + char_px * min(CELL_MAX_CHARS, max([len(str(labels.get(c) or c)), *map(len, texts)]))
+        if len(out) >= 2 and used + w > page_px:
+            break
+        out.append(c)
+        used += w
+    return out
 
 
 def readable_numbers(df: pd.DataFrame, column_config: dict | None = None) -> dict:

@@ -3,8 +3,8 @@ shared helpers every page draws through (`ui.widgets.df_with_download`, `ui.char
 
 - table numbers carry thousands separators, with three significant digits for a column's smallest value
   (1520640 -> "1,520,640", 64935.998 -> "64,936"): expected formats worked by hand from each example's digits;
-- a table too wide for 1366 px draws the columns a page names, under short headings, and says which ones only
-  its CSV has; the CSV keeps every column under its own name;
+- a table too wide for 1366 px draws the columns a page names, under short headings (with Large text, the
+  leading ones that fit), and says which ones only its CSV has; the CSV keeps every column under its own name;
 - bar labels are never rotated (a rotated "8" reads as "∞") nor shrunk below 4/5 of the chart's font;
 - an axis of quantities that cannot be negative stops at zero (an empty step-time chart showed −1 ms), and one
   that carries negative values, its own range, a heatmap or a log scale is left alone.
@@ -66,6 +66,28 @@ def test_a_wide_table_shows_the_named_columns_and_the_csv_keeps_all(monkeypatch)
     assert files[0].splitlines()[0] == "op,shape,intensity (FLOP/byte),bound"
     drawn.clear(), captions.clear()
     widgets.df_with_download(df, "ops2")
+    assert drawn["column_order"] is None and captions == []
+
+
+@pytest.mark.parametrize("large, shown", [(True, 8), (False, 10)])
+def test_only_the_leading_columns_that_fit_are_drawn(monkeypatch, large, shown):
+    """12 columns of 10-character values. Large text: (20 + 10.5 × 10) = 125 px each, 8 fit 1,000 px (1,000) and
+    a 9th does not (1,125). Normal text: (18 + 7.5 × 10) = 93 px each, 10 fit 950 px (930) and an 11th does not
+    (1,023). A table whose page ranked no columns is drawn whole."""
+    import streamlit as st
+
+    from ui import widgets
+    drawn, captions = {}, []
+    monkeypatch.setattr(st, "dataframe", lambda df, **kw: drawn.update(kw))
+    monkeypatch.setattr(st, "caption", captions.append)
+    monkeypatch.setattr(st, "download_button", lambda *a, **kw: None)
+    monkeypatch.setattr(widgets, "large_text", lambda: large)
+    df = pd.DataFrame({f"c{i}": ["x" * 10] for i in range(12)})
+    widgets.df_with_download(df, "wide", show=list(df.columns))
+    assert drawn["column_order"] == [f"c{i}" for i in range(shown)]
+    assert captions == ["Also in the CSV: " + ", ".join(f"c{i}" for i in range(shown, 12)) + "."]
+    drawn.clear(), captions.clear()
+    widgets.df_with_download(df, "unranked")                       # no ranking: nothing hidden, it scrolls
     assert drawn["column_order"] is None and captions == []
 
 
