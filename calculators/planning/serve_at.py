@@ -20,7 +20,7 @@ import math
 import numpy as np
 
 from calculators import arch
-from calculators.planning.throughput import batch_limits, max_throughput
+from calculators.planning.throughput import batch_limits, deployment_defaults, max_throughput
 from calculators.serving.lengths import Lengths
 from calculators.serving.steady_state import Load, capacity, check_rate, operating_point
 from calculators.sizing.latency import Efficiency, step_weight_bytes
@@ -28,7 +28,7 @@ from calculators.sizing.roofline import compute_precision_for, forward_flops
 from calculators.multi_gpu.tensor_parallel import (Mesh, _comm_per_stage_ms, _expert_flops_extra, _link_for,
                                                    _need_link, check_mesh, expert_imbalance_for, per_gpu_kv_bytes,
                                                    per_gpu_weight_bytes, stage_layers)
-from calculators.units import check_fraction, default_kv_dtype
+from calculators.units import default_kv_dtype
 from specs.devices import Device, Link
 from specs.model_config import ModelConfig, SpecError
 from specs.stacks import Stack, load_stack
@@ -105,12 +105,8 @@ def serve_at(config: ModelConfig, device: Device, mesh: Mesh, rate: float, promp
     check_mesh(config, mesh)
     lam = check_rate(rate)
     I, O = lengths_of(prompt, "prompt tokens"), lengths_of(output, "output tokens")
-    kd = kv_dtype or default_kv_dtype(weight_dtype)
-    gmu = check_fraction("gpu_memory_utilization", gpu_memory_utilization if gpu_memory_utilization is not None
-                         else s.gpu_memory_utilization)
-    eff = efficiency or Efficiency.for_stack(s, device, weight_dtype)
-    lk = _link_for(device, link)
-    _need_link(mesh, lk, device)
+    kd, gmu, eff, lk = deployment_defaults(device, mesh, weight_dtype, kv_dtype, s, gpu_memory_utilization,
+                                           efficiency, link)
     i_mean, o_mean = int(math.ceil(I.mean_tokens)), int(math.ceil(O.mean_tokens))
     top = int(max(I.quantile(0.99), i_mean)) + int(max(O.quantile(0.99), o_mean))
     if top > config.max_position_embeddings:

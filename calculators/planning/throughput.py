@@ -92,6 +92,19 @@ def step_time(config: ModelConfig, device: Device, mesh: Mesh, batch: int, promp
                 expert_imbalance=imb)
 
 
+def deployment_defaults(device: Device, mesh: Mesh, weight_dtype: str, kv_dtype: str | None, stack: Stack,
+                        gpu_memory_utilization: float | None, efficiency: Efficiency | None, link: Link | None):
+    """What a deployment leaves unsaid, filled from the stack: the KV dtype, the memory fraction, the efficiency
+    for the device's vendor and the weights' precision, and the interconnect (a multi-GPU layout must have one)."""
+    kd = kv_dtype or default_kv_dtype(weight_dtype)
+    gmu = check_fraction("gpu_memory_utilization", gpu_memory_utilization if gpu_memory_utilization is not None
+                         else stack.gpu_memory_utilization)
+    eff = efficiency or Efficiency.for_stack(stack, device, weight_dtype)
+    lk = _link_for(device, link)
+    _need_link(mesh, lk, device)
+    return kd, gmu, eff, lk
+
+
 def max_throughput(config: ModelConfig, device: Device, mesh: Mesh, prompt_tokens: int, output_tokens: int,
                    weight_dtype: str = "bf16", kv_dtype: str | None = None, stack: Stack | str | None = None,
                    gpu_memory_utilization: float | None = None, efficiency: Efficiency | None = None,
@@ -106,12 +119,8 @@ def max_throughput(config: ModelConfig, device: Device, mesh: Mesh, prompt_token
     if I + O > config.max_position_embeddings:
         raise SpecError(f"prompt + output = {I + O:,} tokens exceeds {config.name}'s context window of "
                         f"{config.max_position_embeddings:,}")
-    kd = kv_dtype or default_kv_dtype(weight_dtype)
-    gmu = check_fraction("gpu_memory_utilization", gpu_memory_utilization if gpu_memory_utilization is not None
-                         else s.gpu_memory_utilization)
-    eff = efficiency or Efficiency.for_stack(s, device, weight_dtype)
-    lk = _link_for(device, link)
-    _need_link(mesh, lk, device)
+    kd, gmu, eff, lk = deployment_defaults(device, mesh, weight_dtype, kv_dtype, s, gpu_memory_utilization,
+                                           efficiency, link)
     lim = batch_limits(config, device, mesh, I, O, weight_dtype, kd, s, gmu, max_num_seqs, max_num_batched_tokens)
     if lim["caps"]["memory (KV cache)"] == 0:
         raise SpecError(f"{config.name} in {weight_dtype} does not fit on {mesh.gpus_per_replica} × {device.name} "
