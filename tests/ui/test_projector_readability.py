@@ -54,7 +54,8 @@ def test_a_wide_table_shows_the_named_columns_and_the_csv_keeps_all(monkeypatch)
     drawn, captions, files = {}, [], []
     monkeypatch.setattr(st, "dataframe", lambda df, **kw: drawn.update(kw))
     monkeypatch.setattr(st, "caption", captions.append)
-    monkeypatch.setattr(st, "download_button", lambda label, data, **kw: files.append(data.decode()))
+    monkeypatch.setattr(st, "download_button",        # the CSV is made when the button is clicked (a callable)
+                        lambda label, data, **kw: files.append((data() if callable(data) else data).decode()))
     df = pd.DataFrame({"op": ["q_proj"], "shape": ["[1, 2] @ [2, 3]"], "intensity (FLOP/byte)": [512.0],
                        "bound": ["compute"]})
     widgets.df_with_download(df, "ops", show={"op": None, "bound": None, "intensity (FLOP/byte)": "FLOP/byte",
