@@ -103,8 +103,8 @@ def batched(model, n: int, prompt: float, output: float, out_kind: str, ttft_slo
         show_error(e)
         return
     df = pd.DataFrame(rows)
-    theory = pd.DataFrame(sweep_for_model(model, [r["load"] * r["capacity_rps"] for r in rows],
-                                          from_kind("fixed", prompt), from_kind(out_kind, output, 1 << 20), slots=cap))
+    theory = pd.DataFrame(sweep_for_model(model, df["load"], rows[0]["capacity_rps"], from_kind("fixed", prompt),
+                                          from_kind(out_kind, output, 1 << 20), slots=cap))
     fig = go.Figure([go.Scatter(x=df["load"], y=df["ttft_p99_ms"], name="TTFT p99 (simulated)", mode="lines+markers"),
                      go.Scatter(x=df["load"], y=df["ttft_p50_ms"], name="TTFT p50 (simulated)", mode="lines+markers"),
                      go.Scatter(x=df["load"], y=theory["ttft_p99_ms"], name="TTFT p99 (steady state)",

@@ -175,9 +175,7 @@ def results(res, wl: Workload, config=None, stack=None, setup=None, devices=()) 
         rows = plan_rows(res, 30)
         headline(rows[0], wl)
         if config is not None:
-            chosen_plan_section(config, res.ranked(1)[0], wl, stack,
-                                min(config.max_position_embeddings, wl.p99_prompt + (wl.output_tokens_p99 or
-                                                                                      wl.output_tokens)),
+            chosen_plan_section(config, res.ranked(1)[0], wl, stack, wl.longest_request(config.max_position_embeddings),
                                 setup.usable_fraction)
             disaggregated_section(config, rows[0], wl, devices, stack)
         precision_caveats(rows[:15])

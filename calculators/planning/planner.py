@@ -100,6 +100,11 @@ class Workload:
         f = self.new_prompt_tokens if new_only else (lambda x: x)
         return Lengths.from_mean_p99(f(self.prompt_tokens), f(self.p99_prompt))
 
+    def longest_request(self, context_tokens: int) -> int:
+        """Prompt p99 + output p99 (or mean), capped at the context window: what a server's max model length must
+        hold for this workload."""
+        return min(context_tokens, self.p99_prompt + (self.output_tokens_p99 or self.output_tokens))
+
     def output_lengths(self) -> Lengths:
         return Lengths.from_mean_p99(self.output_tokens, self.output_tokens_p99)
 

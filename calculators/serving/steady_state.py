@@ -19,11 +19,12 @@ whose stationary law is negative binomial with mean exactly the fixed point (eac
 probability 1/O): the mean-field answer is exact for the mean, which is why TPOT agrees with the simulator.
 
 TTFT (p50 and p99, each part at that quantile, added):
-    wait for a slot          M/M/c tail with c = B and u = N/B (Sakasegawa's P(wait), exponential conditional wait)
+    wait for a slot          the birth-death chain of requests held (`slot_wait_law`): P(N ≥ B), then exponential
     wait for the prefill budget  M/G/1 on prompt tokens, ρ_p = p / chunk (Pollaczek-Khinchine, exponential tail)
-    wait for the step in progress  uniform over one step while the replica is busy (P(busy) = 1 − e^(−N))
-    the prompt's own steps   ⌈I/chunk⌉ steps carrying its chunks beside the n decode rows
-Sources: Little (1961); Pollaczek-Khinchine; Sakasegawa (1977) for M/M/c; Kwon et al. 2023 (vLLM) and
+    whole prompts            the prompt chain: the rest of the step in progress (length-biased), then the own step
+                             with the prompts that arrived meanwhile; an idle replica (P = e^(−N)) starts at once
+    prompts past half a chunk  ⌈I/chunk⌉ steps carrying its chunks beside the n decode rows
+Sources: Little (1961); Pollaczek-Khinchine; Erlang C (the slot chain with a flat step); Kwon et al. 2023 (vLLM) and
 Agrawal et al. 2024 (Sarathi-Serve, chunked prefill) for the step's content.
 """
 from __future__ import annotations
@@ -405,10 +406,11 @@ def check_rate(rate) -> float:
     return float(rate)
 
 
-def sweep_for_model(model, rates, prompt: Lengths, output: Lengths, slots: float = math.inf,
+def sweep_for_model(model, loads, capacity_rps: float, prompt: Lengths, output: Lengths, slots: float = math.inf,
                     chunk: float = math.inf) -> list[dict]:
-    """The steady state of a `batching.StepModel` replica at each rate (what the Queueing page draws beside the
-    simulator): TTFT p50/p99, TPOT, requests in flight, stable."""
+    """The steady state of a `batching.StepModel` replica at each load (a fraction of `capacity_rps`, the rate the
+    simulator sustains; what the Queueing page draws beside the simulator): TTFT p50/p99, TPOT, in flight."""
+    rates = np.asarray(loads, dtype=float) * capacity_rps
     load = Load(prompt, output, chunk=chunk, slots=slots)
     step = step_fn_for_model(model, load)
     op = operating_point(step, np.asarray(rates, dtype=float), load)

@@ -158,7 +158,7 @@ def test_the_mixed_step_is_throughputs_step_when_every_request_is_queued(config,
     f = step_cost(config, H100, mesh, wd, wd, eff, link, stack, decode_context(Lengths.fixed(I), Lengths.fixed(O)), I)
     for B in (1, 8, 96, 512):
         want = step_time(config, H100, mesh, B, I, O, wd, wd, eff, link, stack)["step_ms"]
-        got = float(f(B * (B // mesh.pp >= 1) if mesh.pp == 1 else B, B * I / O))
+        got = float(f(B, B * I / O))
         assert got == pytest.approx(want, rel=0.005), B
 
 
