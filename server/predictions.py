@@ -94,6 +94,17 @@ class Distribution:
     q3: float | None = None
     log_bins: bool = False
 
+    def bin_of(self, value: float | str | None) -> int | None:
+        """The bar `value` falls in (a choice's index, or the histogram bin; the last bin holds its right edge);
+        None when it lies outside every bar or is None."""
+        if value is None:
+            return None
+        if self.labels:
+            return self.labels.index(value) if value in self.labels else None
+        if not self.edges[0] <= float(value) <= self.edges[-1]:
+            return None
+        return min(int(np.searchsorted(self.edges, float(value), side="right")) - 1, len(self.counts) - 1)
+
 
 def distribution(question: Question, answers: list[float | str]) -> Distribution:
     """The spread of `answers` (PredictionError when there are none)."""

@@ -178,6 +178,18 @@ def band_attention(model: Model, prompt: Prompt, layer: int, head: int, length: 
     return session_cached("band", (model.source, tuple(ids), layer, head), compute)
 
 
+def kv_bytes_after(model: Model, prompt: Prompt, tokens: int) -> int:
+    """The engine's own count of the KV cache's filled bytes after a forward pass over `tokens` tokens (the prompt
+    repeated to that length), once per session."""
+    ids = np.asarray((list(prompt.ids) * (tokens // max(1, len(prompt.ids)) + 1))[:tokens], np.int64)
+
+    def compute() -> int:
+        cache = model.new_cache(1, ids.size)
+        model.forward(ids[None, :], cache)
+        return int(cache.bytes_used())
+    return session_cached("kv_bytes_after", (model.source, tuple(ids.tolist())), compute)
+
+
 def pooled(z: np.ndarray, cells: int) -> np.ndarray:
     """Max over blocks of a square map, so a long map fits `cells` × `cells` and no non-zero weight disappears."""
     step = max(1, -(-z.shape[0] // cells))
