@@ -134,3 +134,16 @@ def test_outside_classroom_mode_the_one_user_asks_answers_and_reveals_on_the_kv_
     assert metrics["Your guess"] == "5 MB"
     assert metrics["The formula"] == metrics["The engine measured"] == f"{expected_mb:g} MB"
     prediction_store.reset()
+
+
+def test_a_students_clear_cache_message_keeps_the_answers(classroom):
+    """The store is process-wide (server.registry), not st.cache_resource: a browser's "clear cache" message
+    (Streamlit's own handler, as it runs for any browser) leaves every answer in place."""
+    from types import SimpleNamespace
+    from streamlit.runtime.app_session import AppSession
+    from ui.predict import prediction_store
+    classroom.open("teacher", SPEEDUP)
+    classroom.answer("student-d", SPEEDUP, "7")
+    AppSession._handle_clear_cache_request(SimpleNamespace(_session_state=SimpleNamespace(clear=lambda: None)))
+    assert prediction_store() is classroom and classroom.view("student-d", SPEEDUP).mine == 7.0
+    assert classroom.view("teacher", SPEEDUP).answered == 1
