@@ -174,6 +174,8 @@ def prediction_box(qid: str) -> PredictionSlot:
         if view.mine is not None:
             box.success(f"Your answer is recorded: **{show_value(q, view.mine)}**. Nobody else sees it until the "
                         "teacher reveals the class's answers; answering again replaces it.", icon=":material/check:")
+            box.button("Has the teacher revealed?", key=f"predict.{qid}.check", icon=":material/refresh:",
+                       help="The page shows the reveal at its next run: this button (or any other) runs it.")
     _problem(qid, box)
     teacher_controls(qid, view, box)
     chart = None
