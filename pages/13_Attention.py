@@ -20,8 +20,9 @@ from engine.instruments.readout import (attention_row_steps, causal_check, gqa_g
 from specs.model_config import SpecError
 from ui import df_with_download, formula_expander, model_picker, setup_page, show_error
 from ui.charts import WEIGHTS, figure, font_px, heatmap_size, style
-from ui.inside import (Prompt, band_attention, index_field, layer_attention, piece_label, pooled, session_cached,
-                       teacher_prompt)
+from ui.attention_overview import overview_section
+from ui.inside import (Prompt, all_attention, band_attention, index_field, layer_attention, piece_label, pooled,
+                       session_cached, teacher_prompt)
 from ui.serving import measured_run
 
 MAX_TOKENS = 96          # tokens drawn in a heatmap (more rows cannot be read on a screen)
@@ -241,12 +242,14 @@ def main() -> None:
     if len(prompt.ids) > MAX_TOKENS:
         st.info(f"The prompt has {len(prompt.ids):,} tokens; the maps show its first {MAX_TOKENS}.")
     try:
-        acts = layer_attention(model, prompt, layer, MAX_TOKENS)
+        every = all_attention(model, prompt, MAX_TOKENS)                    # [L, h, T, T]: one run, every view
+        acts = layer_attention(model, prompt, layer, MAX_TOKENS)            # q, k, scores of the chosen layer
     except SpecError as e:
         show_error(e)
         return
     names = labels(model, prompt.ids[:MAX_TOKENS])
-    pattern = acts["hook_pattern"]                                          # [h, T, T]
+    overview_section(every, names, layer_key="attn.layer", head_key="attn.head")
+    pattern = every[layer]                                                  # [h, T, T]
     pattern_section(model, names, pattern, layer, head)
     if c.layer_window(layer) is not None:
         band_section(model, prompt, pattern, layer, head)

@@ -14,16 +14,19 @@ import streamlit as st
 
 from calculators.sizing.kv_cache import kv_bytes_per_token, kv_cache_bytes
 from calculators.sizing.kv_counterfactual import kv_variant_rows
-from calculators.units import fmt_bytes
+from calculators.units import MB, fmt_bytes
 from engine import Model
 from engine.instruments.readout import kv_cache_shape, kv_rows_read
 from specs.model_config import SpecError
 from ui import df_with_download, formula_expander, model_picker, setup_page, show_error
 from ui.kv_layers import show_kv_by_layer_kind
 from ui.charts import DIVERGING, figure, style
-from ui.inside import Prompt, index_field, run_settings, step_texts, stepper, teacher_prompt, teacher_run
+from ui.inside import (Prompt, index_field, kv_bytes_after, run_settings, step_texts, stepper, teacher_prompt,
+                       teacher_run)
+from ui.predict import prediction_box
 
 ENGINE_KV_DTYPE = "fp32"          # the engine keeps K and V in float32
+PREDICT_TOKENS = 100              # the question: KV cache after this many tokens
 
 
 def growth_chart(model: Model, rec, step: int) -> None:
@@ -123,10 +126,16 @@ def main() -> None:
     st.markdown("Each new token needs the keys and values of every token before it. Rather than recompute them, "
                 "the model keeps them: one new row per layer per token, appended and never changed. Step through "
                 "your run and watch that store grow, then compare it with what the formula predicts.")
+    slot = prediction_box("kv.mb_100")
     model = model_picker()
     prompt = teacher_prompt(model)
     if model is None or prompt is None:
         return
+    if slot.revealed:
+        slot.compare(formula=(kv_cache_bytes(model.config, PREDICT_TOKENS, kv_dtype=ENGINE_KV_DTYPE) / MB,
+                              f"kv_cache_bytes({model.config.name}, {PREDICT_TOKENS} tokens, float32)"),
+                     measured=(kv_bytes_after(model, prompt, PREDICT_TOKENS) / MB,
+                               f"the engine's cache after a forward pass over {PREDICT_TOKENS} tokens"))
     settings = run_settings(model)
     if settings is None:
         return

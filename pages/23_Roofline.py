@@ -12,6 +12,7 @@ import streamlit as st
 
 from calculators.explain import (explain_arithmetic_intensity, explain_bandwidth_floor, explain_compute_time,
                                  explain_ridge_point)
+from calculators.sizing.latency import decode_step_ms
 from calculators.sizing.roofline import roofline, roofline_curve
 from calculators.units import MB, WEIGHT_DTYPES, fmt_bytes, fmt_num
 from specs.devices import Device
@@ -20,11 +21,13 @@ from ui import df_with_download, formula_expander, int_field, setup_page, show_e
 from ui.multi_gpu import multi_gpu_sidebar, show_fit_verdict
 from ui.model_source import choice_field, fmt_si, sizing_inputs, table_height
 from ui.charts import style as chart_style
+from ui.predict import BOUND_CHOICE, prediction_box
 
 PHASE_SYMBOL = {"prefill": "circle", "decode": "diamond"}
 KIND_COLORS = {"matmul": "#4C78A8", "attention": "#E45756", "elementwise": "#54A24B", "memory": "#B279A2",
                "gather": "#9D755D"}
 TFLOP, GFLOP = 1e12, 1e9
+PREDICT_CONTEXT = 2000            # the question: what binds a decode step at this context (batch 1)
 
 
 def op_frame(rows: list[dict]) -> pd.DataFrame:
@@ -114,6 +117,7 @@ def main() -> None:
         "one depends on how many FLOPs it does per byte it moves. The roofline draws both limits on one chart, "
         "and each operation of a layer lands under it as a point: prefill ops sit right of the ridge, decode ops "
         "far to the left.")
+    slot = prediction_box("prefill.decode_bound_2000")
     chosen = sizing_inputs()
     if chosen is None:
         return
@@ -130,6 +134,11 @@ def main() -> None:
     if s is None or batch is None or setup is None:
         return
     show_fit_verdict(config, device, setup, s, batch, wd, None)
+    if slot.revealed:
+        step = decode_step_ms(config, device, PREDICT_CONTEXT, 1, weight_dtype=wd)
+        slot.compare(formula=(BOUND_CHOICE[step["bound"]],
+                              f"{config.name} on {device.name}, {wd}: memory {step['memory_ms']:.3g} ms vs compute "
+                              f"{step['compute_ms']:.3g} ms"))
     if setup.mesh.gpus_per_replica > 1:
         st.caption(f"The roofline below is one GPU's view of the whole model; on {setup.label()} each GPU runs "
                    f"1/{setup.mesh.tp} of every matmul of its stage (Beyond one GPU → Parallelism).")

@@ -24,9 +24,11 @@ from specs.sources import readable_source
 from ui import df_with_download, formula_expander, int_field, model_picker, setup_page, show_error
 from ui.serving import measured_run, step_model_inputs
 from ui.charts import style as chart_style
+from ui.predict import prediction_box
 from ui.narration import batching_words, busy_notice, ceiling_label, spread
 
 TABLE_BATCHES = (1, 8, 32, 128)
+PREDICT_STREAMS = 8               # the question: speed-up of this many streams over one
 
 
 def batch_points(largest: int) -> list[int]:
@@ -95,7 +97,7 @@ def theory(model, context: int, largest: int) -> None:
                "the shape (flat ITL, linear throughput until the critical batch) is what carries over.")
 
 
-def measured(model) -> None:
+def measured(model, slot) -> None:
     st.subheader("Measured on the engine")
     st.markdown("The engine's scheduler decodes several identical greedy requests in one forward pass per step, "
                 "reading the weights once for all of them. Next to it, the same step's weight products alone "
@@ -117,6 +119,8 @@ def measured(model) -> None:
     if not out:
         return
     rows, load = out
+    at = [r["gain"] for r in rows if r["streams"] == PREDICT_STREAMS]
+    slot.compare(measured=(at[0], f"the engine's scheduler, {PREDICT_STREAMS} streams ÷ one") if at else None)
     notice = busy_notice(load.others, load.cores, max(spread([r["gain_min"], r["gain"], r["gain_max"]])
                                                       for r in rows))
     if notice:
@@ -149,6 +153,7 @@ def main() -> None:
         "sequences in the same step and they share that weight read: the step grows only by their own KV "
         "caches, so total throughput climbs almost in proportion while each user waits barely longer per token. "
         "The free ride ends where the KV traffic (or the arithmetic) catches up with the weight read.")
+    slot = prediction_box("batching.speedup_8")
     model = step_model_inputs()
     if model is not None:
         c = st.columns(2)
@@ -157,11 +162,16 @@ def main() -> None:
         if None not in (context, largest):
             try:
                 theory(model, context, largest)
+                slot.compare(formula=(batch_curve(model, context, [1, PREDICT_STREAMS])[-1]["gain_vs_first"],
+                                      f"step-time model, {model.name}, {context:,} tokens of context"))
             except SpecError as e:
                 show_error(e)
     engine_model = model_picker()
     if engine_model is not None:
-        measured(engine_model)
+        measured(engine_model, slot)
+        if not slot.measured and slot.revealed:
+            st.caption(f"Set Most streams to {PREDICT_STREAMS} or more and press Measure to put the engine's own "
+                       "speed-up beside the class's guesses.")
 
 
 main()

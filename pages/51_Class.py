@@ -24,6 +24,7 @@ from ui import df_with_download, formula_expander, setup_page
 from ui.class_join import backend_settings, is_teacher, join_box, other_server_view, simulated_students, teacher_box
 from ui.machine import machine_controls, measured_machine
 from ui.model_source import fmt_si
+from ui.predict import class_predictions
 from ui.server import class_backend, embedded_servers, start_engine_server
 from ui.charts import style as chart_style
 from ui.narration import measured_text, plural, speedup_words
@@ -227,6 +228,7 @@ def main() -> None:
     join_box()
     backend = class_backend().info
     live = st.toggle(f"Live (refresh every {REFRESH_S:g} s)", value=True, key=LIVE_KEY)
+    st.fragment(run_every=REFRESH_S if live else None)(class_predictions)()     # the count of answers, live
     if backend is not None and backend.engine != "ours":
         simulated_students(backend.config, backend.model, backend.engine)
         st.fragment(run_every=REFRESH_S if live else None)(other_server_view)(backend)

@@ -165,6 +165,20 @@ def layer_attention(model: Model, prompt: Prompt, layer: int, max_tokens: int) -
     return session_cached("attention", (model.source, tuple(ids), layer), compute)
 
 
+def all_attention(model: Model, prompt: Prompt, max_tokens: int) -> np.ndarray:
+    """Every layer's attention weights over the first `max_tokens` prompt tokens from one engine run
+    (`blocks.*.attn.hook_pattern`), once per session and prompt.   -> [L, h, T, T] float32 (SmolLM2-135M, 96
+    tokens: 10 MB)"""
+    ids = list(prompt.ids)[:max_tokens]
+
+    def compute() -> np.ndarray:
+        from engine import run_with_cache
+        names = tuple(f"blocks.{li}.attn.hook_pattern" for li in range(model.config.num_layers))
+        _, acts = run_with_cache(model, ids, names=names)
+        return np.stack([np.asarray(acts[n], np.float32) for n in names])
+    return session_cached("all_attention", (model.source, tuple(ids)), compute)
+
+
 def band_attention(model: Model, prompt: Prompt, layer: int, head: int, length: int) -> np.ndarray:
     """One head's attention over the prompt repeated to `length` tokens (past a sliding window), once per
     session.   -> [length, length]"""
@@ -176,6 +190,18 @@ def band_attention(model: Model, prompt: Prompt, layer: int, head: int, length: 
         _, acts = run_with_cache(model, ids, names=(name,), layers=[layer], heads=[head])
         return np.array(acts[name][0])
     return session_cached("band", (model.source, tuple(ids), layer, head), compute)
+
+
+def kv_bytes_after(model: Model, prompt: Prompt, tokens: int) -> int:
+    """The engine's own count of the KV cache's filled bytes after a forward pass over `tokens` tokens (the prompt
+    repeated to that length), once per session."""
+    ids = np.asarray((list(prompt.ids) * (tokens // max(1, len(prompt.ids)) + 1))[:tokens], np.int64)
+
+    def compute() -> int:
+        cache = model.new_cache(1, ids.size)
+        model.forward(ids[None, :], cache)
+        return int(cache.bytes_used())
+    return session_cached("kv_bytes_after", (model.source, tuple(ids.tolist())), compute)
 
 
 def pooled(z: np.ndarray, cells: int) -> np.ndarray:
