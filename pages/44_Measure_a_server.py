@@ -3,7 +3,9 @@ end-to-end percentiles and throughput per level (or the result files of guidellm
 SGLang bench_serving, imported), next to the calculators' prediction for the same model, device
 and load, then the efficiencies fitted to the sweep and how much closer they bring the prediction.
 
-Measured: `server.loadgen` (imported: `calculators.planning.load_test_import`, `ui.load_import`). Predicted and fitted: `calculators.planning.measured_sweep` (on `calculators.planning.calibration`).
+Measured: `server.loadgen` (imported: `calculators.planning.load_test_import`, `ui.load_import`). Predicted and
+fitted: `calculators.planning.measured_sweep` (on `calculators.planning.calibration`; imported runs:
+`calculators.planning.load_test_compare`).
 """
 from __future__ import annotations
 

@@ -229,7 +229,7 @@ def fitted_section(cmp: dict, fit: dict, runs: list[ImportedRun], config, device
     for col, (k, name) in zip(c, KNOB_NAMES.items()):
         value = f"{fit[k]:.1f} ms" if k == "overhead_ms" else f"{fit[k]:.3f}"
         col.metric(f"{name[0].upper() + name[1:]} ({'fitted' if k in knobs else 'held'})", value)
-    if st.button("Re-plan with these efficiencies", type="primary", icon=":material/price_check:",
+    if st.button("Re-plan with these efficiencies", type="primary", icon=":material/price_check:", key=K + "replan",
                  help="Opens the Capacity planner with these efficiencies in place of the stack's defaults."):
         st.session_state[FITTED_EFFICIENCY_KEY] = stored_fit(
             fit, cmp["planner_efficiency"], model=config.name, device=device.name, weight_dtype=wd, kv_dtype=kd,
