@@ -90,10 +90,10 @@ def run_labels(files: list[ImportedFile]) -> list[tuple[str, LoadTestRecord]]:
 
 def runs_table(runs: list[tuple[str, LoadTestRecord]]) -> pd.DataFrame:
     """One row per run: what ran it and at what load."""
-    return pd.DataFrame([{"run": label, "tool": TOOL_NAMES[r.tool], "version": r.tool_version or "",
+    return pd.DataFrame([{"run": f"run {i}", "file": label, "tool": TOOL_NAMES[r.tool], "version": r.tool_version or "",
                           "load": load_words(r.mode, r.level) if r.mode else "not in the file",
                           "completed": r.completed, "prompt tokens (mean)": r.mean_prompt_tokens,
-                          "output tokens (mean)": r.mean_output_tokens} for label, r in runs])
+                          "output tokens (mean)": r.mean_output_tokens} for i, (label, r) in enumerate(runs, 1)])
 
 
 def metrics_table(runs: list[tuple[str, LoadTestRecord]]) -> pd.DataFrame:
@@ -130,9 +130,14 @@ def upload_section() -> list[tuple[str, LoadTestRecord]]:
                     "next to the calculators' prediction for its load.", icon=":material/upload_file:")
         return []
     st.markdown("**Runs read**")
-    df_with_download(runs_table(runs), "imported_runs")
+    df_with_download(runs_table(runs), "imported_runs", show={
+        "run": None, "file": None, "load": None, "tool": None, "completed": None,
+        "output tokens (mean)": "output tokens",
+        "prompt tokens (mean)": "prompt tokens", "version": None})
     st.markdown("**Their metrics, in this app's definitions**")
-    df_with_download(metrics_table(runs), "imported_metrics")
+    # headed "run 1", "run 2", ... on screen (file names are too wide for a projector); the CSV keeps the names
+    df_with_download(metrics_table(runs), "imported_metrics",
+                     show={"metric": None, **{label: f"run {i}" for i, (label, _) in enumerate(runs, 1)}})
     definitions()
     for tool in dict.fromkeys(r.tool for _, r in runs):
         notes = dict.fromkeys(n for _, r in runs if r.tool == tool for n in r.notes)
