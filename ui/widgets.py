@@ -269,6 +269,21 @@ def set_remembered(key: str, value: Any) -> None:
     st.session_state[_SHADOW + key] = value
 
 
+def once_per_input(state_key: str, inputs: Any, compute: Callable[[], Any], message: str) -> Any:
+    """`compute()` (a fit that takes seconds) once per `inputs`, kept in the session under `state_key`, with a
+    spinner saying `message`; a `SpecError` becomes an st.error and the call returns None."""
+    cached = st.session_state.get(state_key)
+    if cached is None or cached[0] != inputs:
+        try:
+            with st.spinner(message):
+                cached = (inputs, compute())
+        except SpecError as e:
+            show_error(e)
+            return None
+        st.session_state[state_key] = cached
+    return cached[1]
+
+
 def catch_spec_errors(fn: Callable[..., Any], *args: Any, where: Any = None, **kwargs: Any) -> Any:
     """Call `fn`; a `SpecError` (ModelError included) becomes an st.error and the call returns None."""
     try:

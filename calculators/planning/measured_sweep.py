@@ -160,13 +160,16 @@ def _knobs(x: np.ndarray) -> tuple[float, float, float]:
 
 def fit_sweep(config: ModelConfig, device: Device, levels: list[SweepLevel], weight_dtype: str = "bf16",
               kv_dtype: str | None = None, start: tuple[float, float, float] = (0.6, 0.7, 0.0),
-              server_max_batch: int = DEFAULT_SERVER_MAX_BATCH, base: Efficiency | None = None) -> dict:
+              server_max_batch: int = DEFAULT_SERVER_MAX_BATCH, base: Efficiency | None = None,
+              fit_overhead: bool = True) -> dict:
     """MBU, MFU and overhead (ms per step) that bring the simulator's mean TTFT and ITL closest to the measured
-    ones, in log terms, from `start` (see the module docstring)."""
+    ones, in log terms, from `start` (see the module docstring). `fit_overhead=False` holds the overhead at
+    start[2] and fits MBU and MFU only."""
     base = base or Efficiency()
+    held = max(start[2], 0.0)
 
     def loss(x: np.ndarray) -> float:
-        mbu, mfu, ovh = _knobs(x)
+        mbu, mfu, ovh = _knobs(x if fit_overhead else np.append(x, np.log(held + 1e-3)))
         eff = Efficiency(decode_mbu=max(mbu, 1e-4), prefill_mfu=max(mfu, 1e-4), prefill_mbu=base.prefill_mbu,
                          decode_mfu=base.decode_mfu)
         err = []
@@ -175,9 +178,45 @@ def fit_sweep(config: ModelConfig, device: Device, levels: list[SweepLevel], wei
             err += [np.log(p["ttft_ms"] / lv.ttft_ms), np.log(max(p["itl_ms"], 1e-9) / lv.itl_ms)]
         return float(np.mean(np.square(err)))
 
-    x0 = np.log([max(start[0], 1e-4), max(start[1], 1e-4), max(start[2], 0.0) + 1e-3])
-    mbu, mfu, ovh = _knobs(nelder_mead(loss, x0))
-    return dict(decode_mbu=max(mbu, 1e-4), prefill_mfu=max(mfu, 1e-4), overhead_ms=max(ovh, 0.0))
+    x0 = np.log([max(start[0], 1e-4), max(start[1], 1e-4), held + 1e-3])
+    if not fit_overhead:
+        x0 = x0[:2]
+    x = nelder_mead(loss, x0)
+    mbu, mfu, ovh = _knobs(x if fit_overhead else np.append(x, np.log(held + 1e-3)))
+    return dict(decode_mbu=max(mbu, 1e-4), prefill_mfu=max(mfu, 1e-4), overhead_ms=max(ovh, 0.0) if fit_overhead
+                else held)
+
+
+KNOB_NAMES = {"decode_mbu": "decode MBU", "prefill_mfu": "prefill MFU", "overhead_ms": "overhead per step"}
+
+
+def knobs_to_fit(levels: list[SweepLevel]) -> tuple[tuple[str, ...], str | None]:
+    """Which knobs the levels can fix, and why not all three. Each level gives two equations (its mean TTFT and
+    ITL); MBU and the overhead share the ITL (ITL ≈ memory(batch)/MBU + overhead) and MFU and the overhead the
+    TTFT, so telling the overhead apart takes two loads that differ: another batch or another prompt length.
+    Levels at one load (one run, or the same run measured by several tools) fit MBU and MFU, the overhead held."""
+    loads = {(lv.mean_batch, round(lv.prompt_tokens)) for lv in levels}
+    if len(loads) >= 2:
+        return tuple(KNOB_NAMES), None
+    why = ("one run" if len(levels) == 1 else f"{len(levels)} runs at one load (batch {levels[0].mean_batch}, "
+           f"{round(levels[0].prompt_tokens)} prompt tokens)") if levels else "no run"
+    return ("decode_mbu", "prefill_mfu"), (f"{why} gives two equations (mean TTFT and ITL) for three knobs: decode "
+                                           "MBU and prefill MFU are fitted, the overhead per step is held at its "
+                                           "default. Import runs at another concurrency or prompt length to fit it.")
+
+
+def efficiency_for_planner(fit: dict, base: Efficiency | None = None) -> Efficiency:
+    """The `latency.Efficiency` that reproduces the fitted step model in the planner (`planner.plan(efficiency=)`,
+    `serve_at`): their serving step prices memory at decode_mbu, all its FLOPs at `mfu_at` (decode_mfu · t/(t+t½))
+    and adds step_overhead_ms + per-sequence costs; the fitted step model prices memory at the fitted MBU, all
+    FLOPs at the fitted MFU (flat) and adds the fitted overhead. So decode_mbu = MBU, prefill_mfu = decode_mfu =
+    MFU, gemm_half_tokens = 0 (flat), step_overhead_ms = overhead, sequence_overhead_us = 0; prefill_mbu (not
+    fitted) from `base` (the defaults)."""
+    b = base or Efficiency()
+    mfu = float(fit["prefill_mfu"])
+    return Efficiency(decode_mbu=float(fit["decode_mbu"]), prefill_mfu=mfu, prefill_mbu=b.prefill_mbu,
+                      decode_mfu=mfu, step_overhead_ms=float(fit["overhead_ms"]), sequence_overhead_us=0.0,
+                      gemm_half_tokens=0.0)
 
 
 def _errors(pred: dict, lv: SweepLevel) -> dict:
@@ -197,18 +236,20 @@ def roof_warnings(fit: dict, device: Device) -> list[str]:
 
 def compare_sweep(config: ModelConfig, device: Device, levels: list[SweepLevel], weight_dtype: str = "bf16",
                   kv_dtype: str | None = None, efficiency: Efficiency | None = None, overhead_ms: float = 0.0,
-                  server_max_batch: int = DEFAULT_SERVER_MAX_BATCH) -> dict:
+                  server_max_batch: int = DEFAULT_SERVER_MAX_BATCH, fit_overhead: bool = True) -> dict:
     """Every level measured vs predicted twice (the given/default efficiencies, then the fitted ones), the fit,
-    and the mean absolute error of each metric before and after."""
+    and the mean absolute error of each metric before and after. `fit_overhead=False` holds the overhead at
+    `overhead_ms` (`knobs_to_fit` says when the levels cannot fix it)."""
     if not levels:
         raise SpecError("no measured level to compare with")
     eff = efficiency or Efficiency()
     linear = calibrate(config, device, [Measurement(prompt_tokens=max(1, round(lv.prompt_tokens)),
                                                  output_tokens=max(1, round(lv.output_tokens)),
                                                  batch=lv.mean_batch, ttft_ms=lv.ttft_ms, itl_ms=lv.itl_ms)
-                                     for lv in levels], weight_dtype, kv_dtype, fit_overhead=True)
+                                     for lv in levels], weight_dtype, kv_dtype, fit_overhead=fit_overhead)
     fit = fit_sweep(config, device, levels, weight_dtype, kv_dtype,
-                    (linear["decode_mbu"], linear["prefill_mfu"], linear["overhead_ms"]), server_max_batch, eff)
+                    (linear["decode_mbu"], linear["prefill_mfu"],
+                     linear["overhead_ms"] if fit_overhead else overhead_ms), server_max_batch, eff, fit_overhead)
     fitted = Efficiency(decode_mbu=fit["decode_mbu"], prefill_mfu=fit["prefill_mfu"],
                         prefill_mbu=eff.prefill_mbu, decode_mfu=eff.decode_mfu)
     rows = []
@@ -229,5 +270,6 @@ def compare_sweep(config: ModelConfig, device: Device, levels: list[SweepLevel],
            for which in ("predicted", "fitted") for m in METRICS}
     return dict(rows=rows, warnings=roof_warnings(fit, device), decode_mbu=fit["decode_mbu"], prefill_mfu=fit["prefill_mfu"],
                 overhead_ms=fit["overhead_ms"], efficiency_before=asdict(eff),
+                fitted_knobs=tuple(KNOB_NAMES) if fit_overhead else ("decode_mbu", "prefill_mfu"),
                 linear_fit={k: linear[k] for k in ("decode_mbu", "prefill_mfu", "overhead_ms")}, overhead_ms_before=overhead_ms,
                 mean_abs_error_percent=mae)
