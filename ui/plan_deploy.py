@@ -12,7 +12,6 @@ from calculators.planning.launch import launch_commands, plan_from_row
 from calculators.planning.plan_explain import (formula_markdown, max_batched_tokens, memory_and_cost, plan_formulas,
                                                plan_mesh)
 from calculators.planning.serve_at import serve_at
-from calculators.sizing.roofline import compute_precision_for
 from calculators.units import fmt_bytes
 from specs.devices import load_device
 from specs.model_config import SpecError
@@ -35,13 +34,9 @@ def plan_device(best: dict, devices=()):
 
 def error_band(regime: str, device, weight_dtype: str, config) -> str:
     """The held-out error of predictions in `regime` for this vendor, precision and dense/MoE model
-    (`calculators.planning.accuracy.band`), with its 'outside what was validated' note when there is one."""
-    return band(regime, device.vendor or None, compute_precision_for(weight_dtype), bool(config.num_experts))["text"]
-
-
-def regime_band(vendor: str | None = None, precision: str | None = None, moe: bool | None = None) -> str:
-    """The held-out error of predictions under a rate (`calculators.planning.accuracy`)."""
-    return band("under_rate", vendor, precision, moe)["text"]
+    (`calculators.planning.accuracy.band`), with its 'outside what was validated' note when there is one. The
+    weights' own format is asked for (int4 weights compute in bf16 but no held-out row ran int4 weights)."""
+    return band(regime, device.vendor or None, weight_dtype, bool(config.num_experts))["text"]
 
 
 def layout_words(r: dict) -> str:

@@ -116,3 +116,16 @@ def test_back_to_the_chosen_plan_restores_the_defaults(at, row):
     at.button(key="plan.tput.back").click().run()
     assert next(t for t in at.text_input if t.key and t.key.startswith("plan.tput.gpus.")).value == \
         str(int(row["gpus"]))
+
+
+def test_a_plan_outside_the_validated_rows_says_so():
+    """No held-out published row ran int4 weights or an MoE model under a rate (bench/published_accuracy.json)."""
+    from specs.devices import load_device
+    from specs.presets import load_preset
+    from ui.plan_deploy import error_band
+    rows = json.loads((ROOT / "bench" / "published_accuracy.json").read_text())["rows"]
+    assert not any(r["split"] == "test" and r["group"] == "precision" and r["value"] == "int4" for r in rows)
+    dense, h100 = load_preset("llama-3-8b"), load_device("h100")
+    assert "outside what was validated" in error_band("under_rate", h100, "int4", dense)
+    assert "outside what was validated" not in error_band("under_rate", h100, "fp8", dense)
+    assert held_out("under_rate") in error_band("under_rate", h100, "fp8", dense)
