@@ -5,31 +5,25 @@ Numbers: `calculators.planning.planner` (plan, plan_rows, rejected_rows; vectori
 """
 from __future__ import annotations
 
-import inspect
 import json
 from dataclasses import replace
 
 import pandas as pd
-import plotly.express as px
 import streamlit as st
 
-import calculators.planning.planner as planner_module
 from calculators.planning.planner import SearchSpace, Workload, plan, plan_rows, rejected_rows
 from calculators.sizing.quantization import quality_caveat
 from calculators.units import GB
 from specs.devices import device_documents, list_devices, load_device
 from specs.model_config import SpecError
-from ui import df_with_download, float_field, formula_expander, int_field, remember, setup_page, show_error
+from ui import df_with_download, float_field, int_field, remember, setup_page, show_error
 from ui.model_source import model_source, units_note
 from ui.multi_gpu import multi_gpu_sidebar
-from ui.charts import style as chart_style
 from ui.frontier import frontier_chart, stack_inputs, throughput_section, what_if_table
-from ui.plan_deploy import chosen_plan_section, disaggregated_section
+from ui.plan_deploy import chosen_plan_section, disaggregated_section, headline
 
 DEFAULT_DEVICES = ["H100 SXM", "A100 SXM 80GB", "H200", "L40S"]
 DEFAULT_MODEL = "Llama-3-70B"
-BINDING_COLORS = {"memory": "#4C78A8", "bandwidth": "#F58518", "compute": "#54A24B", "communication": "#E45756",
-                  "queueing": "#B279A2"}
 
 
 def workload_inputs(max_ctx: int) -> Workload | None:
@@ -103,32 +97,6 @@ def priced_devices(devices: list) -> list | None:
     return out
 
 
-def headline(best: dict, wl: Workload) -> None:
-    """The cheapest plan in two rows of short metrics (each value fits its column in both text sizes)."""
-    c = st.columns(2)
-    c[0].metric("Cheapest plan", f"{best['gpus']} × {best['device']}",
-                help=f"TP {best['tp']}, PP {best['pp']}, batch cap {best['batch_cap']}, weights "
-                     f"{best['weight_dtype']}, KV {best['kv_dtype']}")
-    c[1].metric("Binding constraint", best["binding"], help=best["why"])
-    st.markdown(f"**{best['gpus']} × {best['device']}**: TP {best['tp']}, PP {best['pp']}{ep_words(best)}, "
-                f"{best['replicas']} replica(s), batch cap {best['batch_cap']}, weights {best['weight_dtype']}, KV "
-                f"{best['kv_dtype']}. It meets every target; the one it is closest to is **{best['binding']}** "
-                f"({best['worst_ratio']:.0%} of its limit).")
-    c = st.columns(4)
-    c[0].metric("$ per 1M output tokens", f"${best['usd_per_million_output_tokens']:.3f}",
-                help="The GPU time spent decoding, per output token.")
-    c[1].metric("$ per 1M input tokens", f"${best['usd_per_million_input_tokens']:.3f}",
-                help="The GPU time spent on prefill, per prompt token.")
-    c[2].metric("ITL at the load", f"{best['itl_at_load_ms']:.1f} ms", help=f"target {wl.itl_ms:g} ms, with "
-                f"{best['concurrency_per_replica']:.1f} requests in flight per replica and the prefills' share of "
-                f"every step; decode alone at the batch cap: {best['itl_ms']:.1f} ms")
-    c[3].metric("TTFT p99", f"{best['ttft_p99_ms']:,.0f} ms", help=f"target {wl.ttft_p99_ms:g} ms")
-    st.caption(f"Input and output tokens priced by the GPU time each takes (prefill vs decode) at this load: "
-               f"${best['usd_per_million_input_tokens']:.3f} per 1M input, ${best['usd_per_million_output_tokens']:.3f} "
-               f"per 1M output; blended over the workload's {wl.prompt_tokens:,} + {wl.output_tokens:,} tokens per "
-               f"request, ${best['usd_per_million_tokens']:.3f} per 1M tokens (the ranking uses the blend).")
-
-
 def precision_caveats(rows: list[dict]) -> None:
     """A quality note for each weight precision below 16 bits among the plans shown."""
     for wd in dict.fromkeys(r["weight_dtype"] for r in rows):
@@ -140,7 +108,7 @@ def precision_caveats(rows: list[dict]) -> None:
 
 
 def ep_words(r: dict) -> str:
-    return f", EP {r['ep']}" if r["ep"] > 1 else ""
+    return (f", EP {r['ep']}" if r.get("ep", 1) > 1 else "") + (f", DP {r['dp']}" if r.get("dp", 1) > 1 else "")
 
 
 def named_layout(res, devices: list, space: SearchSpace) -> None:
@@ -166,31 +134,29 @@ def named_layout(res, devices: list, space: SearchSpace) -> None:
             st.warning(f"{name}: rejected. {r['why'][0].upper() + r['why'][1:]}.")
 
 
-def results(res, wl: Workload, config=None, stack=None, setup=None, devices=()) -> None:
+def results(res, wl: Workload, config=None, stack=None, setup=None, devices=(), top=None) -> dict | None:
+    """The search's outcome: in `top` (the page's first screen) the cheapest plan named, at the rate, launched;
+    below, the frontier with that plan marked, every plan as a table, the disaggregated alternative and why the
+    others fail. Returns the chosen plan (None when none is feasible)."""
     reason = res.no_plan_reason()
+    best = None
+    with top if top is not None else st.container():
+        if reason:
+            st.warning(reason.replace("no feasible plan", "**No feasible plan**", 1))
+        elif config is not None:
+            best = plan_rows(res, 1)[0]
+            headline(best, wl, config, stack, devices)
+            chosen_plan_section(config, best, wl, stack, wl.longest_request(config.max_position_embeddings),
+                                setup.usable_fraction, devices)
+    st.subheader("Every feasible plan")
     st.caption(f"{res.n_candidates:,} candidate plans searched (device × GPUs × TP × PP × batch cap × precisions).")
-    if reason:
-        st.warning(reason.replace("no feasible plan", "**No feasible plan**", 1))
-    else:
+    if not reason:
         rows = plan_rows(res, 30)
-        headline(rows[0], wl)
-        if config is not None:
-            chosen_plan_section(config, res.ranked(1)[0], wl, stack, wl.longest_request(config.max_position_embeddings),
-                                setup.usable_fraction)
-            disaggregated_section(config, rows[0], wl, devices, stack)
         precision_caveats(rows[:15])
+        frontier_chart(res, chosen=best or rows[0])
         df = pd.DataFrame(rows)
-        df["plan"] = [f"{r['gpus']}× {r['device']} TP{r['tp']} PP{r['pp']}{' EP' + str(r['ep']) if r['ep'] > 1 else ''} "
-                      f"b≤{r['batch_cap']} {r['weight_dtype']}/"
-                      f"{r['kv_dtype']}" for r in rows]
-        fig = px.bar(df.head(15), x="usd_per_million_tokens", y="plan", color="binding", orientation="h",
-                     color_discrete_map=BINDING_COLORS, title="Cheapest feasible plans, coloured by what binds them")
-        fig.update_layout(height=520, font=dict(size=14), yaxis=dict(autorange="reversed"),
-                          xaxis_title="$ per 1M tokens at this load (input and output blended)", yaxis_title="",
-                          margin=dict(l=10, r=10, t=60, b=10))
-        st.plotly_chart(chart_style(fig))
         show = df.assign(**{"per-GPU need (GB)": df["per_gpu_needed_bytes"] / GB}).drop(
-            columns=["per_gpu_weight_bytes", "per_gpu_kv_bytes", "per_gpu_needed_bytes", "usable_bytes", "plan"])
+            columns=["per_gpu_weight_bytes", "per_gpu_kv_bytes", "per_gpu_needed_bytes", "usable_bytes"])
         df_with_download(show, "feasible_plans", column_config={
             c: st.column_config.NumberColumn(format="%.4g") for c in show.columns if show[c].dtype.kind == "f"},
             show={"device": None, "gpus": "GPUs", "tp": "TP", "pp": "PP", "batch_cap": "cap",
@@ -198,6 +164,8 @@ def results(res, wl: Workload, config=None, stack=None, setup=None, devices=()) 
                   "itl_at_load_ms": "ITL ms", "usd_per_million_tokens": "$/1M", "binding": None})
         st.download_button("Download plans (JSON)", json.dumps(rows, indent=2, default=float), "plans.json",
                            "application/json", key="plan.json", on_click="ignore")
+        if config is not None:
+            disaggregated_section(config, rows[0], wl, devices, stack)
     st.subheader("Why the others fail")
     counts = pd.DataFrame({"reason": list(res.reasons), "rejected plans": list(res.reasons.values())})
     df_with_download(counts, "rejections_by_reason")
@@ -206,6 +174,7 @@ def results(res, wl: Workload, config=None, stack=None, setup=None, devices=()) 
                            "weight_dtype": "weights", "reason": None, "why": None})
     st.caption("Nearest misses first (the smallest over-limit ratio). 'mesh' rows are layouts the model or the GPU "
                "count cannot take (TP not dividing the heads, TP × PP not dividing the GPUs).")
+    return best
 
 
 def main() -> None:
@@ -213,7 +182,9 @@ def main() -> None:
     st.title("Capacity planner")
     st.markdown("Say what you serve and how fast it must answer; the planner tries every device, GPU count, "
                 "split, batch cap and precision, keeps the plans that meet the targets, and ranks them by what a "
-                "million tokens costs at your load. Each plan names the wall it is closest to.")
+                "million tokens costs at your load. Each plan names the wall it is closest to. The cheapest plan comes "
+                "first; the workload and the choices it was searched under follow it.")
+    top = st.container()               # the answer first: filled once the search below has run
     config = model_source(default_preset=DEFAULT_MODEL)
     setup = multi_gpu_sidebar(config, None, layout_used=False)
     units_note()
@@ -240,13 +211,11 @@ def main() -> None:
     except SpecError as e:
         st.warning(f"**No feasible plan**: {e}")
         return
-    results(res, wl, config, stack[0], setup, devices)
-    frontier_chart(res)
+    best = results(res, wl, config, stack[0], setup, devices, top)
     named_layout(res, devices, sp)
     what_if_table(config, devices, wl, sp, stack[0], usable_fraction=setup.usable_fraction,
                   overheads=setup.overheads, embeddings_16bit=setup.embeddings_16bit)
-    throughput_section(config, devices, wl, stack[0])
-    formula_expander("How plans are evaluated (calculators.planning.planner)", inspect.getdoc(planner_module))
+    throughput_section(config, devices, wl, stack[0], best)
 
 
 main()

@@ -2,15 +2,12 @@
 feasible plan, and the maximum throughput of a chosen deployment. The page only wires them."""
 from __future__ import annotations
 
-import inspect
-
 import pandas as pd
 import plotly.graph_objects as go
 import streamlit as st
 
-import calculators.planning.throughput as throughput_module
-from calculators.multi_gpu.tensor_parallel import Mesh, mesh_problem
 from calculators.planning.frontier import collapse_near_duplicates, pareto_front
+from calculators.planning.plan_explain import formula_markdown, throughput_formulas
 from calculators.planning.throughput import max_throughput
 from specs.model_config import SpecError
 from specs.stacks import list_stacks, load_stack
@@ -34,9 +31,9 @@ def stack_inputs() -> tuple[str, float] | None:
     return None if hit is None else (key, hit / 100)
 
 
-def frontier_chart(res, metric: str = "ttft_p99_ms") -> None:
+def frontier_chart(res, metric: str = "ttft_p99_ms", chosen: dict | None = None) -> None:
     """Every feasible plan as cost per 1M tokens against latency, coloured by device, near-duplicates collapsed,
-    the Pareto front drawn."""
+    the Pareto front drawn, the chosen plan marked."""
     cols = res.columns
     idx = [int(i) for i in res.feasible_order]
     if not idx:
@@ -58,13 +55,20 @@ def frontier_chart(res, metric: str = "ttft_p99_ms") -> None:
     fig.add_scatter(x=[p["lat"] for p in front], y=[p["cost"] for p in front], mode="lines+markers",
                     name="Pareto front", line=dict(color="black", width=2, shape="hv"),
                     marker=dict(size=12, symbol="diamond-open", color="black"))
+    if chosen is not None:
+        fig.add_scatter(x=[chosen[metric]], y=[chosen["usd_per_million_tokens"]], mode="markers+text",
+                        name="chosen plan", text=[f"chosen: {chosen['gpus']}× {chosen['device']}"],
+                        textposition="top right", textfont=dict(size=15),
+                        marker=dict(size=22, symbol="star", color="#d62728", line=dict(color="black", width=1.5)),
+                        hovertemplate="the chosen plan<br>%{x:.3g} ms, $%{y:.3g}<extra></extra>")
     fig.update_layout(height=480, font=dict(size=15), title=f"Every feasible plan: cost against {label}",
                       xaxis_title=label, yaxis_title="$ per 1M tokens at this load", xaxis_type="log",
                       yaxis_type="log", margin=dict(l=10, r=10, t=60, b=10), legend_title_text="device")
     st.plotly_chart(chart_style(fig))
     knee = front[len(front) // 2] if front else None
     st.caption(f"{len(idx):,} feasible plans drawn as {len(pts):,} points (plans within 2% in cost and latency on "
-               f"the same device are one point). The black line is the Pareto front: {len(front)} plans no other "
+               f"the same device are one point)"
+               + (". The red star is the chosen plan" if chosen is not None else "") + ". The black line is the Pareto front: {len(front)} plans no other "
                "plan beats on both axes; everything above it pays more for no speed."
                + (f" A middle point of the front: {knee['gpus']}× {knee['device']} TP{knee['tp']} at "
                   f"{knee['lat']:.3g} ms for ${knee['cost']:.3g}." if knee else ""))
@@ -97,33 +101,60 @@ def what_if_table(config, devices: list, wl, space, stack_key: str, **plan_kw) -
         c: st.column_config.NumberColumn(format="%.4g") for c in ("$ per 1M tokens", "TTFT p99 (ms)", "ITL (ms)")})
 
 
-def throughput_section(config, devices: list, wl, stack_key: str) -> None:
-    """Maximum throughput of one deployment (all requests queued): `python -m calculators throughput`."""
+def throughput_section(config, devices: list, wl, stack_key: str, chosen: dict | None = None) -> None:
+    """Maximum throughput of one deployment (all requests queued): `python -m calculators throughput`. Opens on
+    the chosen plan's layout (device, GPUs, TP, PP, EP, precisions); the widgets are keyed on the plan, so a new
+    plan brings its own defaults back, and a button returns to them after edits."""
+    from calculators.planning.plan_explain import plan_mesh
+    from ui.plan_deploy import FORMULA_LABELS, error_band
     st.subheader("Maximum throughput of one deployment")
-    c = st.columns(5)
-    dev_name = c[0].selectbox("Device", [d.name for d in devices], key="plan.tput.dev")
-    gpus = int_field("GPUs", 8, 1, 4096, key="plan.tput.gpus", where=c[1])
-    tp_default = next(t for t in (8, 4, 2, 1) if mesh_problem(config, Mesh(tp=t, gpus=8)) is None or t == 1)
-    tp = int_field("TP", tp_default, 1, 64, key=f"plan.tput.tp.{config.name}", where=c[2],
-                   help=f"default: the largest of 8, 4, 2, 1 that splits {config.name}'s heads")
-    ep = int_field("EP", 1, 1, 1024, key="plan.tput.ep", where=c[3])
-    wd = c[4].selectbox("Weights", ["bf16", "fp8", "int4", "fp4"], index=1, key="plan.tput.wd")
-    if None in (gpus, tp, ep):
+    names = [d.name for d in devices]
+    base = chosen if chosen is not None and chosen["device"] in names else \
+        dict(device=names[0], gpus=8, tp=8, pp=1, ep=1, weight_dtype="fp8", kv_dtype="fp8")
+    ss = st.session_state
+    sig = "{device}.{gpus}.{tp}.{pp}.{ep}.{weight_dtype}.{kv_dtype}".format(**{"ep": 1, **base})
+    sig += f".{config.name}.{ss.get('plan.tput.reset', 0)}"
+    st.caption(f"Opens on the chosen plan ({base['gpus']} × {base['device']}, TP {base['tp']}, PP {base['pp']}, "
+               f"EP {base.get('ep', 1)}, {base['weight_dtype']}/{base['kv_dtype']}); change any field to try another "
+               "layout." if chosen is not None else "No plan chosen: a default layout.")
+    c = st.columns([2.2, 1, 1, 1, 1, 1.2, 1.2])
+    wds, kds = ["bf16", "fp8", "int8", "int4", "fp4"], ["bf16", "fp8", "int8"]
+    dev_name = c[0].selectbox("Device", names, index=names.index(base["device"]), key=f"plan.tput.dev.{sig}")
+    gpus = int_field("GPUs", int(base["gpus"]), 1, 4096, key=f"plan.tput.gpus.{sig}", where=c[1])
+    tp = int_field("TP", int(base["tp"]), 1, 64, key=f"plan.tput.tp.{sig}", where=c[2])
+    pp = int_field("PP", int(base["pp"]), 1, 64, key=f"plan.tput.pp.{sig}", where=c[3])
+    ep = int_field("EP", int(base.get("ep", 1)), 1, 1024, key=f"plan.tput.ep.{sig}", where=c[4])
+    wd = c[5].selectbox("Weights", wds, index=wds.index(base["weight_dtype"]) if base["weight_dtype"] in wds else 1,
+                        key=f"plan.tput.wd.{sig}")
+    kd = c[6].selectbox("KV", kds, index=kds.index(base["kv_dtype"]) if base["kv_dtype"] in kds else 0,
+                        key=f"plan.tput.kd.{sig}")
+    if chosen is not None:
+        st.button("Back to the chosen plan", key="plan.tput.back", icon=":material/undo:",
+                  on_click=lambda: ss.__setitem__("plan.tput.reset", ss.get("plan.tput.reset", 0) + 1))
+    if None in (gpus, tp, pp, ep):
         return
     dev = next(d for d in devices if d.name == dev_name)
+    mesh = None
     try:
-        r = max_throughput(config, dev, Mesh(tp=tp, ep=ep, gpus=gpus), wl.prompt_tokens, wl.output_tokens, wd,
-                           "fp8" if wd in ("fp8", "fp4") else None, stack_key)
-    except SpecError as e:
+        mesh = plan_mesh(dict(tp=tp, pp=pp, ep=ep, gpus=gpus))
+        r = max_throughput(config, dev, mesh, wl.prompt_tokens, wl.output_tokens, wd, kd, stack_key)
+    except (SpecError, ValueError) as e:
         show_error(e)
         return
+    err = error_band("max_throughput", dev, wd, config)
     m = st.columns(4)
-    m[0].metric("Output tokens/s", f"{r['output_tok_s']:,.0f}", help=f"total (in + out) {r['total_tok_s']:,.0f}")
-    m[1].metric("Sequences per replica", f"{r['max_batch']:,}", help=r["batch_binding"])
-    m[2].metric("Step", f"{r['step_ms']:.1f} ms", help=r["step_bound"])
-    m[3].metric("Per GPU", f"{r['output_tok_s_per_gpu']:,.0f} tok/s")
+    m[0].metric("Output tokens/s", f"{r['output_tok_s']:,.0f}", help=f"total (in + out) {r['total_tok_s']:,.0f}. "
+                f"Error: {err}.")
+    m[1].metric("Sequences per replica", f"{r['max_batch']:,}", help=f"{r['batch_binding']}. Error: {err}.")
+    m[2].metric("Step", f"{r['step_ms']:.1f} ms", help=f"{r['step_bound']}. Error: {err}.")
+    m[3].metric("Per GPU", f"{r['output_tok_s_per_gpu']:,.0f} tok/s", help=f"Error: {err}.")
     st.caption(f"{r['stack']} defaults, every request queued at once, {wl.prompt_tokens:,} in / "
                f"{wl.output_tokens:,} out: {r['binds']}. Batch caps: "
-               + ", ".join(f"{k} {v:,}" for k, v in r["batch_caps"].items()) + ".")
+               + ", ".join(f"{k} {v:,}" for k, v in r["batch_caps"].items()) + f". How far to trust these: {err}.")
     df_with_download(pd.DataFrame([{k: v for k, v in r.items() if not isinstance(v, dict)}]), "max_throughput")
-    formula_expander("How maximum throughput is computed", inspect.getdoc(throughput_module))
+    formula_expander("How this maximum throughput is computed, with its numbers",
+                     formula_markdown(throughput_formulas(r, mesh, wl.prompt_tokens, wl.output_tokens),
+                                      FORMULA_LABELS) +
+                     "\n\nB = min(sequences whose KV fits, the scheduler's max sequences, max batched tokens × O / "
+                     "(I + O)); memory = bytes / (bandwidth·MBU), compute = FLOPs / (peak·MFU): "
+                     "calculators.planning.throughput.")

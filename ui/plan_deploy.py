@@ -1,41 +1,107 @@
-"""The chosen plan on the Capacity planner page: the same layout at the requested rate (`serve_at`: capacity and
-the verdict), how far such a prediction can be trusted (the held-out error of its regime in the published table),
-and the command lines that launch it (`calculators.planning.launch`). Pages only call `chosen_plan_section`."""
+"""The chosen plan on the Capacity planner page: the headline that names the deployment, the same layout at the
+requested rate (`serve_at`: capacity and the verdict), how far each prediction can be trusted (the held-out error
+of its regime in the published table), the command lines that launch it (`calculators.planning.launch`), one
+GPU's memory, the cost, and the plan's formulas with its numbers (`calculators.planning.plan_explain`). Pages only
+call `headline` and `chosen_plan_section`."""
 from __future__ import annotations
 
 import streamlit as st
 
-from calculators.multi_gpu.tensor_parallel import Mesh
-from calculators.planning.launch import launch_commands, plan_from_row
 from calculators.planning.accuracy import band
-from calculators.sizing.roofline import compute_precision_for
+from calculators.planning.launch import launch_commands, plan_from_row
+from calculators.planning.plan_explain import (formula_markdown, max_batched_tokens, memory_and_cost, plan_formulas,
+                                               plan_mesh)
 from calculators.planning.serve_at import serve_at
+from calculators.units import fmt_bytes
 from specs.devices import load_device
 from specs.model_config import SpecError
+from ui.widgets import formula_expander
+
+FORMULA_LABELS = {"lambda_per_replica": "λ per replica", "decode_rows": "n, decode rows per step",
+                  "prompt_tokens_per_step": "p, prompt tokens per step", "memory_ms": "memory term of step(n, p)",
+                  "compute_ms": "compute term of step(n, p)", "step_ms": "step(n, p)",
+                  "itl_at_load_ms": "ITL at the load = τ", "ttft_p99_ms": "TTFT p99",
+                  "usd_per_million_tokens": "$ per 1M tokens (blended)", "prefill_share": "prefill's share of GPU time",
+                  "usd_per_million_input_tokens": "$ per 1M input tokens",
+                  "usd_per_million_output_tokens": "$ per 1M output tokens",
+                  "output_tok_s": "output tokens/s", "total_tok_s": "total tokens/s"}
 
 
-def regime_band(vendor: str | None = None, precision: str | None = None, moe: bool | None = None) -> str:
-    """The held-out error of predictions under a rate (`calculators.planning.accuracy`)."""
-    return band("under_rate", vendor, precision, moe)["text"]
+def plan_device(best: dict, devices=()):
+    """The plan's device as the planner priced it (the page's edited prices), else from specs/devices.json."""
+    return next((d for d in devices if d.name == best["device"]), None) or load_device(best["device"])
 
 
-def chosen_plan_section(config, best: dict, wl, stack, max_model_len: int, usable_fraction: float) -> None:
+def error_band(regime: str, device, weight_dtype: str, config) -> str:
+    """The held-out error of predictions in `regime` for this vendor, precision and dense/MoE model
+    (`calculators.planning.accuracy.band`), with its 'outside what was validated' note when there is one. The
+    weights' own format is asked for (int4 weights compute in bf16 but no held-out row ran int4 weights)."""
+    return band(regime, device.vendor or None, weight_dtype, bool(config.num_experts))["text"]
+
+
+def layout_words(r: dict) -> str:
+    return f"{r['tp']} / {r['pp']} / {r.get('ep', 1)} / {r.get('dp', 1)}"
+
+
+def headline(best: dict, wl, config, stack, devices=()) -> None:
+    """The cheapest plan named in three rows of short metrics (each value fits its column in both text sizes), the
+    sentence, and how far its predicted numbers can be trusted."""
+    dev = plan_device(best, devices)
+    err = error_band("under_rate", dev, best["weight_dtype"], config)
+    mbt = max_batched_tokens(config, dev, best, wl, stack)
+    cost = memory_and_cost(best, dev.price_usd_per_hour)
+    c = st.columns([1.6, 1.1, 1, 1])
+    c[0].metric("Cheapest plan", f"{best['gpus']} × {best['device']}",
+                help=f"{best['gpus']} GPUs of {best['device']} in {best['replicas']} replica(s)")
+    c[1].metric("TP / PP / EP / DP", layout_words(best), help="tensor, pipeline, expert and data parallel degrees "
+                "inside one replica")
+    c[2].metric("Weights / KV", f"{best['weight_dtype']} / {best['kv_dtype']}", help="weight and KV-cache precision")
+    c[3].metric("Replicas", f"{best['replicas']:,}", help="copies of the model, each serving its share of the rate")
+    c = st.columns([1.6, 1.1, 1, 1])
+    c[0].metric("Binding constraint", best["binding"], help=best["why"])
+    c[1].metric("Batch cap", f"{best['batch_cap']:,}", help="max sequences in flight per replica (max_num_seqs)")
+    c[2].metric("Max batched tokens", f"{mbt:,}", help="tokens one step may carry (the stack's default for this "
+                "GPU, max_num_batched_tokens): the prefill budget the plan assumed")
+    c[3].metric("$ per hour", "—" if cost["usd_per_hour"] is None else f"${cost['usd_per_hour']:,.2f}",
+                help=f"{best['gpus']} × the {best['device']} price per GPU-hour")
+    st.markdown(f"**{best['gpus']} × {best['device']}**: TP {best['tp']}, PP {best['pp']}"
+                f"{', EP ' + str(best['ep']) if best.get('ep', 1) > 1 else ''}"
+                f"{', DP ' + str(best['dp']) if best.get('dp', 1) > 1 else ''}, "
+                f"{best['replicas']} replica(s), batch cap {best['batch_cap']}, weights {best['weight_dtype']}, KV "
+                f"{best['kv_dtype']}. It meets every target; the one it is closest to is **{best['binding']}** "
+                f"({best['worst_ratio']:.0%} of its limit).")
+    c = st.columns(4)
+    c[0].metric("$ per 1M output tokens", f"${best['usd_per_million_output_tokens']:.3f}",
+                help=f"The GPU time spent decoding, per output token. Error: {err}.")
+    c[1].metric("$ per 1M input tokens", f"${best['usd_per_million_input_tokens']:.3f}",
+                help=f"The GPU time spent on prefill, per prompt token. Error: {err}.")
+    c[2].metric("ITL at the load", f"{best['itl_at_load_ms']:.1f} ms", help=f"target {wl.itl_ms:g} ms, with "
+                f"{best['concurrency_per_replica']:.1f} requests in flight per replica and the prefills' share of "
+                f"every step; decode alone at the batch cap: {best['itl_ms']:.1f} ms. Error: {err}.")
+    c[3].metric("TTFT p99", f"{best['ttft_p99_ms']:,.0f} ms", help=f"target {wl.ttft_p99_ms:g} ms. Error: {err}.")
+    st.caption(f"Error bars of these predictions (measured on held-out published runs), {err}. Input and output "
+               f"tokens priced by the GPU time each takes (prefill vs decode); blended over the workload's "
+               f"{wl.prompt_tokens:,} + {wl.output_tokens:,} tokens per request, "
+               f"${best['usd_per_million_tokens']:.3f} per 1M tokens (the ranking uses the blend).")
+
+
+def chosen_plan_section(config, best: dict, wl, stack, max_model_len: int, usable_fraction: float,
+                        devices=()) -> None:
     st.subheader("The chosen plan at your rate, and how to launch it")
     try:
-        dev = load_device(best["device"])
-        r = serve_at(config, dev, Mesh(tp=best["tp"], pp=best["pp"], ep=best["ep"], gpus=best["gpus"]),
-                     wl.requests_per_s, wl.prompt_lengths(), wl.output_lengths(), best["weight_dtype"],
-                     best["kv_dtype"], stack, max_num_seqs=best["batch_cap"])
+        dev = plan_device(best, devices)
+        r = serve_at(config, dev, plan_mesh(best), wl.requests_per_s, wl.prompt_lengths(), wl.output_lengths(),
+                     best["weight_dtype"], best["kv_dtype"], stack, max_num_seqs=best["batch_cap"])
     except SpecError as e:
         st.warning(f"The plan could not be re-evaluated: {e}")
         return
+    err = error_band("under_rate", dev, best["weight_dtype"], config)
     c = st.columns(4)
-    c[0].metric("Capacity", f"{r['capacity_requests_per_s']:,.3g} req/s", help=r["verdict"])
-    c[1].metric("TTFT p50 / p99", f"{r['ttft_p50_ms']:,.0f} / {r['ttft_p99_ms']:,.0f} ms")
-    c[2].metric("ITL mean / p99", f"{r['tpot_ms']:,.0f} / {r['itl_p99_ms']:,.0f} ms")
-    c[3].metric("In flight per replica", f"{r['in_flight_per_replica']:,.1f}")
-    st.caption(f"{r['verdict'][0].upper()}{r['verdict'][1:]}. How far to trust these: "
-               f"{regime_band(dev.vendor, compute_precision_for(best['weight_dtype']), bool(config.num_experts))}.")
+    c[0].metric("Capacity", f"{r['capacity_requests_per_s']:,.3g} req/s", help=f"{r['verdict']}. Error: {err}.")
+    c[1].metric("TTFT p50 / p99", f"{r['ttft_p50_ms']:,.0f} / {r['ttft_p99_ms']:,.0f} ms", help=f"Error: {err}.")
+    c[2].metric("ITL mean / p99", f"{r['tpot_ms']:,.0f} / {r['itl_p99_ms']:,.0f} ms", help=f"Error: {err}.")
+    c[3].metric("In flight per replica", f"{r['in_flight_per_replica']:,.1f}", help=f"Error: {err}.")
+    st.caption(f"{r['verdict'][0].upper()}{r['verdict'][1:]}. How far to trust these: {err}.")
     cmds = launch_commands(plan_from_row(best, config.name, max_model_len, usable_fraction))
     tabs = st.tabs([f"{name}" for name in cmds])
     for tab, (name, cmd) in zip(tabs, cmds.items()):
@@ -43,6 +109,33 @@ def chosen_plan_section(config, best: dict, wl, stack, max_model_len: int, usabl
             st.code(cmd.shell, language="bash", wrap_lines=True)
             for note in cmd.notes:
                 st.caption(f"• {note}")
+    memory_and_cost_rows(best, dev)
+    try:
+        lines = plan_formulas(config, dev, best, wl, stack, r)
+    except SpecError as e:
+        st.caption(f"The plan's formulas could not be filled in: {e}")
+        return
+    formula_expander("This plan's formulas, with its numbers", formula_markdown(lines, FORMULA_LABELS) +
+                     "\n\nThe step, the steady state and the cost: calculators.planning.planner, "
+                     "calculators.serving.steady_state, calculators.planning.serve_at.")
+
+
+def memory_and_cost_rows(best: dict, dev) -> None:
+    """One GPU's memory as the plan sized it, against what is usable, and what the deployment costs."""
+    m = memory_and_cost(best, dev.price_usd_per_hour)
+    st.markdown("**Memory of one GPU, and the cost**")
+    c = st.columns(4)
+    c[0].metric("Weights per GPU", fmt_bytes(m["weights_bytes"]), help="this GPU's share of the weights")
+    c[1].metric("KV cache per GPU", fmt_bytes(m["kv_bytes"]), help=f"{best['batch_cap']} sequences of the mean "
+                "prompt + output (the batch cap)")
+    c[2].metric("Other per GPU", fmt_bytes(m["other_bytes"]), help="activations, CUDA context and graphs, "
+                "communication buffers")
+    c[3].metric("Usable per GPU", fmt_bytes(m["usable_bytes"]), help=f"needed {fmt_bytes(m['needed_bytes'])}, "
+                f"{fmt_bytes(m['free_bytes'])} left (more KV room at run time)")
+    hour = "no price" if m["usd_per_hour"] is None else f"${m['usd_per_hour']:,.2f} per hour"
+    st.caption(f"Needed {fmt_bytes(m['needed_bytes'])} of {fmt_bytes(m['usable_bytes'])} usable per GPU. Cost: "
+               f"{hour} for {best['gpus']} GPUs; ${m['usd_per_million_input_tokens']:.3f} per 1M input and "
+               f"${m['usd_per_million_output_tokens']:.3f} per 1M output tokens at this load.")
 
 
 def disaggregated_section(config, best: dict, wl, devices: list, stack) -> None:

@@ -80,15 +80,25 @@ def step_cost(config: ModelConfig, device: Device, mesh: Mesh, weight_dtype: str
     def at(table, tokens):
         return np.interp(np.log(np.maximum(tokens, 1.0)), lg, table)
 
-    def step(n, p):
+    def parts(n, p) -> dict:
+        """The step's terms at (n, p): bytes read and FLOPs on the busiest GPU per microbatch, the rates they
+        run at, the memory, compute, collective and fixed times (ms), the microbatch passes, and the step."""
         n, p = np.broadcast_arrays(np.asarray(n, dtype=float), np.asarray(p, dtype=float))
         m = np.minimum(np.maximum(n, 1.0), mesh.pp)
         rows, tok = n / m, (n + p) / m
-        mem = (w * at(ratio, tok * max(1.0, mesh.ep / mesh.tp)) + kv_row * rows) / bw * 1e3
-        comp = (f_row * rows + f_tok * p / m + at(extra, tok)) / (peak * efficiency.mfu_at(tok)) * 1e3
-        stage = np.maximum(mem, comp) + at(comm, tok) + efficiency.step_overhead_ms + \
-            rows * efficiency.sequence_overhead_us / 1e3
-        return np.maximum(m, mesh.pp) * stage
+        byts = w * at(ratio, tok * max(1.0, mesh.ep / mesh.tp)) + kv_row * rows
+        flops = f_row * rows + f_tok * p / m + at(extra, tok)
+        flop_s = peak * efficiency.mfu_at(tok)
+        mem, comp = byts / bw * 1e3, flops / flop_s * 1e3
+        fixed = efficiency.step_overhead_ms + rows * efficiency.sequence_overhead_us / 1e3
+        passes = np.maximum(m, mesh.pp)
+        return dict(bytes=byts, bandwidth=bw, flops=flops, flop_s=flop_s, memory_ms=mem, compute_ms=comp,
+                    comm_ms=at(comm, tok), fixed_ms=fixed, passes=passes,
+                    step_ms=passes * (np.maximum(mem, comp) + at(comm, tok) + fixed))
+
+    def step(n, p):
+        return parts(n, p)["step_ms"]
+    step.parts = parts
     return step
 
 

@@ -41,7 +41,7 @@ def test_capacity_planner_ranks_plans_and_explains_no_feasible_plan():
     assert list(what_if["what if"]) == ["as entered", "rate × 2", "prompts × 2"]
     at.selectbox(key="plan.stack").set_value("nccl").run()
     assert not at.exception and not texts(at.error)
-    at.text_input(key="plan.tput.ep").set_value(str(2)).run()                  # EP on a dense model: one message
+    next(t for t in at.text_input if t.key.startswith("plan.tput.ep.")).set_value(str(2)).run()  # EP, dense model
     assert any("needs a mixture-of-experts model" in e for e in texts(at.error))
     at.text_input(key="plan.rate").set_value(str(0.0)).run()
     assert not at.exception and any("No feasible plan" in w and "rate" in w for w in texts(at.warning))
