@@ -17,6 +17,7 @@ from calculators.units import GB
 from specs.devices import device_documents, list_devices, load_device
 from specs.model_config import SpecError
 from ui import df_with_download, float_field, int_field, remember, setup_page, show_error
+from ui.fitted_efficiency import planner_efficiency
 from ui.model_source import model_source, units_note
 from ui.multi_gpu import multi_gpu_sidebar
 from ui.frontier import frontier_chart, stack_inputs, throughput_section, what_if_table
@@ -206,7 +207,7 @@ def main() -> None:
     devices, sp = space
     try:
         wl = replace(wl, prefix_hit_rate=stack[1]).check()
-        res = plan(config, devices, wl, sp, None, usable_fraction=setup.usable_fraction,
+        res = plan(config, devices, wl, sp, planner_efficiency(), usable_fraction=setup.usable_fraction,
                    overheads=setup.overheads, embeddings_16bit=setup.embeddings_16bit, stack=stack[0])
     except SpecError as e:
         st.warning(f"**No feasible plan**: {e}")

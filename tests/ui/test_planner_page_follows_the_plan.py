@@ -129,3 +129,27 @@ def test_a_plan_outside_the_validated_rows_says_so():
     assert "outside what was validated" in error_band("under_rate", h100, "int4", dense)
     assert "outside what was validated" not in error_band("under_rate", h100, "fp8", dense)
     assert held_out("under_rate") in error_band("under_rate", h100, "fp8", dense)
+
+
+def test_fitted_efficiencies_from_the_measure_page_replan_the_search():
+    """The Measure-a-server page's "Re-plan" stores a fit under plan.fitted_efficiency; the planner then searches
+    with it: a decode MBU a fifth of the default's can only make every plan slower, so the cheapest plan may not
+    get cheaper, and the page says which efficiencies it used."""
+    from dataclasses import asdict
+
+    from calculators.sizing.latency import Efficiency
+    from ui.fitted_efficiency import FITTED_EFFICIENCY_KEY
+    slow = Efficiency(decode_mbu=0.1, prefill_mfu=0.1, decode_mfu=0.1, prefill_mbu=0.1)
+    stored = dict(efficiency=asdict(slow), decode_mbu=0.1, prefill_mfu=0.1, overhead_ms=0.0, fitted=["decode_mbu"],
+                  model="Llama-3-70B", device="H100 SXM", weight_dtype="fp8", kv_dtype="fp8", stack="vllm",
+                  runs=["run 1"])
+    base = run_script(PAGE, 120)
+    fitted = run_script(PAGE, 120, **{FITTED_EFFICIENCY_KEY: stored})
+    assert not fitted.exception and not errors(fitted)
+    assert any("fitted on the Measure-a-server page" in i.value for i in fitted.info)
+
+    def cheapest(at):
+        t = next(d.value for d in at.dataframe if "usd_per_million_output_tokens" in d.value.columns)
+        return float(t["usd_per_million_tokens"].iloc[0]), float(t["itl_at_load_ms"].iloc[0])
+    (c0, _), (c1, _) = cheapest(base), cheapest(fitted)
+    assert c1 > c0                                       # a slower GPU costs more per token at the same targets
