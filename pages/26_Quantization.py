@@ -15,7 +15,8 @@ import streamlit as st
 from calculators.explain import explain_bandwidth_floor, explain_quantize_value, explain_weight_bytes
 from calculators.sizing.quantization import dequantize, precision_table, q_range, quantization_error, quantize
 from calculators.units import GB, fmt_bytes, fmt_num
-from engine.model.quantize import Scheme, measure_quantization, quantization_memory_bytes
+from engine.model.quantize import (Scheme, below_16_bits, measure_quantization, quantization_memory_bytes,
+                                   stored_precision)
 from specs.model_config import ModelConfig, SpecError
 from specs.sources import readable_source
 from ui import (df_with_download, float_field, formula_expander, int_field, model_picker, remember, setup_page,
@@ -133,6 +134,14 @@ def measured_section(model) -> None:
         f"Each scheme rounds every projection matrix of **{model.name}** to integers and back (norms, embedding "
         "and LM head stay float32), then runs the model on a fixed English paragraph and compares its logits with "
         "the float32 run. This reads the whole model once per scheme, so it runs only when you press the button.")
+    stored = stored_precision(model)
+    if below_16_bits(stored):
+        st.info(f"**What the baseline is.** {model.name} was stored as **{stored}** in its file (weights already "
+                "rounded to a few bits in blocks). The float32 run below is those weights de-quantized, the best "
+                "reference this machine has: the original 16-bit weights are not shipped. Each scheme therefore "
+                "rounds weights a second time, with plain round-to-nearest (no GPTQ/AWQ calibration), so its error "
+                "overstates what a calibrated INT4 or INT8 does to the original model; the ranking of the schemes "
+                "is what carries over.", icon=":material/info:")
     if model.random_weights:
         st.warning("Random weights: errors are real, but perplexity is that of a model that knows no language.",
                    icon=":material/casino:")

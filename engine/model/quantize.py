@@ -40,6 +40,26 @@ class Scheme:
         return f"INT{self.bits} {g}"
 
 
+def stored_precision(model: Model) -> str | None:
+    """How the loaded model's weights were stored in their file, when the file says: the llama.cpp file type of a
+    GGUF ('Q4_1', 'Q8_0', 'F16', 'BF16', ...; gguf-py's LlamaFileType names), else None. A model stored below 16
+    bits is measured here against its de-quantized weights, not against the original 16-bit ones."""
+    code = (model.config.extra or {}).get("gguf_file_type")
+    if code is None:
+        return None
+    try:
+        import gguf
+        name = gguf.LlamaFileType(int(code)).name
+    except (ImportError, ValueError, TypeError):
+        return f"GGUF file type {code}"
+    return name.removeprefix("MOSTLY_").removeprefix("ALL_")
+
+
+def below_16_bits(stored: str | None) -> bool:
+    """Whether a stored precision name is a quantized one (anything but F32, F16, BF16)."""
+    return stored is not None and stored not in ("F32", "F16", "BF16")
+
+
 def _round_trip(w: np.ndarray, s: Scheme) -> np.ndarray:
     return dequantize(quantize(w, bits=s.bits, granularity=s.granularity, group_size=s.group_size)).astype(np.float32)
 

@@ -38,3 +38,27 @@ def test_fewer_bits_cost_more_and_int8_keeps_top1(model):
 def test_group_size_that_does_not_divide_is_a_clear_error(model):
     with pytest.raises(ModelError, match="group_size"):
         quantized_model(model, Scheme(4, "per_group", 100))     # 576 is not a multiple of 100
+
+
+def test_the_default_models_stored_precision_is_read_from_its_file():
+    """The default model ships as SmolLM2-135M-Instruct.Q4_1.gguf: the file's own type must read Q4_1 (the name in
+    the file name, an independent record of it), and a model built in memory (random weights) has none."""
+    from engine.load.default_model import GGUF_NAME
+    from engine.load.loading import load_model
+    from engine.model.quantize import below_16_bits, stored_precision
+    stored = stored_precision(load_model())
+    assert stored == GGUF_NAME.split(".")[-2] == "Q4_1"
+    assert below_16_bits(stored) and not below_16_bits("BF16") and not below_16_bits(None)
+
+
+def test_the_quantization_page_says_what_the_baseline_is_for_a_4_bit_model():
+    from helpers_apptest import errors, run_script
+    from ui.model_picker import DEFAULT_CHOICE
+    from pathlib import Path
+    page = str(Path(__file__).resolve().parents[2] / "pages" / "26_Quantization.py")
+    at = run_script(page, 120, choice=DEFAULT_CHOICE)
+    assert not at.exception and not errors(at)
+    said = " ".join(i.value for i in at.info)
+    assert "stored as **Q4_1**" in said and "de-quantized" in said
+    rand = run_script(page, 120)                                 # random weights: nothing stored, no such note
+    assert "stored as" not in " ".join(i.value for i in rand.info)
