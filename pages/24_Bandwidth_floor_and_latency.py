@@ -243,7 +243,9 @@ def main() -> None:
     st.markdown(
         "Generating one token means streaming every weight (and the conversation's KV cache) from memory, so "
         "memory bandwidth sets a hard lower limit on the time between tokens. The first token is different: "
-        "the prompt's tokens share each weight read, so prefill is limited by compute instead.")
+        "the prompt's tokens share each weight read, so a long prompt makes prefill limited by compute instead; "
+        "a short one (fewer tokens than the device's FLOP-per-byte ridge) still waits on memory. The caption under "
+        "the numbers says which holds for yours.")
     chosen = sizing_with_gpus()
     if chosen is None:
         return
