@@ -91,6 +91,7 @@ def live(model) -> None:
             show_error(e)
             return
         st.session_state[LIVE_KEY] = (model.source, sched, [])
+        step = True                            # Start also runs step 1: the first prompts take their blocks at once
     state = st.session_state.get(LIVE_KEY)
     if state is None or state[0] != model.source:
         st.info("Press Start to submit the prompts.")
@@ -111,6 +112,7 @@ def live(model) -> None:
     c[1].metric("Free blocks", f"{sched.free_blocks:,} of {sched.num_blocks:,}")
     c[2].metric("Requests running / waiting", f"{len(sched.running)} / {len(sched.waiting)}")
     st.plotly_chart(pool_figure(pool_owners(sched), "Physical blocks: owner of each"), key="paged.pool")
+    st.caption("Light grey: a free block. Each colour: the request whose block table lists that block.")
     rows = block_table_rows(sched)
     if rows:
         df_with_download(pd.DataFrame(rows), "block_tables")

@@ -242,8 +242,24 @@ def pool_owners(sched) -> list[str]:
     return owners
 
 
+FREE_BLOCK_COLOR = "#eeeeee"
+# soft qualitative colours (ColorBrewer Set2 and Pastel1, greys left out so that no request looks free); black
+# block numbers read on every one of them
+OWNER_COLORS = ("#66c2a5", "#fc8d62", "#8da0cb", "#e78ac3", "#a6d854", "#ffd92f", "#e5c494", "#fbb4ae", "#b3cde3",
+                "#ccebc5", "#decbe4", "#fed9a6")
+
+
+def owner_colorscale(n_owners: int) -> list[list]:
+    """A stepped heatmap colour scale: z = 0 (a free block) light grey, z = k (the k-th owner) its own colour, for
+    zmin = -0.5 and zmax = n_owners + 0.5."""
+    colors = [FREE_BLOCK_COLOR, *(OWNER_COLORS[k % len(OWNER_COLORS)] for k in range(n_owners))]
+    n = len(colors)
+    return [pair for k, c in enumerate(colors) for pair in ([k / n, c], [(k + 1) / n, c])]
+
+
 def pool_figure(owners: list[str], title: str, per_row: int = 32) -> go.Figure:
-    """The block pool as a grid of squares, coloured by owner, labelled with the request id."""
+    """The block pool as a grid of squares: free blocks light grey, each owner its own colour, labelled with the
+    block number and its owner."""
     ids = sorted({o for o in owners if o})
     code = {o: i + 1 for i, o in enumerate(ids)}
     rows = -(-len(owners) // per_row)
@@ -253,8 +269,8 @@ def pool_figure(owners: list[str], title: str, per_row: int = 32) -> go.Figure:
         z[b // per_row][b % per_row] = code.get(o, 0)
         text[b // per_row][b % per_row] = f"{b}<br>{o}" if o else str(b)
     fig = go.Figure(go.Heatmap(z=z, text=text, texttemplate="%{text}", showscale=False, xgap=2, ygap=2,
-                               colorscale="Turbo" if ids else "Greys", zmin=0, zmax=max(len(ids), 1),
-                               hoverinfo="text"))
+                               colorscale=owner_colorscale(len(ids)), zmin=-0.5, zmax=len(ids) + 0.5,
+                               textfont=dict(color="black"), hoverinfo="text"))
     fig.update_yaxes(autorange="reversed", showticklabels=False)
     fig.update_xaxes(showticklabels=False)
     return style(fig, title, "", "", height=max(200, 60 + 46 * rows))

@@ -12,7 +12,7 @@ from calculators.serving.batching import kv_critical_batch, step_model_for
 from calculators.units import fmt_num
 from specs.devices import load_device
 from specs.presets import load_preset
-from helpers_apptest import errors, run_script
+from helpers_apptest import chart_specs, errors, run_script
 
 ROOT = Path(__file__).resolve().parents[2]
 PAGES = {p.stem.split("_", 1)[1]: str(p) for p in sorted((ROOT / "pages").glob("3[0-9]_*.py"))}
@@ -104,8 +104,7 @@ def test_paged_live_block_tables_then_every_block_returns_to_the_free_list():
     assert metrics(at)["Blocks"] == "4" and metrics(at)["Empty slots in the last block"] == "14"   # 50 tokens
     at.text_area(key="paged.prompts").set_value("one two three four five\nsix seven")
     at.text_input(key="paged.new").set_value(str(2)).run()
-    at.button(key="paged.start").click().run()
-    at.button(key="paged.step").click().run()
+    at.button(key="paged.start").click().run()                   # submits and runs step 1 (the prefills)
     assert_clean(at)
     tables = next(d.value for d in at.dataframe if "block_table" in d.value.columns)
     blocks = [int(b) for t in tables["block_table"] for b in t.split()]
@@ -114,6 +113,28 @@ def test_paged_live_block_tables_then_every_block_returns_to_the_free_list():
     at.button(key="paged.finish").click().run()
     assert metrics(at)["Free blocks"] == "48 of 48"              # nothing leaked
     assert at.success and "back on the free list" in at.success[0].value
+
+
+def test_paged_start_alone_shows_the_first_requests_holding_blocks_and_free_blocks_look_free():
+    at = page("Paged_KV_cache")
+    at.text_area(key="paged.prompts").set_value("one two three four five\nsix seven")
+    at.button(key="paged.start").click().run()
+    assert_clean(at)
+    assert metrics(at)["Steps run"] == "1"                       # Start ran step 1: the prompts took their blocks
+    tables = next(d.value for d in at.dataframe if "block_table" in d.value.columns)
+    held = [int(b) for t in tables["block_table"] for b in str(t).split()]
+    assert held and metrics(at)["Free blocks"] == f"{48 - len(held)} of 48"
+    from ui.serving import FREE_BLOCK_COLOR, owner_colorscale
+    spec = next(c for c in chart_specs(at) if c["data"][0]["type"] == "heatmap")["data"][0]
+    scale, lo, hi = spec["colorscale"], spec["zmin"], spec["zmax"]
+
+    def color(z: float) -> str:                                  # the stepped scale read at a z value
+        x = (z - lo) / (hi - lo)
+        return next(c for (a, c), (b, _) in zip(scale[::2], scale[1::2]) if a <= x <= b)
+    owners = int(round(hi - 0.5))
+    colors = [color(k) for k in range(owners + 1)]
+    assert colors[0] == FREE_BLOCK_COLOR and len(set(colors)) == owners + 1      # free apart from every owner
+    assert owner_colorscale(2)[0][1] == FREE_BLOCK_COLOR
 
 
 def test_paged_live_pool_larger_than_a_visitor_may_hold_is_refused_before_anything_is_allocated():
