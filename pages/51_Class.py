@@ -228,17 +228,20 @@ def main() -> None:
     join_box()
     backend = class_backend().info
     live = st.toggle(f"Live (refresh every {REFRESH_S:g} s)", value=True, key=LIVE_KEY)
-    st.fragment(run_every=REFRESH_S if live else None)(class_predictions)()     # the count of answers, live
+    predictions = st.fragment(run_every=REFRESH_S if live else None)(class_predictions)   # answers count, live
     if backend is not None and backend.engine != "ours":
         simulated_students(backend.config, backend.model, backend.engine)
         st.fragment(run_every=REFRESH_S if live else None)(other_server_view)(backend)
+        predictions()                                   # below the live batch: the key chart stays in view
         return
     picked = (backend.config, None) if backend is not None else pick_server()
     if picked is None:
+        predictions()
         return
     simulated_students(picked[0], backend.model if backend is not None else "engine")
     fragment = st.fragment(run_every=REFRESH_S if live else None)(live_view)
     fragment(picked[0], picked[1], device)
+    predictions()
     formula_expander(
         "Where these numbers come from",
         "Measured by the engine server's worker (`server.worker`, read over HTTP from `/v1/batch`) around each "
