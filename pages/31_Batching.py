@@ -76,7 +76,10 @@ def theory(model, context: int, largest: int) -> None:
                           "compute time (ms)": df["compute_ms"], "step (ms)": df["step_ms"], "bound": df["bound"],
                           "tokens/s all streams": df["total_tok_s"], "tokens/s per stream": df["per_stream_tok_s"]})
     df_with_download(table, "batching_curve", column_config={
-        k: st.column_config.NumberColumn(format="%.4g") for k in table.columns if k not in ("batch", "bound")})
+        k: st.column_config.NumberColumn(format="%.4g") for k in table.columns if k not in ("batch", "bound")}, show={
+        "batch": None, "step (ms)": None, "bound": None, "tokens/s all streams": "tokens/s, all",
+        "tokens/s per stream": "tokens/s, each", "memory time (ms)": "memory (ms)", "compute time (ms)": "compute (ms)",
+        "KV read (GB)": None, "weights (GB)": None})
     with st.expander("The reference text's table (\"LLM Inference: From Black Box to Production\", Detail 21), "
                      "from its own rounded inputs"):
         ref = pd.DataFrame(reference_batch_table())
@@ -142,7 +145,10 @@ def measured(model, slot) -> None:
     st.plotly_chart(chart_style(fig))
     st.markdown(batching_words(rows, notice is not None))
     df_with_download(df, "batching_measured", column_config={
-        k: st.column_config.NumberColumn(format="%.4g") for k in df.columns if k != "streams"})
+        k: st.column_config.NumberColumn(format="%.4g") for k in df.columns if k != "streams"}, show={
+        "streams": None, "gain": None, "ceiling": None, "gain_min": "gain min", "gain_max": "gain max",
+        "decode_tokens_per_s": "tokens/s", "decode_step_ms": "step (ms)", "weight_products_ms": "products (ms)",
+        "products_gflop_s": "GFLOP/s"})
 
 
 def main() -> None:

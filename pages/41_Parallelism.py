@@ -281,14 +281,20 @@ def galaxy_section(config: ModelConfig) -> None:
                                    "per chip (prefill copy)": [str(w["per_chip_shape"]) for w in shards],
                                    "ring-padded (decode copy)": [str(w["ring_padded_shape"]) for w in shards],
                                    "split": [w["split"] for w in shards], "format": [w["format"] for w in shards],
-                                   "MB per chip": [w["bytes_per_chip"] / 1e6 for w in shards]}), "galaxy_weights")
+                                   "MB per chip": [w["bytes_per_chip"] / 1e6 for w in shards]}), "galaxy_weights",
+                     show={"weight": None, "full shape": None, "per chip (prefill copy)": "per chip",
+                           "MB per chip": None, "split": None, "format": None,
+                           "ring-padded (decode copy)": "decode copy"})
     for phase, tokens, title in (("prefill", prompt, f"Prefill of {prompt:,} tokens"),
                                  ("decode", batch, f"Decode step of {batch} users")):
         rows = layer_collectives(model, tokens, phase, topo)
         st.markdown(f"**{title}: the collectives of one layer, as one chip sees them**")
         df_with_download(collectives_frame(rows), f"galaxy_{phase}_collectives",
                          column_config={k: st.column_config.NumberColumn(format="%.3f")
-                                        for k in ("message (MB)", "sent per chip (MB)", "time (µs)")})
+                                        for k in ("message (MB)", "sent per chip (MB)", "time (µs)")},
+                         show={"collective": None, "operation": None, "mesh axis": "axis", "chips": None,
+                               "time (µs)": None, "sent per chip (MB)": "sent (MB)", "message (MB)": None,
+                               "per-chip in": None, "per-chip out": None, "named in 001": "in 001"})
         summary = per_axis_summary(rows)
         df_with_download(pd.DataFrame({"mesh axis": [a["axis"] for a in summary],
                                        "chips": [a["devices"] for a in summary],
@@ -308,7 +314,8 @@ def galaxy_section(config: ModelConfig) -> None:
     check = reference_001_check(model, topo)
     df_with_download(pd.DataFrame({"what": [r["what"] for r in check], "001": [r["reference"] for r in check],
                                    "this layout": [r["layout"] for r in check], "agrees": [r["agrees"] for r in check],
-                                   "why": [r["why"] for r in check]}), "galaxy_001_check")
+                                   "why": [r["why"] for r in check]}), "galaxy_001_check",
+                     show=["what", "001", "this layout", "agrees", "why"])
     formula_expander("Formulas: the Galaxy layout, its collectives, step times and plan",
                      "\n\n".join(inspect.getdoc(f) for f in (layer_collectives, galaxy_plan))
                      + "\n\n" + "\n\n".join(f"{k}: {v}" for k, v in plan["formulas"].items()))

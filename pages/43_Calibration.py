@@ -81,8 +81,13 @@ def main() -> None:
                       title="Predicted vs measured after fitting", margin=dict(l=10, r=10, t=60, b=10))
     st.plotly_chart(chart_style(fig))
     df_with_download(df, "calibration", column_config={c: st.column_config.NumberColumn(format="%.3f")
-                                                       for c in df.columns if df[c].dtype.kind == "f"})
-    st.caption(f"Mean absolute error: ITL {fit['itl_mean_abs_error_percent']:.1f}%, TTFT "
+                                                       for c in df.columns if df[c].dtype.kind == "f"}, show={
+        "prompt_tokens": "prompt", "output_tokens": "output", "batch": None,
+        "measured_itl_ms": "ITL meas.", "predicted_itl_ms": "ITL pred.", "itl_error_percent": "ITL err %",
+        "measured_ttft_ms": "TTFT meas.", "predicted_ttft_ms": "TTFT pred.", "ttft_error_percent": "TTFT err %",
+        "tp": "TP"})
+    st.caption("Times in ms; error = predicted ÷ measured − 1. "
+               f"Mean absolute error: ITL {fit['itl_mean_abs_error_percent']:.1f}%, TTFT "
                f"{fit['ttft_mean_abs_error_percent']:.1f}%.")
     formula_expander("How the knobs are fitted", inspect.getdoc(calibration_module))
 

@@ -15,6 +15,10 @@ from ui.charts import style as chart_style
 from ui.widgets import df_with_download, formula_expander
 
 
+# the published figure's quantity and unit, short enough for a projector's table
+MEASURES = {"output_tok_s": "tok/s", "itl_ms": "ITL ms", "ttft_ms": "TTFT ms", "e2e_ms": "E2E ms"}
+
+
 @st.cache_data(show_spinner=False)
 def _compared() -> dict:
     return compare_all()
@@ -64,10 +68,15 @@ def published_serving_section() -> None:
                       title="Prediction error per published figure (dark: held-out test rows; dotted: ±15%)",
                       margin=dict(l=10, r=10, t=60, b=10), yaxis=dict(autorange="reversed"))
     st.plotly_chart(chart_style(fig))
+    df["measure"] = [MEASURES.get(m, m) for m in df.metric]
     keep = ["split", "regime", "stack", "model", "weights", "device", "gpus", "tp", "ep", "prompt_tokens", "output_tokens", "mode",
-            "concurrency", "metric", "published", "predicted", "error %", "settings", "url"]
+            "concurrency", "metric", "measure", "published", "predicted", "error %", "source", "settings", "url"]
+    # a projector shows the figure and its error; the settings, source text and link are in the CSV
     df_with_download(df[keep], "published_serving", column_config={
         "predicted": st.column_config.NumberColumn(format="%.2f"),
         "error %": st.column_config.NumberColumn(format="%+.0f%%"),
-        "url": st.column_config.LinkColumn("source")})
+        "url": st.column_config.LinkColumn("source")}, show={
+        "model": None, "device": None, "gpus": "GPUs", "weights": None, "measure": None, "published": None,
+        "predicted": None, "error %": None, "split": None, "stack": None, "regime": None, "prompt_tokens": "prompt",
+        "output_tokens": "output", "concurrency": "conc.", "tp": "TP", "ep": "EP", "mode": None})
     formula_expander("How each figure is predicted", inspect.getdoc(published_module))
