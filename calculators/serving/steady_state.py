@@ -206,7 +206,7 @@ def _tail_quantile(p_wait, mean_cond_s, q):
     return np.where(ratio <= 1, 0.0, np.where(np.isfinite(t), t, np.inf))
 
 
-def slot_wait_law(lam, steps_per_request, step_at, slots, held=None):
+def slot_wait_law(lam, steps_per_request, step_at, slots, held=None, scv=1.0):
     """P(wait) and the mean conditional wait (s) for a free slot, from the birth-death chain of the number N of
     requests in the replica: with N = j running, a step takes step_at(j) ms and each running request finishes
     with probability 1/steps_per_request per step, so requests leave at rate j / (steps·step_at(j)) and
@@ -214,7 +214,12 @@ def slot_wait_law(lam, steps_per_request, step_at, slots, held=None):
         w_j = w_B · q^(j − B),  q = λ · steps · step_at(B) / (1000 · B)   (j > B: the batch is full, the rest wait)
     (a step that grows with j makes N over-dispersed: negative binomial while it is linear, Poisson, i.e. Erlang's
     M/M/c, while it is flat). P(wait) = P(N ≥ B); the wait then is exponential with mean 1/(μ_B − λ),
-    μ_B = λ/q. Vectorised; the loop runs to the largest finite cap."""
+    μ_B = λ/q, for exponential service. A request's time in its slot has the squared coefficient of variation
+    `scv` (c_s² = 1: geometric outputs; 0: fixed ones): while the slots are full the queue is a GI/G/1 queue
+    served at rate μ_B, whose wait given a wait is in heavy traffic exponential with mean (c_a² + c_s²)/2 ·
+    1/(μ_B − λ), c_a² = 1 for Poisson arrivals (Kingman's heavy-traffic law; Allen-Cunneen's M/G/c
+    approximation scales Erlang C's wait by the same factor). Vectorised; the loop runs to the largest finite
+    cap."""
     lam = np.asarray(lam, dtype=float)
     c = np.asarray(slots, dtype=float) * np.ones_like(lam)
     finite = np.isfinite(c)
@@ -240,7 +245,8 @@ def slot_wait_law(lam, steps_per_request, step_at, slots, held=None):
         log_tail = log_wb - np.log1p(-np.minimum(q, 1 - 1e-12))
         p_wait = np.where(ok, np.exp(log_tail - np.logaddexp(log_z, log_tail)), np.where(finite, 1.0, 0.0))
         p_wait = np.where(far, 0.0, p_wait)
-        mean_cond = np.where(ok, 1.0 / np.maximum(lam * (1 / np.maximum(q, 1e-300) - 1), 1e-300), np.inf)
+        mean_cond = np.where(ok, (1 + np.asarray(scv)) / 2 / np.maximum(lam * (1 / np.maximum(q, 1e-300) - 1),
+                                                                           1e-300), np.inf)
     return p_wait, mean_cond
 
 
@@ -259,12 +265,20 @@ def _on_grid(step_at, top: int, like) -> np.ndarray:
     return vals[i0] * (1 - f) + vals[i0 + 1] * f
 
 
-def slot_wait_quantile_s(lam, steps_per_request, step_at, slots, q, held=None):
-    """Wait for a free slot at quantile q (s), from `slot_wait_law`; 0 without a cap."""
-    p_wait, mean_cond = slot_wait_law(lam, steps_per_request, step_at, slots, held)
+def slot_wait_quantile_s(lam, steps_per_request, step_at, slots, q, held=None, scv=1.0, law=None):
+    """Wait for a free slot at quantile q (s), from `slot_wait_law` (or its result `law`); 0 without a cap."""
+    p_wait, mean_cond = law if law is not None else slot_wait_law(lam, steps_per_request, step_at, slots, held, scv)
     t = _tail_quantile(p_wait, mean_cond, q)
     return np.where(~np.isfinite(np.asarray(slots, dtype=float) * np.ones_like(np.asarray(lam, dtype=float))),
                     0.0, t)
+
+
+def prefill_wait_mean_s(rho, service_s, scv):
+    """Mean wait for the prefill budget: M/G/1, Pollaczek-Khinchine ρ·S·(1 + c²)/(2(1 − ρ))."""
+    rho = np.asarray(rho, dtype=float)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        w = rho * service_s * (1 + scv) / (2 * (1 - rho))
+    return np.where(rho < 1, np.where(rho > 0, w, 0.0), np.inf)
 
 
 def prefill_wait_quantile_s(rho, service_s, scv, q):
@@ -325,9 +339,13 @@ def operating_point(step: StepFn, rate, load: Load, chain: bool = True, near_ste
     I, chunk = load.prompt, load.chunk
     whole = whole_prompts(load)
     rho_p = p / chunk if math.isfinite(chunk) else np.zeros_like(p)
-    svc = I.mean_tokens / chunk * t / 1e3 if not whole else np.zeros_like(t)
+    # the prefill budget as a server: busy, a step carries a full chunk and lasts step(n, chunk), so a prompt
+    # needs S = (I / chunk)·step(n, chunk) of it; its time utilisation λ·E[S] is the share of time in such steps
+    # (more than the share of steps, p / chunk: the full steps are the long ones)
+    svc = I.mean_tokens / chunk * step(n, np.full_like(n, chunk)) / 1e3 if not whole else np.zeros_like(t)
+    rho_b = np.minimum(lam * svc, np.where(rho_p < 1, 1 - 1e-9, 1.0)) if not whole else np.zeros_like(t)
     out = {}
-    pre_mean_wait = prefill_wait_quantile_s(rho_p, svc, I.scv, 0.5) * 1e3 if not whole else 0.0
+    pre_mean_wait = prefill_wait_mean_s(rho_b, svc, I.scv) * 1e3 if not whole else 0.0
     held = slots_held(lam, t, load, pre_mean_wait)
     busy = 1 - np.exp(-held)
     if whole and chain:
@@ -344,7 +362,7 @@ def operating_point(step: StepFn, rate, load: Load, chain: bool = True, near_ste
     else:
         for q, tag in ((0.5, "p50"), (0.99, "p99")):
             Iq = I.quantile(q)
-            out[f"prefill_wait_{tag}_ms"] = prefill_wait_quantile_s(rho_p, svc, I.scv, q) * 1e3
+            out[f"prefill_wait_{tag}_ms"] = prefill_wait_quantile_s(rho_b, svc, I.scv, q) * 1e3
             k = max(1, math.ceil(Iq / chunk))
             last = Iq - (k - 1) * chunk
             own = (k - 1) * step(n, np.full_like(n, chunk)) + step(n, np.minimum(chunk, last + p))
@@ -353,9 +371,17 @@ def operating_point(step: StepFn, rate, load: Load, chain: bool = True, near_ste
     steps_per_req = load.decode_tokens + load.prefill_steps + pre_mean_wait / t
     rows_per_held = n / np.maximum(held, 1e-12)                # with j requests held, j·n/N of them decode
 
-    step_at = lambda j: step(j * rows_per_held, p * np.ones_like(j))     # noqa: E731  j requests held
+    # with j requests held, the mean step over the prompts it carries: the step bends, so the mean step τ is more
+    # than step(n, p) (Jensen), most where whole prompts make some steps compute-bound and the rest memory-bound.
+    # That excess comes from the prompt tokens (p, the same in every state), so each state j keeps it:
+    # step_at(j) = step(j·n/N, p) + (τ − step(n, p)). (At j = B it is within 0.3% of the mean step there.)
+    bend = t - step(n, p)
+    step_at = lambda j: step(j * rows_per_held, p * np.ones_like(j)) + bend     # noqa: E731  j requests held
+    # a slot is held for the prefill steps and the O − 1 decode steps: its variability is the output's
+    scv = load.output.scv * (load.output.mean_tokens / np.maximum(steps_per_req, 1e-12)) ** 2
+    law = slot_wait_law(lam, steps_per_req, step_at, load.slots, held, scv)
     for q, tag in ((0.5, "p50"), (0.99, "p99")):
-        slot_w = slot_wait_quantile_s(lam, steps_per_req, step_at, load.slots, q, held) * 1e3
+        slot_w = slot_wait_quantile_s(lam, steps_per_req, step_at, load.slots, q, held, law=law) * 1e3
         ttft = slot_w + out[f"prefill_wait_{tag}_ms"] + out[f"own_prefill_{tag}_ms"]
         out[f"slot_wait_{tag}_ms"] = slot_w
         out[f"ttft_{tag}_ms"] = np.where(stable, ttft, np.inf)
@@ -376,6 +402,7 @@ def operating_point(step: StepFn, rate, load: Load, chain: bool = True, near_ste
                 ttft_p50_ms=np.where(stable, out["ttft_p50_ms"], inf),
                 ttft_p99_ms=np.where(stable, out["ttft_p99_ms"], inf),
                 slot_wait_p99_ms=out["slot_wait_p99_ms"], prefill_wait_p99_ms=out["prefill_wait_p99_ms"],
+                slot_wait_probability=law[0],
                 output_tok_s=lam * load.output.mean_tokens, requests_per_s=lam)
 
 
