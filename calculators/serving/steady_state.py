@@ -20,7 +20,8 @@ probability 1/O): the mean-field answer is exact for the mean, which is why TPOT
 
 TTFT (p50 and p99, each part at that quantile, added):
     wait for a slot          the birth-death chain of requests held (`slot_wait_law`): P(N ≥ B), then exponential
-    wait for the prefill budget  M/G/1 on prompt tokens, ρ_p = p / chunk (Pollaczek-Khinchine, exponential tail)
+    wait for the prefill budget  M/G/1 on prompt tokens served at the full-chunk step (Pollaczek-Khinchine mean,
+                             Cramér-Lundberg tail)
     whole prompts            the prompt chain: the rest of the step in progress (length-biased), then the own step
                              with the prompts that arrived meanwhile; an idle replica (P = e^(−N)) starts at once
     prompts past half a chunk  ⌈I/chunk⌉ steps carrying its chunks beside the n decode rows
@@ -281,13 +282,48 @@ def prefill_wait_mean_s(rho, service_s, scv):
     return np.where(rho < 1, np.where(rho > 0, w, 0.0), np.inf)
 
 
-def prefill_wait_quantile_s(rho, service_s, scv, q):
-    """Wait for the prefill budget at quantile q: M/G/1 with utilisation ρ and service time S (c² = scv):
-    mean W = ρ·S·(1 + c²)/(2(1 − ρ)), P(W > 0) = ρ, W | W > 0 exponential with mean W/ρ."""
+def service_shape(lengths: Lengths, bins: int = 64):
+    """A prompt's service relative to the mean, S / E[S] = I / E[I], as `bins` equally likely values (each bin's
+    mean, so the mean stays 1): what the budget queue's tail (`prefill_wait_quantile_s`) needs of the prompt
+    lengths."""
+    x, p = lengths._grid()
+    if len(x) <= bins:
+        return x / lengths.mean_tokens, p
+    c = np.cumsum(p)
+    edge = np.searchsorted(c, np.arange(1, bins) / bins)
+    vals = np.array([np.sum(x[a:b] * p[a:b]) / max(np.sum(p[a:b]), 1e-300)
+                     for a, b in zip(np.r_[0, edge], np.r_[edge, len(x)]) if b > a])
+    w = np.array([np.sum(p[a:b]) for a, b in zip(np.r_[0, edge], np.r_[edge, len(x)]) if b > a])
+    vals = vals / np.sum(vals * w / w.sum())
+    return vals, w / w.sum()
+
+
+def prefill_wait_quantile_s(rho, service_s, shape, q):
+    """Wait for the prefill budget at quantile q: M/G/1 with utilisation ρ and service times S = E[S]·X, X with
+    the law `shape` (values, probabilities; mean 1). The tail is Cramér-Lundberg's, P(W > t) ≈ C·e^(−ηt), η > 0
+    the root of λ·(E[e^(ηS)] − 1) = η and C = (1 − ρ)/(λ·E[S·e^(ηS)] − 1): exact for exponential service
+    (η = μ − λ, C = ρ), asymptotically exact for any light-tailed one, and at light load with fixed prompts
+    right where an exponential with the Pollaczek-Khinchine mean is not (the wait is then at most one
+    service, not a long exponential tail). Solved for y = η·E[S] by bisection (λ·E[S] = ρ)."""
     rho = np.asarray(rho, dtype=float)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        mean_cond = service_s * (1 + scv) / (2 * (1 - rho))
-        t = _tail_quantile(rho, mean_cond, q)
+    x, w = shape
+    r = np.clip(rho, 1e-9, 1 - 1e-9)[..., None]
+    f = lambda y: r * (np.sum(w * np.exp(np.minimum(y[..., None] * x, 700)), axis=-1)[..., None] - 1) - y[..., None]   # noqa: E731
+    lo, hi = np.zeros(rho.shape), np.full(rho.shape, 1.0)
+    for _ in range(40):                               # bracket: f(hi) > 0
+        up = f(hi)[..., 0] <= 0
+        if not up.any():
+            break
+        hi = np.where(up, hi * 2, hi)
+    for _ in range(BISECT + 10):
+        mid = (lo + hi) / 2
+        neg = f(mid)[..., 0] <= 0
+        lo, hi = np.where(neg, mid, lo), np.where(neg, hi, mid)
+    y = (lo + hi) / 2
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        d = r[..., 0] * np.sum(w * x * np.exp(np.minimum(y[..., None] * x, 700)), axis=-1) - 1   # λ·E[S e^{ηS}] − 1
+        C = np.minimum((1 - r[..., 0]) / np.maximum(d, 1e-12), rho)
+        t = np.log(np.maximum(C / (1 - q), 1.0)) * np.asarray(service_s, dtype=float) / np.maximum(y, 1e-300)
     return np.where(rho < 1, np.where(rho > 0, t, 0.0), np.inf)
 
 
@@ -346,6 +382,7 @@ def operating_point(step: StepFn, rate, load: Load, chain: bool = True, near_ste
     rho_b = np.minimum(lam * svc, np.where(rho_p < 1, 1 - 1e-9, 1.0)) if not whole else np.zeros_like(t)
     out = {}
     pre_mean_wait = prefill_wait_mean_s(rho_b, svc, I.scv) * 1e3 if not whole else 0.0
+    shape = service_shape(I) if not whole else None
     held = slots_held(lam, t, load, pre_mean_wait)
     busy = 1 - np.exp(-held)
     if whole and chain:
@@ -362,7 +399,7 @@ def operating_point(step: StepFn, rate, load: Load, chain: bool = True, near_ste
     else:
         for q, tag in ((0.5, "p50"), (0.99, "p99")):
             Iq = I.quantile(q)
-            out[f"prefill_wait_{tag}_ms"] = prefill_wait_quantile_s(rho_b, svc, I.scv, q) * 1e3
+            out[f"prefill_wait_{tag}_ms"] = prefill_wait_quantile_s(rho_b, svc, shape, q) * 1e3
             k = max(1, math.ceil(Iq / chunk))
             last = Iq - (k - 1) * chunk
             own = (k - 1) * step(n, np.full_like(n, chunk)) + step(n, np.minimum(chunk, last + p))
