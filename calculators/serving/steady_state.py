@@ -298,13 +298,23 @@ def service_shape(lengths: Lengths, bins: int = 64):
     return vals, w / w.sum()
 
 
-def prefill_wait_quantile_s(rho, service_s, shape, q):
+def prefill_wait_quantile_s(rho, service_s, shape, q, tail=None):
     """Wait for the prefill budget at quantile q: M/G/1 with utilisation ρ and service times S = E[S]·X, X with
     the law `shape` (values, probabilities; mean 1). The tail is Cramér-Lundberg's, P(W > t) ≈ C·e^(−ηt), η > 0
     the root of λ·(E[e^(ηS)] − 1) = η and C = (1 − ρ)/(λ·E[S·e^(ηS)] − 1): exact for exponential service
     (η = μ − λ, C = ρ), asymptotically exact for any light-tailed one, and at light load with fixed prompts
     right where an exponential with the Pollaczek-Khinchine mean is not (the wait is then at most one
-    service, not a long exponential tail). Solved for y = η·E[S] by bisection (λ·E[S] = ρ)."""
+    service, not a long exponential tail). Solved for y = η·E[S] by bisection (λ·E[S] = ρ); `tail`: (y, C) from
+    `prefill_wait_tail` when several quantiles are wanted."""
+    rho = np.asarray(rho, dtype=float)
+    y, C = tail if tail is not None else prefill_wait_tail(rho, shape)
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        t = np.log(np.maximum(C / (1 - q), 1.0)) * np.asarray(service_s, dtype=float) / np.maximum(y, 1e-300)
+    return np.where(rho < 1, np.where(rho > 0, t, 0.0), np.inf)
+
+
+def prefill_wait_tail(rho, shape):
+    """(y, C) of `prefill_wait_quantile_s`: the decay rate times E[S], and the tail's constant."""
     rho = np.asarray(rho, dtype=float)
     x, w = shape
     r = np.clip(rho, 1e-9, 1 - 1e-9)[..., None]
@@ -315,7 +325,7 @@ def prefill_wait_quantile_s(rho, service_s, shape, q):
         if not up.any():
             break
         hi = np.where(up, hi * 2, hi)
-    for _ in range(BISECT + 10):
+    for _ in range(BISECT):
         mid = (lo + hi) / 2
         neg = f(mid)[..., 0] <= 0
         lo, hi = np.where(neg, mid, lo), np.where(neg, hi, mid)
@@ -323,8 +333,7 @@ def prefill_wait_quantile_s(rho, service_s, shape, q):
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
         d = r[..., 0] * np.sum(w * x * np.exp(np.minimum(y[..., None] * x, 700)), axis=-1) - 1   # λ·E[S e^{ηS}] − 1
         C = np.minimum((1 - r[..., 0]) / np.maximum(d, 1e-12), rho)
-        t = np.log(np.maximum(C / (1 - q), 1.0)) * np.asarray(service_s, dtype=float) / np.maximum(y, 1e-300)
-    return np.where(rho < 1, np.where(rho > 0, t, 0.0), np.inf)
+    return y, C
 
 
 def _chain_ttft_quantiles(step: StepFn, n, lam, load: "Load", qs, busy=None) -> list:
@@ -383,6 +392,7 @@ def operating_point(step: StepFn, rate, load: Load, chain: bool = True, near_ste
     out = {}
     pre_mean_wait = prefill_wait_mean_s(rho_b, svc, I.scv) * 1e3 if not whole else 0.0
     shape = service_shape(I) if not whole else None
+    tail = prefill_wait_tail(rho_b, shape) if not whole else None
     held = slots_held(lam, t, load, pre_mean_wait)
     busy = 1 - np.exp(-held)
     if whole and chain:
@@ -399,7 +409,7 @@ def operating_point(step: StepFn, rate, load: Load, chain: bool = True, near_ste
     else:
         for q, tag in ((0.5, "p50"), (0.99, "p99")):
             Iq = I.quantile(q)
-            out[f"prefill_wait_{tag}_ms"] = prefill_wait_quantile_s(rho_b, svc, shape, q) * 1e3
+            out[f"prefill_wait_{tag}_ms"] = prefill_wait_quantile_s(rho_b, svc, shape, q, tail) * 1e3
             k = max(1, math.ceil(Iq / chunk))
             last = Iq - (k - 1) * chunk
             own = (k - 1) * step(n, np.full_like(n, chunk)) + step(n, np.minimum(chunk, last + p))
