@@ -282,15 +282,19 @@ def prefill_wait_mean_s(rho, service_s, scv):
     return np.where(rho < 1, np.where(rho > 0, w, 0.0), np.inf)
 
 
-def service_shape(lengths: Lengths, bins: int = 64):
-    """A prompt's service relative to the mean, S / E[S] = I / E[I], as `bins` equally likely values (each bin's
-    mean, so the mean stays 1): what the budget queue's tail (`prefill_wait_quantile_s`) needs of the prompt
-    lengths."""
+TAIL_EDGES = np.unique(np.r_[np.arange(1, 32) / 32, 1 - 0.5 ** (np.arange(4, 48) / 2)])
+
+
+def service_shape(lengths: Lengths):
+    """A prompt's service relative to the mean, S / E[S] = I / E[I], as ≤ 76 values (each bin's mean, so the mean
+    stays 1): what the budget queue's tail (`prefill_wait_quantile_s`) needs of the prompt lengths. Bins of 1/32
+    up to the median, then the tail's mass halving every two bins (the root depends on E[e^(ηS)], i.e. on the
+    longest prompts)."""
     x, p = lengths._grid()
-    if len(x) <= bins:
+    if len(x) <= len(TAIL_EDGES) + 1:
         return x / lengths.mean_tokens, p
     c = np.cumsum(p)
-    edge = np.searchsorted(c, np.arange(1, bins) / bins)
+    edge = np.unique(np.searchsorted(c, TAIL_EDGES))
     vals = np.array([np.sum(x[a:b] * p[a:b]) / max(np.sum(p[a:b]), 1e-300)
                      for a, b in zip(np.r_[0, edge], np.r_[edge, len(x)]) if b > a])
     w = np.array([np.sum(p[a:b]) for a, b in zip(np.r_[0, edge], np.r_[edge, len(x)]) if b > a])
@@ -310,7 +314,7 @@ def prefill_wait_quantile_s(rho, service_s, shape, q, tail=None):
     y, C = tail if tail is not None else prefill_wait_tail(rho, shape)
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
         t = np.log(np.maximum(C / (1 - q), 1.0)) * np.asarray(service_s, dtype=float) / np.maximum(y, 1e-300)
-    return np.where(rho < 1, np.where(rho > 0, t, 0.0), np.inf)
+    return np.where(rho < 1, np.where(rho > 1 - q, t, 0.0), np.inf)
 
 
 def prefill_wait_tail(rho, shape):
@@ -332,7 +336,7 @@ def prefill_wait_tail(rho, shape):
     y = (lo + hi) / 2
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
         d = r[..., 0] * np.sum(w * x * np.exp(np.minimum(y[..., None] * x, 700)), axis=-1) - 1   # λ·E[S e^{ηS}] − 1
-        C = np.minimum((1 - r[..., 0]) / np.maximum(d, 1e-12), rho)
+        C = (1 - r[..., 0]) / np.maximum(d, 1e-12)   # may exceed ρ = P(W > 0): the line fits the tail, not t = 0
     return y, C
 
 
