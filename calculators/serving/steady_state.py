@@ -375,6 +375,33 @@ def _invert(grid, cdf, q):
     return g0 + (g1 - g0) * np.clip((q - c0) / np.maximum(c1 - c0, 1e-12), 0, 1)
 
 
+LEVELS = (0.5, 0.7, 0.9, 0.97, 0.99, 0.997, 0.999)   # quantiles of the TTFT without the slot wait
+
+
+def ttft_quantile(X, p_wait, mean_wait_ms, q):
+    """The q-quantile of TTFT = X + W: X (the TTFT without the slot wait) given at the quantiles LEVELS (rows of
+    X), W = 0 with probability 1 − P(wait), else exponential with mean `mean_wait_ms`. Solves
+        1 − q = (1 − P(wait))·(1 − F_X(t)) + P(wait)·e^(−(t − x₅₀)⁺ / mean)
+    (those who wait are counted at the median X; the wait is the longer part whenever it matters), linearly
+    between the levels; past the last level, 1 − F_X stays at 1 − 0.999. With P(wait) ≪ 1 − q it is X's
+    q-quantile; with a long wait it is x₅₀ plus the wait's own quantile; between, a request that waits seconds
+    no longer counts among the fast ones, so the median moves to X's q/(1 − P(wait)) quantile."""
+    levels = np.asarray(LEVELS).reshape((-1,) + (1,) * (X.ndim - 1))
+    x50 = X[0]
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        decay = np.where(np.isfinite(mean_wait_ms), np.exp(-np.maximum(X - x50, 0) / mean_wait_ms), 1.0)
+        g = (1 - p_wait) * (1 - levels) + p_wait * decay                       # P(TTFT > X_u), decreasing in u
+        r = 1 - q
+        i = np.clip((g > r).sum(axis=0), 1, len(LEVELS) - 1)                   # first level with g ≤ r
+        g0, g1 = np.take_along_axis(g, i[None] - 1, 0)[0], np.take_along_axis(g, i[None], 0)[0]
+        x0, x1 = np.take_along_axis(X, i[None] - 1, 0)[0], np.take_along_axis(X, i[None], 0)[0]
+        inside = x0 + (x1 - x0) * np.clip((g0 - r) / np.maximum(g0 - g1, 1e-300), 0, 1)
+        rest = r - (1 - p_wait) * (1 - LEVELS[-1])
+        beyond = x50 + mean_wait_ms * np.log(np.maximum(p_wait / np.maximum(rest, 1e-300), 1.0))
+        t = np.where(g[-1] > r, np.maximum(beyond, X[-1]), inside)
+    return np.where(g[0] <= r, X[0], t)
+
+
 def operating_point(step: StepFn, rate, load: Load, chain: bool = True, near_step_ms=None) -> dict:
     """The steady state at `rate` requests/s (arrays broadcast): step time, rows, slots, TTFT/TPOT/ITL p50 and
     p99, and `stable` (False where the rate is above capacity: then the latencies are inf). `chain=False` skips
@@ -399,26 +426,28 @@ def operating_point(step: StepFn, rate, load: Load, chain: bool = True, near_ste
     tail = prefill_wait_tail(rho_b, shape) if not whole else None
     held = slots_held(lam, t, load, pre_mean_wait)
     busy = 1 - np.exp(-held)
+    # X = TTFT without the wait for a slot (prefill budget wait + own prefill), at each of LEVELS
+    xs = []
     if whole and chain:
-        (c50, c99), alone = _chain_ttft_quantiles(step, n, lam, load, (0.5, 0.99), busy)
-        for q, tag, cq in ((0.5, "p50", c50), (0.99, "p99", c99)):
-            longer = step(n, p + I.quantile(q)) - step(n, p + I.mean_tokens)     # a longer own prompt
-            out[f"own_prefill_{tag}_ms"] = cq + np.maximum(longer, 0)
-            out[f"prefill_wait_{tag}_ms"] = np.zeros_like(t)
+        cq, alone = _chain_ttft_quantiles(step, n, lam, load, LEVELS, busy)
+        for u, c in zip(LEVELS, cq):
+            longer = step(n, p + I.quantile(u)) - step(n, p + I.mean_tokens)     # a longer own prompt
+            xs.append((np.zeros_like(t), c + np.maximum(longer, 0)))
     elif whole:
-        for q, tag in ((0.5, "p50"), (0.99, "p99")):
-            resid = np.where(q <= 1 - busy, 0.0, t * (q - (1 - busy)) / np.maximum(busy, 1e-12))
-            out[f"own_prefill_{tag}_ms"] = step(n, p + I.quantile(q)) + resid
-            out[f"prefill_wait_{tag}_ms"] = np.zeros_like(t)
+        for u in LEVELS:
+            resid = np.where(u <= 1 - busy, 0.0, t * (u - (1 - busy)) / np.maximum(busy, 1e-12))
+            xs.append((np.zeros_like(t), step(n, p + I.quantile(u)) + resid))
     else:
-        for q, tag in ((0.5, "p50"), (0.99, "p99")):
-            Iq = I.quantile(q)
-            out[f"prefill_wait_{tag}_ms"] = prefill_wait_quantile_s(rho_b, svc, shape, q, tail) * 1e3
+        for u in LEVELS:
+            Iq = I.quantile(u)
             k = max(1, math.ceil(Iq / chunk))
             last = Iq - (k - 1) * chunk
             own = (k - 1) * step(n, np.full_like(n, chunk)) + step(n, np.minimum(chunk, last + p))
-            resid = np.where(q <= 1 - busy, 0.0, t * (q - (1 - busy)) / np.maximum(busy, 1e-12))
-            out[f"own_prefill_{tag}_ms"] = own + resid
+            resid = np.where(u <= 1 - busy, 0.0, t * (u - (1 - busy)) / np.maximum(busy, 1e-12))
+            xs.append((prefill_wait_quantile_s(rho_b, svc, shape, u, tail) * 1e3, own + resid))
+    for q, tag in ((0.5, "p50"), (0.99, "p99")):
+        out[f"prefill_wait_{tag}_ms"], out[f"own_prefill_{tag}_ms"] = xs[LEVELS.index(q)]
+    X = np.stack([w + o for w, o in xs])                                    # (levels, ...)
     steps_per_req = load.decode_tokens + load.prefill_steps + pre_mean_wait / t
     rows_per_held = n / np.maximum(held, 1e-12)                # with j requests held, j·n/N of them decode
 
@@ -431,11 +460,13 @@ def operating_point(step: StepFn, rate, load: Load, chain: bool = True, near_ste
     # a slot is held for the prefill steps and the O − 1 decode steps: its variability is the output's
     scv = load.output.scv * (load.output.mean_tokens / np.maximum(steps_per_req, 1e-12)) ** 2
     law = slot_wait_law(lam, steps_per_req, step_at, load.slots, held, scv)
+    uncapped = ~np.isfinite(np.asarray(load.slots, dtype=float) * np.ones_like(t))
+    p_wait = np.where(uncapped, 0.0, law[0])
+    mean_ms = np.where(uncapped | ~np.isfinite(law[1]), np.inf, law[1] * 1e3)
     for q, tag in ((0.5, "p50"), (0.99, "p99")):
-        slot_w = slot_wait_quantile_s(lam, steps_per_req, step_at, load.slots, q, held, law=law) * 1e3
-        ttft = slot_w + out[f"prefill_wait_{tag}_ms"] + out[f"own_prefill_{tag}_ms"]
-        out[f"slot_wait_{tag}_ms"] = slot_w
-        out[f"ttft_{tag}_ms"] = np.where(stable, ttft, np.inf)
+        out[f"slot_wait_{tag}_ms"] = slot_wait_quantile_s(lam, steps_per_req, step_at, load.slots, q, held,
+                                                          law=law) * 1e3
+        out[f"ttft_{tag}_ms"] = np.where(stable, ttft_quantile(X, p_wait, mean_ms, q), np.inf)
     # ITL: a decode step; its p99 is a step that carries a prompt (or a chunk) when ≥ 1% of steps do
     with_prompt = 1 - np.exp(-lam * t / 1e3 * load.prefill_steps) if whole else np.minimum(1.0, rho_p)
     q_in = np.clip(1 - 0.01 / np.maximum(with_prompt, 1e-12), 0.0, 1.0)
