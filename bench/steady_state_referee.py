@@ -4,11 +4,12 @@ each long enough for the queue to relax many times over, written to bench/steady
 (tests/calculators/test_steady_state.py) reads this file and re-simulates a seeded random subset of it live, so
 the stored answers are checked against the simulator on every run.
 
-    python bench/steady_state_referee.py            # writes bench/steady_state_referee.json (about 10 min)
+    python bench/steady_state_referee.py            # writes bench/steady_state_referee.json (10-25 min on 2 cores)
     python bench/steady_state_referee.py --check 3  # re-simulates 3 random points and compares
 
 Per point and seed: TPOT (mean over requests), TTFT p50 and p99, the slot wait's P(wait > 0), p50 and p99, over the
-requests after the first fifth (the warm-up from an empty replica).
+requests after the first fifth (the warm-up from an empty replica). P(wait) counts any wait before admission,
+the rest of the step in progress included (a request is admitted between steps).
 """
 from __future__ import annotations
 
@@ -71,11 +72,11 @@ def requests_for(I, O, B, chunk, u, lam, tpot_ms) -> int:
 def simulate_point(I, O, B, chunk, u, seed: int, n: int | None = None) -> dict:
     lam = rate_for(I, O, B, chunk, u)
     load = load_for(I, O, B, chunk)
-    rng = np.random.default_rng([seed, I, O, B, chunk or 0, int(round(u * 100))])
-    if n is None:
-        pilot = _run(load, lam, B, chunk, 4000, rng)
+    stream = [seed, I, O, B, chunk or 0, int(round(u * 100))]
+    if n is None:                                 # a short pilot (its own stream) sizes the run
+        pilot = _run(load, lam, B, chunk, 4000, np.random.default_rng(stream + [1]))
         n = requests_for(I, O, B, chunk, u, lam, pilot["tpot"])
-    return _run(load, lam, B, chunk, n, rng)
+    return _run(load, lam, B, chunk, n, np.random.default_rng(stream))
 
 
 def _run(load, lam, B, chunk, n, rng) -> dict:
@@ -96,9 +97,10 @@ def main() -> None:
         rng = np.random.default_rng(int(time.time()))
         for i in rng.choice(len(GRID), k, replace=False):
             (I, O), B, chunk, u = GRID[i]
-            s = stored[key(I, O, B, chunk, u)][0]
-            live = simulate_point(I, O, B, chunk, u, 0, s["n"])
-            print(key(I, O, B, chunk, u), "stored", s["ttft_p99"], "live", live["ttft_p99"])
+            seed = int(rng.integers(SEEDS))
+            s = stored[key(I, O, B, chunk, u)][seed]
+            live = simulate_point(I, O, B, chunk, u, seed, s["n"])
+            print(key(I, O, B, chunk, u), f"seed {seed}", "same" if live == s else f"DIFFERENT {s} {live}")
         return
     out, t0 = {}, time.perf_counter()
     for (I, O), B, chunk, u in GRID:

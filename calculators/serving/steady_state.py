@@ -322,7 +322,8 @@ def prefill_wait_tail(rho, shape):
     rho = np.asarray(rho, dtype=float)
     x, w = shape
     r = np.clip(rho, 1e-9, 1 - 1e-9)[..., None]
-    f = lambda y: r * (np.sum(w * np.exp(np.minimum(y[..., None] * x, 700)), axis=-1)[..., None] - 1) - y[..., None]   # noqa: E731
+    mgf = lambda y: np.sum(w * np.exp(np.minimum(y[..., None] * x, 700)), axis=-1)      # noqa: E731  E[e^(yX)]
+    f = lambda y: (r[..., 0] * (mgf(y) - 1) - y)[..., None]                          # noqa: E731
     lo, hi = np.zeros(rho.shape), np.full(rho.shape, 1.0)
     for _ in range(40):                               # bracket: f(hi) > 0
         up = f(hi)[..., 0] <= 0
@@ -335,7 +336,7 @@ def prefill_wait_tail(rho, shape):
         lo, hi = np.where(neg, mid, lo), np.where(neg, hi, mid)
     y = (lo + hi) / 2
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
-        d = r[..., 0] * np.sum(w * x * np.exp(np.minimum(y[..., None] * x, 700)), axis=-1) - 1   # λ·E[S e^{ηS}] − 1
+        d = r[..., 0] * np.sum(w * x * np.exp(np.minimum(y[..., None] * x, 700)), axis=-1) - 1   # λE[S e^(ηS)] − 1
         C = (1 - r[..., 0]) / np.maximum(d, 1e-12)   # may exceed ρ = P(W > 0): the line fits the tail, not t = 0
     return y, C
 
