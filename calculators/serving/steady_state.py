@@ -18,15 +18,18 @@ With a step linear in n, τ = a + s·n, and geometric output lengths, the number
 whose stationary law is negative binomial with mean exactly the fixed point (each step ends a sequence with
 probability 1/O): the mean-field answer is exact for the mean, which is why TPOT agrees with the simulator.
 
-TTFT (p50 and p99, each part at that quantile, added):
-    wait for a slot          the birth-death chain of requests held (`slot_wait_law`): P(N ≥ B), then exponential
+TTFT = X + W (p50 and p99 of the mixture, `ttft_quantile`), X = the prefill parts added at each quantile:
+    wait for a slot W        the birth-death chain of requests held (`slot_wait_law`): P(N ≥ B), then exponential
+                             with mean (1 + c_s²)/2 · 1/(μ_B − λ) (Kingman; Allen-Cunneen)
     wait for the prefill budget  M/G/1 on prompt tokens served at the full-chunk step (Pollaczek-Khinchine mean,
                              Cramér-Lundberg tail)
     whole prompts            the prompt chain: the rest of the step in progress (length-biased), then the own step
                              with the prompts that arrived meanwhile; an idle replica (P = e^(−N)) starts at once
     prompts past half a chunk  ⌈I/chunk⌉ steps carrying its chunks beside the n decode rows
-Sources: Little (1961); Pollaczek-Khinchine; Erlang C (the slot chain with a flat step); Kwon et al. 2023 (vLLM) and
-Agrawal et al. 2024 (Sarathi-Serve, chunked prefill) for the step's content.
+Sources: Little (1961); Pollaczek-Khinchine; Erlang C (the slot chain with a flat step); Kingman (1961) and
+Allen-Cunneen (Allen, Probability, Statistics and Queueing Theory, 1990) for a general service; Cramér-Lundberg
+for the M/G/1 tail (Asmussen, Applied Probability and Queues, 2003); Kwon et al. 2023 (vLLM) and Agrawal et al.
+2024 (Sarathi-Serve, chunked prefill) for the step's content.
 """
 from __future__ import annotations
 
