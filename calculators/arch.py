@@ -49,7 +49,13 @@ def is_moe_layer(config: ModelConfig, i: int) -> bool:
 
 
 def moe_layer_count(config: ModelConfig) -> int:
-    return sum(is_moe_layer(config, i) for i in range(config.num_layers))
+    """Layers i < L with `is_moe_layer`: i ≥ first_k_dense_layers and (i + 1) a multiple of the step s, i.e. the
+    multiples of s in (first_k, L]: floor(L / s) − floor(first_k / s) (counted, not looped: the planner asks often)."""
+    c = config
+    if not is_moe(c) or c.first_k_dense_layers >= c.num_layers:
+        return 0
+    s = max(c.moe_layer_step, 1)
+    return c.num_layers // s - c.first_k_dense_layers // s
 
 
 def window_tokens(config: ModelConfig, kind: str, tokens: int) -> int:
