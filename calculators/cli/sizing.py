@@ -230,13 +230,13 @@ def launch_for_plan(row: dict, model: str, max_model_len: int, gpu_memory_utiliz
 
 
 def render_plan(out: dict) -> str:
+    from calculators.planning.planner import layout_words
     lines = [f"plan: {out['model']} on {out['device']}, {out['rate']:g} req/s, prompt {out['prompt_tokens']:,}, "
              f"output {out['output_tokens']:,}, TTFT p99 <= {out['ttft_p99_ms']:g} ms, ITL <= {out['itl_ms']:g} ms"]
     if out["no_feasible_plan"]:
         lines.append(f"  {out['no_feasible_plan']}")
     for i, r in enumerate(out["plans"], 1):
-        ep = f" EP {r['ep']}" if r.get("ep", 1) > 1 else ""
-        lines.append(f"  {i:>2}. {r['gpus']} × {r['device']} TP {r['tp']} PP {r['pp']}{ep} batch<= {r['batch_cap']} "
+        lines.append(f"  {i:>2}. {r['gpus']} × {r['device']} {layout_words(r)} batch<= {r['batch_cap']} "
                      f"{r['weight_dtype']}/{r['kv_dtype']} KV: ${r['usd_per_million_input_tokens']:.3f}/1M input, "
                      f"${r['usd_per_million_output_tokens']:.3f}/1M output (${r['usd_per_million_tokens']:.3f} blended), "
                      f"ITL at the load {r['itl_at_load_ms']:.1f} ms, TTFT p99 {r['ttft_p99_ms']:.0f} ms, "
@@ -251,7 +251,7 @@ def render_plan(out: dict) -> str:
         lines += ["    " + ln for ln in cmd["shell"].splitlines()]
         lines += [f"    note: {n}" for n in cmd["notes"]]
     for r in out.get("nearest_rejected", []):
-        lines.append(f"  rejected: {r['gpus']} × {r['device']} TP {r['tp']} PP {r['pp']} batch<= {r['batch_cap']} "
+        lines.append(f"  rejected: {r['gpus']} × {r['device']} {layout_words(r)} batch<= {r['batch_cap']} "
                      f"{r['weight_dtype']}/{r['kv_dtype']}: {r['why']}")
     return "\n".join(lines)
 

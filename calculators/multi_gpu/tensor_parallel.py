@@ -80,8 +80,10 @@ def mesh_problem(config: ModelConfig, mesh: Mesh) -> str | None:
     if gpus % (tp * pp):
         return f"{gpus} GPUs are not a multiple of TP {tp} × PP {pp} = {tp * pp}"
     if ep > tp and gpus % (ep * pp):
+        fits = [e for e in range(1, gpus // pp + 1) if (gpus // pp) % e == 0 and ep_problem(c, e, tp) is None]
         return (f"an EP group of {ep} GPUs spans {ep // tp} data-parallel replicas: {gpus} GPUs are not a multiple "
-                f"of EP {ep} × PP {pp} = {ep * pp}")
+                f"of EP {ep} × PP {pp} = {ep * pp}; with {gpus} GPUs at TP {tp} × PP {pp} choose EP among "
+                f"{', '.join(map(str, fits))}")
     return None
 
 

@@ -150,14 +150,16 @@ class PlanResult:
         return [self.plan(int(i)) for i in order[:top]]
 
     def find(self, device: str, gpus: int, tp: int, pp: int, batch_cap: int, weight_dtype: str,
-             kv_dtype: str) -> list[dict]:
-        """The candidates with exactly this layout (two for an MoE model: without and with expert parallelism),
-        each with `why` and, when feasible, its `rank` among the feasible plans (1 = cheapest). [] when the layout
-        is outside the search space."""
+             kv_dtype: str, ep: int | None = None) -> list[dict]:
+        """The candidates with exactly this layout (for an MoE model: without expert parallelism, with EP = TP
+        and, when TP < GPUs and PP = 1, with EP over all the GPUs; `ep` picks one), each with `why` and, when
+        feasible, its `rank` among the feasible plans (1 = cheapest). [] when the layout is outside the search
+        space."""
         col = self.columns
         hit = np.flatnonzero((col["device"] == device) & (col["gpus"] == gpus) & (col["tp"] == tp)
                              & (col["pp"] == pp) & (col["batch_cap"] == batch_cap)
-                             & (col["weight_dtype"] == weight_dtype) & (col["kv_dtype"] == kv_dtype))
+                             & (col["weight_dtype"] == weight_dtype) & (col["kv_dtype"] == kv_dtype)
+                             & ((col["ep"] == ep) if ep is not None else True))
         rank = {int(i): r + 1 for r, i in enumerate(self.feasible_order)}
         return [{**self.plan(int(i)), "rank": rank.get(int(i))} for i in hit]
 
@@ -607,9 +609,18 @@ def _sentence(col: dict, i: int, wl: Workload) -> str:
     return "no hourly price for this device: enter one"
 
 
+def layout_words(row: dict) -> str:
+    """A plan's layout in a few words: "TP 8 PP 1", "TP 4 PP 1 EP 4" (experts over the TP group), "TP 1 × DP 8
+    attention, EP 8" (experts over all the GPUs)."""
+    dp, ep = int(row.get("dp", 1)), int(row.get("ep", 1))
+    if dp > 1:
+        return f"TP {row['tp']} × DP {dp} attention, EP {ep}"
+    return f"TP {row['tp']} PP {row['pp']}" + (f" EP {ep}" if ep > 1 else "")
+
+
 def plan_rows(res: PlanResult, top: int = 20) -> list[dict]:
     """Ranked feasible plans as plain dicts with the columns a reader needs (JSON/CSV export)."""
-    keep = ("device", "gpus", "tp", "pp", "ep", "replicas", "batch_cap", "weight_dtype", "kv_dtype", "per_gpu_weight_bytes",
+    keep = ("device", "gpus", "tp", "pp", "ep", "dp", "replicas", "batch_cap", "weight_dtype", "kv_dtype", "per_gpu_weight_bytes",
             "per_gpu_kv_bytes", "per_gpu_needed_bytes", "usable_bytes", "prefill_ms", "ttft_p50_ms", "ttft_p99_ms",
             "itl_ms", "itl_at_load_ms", "itl_p99_at_load_ms", "step_ms_at_load", "concurrency_per_replica", "utilisation", "usd_per_million_tokens", "usd_per_million_input_tokens", "usd_per_million_output_tokens",
             "binding", "worst_ratio", "why")
@@ -617,9 +628,9 @@ def plan_rows(res: PlanResult, top: int = 20) -> list[dict]:
 
 
 def rejected_rows(res: PlanResult, top: int = 50) -> list[dict]:
-    keep = ("device", "gpus", "tp", "pp", "ep", "batch_cap", "weight_dtype", "kv_dtype", "reason", "why")
+    keep = ("device", "gpus", "tp", "pp", "ep", "dp", "batch_cap", "weight_dtype", "kv_dtype", "reason", "why")
     return [{k: r[k] for k in keep} for r in res.rejected(top)]
 
 
-__all__ = ["Workload", "SearchSpace", "PlanResult", "plan", "plan_rows", "rejected_rows",
+__all__ = ["Workload", "SearchSpace", "PlanResult", "plan", "plan_rows", "rejected_rows", "layout_words",
            "CONSTRAINTS"]
