@@ -14,7 +14,7 @@ import plotly.express as px
 import streamlit as st
 
 import calculators.planning.planner as planner_module
-from calculators.planning.planner import SearchSpace, Workload, plan, plan_rows, rejected_rows
+from calculators.planning.planner import SearchSpace, Workload, layout_words, plan, plan_rows, rejected_rows
 from calculators.sizing.quantization import quality_caveat
 from calculators.units import GB
 from specs.devices import device_documents, list_devices, load_device
@@ -107,11 +107,12 @@ def headline(best: dict, wl: Workload) -> None:
     """The cheapest plan in two rows of short metrics (each value fits its column in both text sizes)."""
     c = st.columns(2)
     c[0].metric("Cheapest plan", f"{best['gpus']} × {best['device']}",
-                help=f"TP {best['tp']}, PP {best['pp']}, batch cap {best['batch_cap']}, weights "
+                help=f"{layout_words(best)}, batch cap {best['batch_cap']}, weights "
                      f"{best['weight_dtype']}, KV {best['kv_dtype']}")
     c[1].metric("Binding constraint", best["binding"], help=best["why"])
-    st.markdown(f"**{best['gpus']} × {best['device']}**: TP {best['tp']}, PP {best['pp']}{ep_words(best)}, "
-                f"{best['replicas']} replica(s), batch cap {best['batch_cap']}, weights {best['weight_dtype']}, KV "
+    replicas = f"{best['replicas']} replica(s), " if best["dp"] == 1 else ""
+    st.markdown(f"**{best['gpus']} × {best['device']}**: {layout_words(best)}, {replicas}"
+                f"batch cap {best['batch_cap']}, weights {best['weight_dtype']}, KV "
                 f"{best['kv_dtype']}. It meets every target; the one it is closest to is **{best['binding']}** "
                 f"({best['worst_ratio']:.0%} of its limit).")
     c = st.columns(4)
@@ -139,10 +140,6 @@ def precision_caveats(rows: list[dict]) -> None:
                     icon=":material/info:")
 
 
-def ep_words(r: dict) -> str:
-    return f", EP {r['ep']}" if r["ep"] > 1 else ""
-
-
 def named_layout(res, devices: list, space: SearchSpace) -> None:
     """'Why not this one?': any layout of the search space, with the planner's verdict on it."""
     st.subheader("Why not this layout?")
@@ -158,7 +155,7 @@ def named_layout(res, devices: list, space: SearchSpace) -> None:
     if not found:
         st.warning("This layout is outside what the planner may choose (see the choices above).")
     for r in found:
-        name = f"{g} × {dev}, TP {tp}, PP {pp}{ep_words(r)}, batch cap {b}, {wd}/{kd}"
+        name = f"{g} × {dev}, {layout_words(r)}, batch cap {b}, {wd}/{kd}"
         if r["rank"]:
             st.success(f"{name}: feasible, number {r['rank']:,} by cost (${r['usd_per_million_tokens']:.3f} per 1M "
                        f"tokens); {r['why']}.")
@@ -180,7 +177,7 @@ def results(res, wl: Workload, config=None, stack=None, setup=None, devices=()) 
             disaggregated_section(config, rows[0], wl, devices, stack)
         precision_caveats(rows[:15])
         df = pd.DataFrame(rows)
-        df["plan"] = [f"{r['gpus']}× {r['device']} TP{r['tp']} PP{r['pp']}{' EP' + str(r['ep']) if r['ep'] > 1 else ''} "
+        df["plan"] = [f"{r['gpus']}× {r['device']} {layout_words(r)} "
                       f"b≤{r['batch_cap']} {r['weight_dtype']}/"
                       f"{r['kv_dtype']}" for r in rows]
         fig = px.bar(df.head(15), x="usd_per_million_tokens", y="plan", color="binding", orientation="h",

@@ -7,6 +7,7 @@ import streamlit as st
 
 from calculators.multi_gpu.tensor_parallel import Mesh
 from calculators.planning.launch import launch_commands, plan_from_row
+from calculators.planning.planner import layout_words
 from calculators.planning.accuracy import band
 from calculators.sizing.roofline import compute_precision_for
 from calculators.planning.serve_at import serve_at
@@ -75,7 +76,7 @@ def disaggregated_section(config, best: dict, wl, devices: list, stack) -> None:
                  usd_per_million_tokens=r["usd_per_million_tokens"], ttft_p99_ms=r["ttft_p99_ms"],
                  itl_ms=r["itl_ms"]),
             dict(design="co-located (the cheapest plan)", GPUs=best["gpus"],
-                 layout=f"{best['replicas']} × TP {best['tp']} PP {best['pp']} on {best['device']}",
+                 layout=(f"{best['replicas']} × " if best["dp"] == 1 else "") + f"{layout_words(best)} on {best['device']}",
                  usd_per_million_tokens=best["usd_per_million_tokens"], ttft_p99_ms=best["ttft_p99_ms"],
                  itl_ms=best["itl_at_load_ms"])]
     df_with_download(pd.DataFrame(rows), "disaggregated_vs_colocated", column_config={
