@@ -3,6 +3,7 @@ dense FFN or mixture of experts. Every calculator walks layers through these hel
 """
 from __future__ import annotations
 
+import functools
 from collections import Counter
 
 from specs.model_config import ModelConfig, SpecError
@@ -36,6 +37,30 @@ def kind_counts(config: ModelConfig) -> dict[str, int]:
 
 def is_mla(config: ModelConfig) -> bool:
     return config.kv_lora_rank is not None
+
+
+def per_config(fn):
+    """Memoise `fn(config, *args)`, a pure function of a (frozen) ModelConfig and hashable arguments, by the
+    config's identity and the arguments (a ModelConfig holds dicts, so it cannot be hashed). The cache holds the
+    config itself, so its id cannot be reused while cached; the oldest of 512 entries goes first. Unhashable
+    arguments are computed, not cached."""
+    cache: dict = {}
+
+    @functools.wraps(fn)
+    def cached(config, *args, **kw):
+        try:
+            key = (id(config), args, tuple(sorted(kw.items())))
+            hit = cache.get(key)
+        except TypeError:
+            return fn(config, *args, **kw)
+        if hit is not None and hit[0] is config:
+            return hit[1]
+        out = fn(config, *args, **kw)
+        if len(cache) >= 512:
+            cache.pop(next(iter(cache)), None)
+        cache[key] = (config, out)
+        return out
+    return cached
 
 
 def is_moe(config: ModelConfig) -> bool:

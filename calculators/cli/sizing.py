@@ -67,7 +67,10 @@ def add_parallel_args(p: argparse.ArgumentParser) -> None:
 
 def add_plan_args(p: argparse.ArgumentParser) -> None:
     """The workload and targets of `plan` (calculators.planning.planner). --gpu may list several devices, comma-separated."""
-    g = p.add_argument_group("plan")
+    g = p.add_argument_group("plan", description="plan searches device × GPUs × TP × PP × batch cap × weight and "
+                             "KV precision; for an MoE model also EP = TP, and attention TP t × DP d with the experts "
+                             "over all t·d GPUs (wide EP: the ep and dp columns), each ranked by $ per 1M tokens at "
+                             "the rate")
     g.add_argument("--rate", type=nonneg_float, default=1.0, help="requests per second (default 1)")
     g.add_argument("--prompt-tokens", type=positive_int, default=None, help="mean prompt (default --tokens)")
     g.add_argument("--prompt-p99", type=positive_int, default=None, help="p99 prompt length (default the mean)")

@@ -20,10 +20,12 @@ split into $ per 1M input and per 1M output tokens by the GPU time each takes.
 Bounds no load can beat screen the candidates first (a token gap is at least a one-sequence step, a TTFT at least
 the p99 prompt's prefill alone); the candidates of the cheapest REFINED_LEVELS GPU counts per device then get the
 full steady state (the prompt chain), the rest keep the screening model (prompts per step drawn independently).
-MoE models are also tried with expert parallelism over each TP group (EP = TP). A prefix-cache hit rate h
+MoE models are also tried with expert parallelism over each TP group (EP = TP), and with attention data-parallel
+and the experts over all the GPUs (attention TP t × DP d, EP = t·d: `calculators.planning.wide_ep`, costed with
+`serve_at`'s step; their rows have dp = d, every other row dp = 1). A prefix-cache hit rate h
 (Workload.prefix_hit_rate) leaves ceil(P·(1 − h)) new prompt tokens to prefill, attending over all P. FP4
 weights are tried only on devices with FP4 tensor cores. Not searched: context parallelism, speculative decoding,
-EP across data-parallel replicas (`python -m calculators serve-at --ep` sizes such a layout).
+wide EP with pipeline parallelism or several EP groups side by side.
 """
 from __future__ import annotations
 
@@ -118,7 +120,7 @@ class SearchSpace:
     batch_caps: tuple[int, ...] = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024)
     weight_dtypes: tuple[str, ...] = ("bf16", "fp8", "int4", "fp4")   # fp4 only where the device has it
     kv_dtypes: tuple[str, ...] = ("bf16", "fp8")
-    expert_parallel: bool = True          # MoE models: also try EP = TP (two all-to-alls instead of an all-reduce)
+    expert_parallel: bool = True          # MoE models: also try EP = TP, and attention TP × DP with EP over all GPUs
 
 
 @dataclass
