@@ -276,12 +276,7 @@ def plan(config: ModelConfig, devices: list[Device], workload: Workload, space: 
 
     # ---- device and link numbers per candidate
     bw = np.array([dv.memory_bandwidth_bytes_per_s for dv in devices])[di]
-    def _peak(dv, w):
-        try:
-            return dv.flops_for(compute_precision_for(w))[0]
-        except SpecError:               # FP4 weights on a device without FP4 tensor cores: refused, never upcast
-            return np.nan
-    peak_tab = np.array([[_peak(dv, w) for w in space.weight_dtypes]
+    peak_tab = np.array([[peak_or_nan(dv, w) for w in space.weight_dtypes]
                          for dv in devices])
     peak = peak_tab[di, wdi]
     links = [link if link is not None else device_link(dv) for dv in devices]
@@ -401,9 +396,9 @@ def _rank(raw: dict, wl: Workload, devices, space: SearchSpace, notes: list) -> 
     stable, rho = ld["stable"], ld["slot_utilisation"]
     prefill_share = ld["prefill_budget_utilisation"]
     usd_per_m = g * price / (wl.requests_per_s * (wl.prompt_tokens + wl.output_tokens) * 3600.0) * 1e6
-    with np.errstate(invalid="ignore"):
+    with np.errstate(invalid="ignore"):             # inf / inf: a candidate never costed (its share is moot)
         gpu_s_out = np.where(np.isfinite(tpot), wl.output_tokens * tpot / np.maximum(in_flight, 1.0), np.inf)
-    pre_share = np.where(pre_mean + gpu_s_out > 0, pre_mean / (pre_mean + gpu_s_out), 0)
+        pre_share = np.where(pre_mean + gpu_s_out > 0, pre_mean / (pre_mean + gpu_s_out), 0)
     usd_in = usd_per_m * (wl.prompt_tokens + wl.output_tokens) * pre_share / wl.prompt_tokens
     usd_out = usd_per_m * (wl.prompt_tokens + wl.output_tokens) * (1 - pre_share) / wl.output_tokens
     wait_ms = ld["wait_p99_ms"]
@@ -465,6 +460,15 @@ def _unique_rows(*cols):
         values.append(v)
     u, first, inv = np.unique(code, return_index=True, return_inverse=True)
     return [tuple(np.asarray(col)[j] for col in cols) for j in first], inv.ravel()
+
+
+def peak_or_nan(device: Device, weight_dtype: str) -> float:
+    """The device's peak FLOP/s for the weights' compute precision; NaN where it has no such tensor cores (FP4
+    weights on a device without FP4: refused, never upcast)."""
+    try:
+        return device.flops_for(compute_precision_for(weight_dtype))[0]
+    except SpecError:
+        return np.nan
 
 
 def _eff_or_none(stack: Stack, device: Device, weight_dtype: str) -> Efficiency | None:

@@ -24,8 +24,7 @@ from calculators import arch
 from calculators.multi_gpu.tensor_parallel import (Mesh, mesh_problem, per_gpu_activation_bytes, per_gpu_kv_bytes,
                                                    per_gpu_weight_bytes)
 from calculators.planning.serve_at import decode_context, mixed_step, step_tables, step_terms
-from calculators.sizing.roofline import compute_precision_for
-from specs.model_config import ModelConfig, SpecError
+from specs.model_config import ModelConfig
 
 
 def wide_ep_layouts(config: ModelConfig, gpu_counts, tp_degrees) -> list[Mesh]:
@@ -38,71 +37,65 @@ def wide_ep_layouts(config: ModelConfig, gpu_counts, tp_degrees) -> list[Mesh]:
 
 def wide_ep_candidates(config: ModelConfig, devices, wl, space, stack, eff_tab, usable_fraction, overheads,
                        embeddings_16bit: bool, links) -> dict:
-    """The planner's raw columns (see `planner._rank`) for every wide-EP layout × device × batch cap × weight
-    and KV precision that runs (the device has an interconnect and the weight format's tensor cores)."""
-    from calculators.planning.planner import apply_bounds, no_steady_state, screened_steady_state
+    """The planner's raw columns (see `planner._rank`) for every wide-EP layout × device × weight and KV precision
+    × batch cap on a device with an interconnect. Those whose weights do not fit, or whose weight format the device
+    cannot run, are there too (rejected for memory or precision) but not costed."""
+    from calculators.planning.planner import apply_bounds, no_steady_state, peak_or_nan, screened_steady_state
     c = config
-    meshes = wide_ep_layouts(c, space.gpu_counts, space.tp)
     mem_ctx = wl.prompt_tokens + wl.output_tokens
-    prompt, output = wl.prompt_lengths(new_only=True), wl.output_lengths()
-    ctx = decode_context(wl.prompt_lengths(), output)
+    ctx = decode_context(wl.prompt_lengths(), wl.output_lengths())
     caps = np.array(space.batch_caps, dtype=float)
     ratio = step_tables(c, Mesh(), None, stack)["ratio"]          # experts touched: the same for every layout
-    parts = {k: [] for k in ("di", "mesh", "wdi", "kdi", "B", "terms", "w", "kv", "act", "over", "peak", "price")}
-    tables = []
+    groups = []                                 # one per device × layout × precisions; the batch caps run inside
     for d, dev in enumerate(devices):
         if links[d] is None:
             continue
-        for m in meshes:
-            tab = None
+        for m in wide_ep_layouts(c, space.gpu_counts, space.tp):
             act = np.array([per_gpu_activation_bytes(c, m, mem_ctx, int(B)) for B in caps])
             over = overheads.total_bytes(m.gpus_per_replica)      # as tensor_parallel.per_gpu_memory
+            tables = None
             for wi, wd in enumerate(space.weight_dtypes):
-                eff = eff_tab[d][wi]
-                try:
-                    peak = dev.flops_for(compute_precision_for(wd))[0]
-                except SpecError:
-                    continue
-                if eff is None:
-                    continue
+                peak, eff = peak_or_nan(dev, wd), eff_tab[d][wi]
                 w = per_gpu_weight_bytes(c, m, wd, None, embeddings_16bit)
-                if w + over + act[0] > dev.memory_bytes * usable_fraction:
-                    continue
-                if tab is None:
-                    tab = step_tables(c, m, links[d], stack, ratio=ratio)
+                costed = eff is not None and not np.isnan(peak) and w + over + act[0] <= dev.memory_bytes * \
+                    usable_fraction
+                if costed and tables is None:
+                    tables = step_tables(c, m, links[d], stack, ratio=ratio)
                 for ki, kd in enumerate(space.kv_dtypes):
-                    terms = step_terms(c, dev, m, wd, kd, eff, ctx, wl.prompt_tokens)
-                    kv = per_gpu_kv_bytes(c, m, mem_ctx, 1, kd) * caps
-                    for j, B in enumerate(caps):
-                        for k, v in (("di", d), ("mesh", m), ("wdi", wi), ("kdi", ki), ("B", B), ("terms", terms),
-                                     ("w", w), ("kv", kv[j]), ("act", act[j]), ("over", over), ("peak", peak),
-                                     ("price", dev.price_usd_per_hour or np.nan)):
-                            parts[k].append(v)
-                        tables.append(tab)
-    n = len(parts["B"])
-    di = np.array(parts["di"], dtype=int)
-    g = np.array([m.total_gpus for m in parts["mesh"]], dtype=int)
-    tp = np.array([m.tp for m in parts["mesh"]], dtype=int)
-    B = np.array(parts["B"])
-    w, kv, act, over = (np.array(parts[k], dtype=float) for k in ("w", "kv", "act", "over"))
-    usable = np.array([devices[i].memory_bytes for i in di], dtype=float) * usable_fraction
+                    groups.append(dict(di=d, mesh=m, wdi=wi, kdi=ki, w=w, act=act, over=over, peak=peak,
+                                       kv=per_gpu_kv_bytes(c, m, mem_ctx, 1, kd), price=dev.price_usd_per_hour,
+                                       terms=step_terms(c, dev, m, wd, kd, eff, ctx, wl.prompt_tokens) if costed
+                                       else None, tables=tables if costed else None))
+    K = len(caps)
+    n = len(groups) * K
+    group_of = np.repeat(np.arange(len(groups)), K)
+
+    def col(f, dtype=float):
+        return np.array([f(x) for x in groups], dtype=dtype)[group_of] if groups else np.zeros(0, dtype=dtype)
+    B = np.tile(caps, len(groups))
+    di, g, tp = col(lambda x: x["di"], int), col(lambda x: x["mesh"].gpus, int), col(lambda x: x["mesh"].tp, int)
+    w, kv, over = col(lambda x: x["w"]), col(lambda x: x["kv"]) * B, col(lambda x: x["over"])
+    act = np.concatenate([x["act"] for x in groups]) if groups else np.zeros(0)
+    usable = np.array([dv.memory_bytes for dv in devices], dtype=float)[di] * usable_fraction
     needed = w + kv + act + over
-    out = dict(di=di, gpus=g, tp=tp, pp=np.ones(n, dtype=int), ep=g.copy(), dp=g // np.maximum(tp, 1),
-               replicas=g // np.maximum(tp, 1), batch_cap=B.astype(int), wdi=np.array(parts["wdi"], dtype=int),
-               kdi=np.array(parts["kdi"], dtype=int), per_gpu_weight_bytes=w, per_gpu_kv_bytes=kv,
-               per_gpu_needed_bytes=needed, usable_bytes=usable, mesh_ok=np.ones(n, dtype=bool),
-               peak=np.array(parts["peak"], dtype=float), price=np.array(parts["price"], dtype=float))
-    base = needed <= usable
+    costed = col(lambda x: x["terms"] is not None, bool)
+    out = dict(di=di, gpus=g, tp=tp, pp=np.ones(n, dtype=int), ep=g.copy(), dp=g // tp, replicas=g // tp,
+               batch_cap=B.astype(int), wdi=col(lambda x: x["wdi"], int), kdi=col(lambda x: x["kdi"], int),
+               per_gpu_weight_bytes=w, per_gpu_kv_bytes=kv, per_gpu_needed_bytes=needed, usable_bytes=usable,
+               mesh_ok=np.ones(n, dtype=bool), peak=col(lambda x: x["peak"]),
+               price=col(lambda x: x["price"] if x["price"] else np.nan))
+    base = costed & (needed <= usable)
     lam = wl.requests_per_s / np.maximum(out["replicas"], 1)
 
     def step_of(idx):
         """One vectorised step over the candidates `idx` (the last axis of n and p runs over them)."""
-        return mixed_step({k: np.array([parts["terms"][i][k] for i in idx], dtype=float) for k in parts["terms"][0]},
-                          {k: np.stack([tables[i][k] for i in idx]) for k in ("ratio", "extra", "comm")})
+        gs = [groups[i] for i in group_of[idx]]
+        return mixed_step({k: np.array([x["terms"][k] for x in gs], dtype=float) for k in gs[0]["terms"]},
+                          {k: np.stack([x["tables"][k] for x in gs]) for k in ("ratio", "extra", "comm")})
     figures = {k: np.full(n, np.inf) for k in ("itl_ms", "decode_memory_ms", "decode_compute_ms", "decode_comm_ms",
                                                "prefill_ms", "prefill_p99_ms", "itl_one")}
     for d in range(len(devices)):                # each candidate's step alone: decode at the cap and at 1, prefill
-        sel = np.flatnonzero(di == d)
+        sel = np.flatnonzero(costed & (di == d))
         if not len(sel):
             continue
         step = step_of(sel)
@@ -110,8 +103,8 @@ def wide_ep_candidates(config: ModelConfig, devices, wl, space, stack, eff_tab, 
         figures["decode_memory_ms"][sel], figures["decode_compute_ms"][sel], figures["decode_comm_ms"][sel] = \
             step.parts(B[sel], 0.0)
         figures["itl_one"][sel] = step(np.ones(len(sel)), 0.0)
-        for col, P in (("prefill_ms", wl.prompt_tokens), ("prefill_p99_ms", wl.p99_prompt)):
-            figures[col][sel] = step(0.0, np.full(len(sel), float(wl.new_prompt_tokens(P))))
+        for name, P in (("prefill_ms", wl.prompt_tokens), ("prefill_p99_ms", wl.p99_prompt)):
+            figures[name][sel] = step(0.0, np.full(len(sel), float(wl.new_prompt_tokens(P))))
     # the planner's bounds no load beats, then its steady state where they pass
     itl_one = figures.pop("itl_one")
     slots_ok = lam * wl.output_tokens * itl_one / 1e3 < B

@@ -106,3 +106,15 @@ def test_an_ep_or_dp_that_does_not_fit_is_one_line_naming_what_would(capsys, arg
                  "--output-tokens", "500", "--weight-dtype", "fp8", *argv])
     out, err = capsys.readouterr()
     assert code == 2 and words in err and len(err.strip().splitlines()) == 1
+
+
+def test_a_wide_ep_layout_whose_weights_do_not_fit_is_rejected_for_memory():
+    """DeepSeek-R1 in BF16 over 2 H200s: even the routed experts alone (over half of its ~671B parameters, 2 bytes
+    each, split 2 ways) exceed a 141 GB GPU, so TP 1 × DP 2 with EP 2 is a memory reject that says so."""
+    res = plan(R1, [H200], WL, SearchSpace(gpu_counts=(2,), tp=(1,), pp=(1,), batch_caps=(8,),
+                                           weight_dtypes=("bf16",), kv_dtypes=("bf16",)))
+    (row,) = res.find(H200.name, 2, 1, 1, 8, "bf16", "bf16", ep=2)
+    assert row["dp"] == 2 and row["reason"] == "memory" and row["rank"] is None
+    routed_floor = 0.5 * 671e9 * 2 / 2           # half the parameters, 2 bytes each, over 2 GPUs
+    assert row["per_gpu_weight_bytes"] > routed_floor > H200.memory_bytes
+    assert "memory: needs" in row["why"]
