@@ -118,3 +118,17 @@ def test_a_wide_ep_layout_whose_weights_do_not_fit_is_rejected_for_memory():
     routed_floor = 0.5 * 671e9 * 2 / 2           # half the parameters, 2 bytes each, over 2 GPUs
     assert row["per_gpu_weight_bytes"] > routed_floor > H200.memory_bytes
     assert "memory: needs" in row["why"]
+
+
+def test_a_wide_ep_plan_launches_as_one_instance_of_dp_ranks(r1_plan):
+    """The planner counts attention replicas and sequences per replica; a server instance spans the EP group: vLLM
+    gets --data-parallel-size d and the replica's cap per rank, SGLang the whole instance's d × cap."""
+    from calculators.planning.launch import launch_commands, plan_from_row
+    best = plan_rows(r1_plan, 1)[0]
+    d, cap = best["dp"], best["batch_cap"]
+    cmds = launch_commands(plan_from_row(best, "deepseek-r1", 2500, 0.9))
+    vllm, sglang = cmds["vllm"].argv, cmds["sglang"].argv
+    assert vllm[vllm.index("--data-parallel-size") + 1] == str(d)
+    assert vllm[vllm.index("--max-num-seqs") + 1] == str(cap)
+    assert sglang[sglang.index("--attn-dp-size") + 1] == str(d)
+    assert sglang[sglang.index("--max-running-requests") + 1] == str(d * cap)
