@@ -18,6 +18,8 @@ figures come back as the planner's columns (`planner._rank` ranks them with the 
 """
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 
 from calculators import arch
@@ -46,26 +48,35 @@ def wide_ep_candidates(config: ModelConfig, devices, wl, space, stack, eff_tab, 
     ctx = decode_context(wl.prompt_lengths(), wl.output_lengths())
     caps = np.array(space.batch_caps, dtype=float)
     ratio = step_tables(c, Mesh(), None, stack)["ratio"]          # experts touched: the same for every layout
+
+    @functools.cache                            # devices with the same interconnect share the token tables
+    def tables_for(link, m):
+        return step_tables(c, m, link, stack, ratio=ratio)
+
+    @functools.cache
+    def activations(m):
+        return np.array([per_gpu_activation_bytes(c, m, mem_ctx, int(B)) for B in caps])
+
+    @functools.cache
+    def weights(m, wd):
+        return per_gpu_weight_bytes(c, m, wd, None, embeddings_16bit)
     groups = []                                 # one per device × layout × precisions; the batch caps run inside
     for d, dev in enumerate(devices):
         if links[d] is None:
             continue
         for m in wide_ep_layouts(c, space.gpu_counts, space.tp):
-            act = np.array([per_gpu_activation_bytes(c, m, mem_ctx, int(B)) for B in caps])
+            act = activations(m)
             over = overheads.total_bytes(m.gpus_per_replica)      # as tensor_parallel.per_gpu_memory
-            tables = None
             for wi, wd in enumerate(space.weight_dtypes):
-                peak, eff = peak_or_nan(dev, wd), eff_tab[d][wi]
-                w = per_gpu_weight_bytes(c, m, wd, None, embeddings_16bit)
+                peak, eff, w = peak_or_nan(dev, wd), eff_tab[d][wi], weights(m, wd)
                 costed = eff is not None and not np.isnan(peak) and w + over + act[0] <= dev.memory_bytes * \
                     usable_fraction
-                if costed and tables is None:
-                    tables = step_tables(c, m, links[d], stack, ratio=ratio)
+                tables = tables_for(links[d], m) if costed else None
                 for ki, kd in enumerate(space.kv_dtypes):
                     groups.append(dict(di=d, mesh=m, wdi=wi, kdi=ki, w=w, act=act, over=over, peak=peak,
                                        kv=per_gpu_kv_bytes(c, m, mem_ctx, 1, kd), price=dev.price_usd_per_hour,
                                        terms=step_terms(c, dev, m, wd, kd, eff, ctx, wl.prompt_tokens) if costed
-                                       else None, tables=tables if costed else None))
+                                       else None, tables=tables))
     K = len(caps)
     n = len(groups) * K
     group_of = np.repeat(np.arange(len(groups)), K)
