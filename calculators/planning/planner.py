@@ -391,23 +391,22 @@ def _rank(raw: dict, wl: Workload, devices, space: SearchSpace, notes: list) -> 
     needed, usable, base, viable = raw["per_gpu_needed_bytes"], raw["usable_bytes"], raw["base"], raw["viable"]
     pre_mean, pre_p99 = raw["prefill_ms"], raw["prefill_p99_ms"]
     mem_ms, comp_ms, comm_ms = raw["decode_memory_ms"], raw["decode_compute_ms"], raw["decode_comm_ms"]
-    ld = raw
-    tpot, ttft, in_flight = ld["tpot_ms"], ld["ttft_p99_ms"], ld["in_flight"]
-    stable, rho = ld["stable"], ld["slot_utilisation"]
-    prefill_share = ld["prefill_budget_utilisation"]
+    tpot, ttft, in_flight = raw["tpot_ms"], raw["ttft_p99_ms"], raw["in_flight"]
+    stable, rho = raw["stable"], raw["slot_utilisation"]
+    prefill_share = raw["prefill_budget_utilisation"]
     usd_per_m = g * price / (wl.requests_per_s * (wl.prompt_tokens + wl.output_tokens) * 3600.0) * 1e6
     with np.errstate(invalid="ignore"):             # inf / inf: a candidate never costed (its share is moot)
         gpu_s_out = np.where(np.isfinite(tpot), wl.output_tokens * tpot / np.maximum(in_flight, 1.0), np.inf)
         pre_share = np.where(pre_mean + gpu_s_out > 0, pre_mean / (pre_mean + gpu_s_out), 0)
     usd_in = usd_per_m * (wl.prompt_tokens + wl.output_tokens) * pre_share / wl.prompt_tokens
     usd_out = usd_per_m * (wl.prompt_tokens + wl.output_tokens) * (1 - pre_share) / wl.output_tokens
-    wait_ms = ld["wait_p99_ms"]
+    wait_ms = raw["wait_p99_ms"]
 
     # ---- verdicts (ITL: the mean token gap AT THE LOAD, prefill share included; TTFT: its p99 at the load)
     mem_r, itl_r, ttft_r = needed / usable, tpot / wl.itl_ms, ttft / wl.ttft_p99_ms
     conc_r = rho
     ok = {"mesh": raw["mesh_ok"], "precision": ~np.isnan(peak), "memory": mem_r <= 1,
-          "utilisation": ~base | ld["step_stable"], "concurrency": ~base | (conc_r < 1),
+          "utilisation": ~base | raw["step_stable"], "concurrency": ~base | (conc_r < 1),
           "itl": itl_r <= 1, "ttft": ttft_r <= 1, "no price": ~np.isnan(price)}
     feasible = np.logical_and.reduce(list(ok.values())) & viable & stable & ~np.isnan(price)
     code = np.zeros(len(tp), dtype=np.int8)              # index into REASONS; the first failing check wins
@@ -435,9 +434,10 @@ def _rank(raw: dict, wl: Workload, devices, space: SearchSpace, notes: list) -> 
                 weight_dtype=np.array(space.weight_dtypes, dtype=object)[raw["wdi"]],
                 kv_dtype=np.array(space.kv_dtypes, dtype=object)[raw["kdi"]],
                 per_gpu_weight_bytes=raw["per_gpu_weight_bytes"], per_gpu_kv_bytes=raw["per_gpu_kv_bytes"],
-                per_gpu_needed_bytes=needed, usable_bytes=usable, itl_ms=raw["itl_ms"], prefill_ms=pre_mean, ttft_p99_ms=ttft, ttft_p50_ms=ld["ttft_p50_ms"], utilisation=rho,
-                concurrency_per_replica=in_flight, itl_at_load_ms=tpot, itl_p99_at_load_ms=ld["itl_p99_ms"],
-                step_ms_at_load=ld["step_ms"], prefill_share=prefill_share,
+                per_gpu_needed_bytes=needed, usable_bytes=usable, itl_ms=raw["itl_ms"], prefill_ms=pre_mean,
+                ttft_p99_ms=ttft, ttft_p50_ms=raw["ttft_p50_ms"], utilisation=rho,
+                concurrency_per_replica=in_flight, itl_at_load_ms=tpot, itl_p99_at_load_ms=raw["itl_p99_ms"],
+                step_ms_at_load=raw["step_ms"], prefill_share=prefill_share,
                 usd_per_million_tokens=usd_per_m, usd_per_million_input_tokens=usd_in,
                 usd_per_million_output_tokens=usd_out, feasible=feasible, binding=binding, worst_ratio=worst,
                 reason=reason, itl_kind=itl_kind, ttft_kind=ttft_kind)
