@@ -1,6 +1,6 @@
 """Wide expert parallelism for the capacity planner: an MoE model served with data-parallel attention and its
 experts spread over all the GPUs (DeepSeek-V3/R1 or Qwen3-235B on 8 GPUs as attention TP t × DP d, EP = t·d;
-SGLang `--enable-dp-attention --ep-size`, vLLM `--data-parallel-size --enable-expert-parallel`).
+SGLang `--attn-dp-size --ep-size`, vLLM `--data-parallel-size --enable-expert-parallel`).
 
 Candidates: for each GPU count g of the search space and each TP degree t < g dividing g, the layout
 `Mesh(tp=t, ep=g, gpus=g)`: d = g / t attention replicas (each with its own requests and KV cache, the request
@@ -10,8 +10,9 @@ not dividing the heads) are not tried. No pipeline parallelism.
 
 Each candidate is costed with `serve_at`'s step (`serve_at.step_terms`, `step_tables`, `mixed_step`: dispatch
 and combine all-to-alls, the busiest EP rank's expert imbalance, the experts the tokens of all d replicas
-touch) and `serve_at`'s steady state per replica at rate / d, vectorised over the candidates of a device; its
-memory is `tensor_parallel.per_gpu_memory`'s sum (weights + KV of the batch cap + activations + overheads). The
+touch), vectorised over the candidates of a device, and the steady state per replica at rate / d as the planner
+solves it (`planner.screened_steady_state`: screened, then `serve_at`'s prompt chain near the targets at the
+three cheapest GPU counts, where the figures equal `serve_at`'s for the same layout and rate); its memory is `tensor_parallel.per_gpu_memory`'s sum (weights + KV of the batch cap + activations + overheads). The
 figures come back as the planner's columns (`planner._rank` ranks them with the rest):
     itl_ms       the step of `batch_cap` decode rows alone (its memory, compute and collectives say what binds)
     prefill_ms   the step of the mean (p99) prompt alone
