@@ -67,7 +67,7 @@ def wide_ep_candidates(config: ModelConfig, devices, wl, space, stack, eff_tab, 
             continue
         for m in wide_ep_layouts(c, space.gpu_counts, space.tp):
             act = activations(m)
-            over = overheads.total_bytes(m.gpus_per_replica)      # as tensor_parallel.per_gpu_memory
+            over = overheads.total_bytes(m.communicating_gpus)    # as tensor_parallel.per_gpu_memory
             for wi, wd in enumerate(space.weight_dtypes):
                 peak, eff, w = peak_or_nan(dev, wd), eff_tab[d][wi], weights(m, wd)
                 costed = eff is not None and not np.isnan(peak) and w + over + act[0] <= dev.memory_bytes * \
