@@ -3,6 +3,7 @@ dense FFN or mixture of experts. Every calculator walks layers through these hel
 """
 from __future__ import annotations
 
+import functools
 from collections import Counter
 
 from specs.model_config import ModelConfig, SpecError
@@ -38,6 +39,30 @@ def is_mla(config: ModelConfig) -> bool:
     return config.kv_lora_rank is not None
 
 
+def per_config(fn):
+    """Memoise `fn(config, *args)`, a pure function of a (frozen) ModelConfig and hashable arguments, by the
+    config's identity and the arguments (a ModelConfig holds dicts, so it cannot be hashed). The cache holds the
+    config itself, so its id cannot be reused while cached; the oldest of 512 entries goes first. Unhashable
+    arguments are computed, not cached."""
+    cache: dict = {}
+
+    @functools.wraps(fn)
+    def cached(config, *args, **kw):
+        try:
+            key = (id(config), args, tuple(sorted(kw.items())))
+            hit = cache.get(key)
+        except TypeError:
+            return fn(config, *args, **kw)
+        if hit is not None and hit[0] is config:
+            return hit[1]
+        out = fn(config, *args, **kw)
+        if len(cache) >= 512:
+            cache.pop(next(iter(cache)), None)
+        cache[key] = (config, out)
+        return out
+    return cached
+
+
 def is_moe(config: ModelConfig) -> bool:
     return bool(config.num_experts)
 
@@ -49,7 +74,13 @@ def is_moe_layer(config: ModelConfig, i: int) -> bool:
 
 
 def moe_layer_count(config: ModelConfig) -> int:
-    return sum(is_moe_layer(config, i) for i in range(config.num_layers))
+    """Layers i < L with `is_moe_layer`: i ≥ first_k_dense_layers and (i + 1) a multiple of the step s, i.e. the
+    multiples of s in (first_k, L]: floor(L / s) − floor(first_k / s) (counted, not looped: the planner asks often)."""
+    c = config
+    if not is_moe(c) or c.first_k_dense_layers >= c.num_layers:
+        return 0
+    s = max(c.moe_layer_step, 1)
+    return c.num_layers // s - c.first_k_dense_layers // s
 
 
 def window_tokens(config: ModelConfig, kind: str, tokens: int) -> int:

@@ -11,7 +11,7 @@ from dataclasses import replace
 import pandas as pd
 import streamlit as st
 
-from calculators.planning.planner import SearchSpace, Workload, plan, plan_rows, rejected_rows
+from calculators.planning.planner import SearchSpace, Workload, layout_words, plan, plan_rows, rejected_rows
 from calculators.sizing.quantization import quality_caveat
 from calculators.units import GB
 from specs.devices import device_documents, list_devices, load_device
@@ -127,7 +127,7 @@ def named_layout(res, devices: list, space: SearchSpace) -> None:
     if not found:
         st.warning("This layout is outside what the planner may choose (see the choices above).")
     for r in found:
-        name = f"{g} × {dev}, TP {tp}, PP {pp}{ep_words(r)}, batch cap {b}, {wd}/{kd}"
+        name = f"{g} × {dev}, {layout_words(r)}, batch cap {b}, {wd}/{kd}"
         if r["rank"]:
             st.success(f"{name}: feasible, number {r['rank']:,} by cost (${r['usd_per_million_tokens']:.3f} per 1M "
                        f"tokens); {r['why']}.")

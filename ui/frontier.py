@@ -8,6 +8,7 @@ import streamlit as st
 
 from calculators.planning.frontier import collapse_near_duplicates, pareto_front
 from calculators.planning.plan_explain import formula_markdown, throughput_formulas
+from calculators.planning.planner import layout_words
 from calculators.planning.throughput import max_throughput
 from specs.model_config import SpecError
 from specs.stacks import list_stacks, load_stack
@@ -39,7 +40,8 @@ def frontier_chart(res, metric: str = "ttft_p99_ms", chosen: dict | None = None)
     if not idx:
         return
     pts = [dict(device=cols["device"][i], gpus=int(cols["gpus"][i]), batch_cap=int(cols["batch_cap"][i]),
-                tp=int(cols["tp"][i]), pp=int(cols["pp"][i]), wd=cols["weight_dtype"][i],
+                tp=int(cols["tp"][i]), pp=int(cols["pp"][i]), ep=int(cols["ep"][i]), dp=int(cols["dp"][i]),
+                wd=cols["weight_dtype"][i],
                 cost=float(cols["usd_per_million_tokens"][i]), lat=float(cols[metric][i])) for i in idx]
     pts = collapse_near_duplicates(pts, "lat", "cost")
     front = pareto_front(pts, "lat", "cost")
@@ -49,7 +51,7 @@ def frontier_chart(res, metric: str = "ttft_p99_ms", chosen: dict | None = None)
         mine = [p for p in pts if p["device"] == dev]
         fig.add_scatter(x=[p["lat"] for p in mine], y=[p["cost"] for p in mine], mode="markers", name=dev,
                         marker=dict(size=10, color=PALETTE[k % len(PALETTE)], opacity=0.75),
-                        text=[f"{p['gpus']}× TP{p['tp']} PP{p['pp']} b≤{p['batch_cap']} {p['wd']} "
+                        text=[f"{p['gpus']}× {layout_words(p)} b≤{p['batch_cap']} {p['wd']} "
                               f"({p['represents']} plan{'s' if p['represents'] > 1 else ''})" for p in mine],
                         hovertemplate="%{text}<br>%{x:.3g} ms, $%{y:.3g}<extra></extra>")
     fig.add_scatter(x=[p["lat"] for p in front], y=[p["cost"] for p in front], mode="lines+markers",
@@ -70,7 +72,7 @@ def frontier_chart(res, metric: str = "ttft_p99_ms", chosen: dict | None = None)
                f"the same device are one point)"
                + (". The red star is the chosen plan" if chosen is not None else "") + ". The black line is the Pareto front: {len(front)} plans no other "
                "plan beats on both axes; everything above it pays more for no speed."
-               + (f" A middle point of the front: {knee['gpus']}× {knee['device']} TP{knee['tp']} at "
+               + (f" A middle point of the front: {knee['gpus']}× {knee['device']} {layout_words(knee)} at "
                   f"{knee['lat']:.3g} ms for ${knee['cost']:.3g}." if knee else ""))
 
 
@@ -93,7 +95,7 @@ def what_if_table(config, devices: list, wl, space, stack_key: str, **plan_kw) -
             rows.append({"what if": name, "cheapest plan": res.no_plan_reason()})
             continue
         b = res.plan(int(res.feasible_order[0]))
-        rows.append({"what if": name, "cheapest plan": f"{b['gpus']}× {b['device']} TP{b['tp']} PP{b['pp']} "
+        rows.append({"what if": name, "cheapest plan": f"{b['gpus']}× {b['device']} {layout_words(b)} "
                      f"b≤{b['batch_cap']} {b['weight_dtype']}", "$ per 1M tokens": b["usd_per_million_tokens"],
                      "TTFT p99 (ms)": b["ttft_p99_ms"], "ITL (ms)": b["itl_ms"], "binding": b["binding"]})
     st.markdown("**What if**: the same search at twice the load and with prompts twice as long.")

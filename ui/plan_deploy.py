@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import streamlit as st
 
+from calculators.planning.planner import layout_words as plan_layout_words
 from calculators.planning.accuracy import band
 from calculators.planning.launch import launch_commands, plan_from_row
 from calculators.planning.plan_explain import (formula_markdown, max_batched_tokens, memory_and_cost, plan_formulas,
@@ -64,10 +65,8 @@ def headline(best: dict, wl, config, stack, devices=()) -> None:
                 "GPU, max_num_batched_tokens): the prefill budget the plan assumed")
     c[3].metric("$ per hour", "—" if cost["usd_per_hour"] is None else f"${cost['usd_per_hour']:,.2f}",
                 help=f"{best['gpus']} × the {best['device']} price per GPU-hour")
-    st.markdown(f"**{best['gpus']} × {best['device']}**: TP {best['tp']}, PP {best['pp']}"
-                f"{', EP ' + str(best['ep']) if best.get('ep', 1) > 1 else ''}"
-                f"{', DP ' + str(best['dp']) if best.get('dp', 1) > 1 else ''}, "
-                f"{best['replicas']} replica(s), batch cap {best['batch_cap']}, weights {best['weight_dtype']}, KV "
+    replicas = f"{best['replicas']} replica(s), " if best.get("dp", 1) == 1 else ""
+    st.markdown(f"**{best['gpus']} × {best['device']}**: {plan_layout_words(best)}, {replicas}batch cap {best['batch_cap']}, weights {best['weight_dtype']}, KV "
                 f"{best['kv_dtype']}. It meets every target; the one it is closest to is **{best['binding']}** "
                 f"({best['worst_ratio']:.0%} of its limit).")
     c = st.columns(4)
@@ -168,7 +167,7 @@ def disaggregated_section(config, best: dict, wl, devices: list, stack) -> None:
                  usd_per_million_tokens=r["usd_per_million_tokens"], ttft_p99_ms=r["ttft_p99_ms"],
                  itl_ms=r["itl_ms"]),
             dict(design="co-located (the cheapest plan)", GPUs=best["gpus"],
-                 layout=f"{best['replicas']} × TP {best['tp']} PP {best['pp']} on {best['device']}",
+                 layout=(f"{best['replicas']} × " if best["dp"] == 1 else "") + f"{plan_layout_words(best)} on {best['device']}",
                  usd_per_million_tokens=best["usd_per_million_tokens"], ttft_p99_ms=best["ttft_p99_ms"],
                  itl_ms=best["itl_at_load_ms"])]
     df_with_download(pd.DataFrame(rows), "disaggregated_vs_colocated", column_config={

@@ -74,7 +74,10 @@ def mesh_of(args) -> Mesh:
     if args.dp is not None:
         per = args.tp * args.pp
         if gpus is not None and gpus != args.dp * per:
-            raise SpecError(f"--gpus {gpus} ≠ dp {args.dp} × tp {args.tp} × pp {args.pp} = {args.dp * per}")
+            fix = (f"with --gpus {gpus} and TP {args.tp} × PP {args.pp} DP is {gpus // per}" if gpus % per == 0 else
+                   f"{gpus} GPUs are not a multiple of TP {args.tp} × PP {args.pp} = {per}")
+            raise SpecError(f"--gpus {gpus} ≠ dp {args.dp} × tp {args.tp} × pp {args.pp} = {args.dp * per}: {fix} "
+                            "(or leave --dp out)")
         gpus = args.dp * per
     return Mesh(tp=args.tp, pp=args.pp, ep=args.ep, gpus=gpus)
 

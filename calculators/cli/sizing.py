@@ -67,7 +67,10 @@ def add_parallel_args(p: argparse.ArgumentParser) -> None:
 
 def add_plan_args(p: argparse.ArgumentParser) -> None:
     """The workload and targets of `plan` (calculators.planning.planner). --gpu may list several devices, comma-separated."""
-    g = p.add_argument_group("plan")
+    g = p.add_argument_group("plan", description="plan searches device × GPUs × TP × PP × batch cap × weight and "
+                             "KV precision; for an MoE model also EP = TP, and attention TP t × DP d with the experts "
+                             "over all t·d GPUs (wide EP: the ep and dp columns), each ranked by $ per 1M tokens at "
+                             "the rate")
     g.add_argument("--rate", type=nonneg_float, default=1.0, help="requests per second (default 1)")
     g.add_argument("--prompt-tokens", type=positive_int, default=None, help="mean prompt (default --tokens)")
     g.add_argument("--prompt-p99", type=positive_int, default=None, help="p99 prompt length (default the mean)")
@@ -230,13 +233,13 @@ def launch_for_plan(row: dict, model: str, max_model_len: int, gpu_memory_utiliz
 
 
 def render_plan(out: dict) -> str:
+    from calculators.planning.planner import layout_words
     lines = [f"plan: {out['model']} on {out['device']}, {out['rate']:g} req/s, prompt {out['prompt_tokens']:,}, "
              f"output {out['output_tokens']:,}, TTFT p99 <= {out['ttft_p99_ms']:g} ms, ITL <= {out['itl_ms']:g} ms"]
     if out["no_feasible_plan"]:
         lines.append(f"  {out['no_feasible_plan']}")
     for i, r in enumerate(out["plans"], 1):
-        ep = f" EP {r['ep']}" if r.get("ep", 1) > 1 else ""
-        lines.append(f"  {i:>2}. {r['gpus']} × {r['device']} TP {r['tp']} PP {r['pp']}{ep} batch<= {r['batch_cap']} "
+        lines.append(f"  {i:>2}. {r['gpus']} × {r['device']} {layout_words(r)} batch<= {r['batch_cap']} "
                      f"{r['weight_dtype']}/{r['kv_dtype']} KV: ${r['usd_per_million_input_tokens']:.3f}/1M input, "
                      f"${r['usd_per_million_output_tokens']:.3f}/1M output (${r['usd_per_million_tokens']:.3f} blended), "
                      f"ITL at the load {r['itl_at_load_ms']:.1f} ms, TTFT p99 {r['ttft_p99_ms']:.0f} ms, "
@@ -251,7 +254,7 @@ def render_plan(out: dict) -> str:
         lines += ["    " + ln for ln in cmd["shell"].splitlines()]
         lines += [f"    note: {n}" for n in cmd["notes"]]
     for r in out.get("nearest_rejected", []):
-        lines.append(f"  rejected: {r['gpus']} × {r['device']} TP {r['tp']} PP {r['pp']} batch<= {r['batch_cap']} "
+        lines.append(f"  rejected: {r['gpus']} × {r['device']} {layout_words(r)} batch<= {r['batch_cap']} "
                      f"{r['weight_dtype']}/{r['kv_dtype']}: {r['why']}")
     return "\n".join(lines)
 

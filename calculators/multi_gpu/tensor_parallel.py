@@ -54,6 +54,11 @@ class Mesh:
     def replicas(self) -> int:
         return self.total_gpus // self.gpus_per_replica
 
+    @property
+    def communicating_gpus(self) -> int:
+        """GPUs one step's collectives span: a replica's tp·pp, or the EP group when it spans replicas."""
+        return max(self.gpus_per_replica, self.ep * self.pp)
+
 
 def mesh_problem(config: ModelConfig, mesh: Mesh) -> str | None:
     """Why this layout cannot run this model (None if it can): TP must divide the query heads and split the KV
@@ -80,8 +85,10 @@ def mesh_problem(config: ModelConfig, mesh: Mesh) -> str | None:
     if gpus % (tp * pp):
         return f"{gpus} GPUs are not a multiple of TP {tp} × PP {pp} = {tp * pp}"
     if ep > tp and gpus % (ep * pp):
+        fits = [e for e in range(1, gpus // pp + 1) if (gpus // pp) % e == 0 and ep_problem(c, e, tp) is None]
         return (f"an EP group of {ep} GPUs spans {ep // tp} data-parallel replicas: {gpus} GPUs are not a multiple "
-                f"of EP {ep} × PP {pp} = {ep * pp}")
+                f"of EP {ep} × PP {pp} = {ep * pp}; with {gpus} GPUs at TP {tp} × PP {pp} choose EP among "
+                f"{', '.join(map(str, fits))}")
     return None
 
 
@@ -188,7 +195,7 @@ def per_gpu_memory(config: ModelConfig, device: Device, mesh: Mesh, context_toke
     w = per_gpu_weight_bytes(config, mesh, weight_dtype, group_size, embeddings_16bit)
     kv = per_gpu_kv_bytes(config, mesh, context_tokens, batch, kd)
     act = per_gpu_activation_bytes(config, mesh, context_tokens, batch)
-    over = overheads.total_bytes(mesh.gpus_per_replica)
+    over = overheads.total_bytes(mesh.communicating_gpus)      # communication buffers past 1 GPU
     usable = device.memory_bytes * check_fraction("usable_fraction", usable_fraction)
     needed = w + kv + act + over
     return dict(per_gpu_weight_bytes=w, per_gpu_kv_bytes=kv, per_gpu_activation_bytes=act, overhead_bytes=over,

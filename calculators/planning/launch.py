@@ -363,8 +363,9 @@ def launch_command(plan: dict, stack: str) -> LaunchCommand:
 
 def plan_from_row(row: dict, model: str, max_model_len: int | None = None,
                   gpu_memory_utilization: float | None = None) -> dict:
-    """A launch plan from a row of `planner.plan_rows` (device, gpus, tp, pp, ep, replicas, batch_cap, weight and KV
-    precision, per-GPU weight bytes), the model it was planned for, the longest request it sized the KV cache
+    """A launch plan from a row of `planner.plan_rows` (device, gpus, tp, pp, ep, dp, replicas, batch_cap, weight and
+    KV precision, per-GPU weight bytes; a row with dp > 1 counts attention replicas and sequences per replica, a
+    launch plan instances and sequences per instance), the model it was planned for, the longest request it sized the KV cache
     for and the memory fraction it assumed."""
     keys = ("device", "gpus", "tp", "pp", "ep", "dp", "replicas", "batch_cap", "weight_dtype", "kv_dtype",
             "per_gpu_weight_bytes", "max_batched_tokens")
@@ -372,6 +373,11 @@ def plan_from_row(row: dict, model: str, max_model_len: int | None = None,
     for k in ("gpus", "tp", "pp", "ep", "dp", "replicas", "batch_cap", "max_batched_tokens"):
         if k in plan:
             plan[k] = int(plan[k])
+    if plan.get("dp", 1) > 1:     # the planner counts attention replicas and sequences per replica: dp replicas
+        if "replicas" in plan:    # meet in one EP group, one server instance
+            plan["replicas"] //= plan["dp"]
+        if "batch_cap" in plan:
+            plan["batch_cap"] *= plan["dp"]
     plan.update(model=model, max_model_len=max_model_len, gpu_memory_utilization=gpu_memory_utilization)
     return plan
 

@@ -20,10 +20,12 @@ split into $ per 1M input and per 1M output tokens by the GPU time each takes.
 Bounds no load can beat screen the candidates first (a token gap is at least a one-sequence step, a TTFT at least
 the p99 prompt's prefill alone); the candidates of the cheapest REFINED_LEVELS GPU counts per device then get the
 full steady state (the prompt chain), the rest keep the screening model (prompts per step drawn independently).
-MoE models are also tried with expert parallelism over each TP group (EP = TP). A prefix-cache hit rate h
+MoE models are also tried with expert parallelism over each TP group (EP = TP), and with attention data-parallel
+and the experts over all the GPUs (attention TP t × DP d, EP = t·d: `calculators.planning.wide_ep`, costed with
+`serve_at`'s step; their rows have dp = d, every other row dp = 1). A prefix-cache hit rate h
 (Workload.prefix_hit_rate) leaves ceil(P·(1 − h)) new prompt tokens to prefill, attending over all P. FP4
 weights are tried only on devices with FP4 tensor cores. Not searched: context parallelism, speculative decoding,
-EP across data-parallel replicas (`python -m calculators serve-at --ep` sizes such a layout).
+wide EP with pipeline parallelism or several EP groups side by side.
 """
 from __future__ import annotations
 
@@ -118,7 +120,7 @@ class SearchSpace:
     batch_caps: tuple[int, ...] = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024)
     weight_dtypes: tuple[str, ...] = ("bf16", "fp8", "int4", "fp4")   # fp4 only where the device has it
     kv_dtypes: tuple[str, ...] = ("bf16", "fp8")
-    expert_parallel: bool = True          # MoE models: also try EP = TP (two all-to-alls instead of an all-reduce)
+    expert_parallel: bool = True          # MoE models: also try EP = TP, and attention TP × DP with EP over all GPUs
 
 
 @dataclass
@@ -150,14 +152,16 @@ class PlanResult:
         return [self.plan(int(i)) for i in order[:top]]
 
     def find(self, device: str, gpus: int, tp: int, pp: int, batch_cap: int, weight_dtype: str,
-             kv_dtype: str) -> list[dict]:
-        """The candidates with exactly this layout (two for an MoE model: without and with expert parallelism),
-        each with `why` and, when feasible, its `rank` among the feasible plans (1 = cheapest). [] when the layout
-        is outside the search space."""
+             kv_dtype: str, ep: int | None = None) -> list[dict]:
+        """The candidates with exactly this layout (for an MoE model: without expert parallelism, with EP = TP
+        and, when TP < GPUs and PP = 1, with EP over all the GPUs; `ep` picks one), each with `why` and, when
+        feasible, its `rank` among the feasible plans (1 = cheapest). [] when the layout is outside the search
+        space."""
         col = self.columns
         hit = np.flatnonzero((col["device"] == device) & (col["gpus"] == gpus) & (col["tp"] == tp)
                              & (col["pp"] == pp) & (col["batch_cap"] == batch_cap)
-                             & (col["weight_dtype"] == weight_dtype) & (col["kv_dtype"] == kv_dtype))
+                             & (col["weight_dtype"] == weight_dtype) & (col["kv_dtype"] == kv_dtype)
+                             & ((col["ep"] == ep) if ep is not None else True))
         rank = {int(i): r + 1 for r, i in enumerate(self.feasible_order)}
         return [{**self.plan(int(i)), "rank": rank.get(int(i))} for i in hit]
 
@@ -272,12 +276,7 @@ def plan(config: ModelConfig, devices: list[Device], workload: Workload, space: 
 
     # ---- device and link numbers per candidate
     bw = np.array([dv.memory_bandwidth_bytes_per_s for dv in devices])[di]
-    def _peak(dv, w):
-        try:
-            return dv.flops_for(compute_precision_for(w))[0]
-        except SpecError:               # FP4 weights on a device without FP4 tensor cores: refused, never upcast
-            return np.nan
-    peak_tab = np.array([[_peak(dv, w) for w in space.weight_dtypes]
+    peak_tab = np.array([[peak_or_nan(dv, w) for w in space.weight_dtypes]
                          for dv in devices])
     peak = peak_tab[di, wdi]
     links = [link if link is not None else device_link(dv) for dv in devices]
@@ -361,28 +360,53 @@ def plan(config: ModelConfig, devices: list[Device], workload: Workload, space: 
         w_gpu=w_gpu, kv_row=kv_seq, share=share, tpf=tpf, pp=pp, peak=peak, bw=bw, mbu=mbu,
         mfu=mfu, half=half, overhead=overhead, seq_over=seq_over, di=di, ep=ep, gpus=g.astype(float),
         comm_table=_comm_table(di, tp, links, stack, D), stage=stage, lbw=lbw, a01=a0 + a1))
-    bounded = base & ~viable                       # out on a bound: say which, with the bound's own number
+    apply_bounds(ld, base, viable, slots_ok, itl_one, pre_p99)
+    raw = dict(di=di, gpus=g, tp=tp, pp=pp, ep=ep, dp=np.ones_like(tp), replicas=replicas, batch_cap=B, wdi=wdi,
+               kdi=kdi, per_gpu_weight_bytes=w_gpu, per_gpu_kv_bytes=kv_gpu, per_gpu_needed_bytes=needed,
+               usable_bytes=usable, itl_ms=itl, decode_memory_ms=mem_ms, decode_compute_ms=comp_ms,
+               decode_comm_ms=comm_ms, prefill_ms=pre_mean, prefill_p99_ms=pre_p99, mesh_ok=mesh_ok & link_ok,
+               peak=peak, price=price, base=base, viable=viable, **ld)
+    if arch.is_moe(c) and space.expert_parallel:
+        from calculators.planning.wide_ep import wide_ep_candidates
+        wide = wide_ep_candidates(c, devices, wl, space, stack, eff_tab, usable_fraction, overheads,
+                                  embeddings_16bit, links)
+        raw = {k: np.concatenate([v, np.asarray(wide[k], dtype=v.dtype)]) for k, v in raw.items()}
+    return _rank(raw, wl, devices, space, notes)
+
+
+def apply_bounds(ld: dict, base, viable, slots_ok, itl_one, pre_p99) -> None:
+    """Candidates out on a bound no load can beat (in memory, but not viable): say which, with the bound's own
+    number, in the steady state's columns `ld` (changed in place)."""
+    bounded = base & ~viable
     ld["tpot_ms"] = np.where(bounded, itl_one, ld["tpot_ms"])
     ld["ttft_p99_ms"] = np.where(bounded, pre_p99, ld["ttft_p99_ms"])
     ld["slot_utilisation"] = np.where(bounded & ~slots_ok, np.inf, np.where(bounded, 0.0, ld["slot_utilisation"]))
     ld["step_stable"] = np.where(bounded, True, ld["step_stable"])
     ld["prefill_budget_utilisation"] = np.where(bounded, 0.0, ld["prefill_budget_utilisation"])
-    tpot, ttft, in_flight = ld["tpot_ms"], ld["ttft_p99_ms"], ld["in_flight"]
-    stable, rho = ld["stable"], ld["slot_utilisation"]
-    prefill_share = ld["prefill_budget_utilisation"]
+
+
+def _rank(raw: dict, wl: Workload, devices, space: SearchSpace, notes: list) -> PlanResult:
+    """Costs, verdicts and the ranking of every candidate from its figures `raw` (one array per figure)."""
+    g, tp, B, price, peak = raw["gpus"], raw["tp"], raw["batch_cap"], raw["price"], raw["peak"]
+    needed, usable, base, viable = raw["per_gpu_needed_bytes"], raw["usable_bytes"], raw["base"], raw["viable"]
+    pre_mean, pre_p99 = raw["prefill_ms"], raw["prefill_p99_ms"]
+    mem_ms, comp_ms, comm_ms = raw["decode_memory_ms"], raw["decode_compute_ms"], raw["decode_comm_ms"]
+    tpot, ttft, in_flight = raw["tpot_ms"], raw["ttft_p99_ms"], raw["in_flight"]
+    stable, rho = raw["stable"], raw["slot_utilisation"]
+    prefill_share = raw["prefill_budget_utilisation"]
     usd_per_m = g * price / (wl.requests_per_s * (wl.prompt_tokens + wl.output_tokens) * 3600.0) * 1e6
-    with np.errstate(invalid="ignore"):
+    with np.errstate(invalid="ignore"):             # inf / inf: a candidate never costed (its share is moot)
         gpu_s_out = np.where(np.isfinite(tpot), wl.output_tokens * tpot / np.maximum(in_flight, 1.0), np.inf)
-    pre_share = np.where(pre_mean + gpu_s_out > 0, pre_mean / (pre_mean + gpu_s_out), 0)
+        pre_share = np.where(pre_mean + gpu_s_out > 0, pre_mean / (pre_mean + gpu_s_out), 0)
     usd_in = usd_per_m * (wl.prompt_tokens + wl.output_tokens) * pre_share / wl.prompt_tokens
     usd_out = usd_per_m * (wl.prompt_tokens + wl.output_tokens) * (1 - pre_share) / wl.output_tokens
-    wait_ms = ld["wait_p99_ms"]
+    wait_ms = raw["wait_p99_ms"]
 
     # ---- verdicts (ITL: the mean token gap AT THE LOAD, prefill share included; TTFT: its p99 at the load)
     mem_r, itl_r, ttft_r = needed / usable, tpot / wl.itl_ms, ttft / wl.ttft_p99_ms
     conc_r = rho
-    ok = {"mesh": mesh_ok & link_ok, "precision": ~np.isnan(peak), "memory": mem_r <= 1,
-          "utilisation": ~base | ld["step_stable"], "concurrency": ~base | (conc_r < 1),
+    ok = {"mesh": raw["mesh_ok"], "precision": ~np.isnan(peak), "memory": mem_r <= 1,
+          "utilisation": ~base | raw["step_stable"], "concurrency": ~base | (conc_r < 1),
           "itl": itl_r <= 1, "ttft": ttft_r <= 1, "no price": ~np.isnan(price)}
     feasible = np.logical_and.reduce(list(ok.values())) & viable & stable & ~np.isnan(price)
     code = np.zeros(len(tp), dtype=np.int8)              # index into REASONS; the first failing check wins
@@ -405,13 +429,15 @@ def plan(config: ModelConfig, devices: list[Device], workload: Workload, space: 
     worst = ratios_clean[which, np.arange(n_all)]
     itl_kind, ttft_kind = label[itl_kind], label[ttft_kind]
 
-    cols = dict(device=np.array([dv.name for dv in devices], dtype=object)[di], gpus=g, tp=tp, pp=pp, ep=ep,
-                replicas=replicas, batch_cap=B, weight_dtype=np.array(space.weight_dtypes, dtype=object)[wdi],
-                kv_dtype=np.array(space.kv_dtypes, dtype=object)[kdi], per_gpu_weight_bytes=w_gpu,
-                per_gpu_kv_bytes=kv_gpu, per_gpu_needed_bytes=needed, usable_bytes=usable, itl_ms=itl,
-                prefill_ms=pre_mean, ttft_p99_ms=ttft, ttft_p50_ms=ld["ttft_p50_ms"], utilisation=rho,
-                concurrency_per_replica=in_flight, itl_at_load_ms=tpot, itl_p99_at_load_ms=ld["itl_p99_ms"],
-                step_ms_at_load=ld["step_ms"], prefill_share=prefill_share,
+    cols = dict(device=np.array([dv.name for dv in devices], dtype=object)[raw["di"]], gpus=g, tp=tp, pp=raw["pp"],
+                ep=raw["ep"], dp=raw["dp"], replicas=raw["replicas"], batch_cap=B,
+                weight_dtype=np.array(space.weight_dtypes, dtype=object)[raw["wdi"]],
+                kv_dtype=np.array(space.kv_dtypes, dtype=object)[raw["kdi"]],
+                per_gpu_weight_bytes=raw["per_gpu_weight_bytes"], per_gpu_kv_bytes=raw["per_gpu_kv_bytes"],
+                per_gpu_needed_bytes=needed, usable_bytes=usable, itl_ms=raw["itl_ms"], prefill_ms=pre_mean,
+                ttft_p99_ms=ttft, ttft_p50_ms=raw["ttft_p50_ms"], utilisation=rho,
+                concurrency_per_replica=in_flight, itl_at_load_ms=tpot, itl_p99_at_load_ms=raw["itl_p99_ms"],
+                step_ms_at_load=raw["step_ms"], prefill_share=prefill_share,
                 usd_per_million_tokens=usd_per_m, usd_per_million_input_tokens=usd_in,
                 usd_per_million_output_tokens=usd_out, feasible=feasible, binding=binding, worst_ratio=worst,
                 reason=reason, itl_kind=itl_kind, ttft_kind=ttft_kind)
@@ -436,6 +462,15 @@ def _unique_rows(*cols):
     return [tuple(np.asarray(col)[j] for col in cols) for j in first], inv.ravel()
 
 
+def peak_or_nan(device: Device, weight_dtype: str) -> float:
+    """The device's peak FLOP/s for the weights' compute precision; NaN where it has no such tensor cores (FP4
+    weights on a device without FP4: refused, never upcast)."""
+    try:
+        return device.flops_for(compute_precision_for(weight_dtype))[0]
+    except SpecError:
+        return np.nan
+
+
 def _eff_or_none(stack: Stack, device: Device, weight_dtype: str) -> Efficiency | None:
     """The stack's efficiency for this device and weight format (None where the format does not run there)."""
     try:
@@ -456,19 +491,21 @@ def _comm_table(di, tp, links, stack: Stack, hidden: int):
     return inv.ravel(), tab
 
 
+def no_steady_state(n: int) -> dict:
+    """The steady-state columns of `n` candidates not (yet) solved: inf, unstable."""
+    out = {k: np.full(n, np.inf) for k in STEADY_STATE + ("wait_p99_ms",)}
+    out["stable"], out["step_stable"] = np.zeros(n, dtype=bool), np.zeros(n, dtype=bool)
+    return out
+
+
 def _loaded(c: ModelConfig, wl: Workload, S: dict, devices, stack: Stack, viable, lam, B, a: dict) -> dict:
     """The steady state of every viable candidate at its per-replica rate (`calculators.serving.steady_state`),
     on the candidate's mixed step: the same cost as `serve_at.step_cost` with the planner's arrays. Screened first
     with prompts per step drawn independently; the prompt chain is run on the candidates near the targets.
     Non-viable candidates get inf."""
     n_all = len(B)
-    out = {k: np.full(n_all, np.inf) for k in ("tpot_ms", "ttft_p99_ms", "ttft_p50_ms", "itl_p99_ms", "step_ms",
-                                               "in_flight", "slot_utilisation", "prefill_budget_utilisation",
-                                               "wait_p99_ms")}
-    out["stable"] = np.zeros(n_all, dtype=bool)
-    out["step_stable"] = np.zeros(n_all, dtype=bool)
-    prompt, output = wl.prompt_lengths(new_only=True), wl.output_lengths()
-    ctx = decode_context(wl.prompt_lengths(), output)
+    out = no_steady_state(n_all)
+    ctx = decode_context(wl.prompt_lengths(), wl.output_lengths())
     kv_scale = ctx / S["mean_ctx"]
     f_tok = S["prefill_flops"][wl.prompt_tokens] / wl.new_prompt_tokens(wl.prompt_tokens)
     lg = np.log(TOKEN_GRID)
@@ -515,34 +552,40 @@ def _loaded(c: ModelConfig, wl: Workload, S: dict, devices, stack: Stack, viable
             p2p_ms = np.where(ppv > 1, (v["a01"] + rows * c.hidden_size * 2.0 / v["lbw"]) * 1e3, 0.0)
             return np.maximum(m, ppv) * stage_ms + (ppv - 1) * p2p_ms
 
-        chunk = float(stack.scheduler_limits(dev.memory_bytes / GiB, dev.name)[1])
-        load = Load(prompt, output, chunk=chunk, slots=B[sel].astype(float))
-        op = operating_point(step, lam[sel], load, chain=False)
-        near = op["stable"] & (op["tpot_ms"] <= 1.25 * wl.itl_ms) & (op["ttft_p99_ms"] <= 2.0 * wl.ttft_p99_ms)
-        cost = a["gpus"][sel]
-        levels = np.unique(cost[near])
-        near &= cost <= (levels[min(REFINED_LEVELS, len(levels)) - 1] if len(levels) else 0)
-        if near.any():
-            keep = np.flatnonzero(near)
-            vn = {k: (x[keep] if isinstance(x, np.ndarray) and x.shape == (len(sel),) else x) for k, x in v.items()}
-
-            def step_n(n, p, vn=vn):
-                return step(n, p, v=vn)
-            op2 = operating_point(step_n, lam[sel][keep], Load(prompt, output, chunk=chunk,
-                                                                 slots=B[sel][keep].astype(float)),
-                                  near_step_ms=op["step_ms"][keep])
-            for k2 in op:
-                op[k2] = np.array(op[k2], dtype=np.asarray(op2[k2]).dtype, copy=True)
-                op[k2][keep] = op2[k2]
-        for k2, src in (("tpot_ms", "tpot_ms"), ("ttft_p99_ms", "ttft_p99_ms"), ("ttft_p50_ms", "ttft_p50_ms"),
-                        ("itl_p99_ms", "itl_p99_ms"), ("step_ms", "step_ms"), ("in_flight", "in_flight"),
-                        ("slot_utilisation", "slot_utilisation"),
-                        ("prefill_budget_utilisation", "prefill_budget_utilisation")):
-            out[k2][sel] = op[src]
-        out["wait_p99_ms"][sel] = op["slot_wait_p99_ms"] + op["prefill_wait_p99_ms"]
-        out["stable"][sel] = op["stable"]
-        out["step_stable"][sel] = op["steps_converge"]
+        def step_for(idx, v=v):
+            vi = {k: (x[idx] if isinstance(x, np.ndarray) and x.shape == (len(sel),) else x) for k, x in v.items()}
+            return lambda n, p: step(n, p, v=vi)
+        st = screened_steady_state(step_for, wl, lam[sel], B[sel].astype(float), a["gpus"][sel], stack, dev)
+        for k2 in out:
+            out[k2][sel] = st[k2]
     return out
+
+
+STEADY_STATE = ("tpot_ms", "ttft_p99_ms", "ttft_p50_ms", "itl_p99_ms", "step_ms", "in_flight", "slot_utilisation",
+                "prefill_budget_utilisation")
+
+
+def screened_steady_state(step_for, wl: Workload, lam, slots, cost, stack: Stack, device: Device) -> dict:
+    """The steady state of candidates (one device) at their per-replica rates `lam`: screened with prompts per step
+    drawn independently, then the prompt chain on those near the targets at the cheapest REFINED_LEVELS costs.
+    `step_for(idx)` is the vectorised step of the candidates `idx`; the prompt budget per step is the stack's
+    max batched tokens on `device`. Returns the planner's steady-state columns."""
+    chunk = float(stack.scheduler_limits(device.memory_bytes / GiB, device.name)[1])
+    prompt, output = wl.prompt_lengths(new_only=True), wl.output_lengths()
+    op = operating_point(step_for(np.arange(len(lam))), lam, Load(prompt, output, chunk=chunk, slots=slots),
+                         chain=False)
+    near = op["stable"] & (op["tpot_ms"] <= 1.25 * wl.itl_ms) & (op["ttft_p99_ms"] <= 2.0 * wl.ttft_p99_ms)
+    levels = np.unique(cost[near])
+    near &= cost <= (levels[min(REFINED_LEVELS, len(levels)) - 1] if len(levels) else 0)
+    if near.any():
+        keep = np.flatnonzero(near)
+        op2 = operating_point(step_for(keep), lam[keep], Load(prompt, output, chunk=chunk, slots=slots[keep]),
+                              near_step_ms=op["step_ms"][keep])
+        for k2 in op:
+            op[k2] = np.array(op[k2], dtype=np.asarray(op2[k2]).dtype, copy=True)
+            op[k2][keep] = op2[k2]
+    return dict({k: op[k] for k in STEADY_STATE}, wait_p99_ms=op["slot_wait_p99_ms"] + op["prefill_wait_p99_ms"],
+                stable=op["stable"], step_stable=op["steps_converge"])
 
 
 def _sentence(col: dict, i: int, wl: Workload) -> str:
@@ -572,9 +615,18 @@ def _sentence(col: dict, i: int, wl: Workload) -> str:
     return "no hourly price for this device: enter one"
 
 
+def layout_words(row: dict) -> str:
+    """A plan's layout in a few words: "TP 8 PP 1", "TP 4 PP 1 EP 4" (experts over the TP group), "TP 1 × DP 8
+    attention, EP 8" (experts over all the GPUs)."""
+    dp, ep = int(row.get("dp", 1)), int(row.get("ep", 1))
+    if dp > 1:
+        return f"TP {row['tp']} × DP {dp} attention, EP {ep}"
+    return f"TP {row['tp']} PP {row['pp']}" + (f" EP {ep}" if ep > 1 else "")
+
+
 def plan_rows(res: PlanResult, top: int = 20) -> list[dict]:
     """Ranked feasible plans as plain dicts with the columns a reader needs (JSON/CSV export)."""
-    keep = ("device", "gpus", "tp", "pp", "ep", "replicas", "batch_cap", "weight_dtype", "kv_dtype", "per_gpu_weight_bytes",
+    keep = ("device", "gpus", "tp", "pp", "ep", "dp", "replicas", "batch_cap", "weight_dtype", "kv_dtype", "per_gpu_weight_bytes",
             "per_gpu_kv_bytes", "per_gpu_needed_bytes", "usable_bytes", "prefill_ms", "ttft_p50_ms", "ttft_p99_ms",
             "itl_ms", "itl_at_load_ms", "itl_p99_at_load_ms", "step_ms_at_load", "concurrency_per_replica", "utilisation", "usd_per_million_tokens", "usd_per_million_input_tokens", "usd_per_million_output_tokens",
             "binding", "worst_ratio", "why")
@@ -582,9 +634,9 @@ def plan_rows(res: PlanResult, top: int = 20) -> list[dict]:
 
 
 def rejected_rows(res: PlanResult, top: int = 50) -> list[dict]:
-    keep = ("device", "gpus", "tp", "pp", "ep", "batch_cap", "weight_dtype", "kv_dtype", "reason", "why")
+    keep = ("device", "gpus", "tp", "pp", "ep", "dp", "batch_cap", "weight_dtype", "kv_dtype", "reason", "why")
     return [{k: r[k] for k in keep} for r in res.rejected(top)]
 
 
-__all__ = ["Workload", "SearchSpace", "PlanResult", "plan", "plan_rows", "rejected_rows",
+__all__ = ["Workload", "SearchSpace", "PlanResult", "plan", "plan_rows", "rejected_rows", "layout_words",
            "CONSTRAINTS"]

@@ -23,7 +23,7 @@ from calculators import arch
 from calculators.planning.throughput import batch_limits, deployment_defaults, max_throughput
 from calculators.serving.lengths import Lengths
 from calculators.serving.steady_state import Load, capacity, check_rate, operating_point
-from calculators.sizing.latency import Efficiency, step_weight_bytes
+from calculators.sizing.latency import Efficiency, gemm_mfu, step_weight_bytes
 from calculators.sizing.roofline import compute_precision_for, forward_flops
 from calculators.multi_gpu.tensor_parallel import (Mesh, _comm_per_stage_ms, _expert_flops_extra, _link_for,
                                                    _need_link, check_mesh, expert_imbalance_for, per_gpu_kv_bytes,
@@ -34,6 +34,7 @@ from specs.model_config import ModelConfig, SpecError
 from specs.stacks import Stack, load_stack
 
 TOKEN_GRID = np.unique(np.round(np.geomspace(1, 1 << 20, 97))).astype(float)   # tokens per step: 1 .. 1M
+LOG_GRID = np.log(TOKEN_GRID)
 
 
 def lengths_of(x, what: str) -> Lengths:
@@ -52,54 +53,96 @@ def decode_context(prompt: Lengths, output: Lengths) -> float:
     return prompt.mean_tokens + output.moment(lambda x: (x - 1) * (x - 2) / 2) / d + 1
 
 
+def step_tables(config: ModelConfig, mesh: Mesh, link: Link | None, stack: Stack, weight_dtype: str = "bf16",
+                expert_imbalance: float | None = None, ratio: np.ndarray | None = None) -> dict:
+    """The token-dependent parts of the deployment's step on TOKEN_GRID (tokens per microbatch), computed by the
+    scalar calculators: `ratio` the share of the resident weights the tokens touch (the experts they reach),
+    `extra` the busiest EP rank's expert FLOPs beyond the mean, `comm` the stage's collectives in ms. They do not
+    depend on the KV precision, and `ratio` not on the weights' (a ratio of bytes) nor on the layout: pass it to
+    reuse it for another layout."""
+    c, g = config, TOKEN_GRID
+    share = stage_layers(c, mesh.pp) / c.num_layers
+    moe = arch.is_moe(c)
+    if ratio is None:
+        full = step_weight_bytes(c, weight_dtype, rows=1 << 30)
+        ratio = np.array([step_weight_bytes(c, weight_dtype, rows=int(t)) / full for t in g]) if moe else \
+            np.ones_like(g)
+    imb = [expert_imbalance_for(c, mesh, t, expert_imbalance) for t in g]
+    extra = np.array([_expert_flops_extra(c, mesh, t, i) * share for t, i in zip(g, imb)])
+    comm = np.array([_comm_per_stage_ms(c, mesh, int(math.ceil(t)), link, stack, i) for t, i in zip(g, imb)])
+    return dict(ratio=ratio, extra=extra, comm=comm)
+
+
+def step_terms(config: ModelConfig, device: Device, mesh: Mesh, weight_dtype: str, kv_dtype: str,
+               efficiency: Efficiency, decode_ctx: float, prompt_len: float) -> dict:
+    """The token-independent numbers of the deployment's step on its busiest GPU: resident weights, KV bytes and
+    FLOPs of one decode row, FLOPs per prompt token, the bandwidth and peak it runs at, its fixed costs."""
+    c = config
+    share = stage_layers(c, mesh.pp) / c.num_layers
+    ctx = max(1, int(round(decode_ctx)))
+    P = max(1, int(round(prompt_len)))
+    return dict(weights=per_gpu_weight_bytes(c, mesh, weight_dtype),
+                kv_row=per_gpu_kv_bytes(c, mesh, ctx, 1, kv_dtype),
+                flops_row=forward_flops(c, 1, ctx, 1) / mesh.tp * share,
+                flops_prompt_token=forward_flops(c, P, P, 1) / P / mesh.tp * share,
+                peak=device.flops_for(compute_precision_for(weight_dtype))[0],
+                bandwidth=device.memory_bandwidth_bytes_per_s * efficiency.decode_mbu,
+                decode_mfu=efficiency.decode_mfu, gemm_half_tokens=efficiency.gemm_half_tokens,
+                step_overhead_ms=efficiency.step_overhead_ms, sequence_overhead_ms=efficiency.sequence_overhead_us / 1e3,
+                pp=float(mesh.pp), ep_per_tp=max(1.0, mesh.ep / mesh.tp))
+
+
+def on_grid(table: np.ndarray, tokens) -> np.ndarray:
+    """A TOKEN_GRID table read at `tokens`, linear in log tokens (np.interp). `table` is [G], or [K, G] with one
+    row per candidate: then the last axis of `tokens` runs over the K candidates."""
+    table = np.asarray(table, dtype=float)
+    lt = np.log(np.maximum(tokens, 1.0))
+    if table.ndim == 1:
+        return np.interp(lt, LOG_GRID, table)
+    pos = np.interp(lt, LOG_GRID, np.arange(len(LOG_GRID), dtype=float))
+    i0 = np.minimum(pos.astype(int), len(LOG_GRID) - 2)
+    f = pos - i0
+    k = np.broadcast_to(np.arange(table.shape[0]), pos.shape) if table.shape[0] > 1 else 0
+    return table[k, i0] * (1 - f) + table[k, i0 + 1] * f
+
+
+def mixed_step(terms: dict, tables: dict):
+    """The step(n decode rows, p prompt tokens) -> ms of the module docstring, from `step_terms` and
+    `step_tables`. Every term may be an array over K candidates (the tables then [K, G]): n and p broadcast
+    against them, the last axis running over the candidates. `step.parts(n, p)` gives every term (bytes,
+    FLOPs, memory/compute/collective/fixed ms, passes, the step) of one microbatch's stage."""
+    t, tb = terms, tables
+
+    def parts(n, p) -> dict:
+        """The step's terms at (n, p): bytes read and FLOPs on the busiest GPU per microbatch, the rates they run
+        at, the memory, compute, collective and fixed times (ms), the microbatch passes, and the step."""
+        n, p = np.broadcast_arrays(np.asarray(n, dtype=float), np.asarray(p, dtype=float))
+        m = np.minimum(np.maximum(n, 1.0), t["pp"])
+        rows, tok = n / m, (n + p) / m
+        byts = t["weights"] * on_grid(tb["ratio"], tok * t["ep_per_tp"]) + t["kv_row"] * rows
+        flops = t["flops_row"] * rows + t["flops_prompt_token"] * p / m + on_grid(tb["extra"], tok)
+        flop_s = t["peak"] * gemm_mfu(t["decode_mfu"], t["gemm_half_tokens"], tok)
+        mem, comp, comm = byts / t["bandwidth"] * 1e3, flops / flop_s * 1e3, on_grid(tb["comm"], tok)
+        fixed = t["step_overhead_ms"] + rows * t["sequence_overhead_ms"]
+        passes = np.maximum(m, t["pp"])
+        return dict(bytes=byts, bandwidth=t["bandwidth"], flops=flops, flop_s=flop_s, memory_ms=mem,
+                    compute_ms=comp, comm_ms=comm, fixed_ms=fixed, passes=passes,
+                    step_ms=passes * (np.maximum(mem, comp) + comm + fixed))
+
+    def step(n, p):
+        return parts(n, p)["step_ms"]
+    step.parts = parts
+    return step
+
+
 def step_cost(config: ModelConfig, device: Device, mesh: Mesh, weight_dtype: str, kv_dtype: str,
               efficiency: Efficiency, link: Link | None, stack: Stack, decode_ctx: float, prompt_len: float,
               expert_imbalance: float | None = None):
     """The deployment's mixed step, step(n decode rows, p prompt tokens) -> ms, vectorised (see the module
     docstring). The token-dependent parts (experts touched, collectives, expert imbalance) are computed by the
     scalar calculators on a log grid of tokens per microbatch and interpolated."""
-    c = config
-    share = stage_layers(c, mesh.pp) / c.num_layers
-    w = per_gpu_weight_bytes(c, mesh, weight_dtype)
-    full = step_weight_bytes(c, weight_dtype, rows=1 << 30)
-    ctx = max(1, int(round(decode_ctx)))
-    kv_row = per_gpu_kv_bytes(c, mesh, ctx, 1, kv_dtype)
-    f_row = forward_flops(c, 1, ctx, 1) / mesh.tp * share
-    P = max(1, int(round(prompt_len)))
-    f_tok = forward_flops(c, P, P, 1) / P / mesh.tp * share
-    peak, _ = device.flops_for(compute_precision_for(weight_dtype))
-    g = TOKEN_GRID
-    moe = arch.is_moe(c)
-    ratio = np.array([step_weight_bytes(c, weight_dtype, rows=int(t)) / full for t in g]) if moe else np.ones_like(g)
-    imb = [expert_imbalance_for(c, mesh, t, expert_imbalance) for t in g]
-    extra = np.array([_expert_flops_extra(c, mesh, t, i) * share for t, i in zip(g, imb)])
-    comm = np.array([_comm_per_stage_ms(c, mesh, int(math.ceil(t)), link, stack, i) for t, i in zip(g, imb)])
-    bw = device.memory_bandwidth_bytes_per_s * efficiency.decode_mbu
-    lg = np.log(g)
-
-    def at(table, tokens):
-        return np.interp(np.log(np.maximum(tokens, 1.0)), lg, table)
-
-    def parts(n, p) -> dict:
-        """The step's terms at (n, p): bytes read and FLOPs on the busiest GPU per microbatch, the rates they
-        run at, the memory, compute, collective and fixed times (ms), the microbatch passes, and the step."""
-        n, p = np.broadcast_arrays(np.asarray(n, dtype=float), np.asarray(p, dtype=float))
-        m = np.minimum(np.maximum(n, 1.0), mesh.pp)
-        rows, tok = n / m, (n + p) / m
-        byts = w * at(ratio, tok * max(1.0, mesh.ep / mesh.tp)) + kv_row * rows
-        flops = f_row * rows + f_tok * p / m + at(extra, tok)
-        flop_s = peak * efficiency.mfu_at(tok)
-        mem, comp = byts / bw * 1e3, flops / flop_s * 1e3
-        fixed = efficiency.step_overhead_ms + rows * efficiency.sequence_overhead_us / 1e3
-        passes = np.maximum(m, mesh.pp)
-        return dict(bytes=byts, bandwidth=bw, flops=flops, flop_s=flop_s, memory_ms=mem, compute_ms=comp,
-                    comm_ms=at(comm, tok), fixed_ms=fixed, passes=passes,
-                    step_ms=passes * (np.maximum(mem, comp) + at(comm, tok) + fixed))
-
-    def step(n, p):
-        return parts(n, p)["step_ms"]
-    step.parts = parts
-    return step
+    return mixed_step(step_terms(config, device, mesh, weight_dtype, kv_dtype, efficiency, decode_ctx, prompt_len),
+                      step_tables(config, mesh, link, stack, weight_dtype, expert_imbalance))
 
 
 def serve_at(config: ModelConfig, device: Device, mesh: Mesh, rate: float, prompt, output,

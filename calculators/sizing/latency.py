@@ -78,10 +78,7 @@ class Efficiency:
         A GEMM with few rows leaves most of the tensor cores' tiles idle and pays its launch and epilogue fixed
         costs; t½ (the tokens at which half of decode_mfu is reached) is fitted per stack (specs/stacks.json).
         With t½ = 0 the MFU is flat. Arrays broadcast."""
-        if not self.gemm_half_tokens:
-            return self.decode_mfu
-        t = np.maximum(tokens, 1.0)                     # an empty step does no GEMM: keep the ratio finite
-        return self.decode_mfu * t / (t + self.gemm_half_tokens)
+        return gemm_mfu(self.decode_mfu, self.gemm_half_tokens, tokens)
 
     def overhead_ms(self, sequences: int | float = 1) -> float:
         """Fixed cost of one step that carries `sequences` sequences: step + per-sequence part, in ms."""
@@ -89,6 +86,16 @@ class Efficiency:
 
 
 IDEAL = Efficiency(1.0, 1.0, 1.0, 1.0, 0.0, 0.0, 0.0)
+
+
+def gemm_mfu(decode_mfu, half_tokens, tokens):
+    """`Efficiency.mfu_at` with the efficiencies as arrays too (one per candidate): decode_mfu · t / (t + t½),
+    flat where t½ = 0."""
+    half = np.asarray(half_tokens, dtype=float)
+    if not half.any():
+        return decode_mfu
+    t = np.maximum(tokens, 1.0)                         # an empty step does no GEMM: keep the ratio finite
+    return np.where(half > 0, decode_mfu * t / (t + half), decode_mfu)
 
 
 def bandwidth_floor_ms(bytes_read: float, bandwidth_bytes_per_s: float) -> float:

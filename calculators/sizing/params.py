@@ -106,6 +106,7 @@ def embedding_params(config: ModelConfig) -> int:
     return config.vocab_size * config.hidden_size + config.learned_position_embeddings * config.hidden_size
 
 
+@arch.per_config
 def param_breakdown(config: ModelConfig) -> ParamBreakdown:
     """Count every parameter of the model by component (see the module docstring for the shapes)."""
     c = arch.check_config(config)

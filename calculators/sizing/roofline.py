@@ -282,6 +282,7 @@ def _total(ops: list[Op], attr: str, kinds: tuple[str, ...] | None = None) -> fl
     return float(sum(getattr(o, attr) * o.count for o in ops if kinds is None or o.kind in kinds))
 
 
+@arch.per_config
 def forward_flops(config: ModelConfig, new_tokens: int, context_tokens: int, batch: int = 1) -> float:
     """Matmul FLOPs of one forward pass (module convention): 2·M·N·K per projection over new_tokens rows,
     QKᵀ and P·V over the full new_tokens × context_tokens rectangle for every query head (2·T·S·d_k·h_q each),

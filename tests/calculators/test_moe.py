@@ -1,5 +1,6 @@
-"""MoE across GPUs: all-to-all volumes against a loop over tokens and experts, imbalance against brute-force
+"""MoE across GPUs: all-to-all volumes against a loop over tokens and experts (bytes between ranks), imbalance against brute-force
 routing, EP that does not divide the experts refused in one message, EP across data-parallel replicas."""
+import dataclasses
 import itertools
 import math
 import random
@@ -44,6 +45,37 @@ def test_without_dedup_a_token_goes_once_per_remote_expert():
 def test_all_to_all_bytes_are_tokens_times_copies_times_hidden():
     # 64 tokens of Qwen3-30B-A3B (D 2,048, bf16) over EP 8 without dedup: 64 × 7 × 2,048 × 2 B
     assert all_to_all_bytes(64, QWEN30, 8, "bf16", dedup=False) == 64 * 7 * 2048 * 2
+
+
+def _bytes_sent_by_loop(config, ep, dedup):
+    """Every rank holds one token per k-subset of the experts (uniform routing, every choice once); loop over the
+    ranks, their tokens and each token's experts, adding hidden × 2 bytes to the (source, destination) pair for
+    every remote rank the token goes to (once per rank with dedup, once per expert without). Returns the byte
+    matrix and the tokens per rank."""
+    E, k, D = config.num_experts, config.num_experts_per_tok, config.hidden_size
+    per = E // ep
+    sent = [[0] * ep for _ in range(ep)]
+    tokens = 0
+    for src in range(ep):
+        for chosen in itertools.combinations(range(E), k):
+            tokens += src == 0
+            ranks = [e // per for e in chosen]
+            for dst in (set(ranks) if dedup else ranks):
+                if dst != src:
+                    sent[src][dst] += D * 2
+    return sent, tokens
+
+
+@pytest.mark.parametrize("E,k,ep", [(8, 2, 4), (12, 3, 3), (16, 2, 8)])
+@pytest.mark.parametrize("dedup", [True, False])
+def test_all_to_all_bytes_equal_a_loop_over_tokens_and_experts_counting_bytes_between_ranks(E, k, ep, dedup):
+    """What one rank sends in a dispatch (and gets back in the combine) for its tokens: every rank the same, the
+    (source, destination) matrix symmetric, and each rank's row total what `all_to_all_bytes` says."""
+    cfg = dataclasses.replace(QWEN30, num_experts=E, num_experts_per_tok=k)
+    sent, tokens = _bytes_sent_by_loop(cfg, ep, dedup)
+    assert all(sent[a][b] == sent[b][a] for a in range(ep) for b in range(ep))
+    for row in sent:
+        assert sum(row) == pytest.approx(all_to_all_bytes(tokens, cfg, ep, "bf16", dedup=dedup), rel=1e-12)
 
 
 def test_one_moe_layer_is_two_all_to_alls_of_those_bytes():

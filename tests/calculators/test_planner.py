@@ -60,7 +60,8 @@ def test_vectorised_numbers_equal_the_scalar_calculators():
 def test_moe_plans_with_expert_parallelism_equal_the_scalar_calculators():
     mix = load_preset("mixtral-8x7b")
     res = plan(mix, [H100], WL, SMALL)
-    ep_rows = [i for i in range(res.n_candidates) if res.columns["ep"][i] > 1 and res.columns["reason"][i] != "mesh"]
+    ep_rows = [i for i in range(res.n_candidates) if res.columns["ep"][i] > 1 and res.columns["dp"][i] == 1
+               and res.columns["reason"][i] != "mesh"]          # EP = TP (wide EP: test_planner_wide_ep.py)
     assert ep_rows
     for i in ep_rows[::7]:
         row = res.plan(i)
