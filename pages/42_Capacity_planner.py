@@ -21,13 +21,14 @@ from specs.devices import device_documents, list_devices, load_device
 from specs.model_config import SpecError
 from ui import df_with_download, float_field, formula_expander, int_field, remember, setup_page, show_error
 from ui.model_source import model_source, units_note
+from ui.world import DATACENTRE
 from ui.multi_gpu import multi_gpu_sidebar
 from ui.charts import style as chart_style
 from ui.frontier import frontier_chart, stack_inputs, throughput_section, what_if_table
 from ui.plan_deploy import chosen_plan_section, disaggregated_section
 
 DEFAULT_DEVICES = ["H100 SXM", "A100 SXM 80GB", "H200", "L40S"]
-DEFAULT_MODEL = "Llama-3-70B"
+PLANNER_WHY = "a capacity plan rents data-centre GPUs, and this computer is not one of them"
 BINDING_COLORS = {"memory": "#4C78A8", "bandwidth": "#F58518", "compute": "#54A24B", "communication": "#E45756",
                   "queueing": "#B279A2"}
 
@@ -214,7 +215,7 @@ def main() -> None:
     st.markdown("Say what you serve and how fast it must answer; the planner tries every device, GPU count, "
                 "split, batch cap and precision, keeps the plans that meet the targets, and ranks them by what a "
                 "million tokens costs at your load. Each plan names the wall it is closest to.")
-    config = model_source(default_preset=DEFAULT_MODEL)
+    config = model_source(world=DATACENTRE, why=PLANNER_WHY)
     setup = multi_gpu_sidebar(config, None, layout_used=False)
     units_note()
     st.sidebar.caption("The planner searches GPU counts, TP and PP itself; from the section above it takes the "
