@@ -21,7 +21,7 @@ def frame_with(at, column):
 def test_galaxy_section_shows_the_mesh_collectives_per_axis_and_the_step():
     at = page()
     assert not at.exception and not [e.value for e in at.error]
-    # the default model (TinyLlama) cannot be laid out on 8 × 4: the section says so and shows 001's model
+    # the default model (SmolLM2-135M, 9 heads) cannot be laid out on 8 × 4: the section says so and shows 001's model
     assert any("Llama-3-70B, the model of 001" in c.value for c in at.caption)
     labels = {m.label for m in at.metric}
     assert {"Weights per chip", "KV per chip", "TTFT (one prompt)", "ITL", "Output tokens/s"} <= labels

@@ -10,6 +10,7 @@ from streamlit.testing.v1 import AppTest
 
 from helpers_apptest import errors, run_script
 from ui.model_source import PRESET_KEY
+from ui.world import CLASS
 
 ROOT = Path(__file__).resolve().parents[2]
 TIMEOUT = 120
@@ -149,7 +150,7 @@ def test_queueing_rho_field_offers_only_what_it_accepts():
 # ------------------------------------------------------------------------------------------ coherence
 def test_sizing_and_engine_pages_say_which_model_they_use():
     at = page("22_")
-    assert "Sized on paper: **TinyLlama-1.1B**" in text(at, "caption")
+    assert f"Sized on paper: **{CLASS.preset}**" in text(at, "caption")        # the class's own model (ui/world.py)
     at = page("11_")
     assert "Runs on this computer:" in text(at, "caption")
 
