@@ -43,7 +43,8 @@ class World:
 CLASS = World(
     "class", "This class's machine (SmolLM2-135M on this computer)", "SmolLM2-135M-Instruct", THIS_MACHINE,
     "Showing **this class's machine**: SmolLM2-135M, the model the inside-the-model pages ran, on this computer "
-    "(its measured bandwidth). Switch to data-centre scale at the top of the sidebar.")
+    "(its measured bandwidth); the engine keeps K, V and weights in float32, so fp32 precisions match its counts. "
+    "Switch to data-centre scale at the top of the sidebar.")
 DATACENTRE = World(
     "datacentre", "Data-centre scale (a chosen preset and GPU)", "Llama-3.1-70B", "H100 SXM",
     "Showing **data-centre scale**: a preset on a datasheet GPU (default Llama-3.1-70B on an H100 SXM). Switch "
