@@ -168,7 +168,8 @@ def test_paged_allocation_bad_sizes_are_errors(key, value, message):
 
 
 def test_paged_allocation_summary_ranks_paging_first():
-    at = page("Paged_KV_cache")
+    # the reference text's TinyLlama on an A100 (a datasheet step time: this machine's measured one varies by run)
+    at = page("Paged_KV_cache", **REFERENCE)
     s = next(d.value for d in at.dataframe if "policy" in d.value.columns).set_index("policy")
     assert s.loc["paged", "max_batch"] >= s.loc["contiguous", "max_batch"] > s.loc["reserve", "max_batch"]
     assert s.loc["paged", "max_slack_per_sequence"] <= 15
