@@ -27,7 +27,7 @@ from ui import model_picker, setup_page, show_error
 from ui.charts import DIVERGING, WEIGHTS, heatmap_size, style
 from ui.inside import (Prompt, deeper_link, layer_attention, piece_label, pieces_html, run_settings, step_texts,
                        session_cached, stepper, teacher_prompt, teacher_run)
-from ui.model_source import DEFAULT_DEVICE
+from ui.model_source import REFERENCE_DEVICE
 
 STEP_KEY = "walk.step"
 HEATMAP_TOKENS = 40
@@ -165,14 +165,14 @@ def step_batching(model: Model, prompt: Prompt, rec, texts: list[str]) -> None:
     c = model.config
     context = rec.steps[-1].cache_tokens
     try:
-        rows = batch_curve(step_model_for(c, load_device(DEFAULT_DEVICE), "bf16"), context, BATCHES)
+        rows = batch_curve(step_model_for(c, load_device(REFERENCE_DEVICE), "bf16"), context, BATCHES)
     except SpecError as e:
         show_error(e)
         return
     one, many = rows[0], next(r for r in rows if r["batch"] == 64)
     st.markdown(f"One reply at a time wastes the machine: every decode step reads **all the weights** to make one "
                 f"token. Serve many people together and one read of the weights makes a token for each of them. "
-                f"For this model on an {DEFAULT_DEVICE} (datasheet speed, {context:,} tokens of context each): "
+                f"For this model on an {REFERENCE_DEVICE} (datasheet speed, {context:,} tokens of context each): "
                 f"**{fmt_num(one['total_tok_s'], 3)} tokens/s** for one reply, "
                 f"**{fmt_num(many['total_tok_s'], 3)} tokens/s** in total for 64 replies at once, each still "
                 f"getting {fmt_num(many['per_stream_tok_s'], 3)} tokens/s.")

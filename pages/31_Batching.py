@@ -95,8 +95,9 @@ def theory(model, context: int, largest: int) -> None:
         st.caption(readable_source(REFERENCE_003.name, markdown=False) + f": {fmt_bytes(REFERENCE_003.weight_bytes)} of weights, "
                    f"{fmt_bytes(REFERENCE_003.kv_bytes_per_token)} per token, 300 tokens of context. The text divides "
                    "by the step rounded to 0.01 ms, so its tokens/s differ from these by under 0.4%.")
-    st.caption("Ideal step model: datasheet bandwidth and peak FLOP/s, weights read once per step, every sequence "
-               "at the same context. Real servers reach 50-70% of peak bandwidth, so absolute times are optimistic; "
+    st.caption("Ideal step model: the device's bandwidth and peak FLOP/s (datasheet, or this machine as measured), "
+               "weights read once per step, every sequence at the same context. Real servers reach 50-70% of "
+               "datasheet bandwidth, so absolute times are optimistic; "
                "the shape (flat ITL, linear throughput until the critical batch) is what carries over.")
 
 

@@ -19,12 +19,13 @@ from specs.model_config import SpecError
 from ui import df_with_download, float_field, int_field, remember, setup_page, show_error
 from ui.fitted_efficiency import planner_efficiency
 from ui.model_source import model_source, units_note
+from ui.world import DATACENTRE
 from ui.multi_gpu import multi_gpu_sidebar
 from ui.frontier import frontier_chart, stack_inputs, throughput_section, what_if_table
 from ui.plan_deploy import chosen_plan_section, disaggregated_section, headline
 
 DEFAULT_DEVICES = ["H100 SXM", "A100 SXM 80GB", "H200", "L40S"]
-DEFAULT_MODEL = "Llama-3-70B"
+PLANNER_WHY = "a capacity plan rents data-centre GPUs, and this computer is not one of them"
 
 
 def workload_inputs(max_ctx: int) -> Workload | None:
@@ -186,7 +187,7 @@ def main() -> None:
                 "million tokens costs at your load. Each plan names the wall it is closest to. The cheapest plan comes "
                 "first; the workload and the choices it was searched under follow it.")
     top = st.container()               # the answer first: filled once the search below has run
-    config = model_source(default_preset=DEFAULT_MODEL)
+    config = model_source(world=DATACENTRE, why=PLANNER_WHY)
     setup = multi_gpu_sidebar(config, None, layout_used=False)
     units_note()
     st.sidebar.caption("The planner searches GPU counts, TP and PP itself; from the section above it takes the "

@@ -8,8 +8,12 @@ import re
 from streamlit.testing.v1 import AppTest
 
 from ui.model_picker import CHOICE_KEY, random_choice
+from ui.model_source import DEVICE_KEY, PRESET_KEY, REFERENCE_DEVICE, REFERENCE_PRESET
 
 SMALL_RANDOM = random_choice("SmolLM2-135M-Instruct")     # random weights in SmolLM2's shape: builds in a second
+# The reference text's running example, chosen explicitly by tests that quote its numbers (the sizing pages open on
+# the class's own model and machine, ui/world.py): session state for TinyLlama-1.1B on an A100 SXM 40GB.
+REFERENCE = {PRESET_KEY: REFERENCE_PRESET, DEVICE_KEY: REFERENCE_DEVICE}
 
 
 def run_script(path: str, timeout: float, choice: str | None = SMALL_RANDOM, **state) -> AppTest:

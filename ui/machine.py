@@ -22,8 +22,10 @@ import streamlit as st
 from server.registry import process_wide
 from specs.devices import Device, measure_this_machine
 
+THIS_MACHINE = "This machine (measured with NumPy)"   # the device pickers' option for this computer
 PIN_KEY = "machine.pinned"                 # index into the shared history this session uses
 MEASURE_SECONDS = 2.0
+QUICK_SECONDS = 0.5                        # a page load that finds no measurement yet takes this short one
 MEASURE_MEMORY_BYTES = 0.6e9               # measure_this_machine copies a 256 MB array into a second one
 
 
@@ -32,10 +34,17 @@ class MachineMeasurement:
     device: Device
     measured_at: float                     # time.time()
     load: str                              # what else the machine was doing, in words
+    seconds: float = MEASURE_SECONDS       # the measurement's time budget
+
+    @property
+    def quick(self) -> bool:
+        return self.seconds < MEASURE_SECONDS
 
     @property
     def stamp(self) -> str:
-        return f"measured {time.strftime('%H:%M:%S', time.localtime(self.measured_at))} under {self.load}"
+        kind = (f"a quick {self.seconds:g} s measurement, taken when a page first needed one (Measure again for "
+                f"the full {MEASURE_SECONDS:g} s one)" if self.quick else "measured")
+        return f"{kind} {time.strftime('%H:%M:%S', time.localtime(self.measured_at))} under {self.load}"
 
 
 class MachineHistory:
@@ -72,33 +81,36 @@ def current_load() -> str:
     return f"{load1}, {requests} generation request{'s' if requests != 1 else ''} being served"
 
 
-def measure_now(where: Any = None) -> int:
-    """Measure this machine (through the heavy-job queue), add it to the history, pin this session to it."""
+def measure_now(where: Any = None, seconds: float | None = None) -> int:
+    """Measure this machine for `seconds` (default MEASURE_SECONDS) through the heavy-job queue, add it to the
+    history, pin this session to it."""
     from ui.server import heavy_job
+    seconds = MEASURE_SECONDS if seconds is None else min(seconds, MEASURE_SECONDS)
     with heavy_job("measuring this machine", MEASURE_MEMORY_BYTES, where=where):
         load = current_load()                          # the load it is measured under, taken just before
         with st.spinner(f"Measuring this machine's memory bandwidth and matrix-multiply speed "
-                        f"(about {MEASURE_SECONDS:g} s) …"):
-            device = measure_this_machine(seconds_budget=MEASURE_SECONDS)
-    index = machine_history().add(MachineMeasurement(device, time.time(), load))
+                        f"(about {seconds:g} s) …"):
+            device = measure_this_machine(seconds_budget=seconds)
+    index = machine_history().add(MachineMeasurement(device, time.time(), load, seconds))
     st.session_state[PIN_KEY] = index
     return index
 
 
-def pinned() -> MachineMeasurement:
-    """This session's measurement: the one it pinned; on first use the newest shared one, or a new one."""
+def pinned(quick: bool = False) -> MachineMeasurement:
+    """This session's measurement: the one it pinned; on first use the newest shared one, or a new one (a quick
+    QUICK_SECONDS one if `quick`: a page load must not wait for the full measurement). Reruns measure nothing."""
     entries = machine_history().entries()
     index = st.session_state.get(PIN_KEY)
     if index is None or not 0 <= index < len(entries):
-        index = len(entries) - 1 if entries else measure_now()
+        index = len(entries) - 1 if entries else measure_now(seconds=QUICK_SECONDS if quick else None)
         st.session_state[PIN_KEY] = index
         entries = machine_history().entries()
     return entries[index]
 
 
-def measured_machine() -> Device:
-    """This machine as this session measured (or adopted) it."""
-    return pinned().device
+def measured_machine(quick: bool = False) -> Device:
+    """This machine as this session measured (or adopted) it; `quick`: see `pinned`."""
+    return pinned(quick).device
 
 
 def machine_controls(box: Any, key: str) -> None:

@@ -24,8 +24,9 @@ from calculators.units import fmt_bytes, fmt_num, uploaded_text
 from specs.devices import Device, list_devices, load_device
 from specs.model_config import ModelConfig, SpecError
 from specs.presets import list_presets, load_preset
-from ui.machine import machine_controls, measured_machine
+from ui.machine import THIS_MACHINE, machine_controls, measured_machine
 from ui.widgets import remember, show_error
+from ui.world import World, current_world, world_switch
 
 if TYPE_CHECKING:
     from ui.multi_gpu import MultiGPU
@@ -36,7 +37,7 @@ PRESET, ENGINE, CONFIG_JSON = "Preset", "Engine model (loaded)", "Hugging Face c
 SOURCES = (PRESET, ENGINE, CONFIG_JSON)
 UPLOAD, PASTE, LOCAL, HUB = "Upload", "Paste", "Local path", "Hub repo id"
 CONFIG_MODES = (UPLOAD, PASTE, LOCAL, HUB)
-DEFAULT_PRESET = "TinyLlama-1.1B"           # the reference text's running example
+REFERENCE_PRESET = "TinyLlama-1.1B"         # the reference text's running example (its numbers are quoted for it)
 
 SOURCE_KEY = "size.source"                  # radio: PRESET / ENGINE / CONFIG_JSON
 PRESET_KEY = "size.preset"                  # selectbox of presets
@@ -48,9 +49,9 @@ PATH_KEY = "size.path"                      # text_input: a config.json or a fol
 REPO_KEY = "size.repo"                      # text_input: owner/name on the Hugging Face Hub
 HUB_CACHE_KEY = "size.hub_results"          # repo -> ("ok", text) | ("error", message): never fetched twice
 
-THIS_MACHINE = "This machine (measured with NumPy)"
+DEVICE_KEY = "device"                       # selectbox of devices (device_picker's default key)
 CUSTOM = "Custom device…"
-DEFAULT_DEVICE = "A100 SXM 40GB"            # the reference text's GPU
+REFERENCE_DEVICE = "A100 SXM 40GB"          # the reference text's GPU
 MAX_CONFIG_BYTES = 2_000_000                # a config.json is a few KB; anything this big is the wrong file
 
 UNITS_NOTE = ("Units: **GB = 10⁹ bytes** and MB = 10⁶ bytes (decimal, like vendors' bandwidth figures); "
@@ -143,28 +144,35 @@ def fetch_hub_config(repo: str) -> str:
 
 
 # ============================================================================================ the model widget
-def model_source(where: Any = None, *, engine: Any = _NOT_GIVEN, default_preset: str = DEFAULT_PRESET,
-                 header: str = "Model to size") -> ModelConfig | None:
-    """Sidebar section: choose the model the page sizes. Returns its `ModelConfig`, or None after saying why.
+def model_source(where: Any = None, *, engine: Any = _NOT_GIVEN, header: str = "Model to size",
+                 world: World | None = None, why: str = "") -> ModelConfig | None:
+    """Sidebar section: the world switch (`ui.world`), then the model the page sizes, defaulting to the world's
+    preset. Returns its `ModelConfig`, or None after saying why.
 
     `engine`: the page's engine model when the page already drew `ui.model_picker` (None if none is loaded);
     left out, choosing "Engine model" draws the picker itself.
+    `world`: a page that works at one scale whatever the switch says (with `why`); while the switch says
+    otherwise, its model choice is kept under keys of its own, so the other pages' choice is left alone.
     """
     box = where if where is not None else st.sidebar
     ss = st.session_state
+    shown = world_switch(box, fixed=world, why=why)
+    own = "" if shown == current_world() else f"{shown.key}."
+    source_key, preset_key = own + SOURCE_KEY, own + PRESET_KEY
     box.header(header)
-    store = remember(SOURCE_KEY, PRESET)
-    if ss.get(SOURCE_KEY) not in SOURCES:
-        ss[SOURCE_KEY] = PRESET
-    source = box.radio("Source", SOURCES, key=SOURCE_KEY, on_change=store,
+    store = remember(source_key, PRESET)
+    if ss.get(source_key) not in SOURCES:
+        ss[source_key] = PRESET
+    source = box.radio("Source", SOURCES, key=source_key, on_change=store,
                        help="A preset from specs/models, the model the engine has loaded, or any decoder-only "
                             "model's config.json from the Hugging Face Hub.")
     if source == PRESET:
         presets = list_presets()
-        store = remember(PRESET_KEY, default_preset if default_preset in presets else presets[0])
-        if ss.get(PRESET_KEY) not in presets:
-            ss[PRESET_KEY] = presets[0]
-        name = box.selectbox("Preset", presets, key=PRESET_KEY, on_change=store)
+        default = shown.preset if shown.preset in presets else presets[0]
+        store = remember(preset_key, default)
+        if ss.get(preset_key) not in presets:
+            ss[preset_key] = default
+        name = box.selectbox("Preset", presets, key=preset_key, on_change=store)
         try:
             config = load_preset(name)
         except SpecError as e:
@@ -306,21 +314,27 @@ def device_caption(d: Device) -> str:
             f"{fmt_num(d.memory_bandwidth_gb_s, 4)} GB/s · peak TFLOP/s {peaks}{price}")
 
 
-def device_picker(where: Any = None, *, key: str = "device", label: str = "Device", header: str | None = "Device",
-                  default: str = DEFAULT_DEVICE) -> Device | None:
-    """Sidebar section: a datasheet device, this machine (measured), or a custom one. Returns it or None."""
+def device_picker(where: Any = None, *, key: str = DEVICE_KEY, label: str = "Device", header: str | None = "Device",
+                  default: str | None = None) -> Device | None:
+    """Sidebar section: a datasheet device, this machine (measured), or a custom one. Returns it or None.
+    `default`: left out, the device of this session's world (`ui.world`); the world switch moves `DEVICE_KEY`.
+    "This machine" reuses the measurement this session pinned (a quick one if none exists yet), never a new one
+    on a rerun."""
     box = where if where is not None else st.sidebar
     ss = st.session_state
     if header:
         box.header(header)
     options = [*list_devices(), THIS_MACHINE, CUSTOM]
-    store = remember(key, default if default in options else options[0])
+    default = current_world().device if default is None else default
+    default = default if default in options else options[0]
+    store = remember(key, default)
     if ss.get(key) not in options:
-        ss[key] = options[0]
+        ss[key] = default
     choice = box.selectbox(label, options, key=key, on_change=store,
-                           help="Datasheet numbers from specs/devices.json (dense peaks; prices are assumptions).")
+                           help="Datasheet numbers from specs/devices.json (dense peaks; prices are assumptions); "
+                                "this machine as measured with NumPy; or your own numbers.")
     if choice == THIS_MACHINE:
-        device = measured_machine()
+        device = measured_machine(quick=True)
         machine_controls(box, key)
     elif choice == CUSTOM:
         device = _custom_device(box, key)

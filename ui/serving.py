@@ -45,7 +45,7 @@ def step_model_inputs() -> StepModel | None:
         return None
     st.sidebar.caption(f"Step model: weights {fmt_bytes(m.weight_bytes)} read once per step, "
                        f"{fmt_bytes(m.kv_bytes_per_token)} of KV per token, {fmt_num(device.memory_bandwidth_gb_s, 4)}"
-                       " GB/s, ideal (datasheet peaks).")
+                       f" GB/s, ideal ({'as measured' if device.kind == 'measured' else 'datasheet peaks'}).")
     return m
 
 

@@ -263,6 +263,13 @@ def remember(key: str, default: Any = None) -> Callable[[], None]:
     return store
 
 
+def remembered_value(key: str, default: Any = None) -> Any:
+    """A remembered widget's value without touching the widget (safe after it is drawn, and on a page that does not
+    draw it): the value kept across pages, else the widget's own, else `default`."""
+    ss = st.session_state
+    return ss.get(_SHADOW + key, ss.get(key, default))
+
+
 def set_remembered(key: str, value: Any) -> None:
     """Change a remembered widget's value from code (e.g. a Next button's callback), here and on every page."""
     st.session_state[key] = value

@@ -79,6 +79,10 @@ class FirstFitPool:
                 return True
         raise SpecError(f"cannot grow {owner!r}: it holds no memory")
 
+    def start(self, owner) -> int:
+        """Where `owner`'s segment starts."""
+        return next(start for start, _, who in self.segments if who == owner)
+
     def holes(self) -> list[int]:
         return [n for _, n, who in self.segments if who is None]
 
@@ -221,20 +225,24 @@ def simulate_kv_allocation(workload: Workload, policy: str, capacity_tokens: int
             held[r] += bs
             return True
         extra = min(grow, need[r] - held[r])
-        if pool.grow(r, extra):
-            held[r] += extra
-            return True
-        pool.free(r)                     # copy to the first hole that holds the grown segment
-        if pool.alloc(r, held[r] + extra) is not None:
-            counts["relocations"] += 1
-            counts["copied"] += used[r]
-            held[r] += extra
-            return True
-        running.remove(r)                # no hole: preempted (its memory is already free)
-        held[r] = used[r] = 0
-        waiting.appendleft(r)
-        counts["preemptions"] += 1
-        return False
+        while True:
+            if pool.grow(r, extra):
+                held[r] += extra
+                return True
+            start = pool.start(r)
+            pool.free(r)                 # copy to the first hole that holds the grown segment
+            if pool.alloc(r, held[r] + extra) is not None:
+                counts["relocations"] += 1
+                counts["copied"] += used[r]
+                held[r] += extra
+                return True
+            if pool.alloc(r, held[r]) != start:   # no such hole: r stays (a hole that held it just opened)
+                counts["relocations"] += 1
+                counts["copied"] += used[r]
+            victim = running[-1]         # preempt the newest request, as paging does (the oldest, preempted
+            preempt(victim)              # first, restarted and preempted again: the stream never finished)
+            if victim == r:
+                return False
 
     while done < n:
         if step > MAX_STEPS:

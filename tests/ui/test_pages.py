@@ -17,7 +17,7 @@ from specs.model_config import SpecError
 from ui.model_picker import CHOICE_KEY
 from ui.model_source import (CONFIG_JSON, CUSTOM, ENGINE, HUB, LOCAL, MODE_KEY, PASTE, PASTE_KEY, PATH_KEY,
                              PRESET_KEY, REPO_KEY, SOURCE_KEY, THIS_MACHINE, UPLOAD, parse_config_text)
-from helpers_apptest import errors, run_script, walkthrough_problems
+from helpers_apptest import REFERENCE, errors, run_script, walkthrough_problems
 
 ROOT = Path(__file__).resolve().parents[2]
 PAGES = {p.stem.split("_", 1)[1]: str(p) for p in sorted((ROOT / "pages").glob("[0-9][0-9]_*.py"))}  # every page
@@ -60,7 +60,7 @@ def test_page_runs_with_defaults_and_every_table_has_a_csv(name):
 
 # ------------------------------------------------------------------------------------------ worked numbers on screen
 def test_anatomy_shows_tinyllama_size_and_ops():
-    at = page("Model_anatomy")
+    at = page("Model_anatomy", **REFERENCE)                  # the reference text's example, chosen explicitly
     metrics = {m.label: m.value for m in at.metric}
     assert metrics["Parameters"] == "1.10 B" and metrics["Weights in bf16"] == "2.20 GB"
     ops = tables(at)[2]
@@ -69,14 +69,14 @@ def test_anatomy_shows_tinyllama_size_and_ops():
 
 
 def test_kv_levers_reproduce_tinyllama_mha_gqa_mqa_bytes_per_token():
-    at = page("KV_cache_and_attention_variants")
+    at = page("KV_cache_and_attention_variants", **REFERENCE)
     levers = next(t for t in tables(at) if "lever" in t.columns)
     per_token = dict(zip(levers["variant"], levers["bytes/token"]))
     assert per_token["MHA"] == 180_224 and per_token["GQA-4"] == 22_528 and per_token["MQA"] == 5_632
 
 
 def test_latency_batching_table_matches_the_reference():
-    at = page("Bandwidth_floor_and_latency")
+    at = page("Bandwidth_floor_and_latency", **REFERENCE)   # TinyLlama on an A100 40GB, as the text
     batching = next(t for t in tables(at) if "batch" in t.columns)
     assert list(batching["batch"]) == [1, 8, 32, 128]
     # shown values are the text's worked numbers at its rounding (0.01 ms; tok/s from rounded steps, 0.35%)
@@ -85,7 +85,7 @@ def test_latency_batching_table_matches_the_reference():
 
 
 def test_flash_attention_headline_is_about_33_mib_per_head():
-    at = page("FlashAttention")
+    at = page("FlashAttention", **REFERENCE)
     assert at.metric[0].value == "34.6 MB"                  # 33 MiB: 4·N·d·2 + 4·N²·2 bytes, N = 2,048, d = 64
 
 

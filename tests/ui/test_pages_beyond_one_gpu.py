@@ -7,7 +7,7 @@ from pathlib import Path
 from streamlit.testing.v1 import AppTest
 
 from ui.model_source import CUSTOM
-from helpers_apptest import run_script
+from helpers_apptest import REFERENCE, run_script
 
 ROOT = Path(__file__).resolve().parents[2]
 TIMEOUT = 60
@@ -22,9 +22,9 @@ def texts(elements) -> list[str]:
 
 
 def test_parallelism_page_shows_tp_floors_bubble_and_the_mesh_view():
-    at = page("41_")
+    at = page("41_", **REFERENCE)
     assert not at.exception and not texts(at.error)
-    tp = at.dataframe[0].value                     # TinyLlama fp16 on A100 (defaults): 003's TP floors
+    tp = at.dataframe[0].value                     # TinyLlama fp16 on A100 (chosen): 003's TP floors
     assert [round(v, 2) for v in tp["every weight read once (ms)"][:3]] == [1.41, 0.71, 0.35]
     bubble = next(d.value for d in at.dataframe if "bubble (%)" in d.value.columns)
     assert [round(v) for v in bubble["bubble (%)"]] == [75, 43, 16, 4]
@@ -67,7 +67,7 @@ def test_calibration_page_fits_the_example_and_rejects_a_bad_csv():
 
 
 def test_latency_page_on_an_8_gpu_node_shows_allreduce_and_the_fit_verdict():
-    at = page("24_")
+    at = page("24_", **REFERENCE)
     at.selectbox(key="mg.node").set_value("8-GPU node (HGX/DGX)").run()
     assert not at.exception
     assert any(m.label == "All-reduce per token" for m in at.metric)
@@ -90,8 +90,8 @@ def test_custom_device_takes_fp8_peak_interconnect_and_price():
 
 
 def test_kv_page_on_an_8_gpu_node_sizes_the_busiest_gpu():
-    one = page("22_")
-    eight = page("22_", **{"mg.node": "8-GPU node (HGX/DGX)", "mg.gpus": 8, "mg.tp": 8})
+    one = page("22_", **REFERENCE)
+    eight = page("22_", **REFERENCE, **{"mg.node": "8-GPU node (HGX/DGX)", "mg.gpus": 8, "mg.tp": 8})
     assert not one.exception and not eight.exception
 
     def needed(at):
@@ -105,7 +105,8 @@ def test_capacity_planner_shows_a_wide_ep_plan_for_deepseek_r1_on_h200():
     """DeepSeek-R1 on H200 at 16 requests/s (tests/calculators/test_planner_wide_ep.py): the cheapest plan runs
     attention data-parallel with the experts over all 8 GPUs, and the page says so."""
     from ui.model_source import PRESET_KEY
-    at = page("42_", **{PRESET_KEY: "deepseek-r1", "plan.devices": ["H200"], "plan.wds": ["fp8"],
+    from ui.world import DATACENTRE
+    at = page("42_", **{f"{DATACENTRE.key}.{PRESET_KEY}": "DeepSeek-R1", "plan.devices": ["H200"], "plan.wds": ["fp8"],
                         "plan.kds": ["fp8"], "plan.rate": "16", "plan.prompt": "2000", "plan.p99": "2000",
                         "plan.output": "500", "plan.out99": "500", "plan.ttft": "3000", "plan.itl": "150"})
     assert not at.exception and not texts(at.error)

@@ -13,6 +13,7 @@ from specs.sources import DETAILS_003, readable_source, section_numbers
 from ui.charts import LARGE_FONT_PX, LARGE_TEXT_KEY
 from ui.model_picker import CHOICE_KEY
 from ui.model_source import PRESET_KEY
+from ui.world import CLASS
 from ui.nav import page_files
 from ui.widgets import parse_number
 from helpers_apptest import SMALL_RANDOM, errors
@@ -91,7 +92,7 @@ def test_walking_every_page_keeps_the_first_preset_and_the_large_text_choice():
                 seen.append(at.session_state[PRESET_KEY])
             assert at.sidebar.toggle(key=LARGE_TEXT_KEY).value is True, f.relative
             charts += [(f.relative, json.loads(c.proto.spec)["layout"]) for c in at.get("plotly_chart")]
-    assert len(seen) >= 6 and set(seen) == {"TinyLlama-1.1B"}, seen
+    assert len(seen) >= 6 and set(seen) == {CLASS.preset}, seen
     # every chart drawn, on every page, has the projector font (the switch once reached only the Inside pages)
     pages_with_charts = {page for page, _ in charts}
     assert len(pages_with_charts) >= 15, sorted(pages_with_charts)

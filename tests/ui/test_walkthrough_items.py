@@ -8,8 +8,9 @@ from pathlib import Path
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from helpers_apptest import errors, run_script
+from helpers_apptest import REFERENCE, errors, run_script
 from ui.model_source import PRESET_KEY
+from ui.world import CLASS
 
 ROOT = Path(__file__).resolve().parents[2]
 TIMEOUT = 120
@@ -110,7 +111,7 @@ def test_planner_says_why_a_named_layout_was_rejected():
 # ------------------------------------------------------------------------------------------ defaults that teach
 def test_chunked_prefill_headline_is_the_simulated_worst_gap_of_its_table():
     """The headline said 2.44 ms (the linear bound) while the table and chart said 1.55 ms, no bumps."""
-    at = page("35_")
+    at = page("35_", **REFERENCE)                  # the text's TinyLlama on an A100: millisecond gaps
     m = metrics(at)
     table = at.dataframe[0].value.set_index("prefill")
     whole = next(v for k, v in m.items() if k.startswith("Worst token gap, whole"))
@@ -150,19 +151,19 @@ def test_queueing_rho_field_offers_only_what_it_accepts():
 # ------------------------------------------------------------------------------------------ coherence
 def test_sizing_and_engine_pages_say_which_model_they_use():
     at = page("22_")
-    assert "Sized on paper: **TinyLlama-1.1B**" in text(at, "caption")
+    assert f"Sized on paper: **{CLASS.preset}**" in text(at, "caption")        # the class's own model (ui/world.py)
     at = page("11_")
     assert "Runs on this computer:" in text(at, "caption")
 
 
 def test_mesh_view_explains_mla_instead_of_an_error():
-    at = page("41_", **{PRESET_KEY: "DeepSeek-V2"})
+    at = page("41_", **{**REFERENCE, PRESET_KEY: "DeepSeek-V2"})      # on a GPU with links
     assert not errors(at) and not at.exception
     assert "multi-head latent attention" in text(at, "info")
 
 
 def test_moe_tp_table_does_not_call_the_resident_weights_a_floor():
-    at = page("41_", **{PRESET_KEY: "Mixtral-8x7B"})
+    at = page("41_", **{**REFERENCE, PRESET_KEY: "Mixtral-8x7B"})
     tp = at.dataframe[0].value
     assert "weights-only floor (ms)" not in tp.columns and "every weight read once (ms)" in tp.columns
     assert "mixture of experts" in text(at, "caption")

@@ -57,7 +57,7 @@ def test_batching_step_one_reply_is_bandwidth_over_weights_plus_kv():
     bandwidth; the total at batch b is b × one reply's rate. Catches: the step counting the KV of the whole batch
     for one reply, the weights read per reply, the wrong device or context."""
     from specs.devices import load_device
-    from ui.model_source import DEFAULT_DEVICE
+    from ui.model_source import REFERENCE_DEVICE
     at = step(9)
     assert at.header[0].value.startswith("9.")
     total, one = [t for t in chart_specs(at)[0]["data"]]
@@ -68,7 +68,7 @@ def test_batching_step_one_reply_is_bandwidth_over_weights_plus_kv():
     array_elements(model.weights, seen)
     context = int(re.search(r"([\d,]+) tokens of context each", words(at)).group(1).replace(",", ""))
     kv = 2 * c.num_layers * c.num_kv_heads * c.head_dim * 2
-    bw = load_device(DEFAULT_DEVICE).memory_bandwidth_bytes_per_s
+    bw = load_device(REFERENCE_DEVICE).memory_bandwidth_bytes_per_s
     assert one["y"][0] == pytest.approx(bw / (2 * sum(seen.values()) + (context + 1) * kv), rel=1e-9)
     for b, tot, per in zip(batches, total["y"], one["y"]):
         assert tot == pytest.approx(b * per, rel=1e-9)
