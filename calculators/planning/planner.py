@@ -37,7 +37,7 @@ from calculators.sizing.kv_cache import kv_cache_bytes
 from calculators.sizing.latency import Efficiency, step_weight_bytes
 from calculators.sizing.memory import DEFAULT_GPU_MEMORY_UTILIZATION, RuntimeOverheads, ffn_width
 from calculators.sizing.params import bytes_per_param, expert_params, param_breakdown
-from calculators.sizing.roofline import compute_precision_for, forward_flops
+from calculators.sizing.roofline import compute_precision_for, forward_flops_split, step_peaks
 from calculators.multi_gpu.tensor_parallel import Mesh, mesh_problem
 from calculators.planning.serve_at import TOKEN_GRID, decode_context
 from calculators.serving.lengths import Lengths
@@ -190,9 +190,10 @@ def _model_scalars(c: ModelConfig, wl: Workload, kv_dtypes, weight_dtypes, batch
                      for P in (wl.prompt_tokens, wl.p99_prompt)}
     return dict(params=b, mean_ctx=mean_ctx, kv_seq=kv_seq, mem_ctx=mem_ctx, kv_seq_mem=kv_seq_mem, read_ratio=ratio,
                 read_ratio_prefill=ratio_prefill,
-                decode_flops_per_row=forward_flops(c, 1, mean_ctx, 1),
+                # FLOPs split by precision: dict(weights=, attention=) (`roofline.forward_flops_split`)
+                decode_flops_per_row=forward_flops_split(c, 1, mean_ctx, 1),
                 # a prefix-cache hit skips the cached tokens' FLOPs; the new ones still attend over the whole prompt
-                prefill_flops={P: forward_flops(c, wl.new_prompt_tokens(P), P, 1)
+                prefill_flops={P: forward_flops_split(c, wl.new_prompt_tokens(P), P, 1)
                                for P in (wl.prompt_tokens, wl.p99_prompt)},
                 ffn=ffn_width(c))
 
@@ -280,6 +281,20 @@ def plan(config: ModelConfig, devices: list[Device], workload: Workload, space: 
     peak_tab = np.array([[_peak(dv, w) for w in space.weight_dtypes]
                          for dv in devices])
     peak = peak_tab[di, wdi]
+
+    def _peak_attention(dv, w, k):
+        try:
+            return step_peaks(dv, w, k)["attention"]
+        except SpecError:
+            return np.nan
+    peak_att = np.array([[[_peak_attention(dv, w, k) for k in space.kv_dtypes] for w in space.weight_dtypes]
+                         for dv in devices])[di, wdi, kdi]
+    # FLOPs in weight-peak units: the weight GEMMs as they are, attention × peak(weights) / peak(attention)
+    at_scale = peak / peak_att
+
+    def flops_at_weight_peak(f):
+        return f["weights"] + f["attention"] * at_scale
+    f_row = flops_at_weight_peak(S["decode_flops_per_row"])
     links = [link if link is not None else device_link(dv) for dv in devices]
     has_link = np.array([lk is not None for lk in links])[di]
     lbw = np.array([lk.bytes_per_s if lk is not None else 1.0 for lk in links])[di]
@@ -330,7 +345,7 @@ def plan(config: ModelConfig, devices: list[Device], workload: Workload, space: 
         uniq, inv = np.unique(rows, return_inverse=True)
         ratio = np.array([S["read_ratio"][int(r)] for r in uniq])[inv.ravel()]
         mem = (w_gpu * ratio + kv_seq * rows) / (bw * mbu) * 1e3
-        comp = (S["decode_flops_per_row"] * rows / tpf + extra_expert_flops(rows)) * share / \
+        comp = (f_row * rows / tpf + extra_expert_flops(rows)) * share / \
             (peak * mfu) * 1e3
         comm = stage * layer_comm_ms(rows)
         step = np.maximum(mem, comp) + comm + overhead + rows * seq_over
@@ -341,7 +356,7 @@ def plan(config: ModelConfig, devices: list[Device], workload: Workload, space: 
     # ---- prefill of one prompt (tensor_parallel.prefill_parallel, vectorised), mean and p99 length
     def prefill(P):
         kv_p = np.array([kv_cache_bytes(c, P, 1, k) for k in space.kv_dtypes])[kdi] * share * kv_div
-        cm = (S["prefill_flops"][P] / tpf + extra_expert_flops(float(P))) * share / \
+        cm = (flops_at_weight_peak(S["prefill_flops"][P]) / tpf + extra_expert_flops(float(P))) * share / \
             (peak * pre_mfu) * 1e3
         mm = (w_gpu * S["read_ratio_prefill"][P] + kv_p) / (bw * pre_mbu) * 1e3
         st = np.maximum(cm, mm) + stage * layer_comm_ms(float(wl.new_prompt_tokens(P))) + overhead + seq_over
@@ -358,7 +373,8 @@ def plan(config: ModelConfig, devices: list[Device], workload: Workload, space: 
     slots_ok = lam * wl.output_tokens * itl_one / 1e3 < Bf
     viable = base & (itl_one <= wl.itl_ms) & (pre_p99 <= wl.ttft_p99_ms) & slots_ok
     ld = _loaded(c, wl, S, devices, stack, viable, lam, B, dict(
-        w_gpu=w_gpu, kv_row=kv_seq, share=share, tpf=tpf, pp=pp, peak=peak, bw=bw, mbu=mbu,
+        w_gpu=w_gpu, kv_row=kv_seq, share=share, f_row=f_row,
+        f_tok=flops_at_weight_peak(S["prefill_flops"][wl.prompt_tokens]) / wl.new_prompt_tokens(wl.prompt_tokens), tpf=tpf, pp=pp, peak=peak, bw=bw, mbu=mbu,
         mfu=mfu, half=half, overhead=overhead, seq_over=seq_over, di=di, ep=ep, gpus=g.astype(float),
         comm_table=_comm_table(di, tp, links, stack, D), stage=stage, lbw=lbw, a01=a0 + a1))
     bounded = base & ~viable                       # out on a bound: say which, with the bound's own number
@@ -470,7 +486,6 @@ def _loaded(c: ModelConfig, wl: Workload, S: dict, devices, stack: Stack, viable
     prompt, output = wl.prompt_lengths(new_only=True), wl.output_lengths()
     ctx = decode_context(wl.prompt_lengths(), output)
     kv_scale = ctx / S["mean_ctx"]
-    f_tok = S["prefill_flops"][wl.prompt_tokens] / wl.new_prompt_tokens(wl.prompt_tokens)
     lg = np.log(TOKEN_GRID)
     full = step_weight_bytes(c, "bf16", rows=1 << 30)
     ratio_tab = np.array([step_weight_bytes(c, "bf16", rows=int(t)) / full for t in TOKEN_GRID]) \
@@ -509,7 +524,7 @@ def _loaded(c: ModelConfig, wl: Workload, S: dict, devices, stack: Stack, viable
                 for e, tab in imb_tab.items():
                     imb = np.where(v["ep"] == e, np.interp(np.log(np.maximum(tok, 1.0)), lg, tab), imb)
                 extra = (imb - 1) * tok * e_tok / v["tpf"]
-            comp = ((S["decode_flops_per_row"] * rows + f_tok * p / m) / v["tpf"] + extra) * v["share"] / \
+            comp = ((v["f_row"] * rows + v["f_tok"] * p / m) / v["tpf"] + extra) * v["share"] / \
                 (v["peak"] * v["mfu"] * np.where(v["half"] > 0, np.maximum(tok, 1.0) / (np.maximum(tok, 1.0) + v["half"]), 1.0)) * 1e3
             stage_ms = np.maximum(mem, comp) + v["stage"] * table(tok, v) + v["overhead"] + rows * v["seq_over"]
             p2p_ms = np.where(ppv > 1, (v["a01"] + rows * c.hidden_size * 2.0 / v["lbw"]) * 1e3, 0.0)

@@ -4,7 +4,8 @@ of `calculators.serving.steady_state` on the deployment's own mixed step.
 The step cost is `throughput.step_time`'s, opened up to any mix: a step on the busiest GPU carries n decode rows
 (each at the time-weighted mean context of a decoding sequence) and p prompt tokens, in min(n, pp) microbatches:
     memory   (weights read for n + p tokens (the experts they touch) + KV of the n rows) / (bandwidth · MBU)
-    compute  (decode FLOPs of n rows + prefill FLOPs of p prompt tokens) / tp / (peak · MFU at that precision)
+    compute  (decode FLOPs of n rows + prefill FLOPs of p prompt tokens) / tp / (peak · MFU at that precision),
+             the weight GEMMs at the weights' peak and attention at its own (`roofline.step_peaks`)
              + the busiest EP rank's extra expert FLOPs
     step     max(m, pp) · (max(memory, compute) + collectives(n + p tokens) + step and per-sequence overheads)
 With every request queued (n = B, p = B·I/O, context I + O/2) it is exactly `throughput.step_time`, so the
@@ -24,7 +25,7 @@ from calculators.planning.throughput import batch_limits, deployment_defaults, m
 from calculators.serving.lengths import Lengths
 from calculators.serving.steady_state import Load, capacity, check_rate, operating_point
 from calculators.sizing.latency import Efficiency, step_weight_bytes
-from calculators.sizing.roofline import compute_precision_for, forward_flops
+from calculators.sizing.roofline import forward_flops_split, step_peaks
 from calculators.multi_gpu.tensor_parallel import (Mesh, _comm_per_stage_ms, _expert_flops_extra, _link_for,
                                                    _need_link, check_mesh, expert_imbalance_for, per_gpu_kv_bytes,
                                                    per_gpu_weight_bytes, stage_layers)
@@ -64,10 +65,15 @@ def step_cost(config: ModelConfig, device: Device, mesh: Mesh, weight_dtype: str
     full = step_weight_bytes(c, weight_dtype, rows=1 << 30)
     ctx = max(1, int(round(decode_ctx)))
     kv_row = per_gpu_kv_bytes(c, mesh, ctx, 1, kv_dtype)
-    f_row = forward_flops(c, 1, ctx, 1) / mesh.tp * share
+    pk = step_peaks(device, weight_dtype, kv_dtype)
+    # FLOPs in weight-peak seconds' units: attention's FLOPs scaled by peak(weights) / peak(attention)
     P = max(1, int(round(prompt_len)))
-    f_tok = forward_flops(c, P, P, 1) / P / mesh.tp * share
-    peak, _ = device.flops_for(compute_precision_for(weight_dtype))
+
+    def at_weight_peak(f):
+        return f["weights"] + f["attention"] * pk["weights"] / pk["attention"]
+    f_row = at_weight_peak(forward_flops_split(c, 1, ctx, 1)) / mesh.tp * share
+    f_tok = at_weight_peak(forward_flops_split(c, P, P, 1)) / P / mesh.tp * share
+    peak = pk["weights"]
     g = TOKEN_GRID
     moe = arch.is_moe(c)
     ratio = np.array([step_weight_bytes(c, weight_dtype, rows=int(t)) / full for t in g]) if moe else np.ones_like(g)

@@ -11,7 +11,9 @@ prefilled in the same step (chunked prefill), so one step carries B decode rows 
     step       = max(bytes / (bandwidth·MBU), FLOPs / (peak·MFU)) + all-reduces + fixed step cost
                  (MBU = decode_mbu, MFU = decode_mfu · t/(t + t½) at t tokens: `Efficiency.mfu_at`)
                  bytes = weights (the experts the step's tokens touch) + KV of B sequences at context I + O/2
-                 FLOPs = B decode rows at that context + B/O prompts of I tokens
+                 FLOPs = B decode rows at that context + B/O prompts of I tokens; the weight GEMMs at the
+                 weights' peak, attention (QKᵀ, P·V, MLA's absorbed products) at attention's own precision
+                 (`roofline.attention_precision_for`: FP8 with an FP8 KV cache, else BF16, never FP4)
     output tok/s = B / step × replicas;  total tok/s = output × (I + O) / O
 With pipeline parallelism the B sequences run as pp microbatches and a step takes pp stage times.
 """
@@ -21,7 +23,7 @@ import math
 
 from calculators import arch
 from calculators.sizing.latency import Efficiency, step_weight_bytes
-from calculators.sizing.roofline import compute_precision_for, forward_flops
+from calculators.sizing.roofline import compute_seconds, forward_flops_split, step_peaks
 from calculators.multi_gpu.tensor_parallel import (Mesh, _comm_per_stage_ms, _expert_flops_extra, _link_for,
                                                    _need_link, check_mesh, ep_tokens, expert_imbalance_for,
                                                    max_batch_per_replica, per_gpu_kv_bytes, per_gpu_weight_bytes,
@@ -76,11 +78,14 @@ def step_time(config: ModelConfig, device: Device, mesh: Mesh, batch: int, promp
     touched = step_weight_bytes(c, weight_dtype, rows=max(1, math.ceil(ep_tokens(mesh, step_tokens))))
     w = per_gpu_weight_bytes(c, mesh, weight_dtype) * touched / full
     kv = per_gpu_kv_bytes(c, mesh, mean_ctx, rows, kv_dtype)
-    flops = ((forward_flops(c, 1, mean_ctx, rows) + forward_flops(c, I, I, 1) * rows / O) / mesh.tp
-             + _expert_flops_extra(c, mesh, step_tokens, imb)) * share
-    peak, prec = device.flops_for(compute_precision_for(weight_dtype))
+    fd, fp = forward_flops_split(c, 1, mean_ctx, rows), forward_flops_split(c, I, I, 1)
+    flops = dict(weights=((fd["weights"] + fp["weights"] * rows / O) / mesh.tp
+                          + _expert_flops_extra(c, mesh, step_tokens, imb)) * share,
+                 attention=(fd["attention"] + fp["attention"] * rows / O) / mesh.tp * share)
+    pk = step_peaks(device, weight_dtype, kv_dtype)
     mem_ms = (w + kv) / (device.memory_bandwidth_bytes_per_s * efficiency.decode_mbu) * 1e3
-    comp_ms = flops / (peak * efficiency.mfu_at(step_tokens)) * 1e3   # a mixed step: decode rows + prompt chunks
+    # a mixed step (decode rows + prompt chunks): weight GEMMs at the weights' peak, attention at its own
+    comp_ms = compute_seconds(flops, pk) / efficiency.mfu_at(step_tokens) * 1e3
     comm_ms = _comm_per_stage_ms(c, mesh, math.ceil(step_tokens), link, stack, imb)
     stage_ms = max(mem_ms, comp_ms) + comm_ms + efficiency.overhead_ms(rows)
     step_ms = max(m, mesh.pp) * stage_ms
@@ -88,7 +93,8 @@ def step_time(config: ModelConfig, device: Device, mesh: Mesh, batch: int, promp
     if comm_ms > max(mem_ms, comp_ms):
         bound = "communication"
     return dict(step_ms=step_ms, stage_ms=stage_ms, memory_ms=mem_ms, compute_ms=comp_ms, comm_ms=comm_ms,
-                overhead_ms=efficiency.overhead_ms(rows), bound=bound, precision=prec, microbatches=m,
+                overhead_ms=efficiency.overhead_ms(rows), bound=bound, precision=pk["precision"],
+                attention_precision=pk["attention_precision"], microbatches=m,
                 expert_imbalance=imb)
 
 

@@ -19,7 +19,8 @@ import numpy as np
 from calculators import arch
 from calculators.sizing.kv_cache import kv_cache_bytes
 from calculators.sizing.params import bytes_per_param, expert_params, param_breakdown
-from calculators.sizing.roofline import compute_precision_for, experts_touched, forward_flops, kv_bytes_step
+from calculators.sizing.roofline import (compute_precision_for, compute_seconds, experts_touched, forward_flops_split,
+                                         kv_bytes_step, step_peaks)
 from calculators.units import check_fraction, check_int, check_nonneg, check_positive, default_kv_dtype
 from specs.devices import Device
 from specs.model_config import ModelConfig
@@ -123,10 +124,12 @@ def decode_step_ms(config: ModelConfig, device: Device, context_tokens: int, bat
     """One decode step (= ITL): max(bytes / (bandwidth·MBU), FLOPs / (peak·MFU)) + the fixed step cost, each
     part shown."""
     by = decode_step_bytes(config, context_tokens, batch, weight_dtype, kv_dtype)
-    flops = forward_flops(config, 1, context_tokens, batch)
-    peak, prec = device.flops_for(compute_precision_for(weight_dtype))
+    fl = forward_flops_split(config, 1, context_tokens, batch)
+    flops = fl["weights"] + fl["attention"]
+    pk = step_peaks(device, weight_dtype, kv_dtype)
+    prec = pk["precision"]
     mem_ms = by["total"] / (device.memory_bandwidth_bytes_per_s * efficiency.decode_mbu) * 1e3
-    comp_ms = flops / (peak * efficiency.decode_mfu) * 1e3
+    comp_ms = compute_seconds(fl, pk) / efficiency.decode_mfu * 1e3
     over = efficiency.overhead_ms(batch)
     return dict(step_ms=max(mem_ms, comp_ms) + over, memory_ms=mem_ms, compute_ms=comp_ms,
                 overhead_ms=over, bytes=by["total"],
@@ -141,11 +144,13 @@ def prefill_ms(config: ModelConfig, device: Device, prompt_tokens: int, batch: i
     1,000-token TinyLlama prefill ≈ 2.2 TFLOP over ≈ 2.2 GB of weights."""
     T = check_int("prompt_tokens", prompt_tokens)
     S = T + check_int("start_position", start_position, minimum=0)
-    flops = forward_flops(config, T, S, batch)
+    fl = forward_flops_split(config, T, S, batch)
+    flops = fl["weights"] + fl["attention"]
     kv = kv_bytes_step(config, T, S, kv_dtype or default_kv_dtype(weight_dtype), batch)
     by = step_weight_bytes(config, weight_dtype, rows=batch * T) + kv["read"] + kv["written"]
-    peak, prec = device.flops_for(compute_precision_for(weight_dtype))
-    comp_ms = flops / (peak * efficiency.prefill_mfu) * 1e3
+    pk = step_peaks(device, weight_dtype, kv_dtype)
+    prec = pk["precision"]
+    comp_ms = compute_seconds(fl, pk) / efficiency.prefill_mfu * 1e3
     mem_ms = by / (device.memory_bandwidth_bytes_per_s * efficiency.prefill_mbu) * 1e3
     over = efficiency.overhead_ms(batch)
     return dict(prefill_ms=max(comp_ms, mem_ms) + over, compute_ms=comp_ms, memory_ms=mem_ms,
