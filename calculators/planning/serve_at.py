@@ -3,11 +3,12 @@ of `calculators.serving.steady_state` on the deployment's own mixed step.
 
 The step cost is `throughput.step_time`'s, opened up to any mix: a step on the busiest GPU carries n decode rows
 (each at the time-weighted mean context of a decoding sequence) and p prompt tokens, in min(n, pp) microbatches:
-    memory   (weights read for n + p tokens (the experts they touch) + KV of the n rows) / (bandwidth · MBU)
-    compute  (decode FLOPs of n rows + prefill FLOPs of p prompt tokens) / tp / (peak · MFU at that precision),
-             the weight GEMMs at the weights' peak and attention at its own (`roofline.step_peaks`)
-             + the busiest EP rank's extra expert FLOPs
-    step     max(m, pp) · (max(memory, compute) + collectives(n + p tokens) + step and per-sequence overheads)
+    GEMMs      max(weights read for n + p tokens (the experts they touch) / (bandwidth · MBU),
+                   their FLOPs (n decode rows + p prompt tokens) / tp / (peak · MFU at the weights' precision)
+                   + the busiest EP rank's extra expert FLOPs)
+    attention  max(KV of the n rows / (bandwidth · MBU), its FLOPs / tp / (peak · MFU at attention's precision))
+    step       max(m, pp) · (GEMMs + attention + collectives(n + p tokens), then the step and per-sequence host
+               costs added, or overlapped where the stack has an overlap scheduler: `Efficiency.stage_ms`)
 With every request queued (n = B, p = B·I/O, context I + O/2) it is exactly `throughput.step_time`, so the
 capacity under a rate never exceeds the maximum throughput `throughput` reports for the same deployment.
 The scheduler's caps become the steady state's: slots = min(KV memory, max sequences) per replica, and the
@@ -22,10 +23,11 @@ import numpy as np
 
 from calculators import arch
 from calculators.planning.throughput import batch_limits, deployment_defaults, max_throughput
+from calculators.serving.finite_run import finite_run
 from calculators.serving.lengths import Lengths
 from calculators.serving.steady_state import Load, capacity, check_rate, operating_point
 from calculators.sizing.latency import Efficiency, step_weight_bytes
-from calculators.sizing.roofline import forward_flops_split, step_peaks
+from calculators.sizing.roofline import forward_flops_split, gpu_time, step_peaks
 from calculators.multi_gpu.tensor_parallel import (Mesh, _comm_per_stage_ms, _expert_flops_extra, _link_for,
                                                    _need_link, check_mesh, expert_imbalance_for, per_gpu_kv_bytes,
                                                    per_gpu_weight_bytes, stage_layers)
@@ -66,14 +68,10 @@ def step_cost(config: ModelConfig, device: Device, mesh: Mesh, weight_dtype: str
     ctx = max(1, int(round(decode_ctx)))
     kv_row = per_gpu_kv_bytes(c, mesh, ctx, 1, kv_dtype)
     pk = step_peaks(device, weight_dtype, kv_dtype)
-    # FLOPs in weight-peak seconds' units: attention's FLOPs scaled by peak(weights) / peak(attention)
     P = max(1, int(round(prompt_len)))
-
-    def at_weight_peak(f):
-        return f["weights"] + f["attention"] * pk["weights"] / pk["attention"]
-    f_row = at_weight_peak(forward_flops_split(c, 1, ctx, 1)) / mesh.tp * share
-    f_tok = at_weight_peak(forward_flops_split(c, P, P, 1)) / P / mesh.tp * share
-    peak = pk["weights"]
+    fr, fp = forward_flops_split(c, 1, ctx, 1), forward_flops_split(c, P, P, 1)
+    f_row, f_tok = fr["weights"] / mesh.tp * share, fp["weights"] / P / mesh.tp * share           # GEMMs
+    a_row, a_tok = fr["attention"] / mesh.tp * share, fp["attention"] / P / mesh.tp * share     # attention
     g = TOKEN_GRID
     moe = arch.is_moe(c)
     ratio = np.array([step_weight_bytes(c, weight_dtype, rows=int(t)) / full for t in g]) if moe else np.ones_like(g)
@@ -90,27 +88,23 @@ def step_cost(config: ModelConfig, device: Device, mesh: Mesh, weight_dtype: str
         n, p = np.broadcast_arrays(np.asarray(n, dtype=float), np.asarray(p, dtype=float))
         m = np.minimum(np.maximum(n, 1.0), mesh.pp)
         rows, tok = n / m, (n + p) / m
-        mem = (w * at(ratio, tok * max(1.0, mesh.ep / mesh.tp)) + kv_row * rows) / bw * 1e3
-        comp = (f_row * rows + f_tok * p / m + at(extra, tok)) / (peak * efficiency.mfu_at(tok)) * 1e3
-        stage = np.maximum(mem, comp) + at(comm, tok) + efficiency.step_overhead_ms + \
-            rows * efficiency.sequence_overhead_us / 1e3
+        mfu = efficiency.mfu_at(tok)
+        mem_w = w * at(ratio, tok * max(1.0, mesh.ep / mesh.tp)) / bw * 1e3
+        comp_w = (f_row * rows + f_tok * p / m + at(extra, tok)) / (pk["weights"] * mfu) * 1e3
+        comp_a = (a_row * rows + a_tok * p / m) / (pk["attention"] * mfu) * 1e3
+        gpu = gpu_time(mem_w, comp_w, kv_row * rows / bw * 1e3, comp_a)
+        stage = efficiency.stage_ms(gpu + at(comm, tok), rows)
         return np.maximum(m, mesh.pp) * stage
     return step
 
 
-def serve_at(config: ModelConfig, device: Device, mesh: Mesh, rate: float, prompt, output,
-             weight_dtype: str = "bf16", kv_dtype: str | None = None, stack: Stack | str | None = None,
-             gpu_memory_utilization: float | None = None, efficiency: Efficiency | None = None,
-             link: Link | None = None, max_num_seqs: int | None = None, max_num_batched_tokens: int | None = None,
-             expert_imbalance: float | None = None, chunked_prefill: bool = True,
-             with_capacity: bool = True) -> dict:
-    """The deployment at `rate` requests/s (all replicas): the operating point per replica, TTFT p50/p99, TPOT,
-    ITL p50/p99, throughput, the capacity (requests/s the replicas sustain under a Poisson rate) and, when the
-    rate is above it, by how much. `prompt`/`output`: token counts (fixed) or `Lengths`."""
-    s = stack if isinstance(stack, Stack) else load_stack(stack)
+def _replica(config: ModelConfig, device: Device, mesh: Mesh, I: Lengths, O: Lengths, weight_dtype: str,
+             kv_dtype: str | None, s: Stack, gpu_memory_utilization: float | None, efficiency: Efficiency | None,
+             link: Link | None, max_num_seqs: int | None, max_num_batched_tokens: int | None,
+             expert_imbalance: float | None, chunked_prefill: bool = True):
+    """One replica of the deployment as the steady state sees it: its step cost, its Load (slots = min(KV memory,
+    max sequences), the prompt budget per step) and the defaults filled from the stack."""
     check_mesh(config, mesh)
-    lam = check_rate(rate)
-    I, O = lengths_of(prompt, "prompt tokens"), lengths_of(output, "output tokens")
     kd, gmu, eff, lk = deployment_defaults(device, mesh, weight_dtype, kv_dtype, s, gpu_memory_utilization,
                                            efficiency, link)
     i_mean, o_mean = int(math.ceil(I.mean_tokens)), int(math.ceil(O.mean_tokens))
@@ -128,7 +122,43 @@ def serve_at(config: ModelConfig, device: Device, mesh: Mesh, rate: float, promp
     step = step_cost(config, device, mesh, weight_dtype, kd, eff, lk, s, decode_context(I, O), I.mean_tokens,
                      expert_imbalance)
     budget = float(lim["max_num_batched_tokens"]) if chunked_prefill else math.inf
-    load = Load(I, O, chunk=budget, slots=float(slots))
+    return step, Load(I, O, chunk=budget, slots=float(slots)), kd, gmu, eff, lk
+
+
+def finite_run_at(config: ModelConfig, device: Device, mesh: Mesh, rate: float, requests: int, prompt: int,
+                  output: int, weight_dtype: str = "bf16", kv_dtype: str | None = None,
+                  stack: Stack | str | None = None, efficiency: Efficiency | None = None) -> dict:
+    """A finite online run of `requests` requests sent at `rate`/s (all replicas; each replica gets its share),
+    followed step by step on the deployment's step (`calculators.serving.finite_run`): what a benchmark of N
+    requests at a QPS reports (throughput = N / makespan, mean ITL, mean TTFT), past capacity included, where the
+    steady state does not exist."""
+    s = stack if isinstance(stack, Stack) else load_stack(stack)
+    I, O = lengths_of(prompt, "prompt tokens"), lengths_of(output, "output tokens")
+    step, load, *_ = _replica(config, device, mesh, I, O, weight_dtype, kv_dtype, s, None, efficiency, None, None,
+                              None, None)
+    per = max(1, math.ceil(check_rate(requests) / mesh.replicas))
+    r = finite_run(step, check_rate(rate) / mesh.replicas, per, I.mean_tokens, int(round(O.mean_tokens)),
+                   slots=load.slots, chunk=load.chunk)
+    r["achieved_rps"] *= mesh.replicas
+    return r
+
+
+def serve_at(config: ModelConfig, device: Device, mesh: Mesh, rate: float, prompt, output,
+             weight_dtype: str = "bf16", kv_dtype: str | None = None, stack: Stack | str | None = None,
+             gpu_memory_utilization: float | None = None, efficiency: Efficiency | None = None,
+             link: Link | None = None, max_num_seqs: int | None = None, max_num_batched_tokens: int | None = None,
+             expert_imbalance: float | None = None, chunked_prefill: bool = True,
+             with_capacity: bool = True) -> dict:
+    """The deployment at `rate` requests/s (all replicas): the operating point per replica, TTFT p50/p99, TPOT,
+    ITL p50/p99, throughput, the capacity (requests/s the replicas sustain under a Poisson rate) and, when the
+    rate is above it, by how much. `prompt`/`output`: token counts (fixed) or `Lengths`."""
+    s = stack if isinstance(stack, Stack) else load_stack(stack)
+    lam = check_rate(rate)
+    I, O = lengths_of(prompt, "prompt tokens"), lengths_of(output, "output tokens")
+    step, load, kd, gmu, eff, lk = _replica(config, device, mesh, I, O, weight_dtype, kv_dtype, s,
+                                            gpu_memory_utilization, efficiency, link, max_num_seqs,
+                                            max_num_batched_tokens, expert_imbalance, chunked_prefill)
+    i_mean, o_mean = int(math.ceil(I.mean_tokens)), int(math.ceil(O.mean_tokens))
     per_replica = lam / mesh.replicas
     op = operating_point(step, per_replica, load)
     offline = max_throughput(config, device, mesh, i_mean, o_mean, weight_dtype, kd, s, gmu, eff, lk,
@@ -151,7 +181,7 @@ def serve_at(config: ModelConfig, device: Device, mesh: Mesh, rate: float, promp
                 prefill_budget_utilisation=val["prefill_budget_utilisation"],
                 output_tok_s=lam * O.mean_tokens if stable else math.inf,
                 output_tok_s_per_gpu=lam * O.mean_tokens / mesh.total_gpus if stable else math.inf,
-                slots_per_replica=slots, prefill_budget_tokens=load.chunk, replicas=mesh.replicas,
+                slots_per_replica=int(load.slots), prefill_budget_tokens=load.chunk, replicas=mesh.replicas,
                 gpus=mesh.total_gpus, stack=s.name, prompt=I.describe(), output=O.describe(),
                 max_throughput_requests_per_s=offline["requests_per_s"],
                 efficiency=dict(decode_mbu=eff.decode_mbu, decode_mfu=eff.decode_mfu,

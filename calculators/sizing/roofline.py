@@ -27,6 +27,8 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
+import numpy as np
+
 from calculators import arch
 from calculators.sizing.kv_cache import linear_state_bytes_per_layer
 from calculators.units import bytes_per_element, check_int, default_kv_dtype, dtype_name
@@ -376,6 +378,15 @@ def step_peaks(device: Device, weight_dtype: str | float, kv_dtype: str | float 
     pw, used = device.flops_for(compute_precision_for(weight_dtype))
     pa, used_a = device.flops_for(attention_precision_for(weight_dtype, kv_dtype))
     return dict(weights=pw, attention=pa, precision=used, attention_precision=used_a)
+
+
+def gpu_time(memory_weights, compute_weights, memory_kv, compute_attention):
+    """The GPU time of a step (any unit, arrays broadcast) whose weight GEMMs and attention run one after the
+    other, each on its own roofline: max(weight bytes / bandwidth, GEMM FLOPs / peak) + max(KV bytes / bandwidth,
+    attention FLOPs / its peak). One roofline over the whole step (max of all bytes, all FLOPs) would let the
+    KV cache's reads hide behind the GEMMs' compute, which a stack that runs the layer's kernels in sequence
+    never does."""
+    return np.maximum(memory_weights, compute_weights) + np.maximum(memory_kv, compute_attention)
 
 
 def compute_seconds(flops: dict, peaks: dict) -> float:
