@@ -498,6 +498,7 @@ def _loaded(c: ModelConfig, wl: Workload, S: dict, devices, stack: Stack, viable
     ratio_tab = np.array([step_weight_bytes(c, "bf16", rows=int(t)) / full for t in TOKEN_GRID]) \
         if arch.is_moe(c) else np.ones(len(TOKEN_GRID))
     e_tok = (c.num_experts_per_tok * 2 * expert_params(c) * arch.moe_layer_count(c)) if arch.is_moe(c) else 0.0
+    moe = arch.is_moe(c)
     for d, dev in enumerate(devices):
         sel = np.flatnonzero(viable & (a["di"] == d))
         if not len(sel):
@@ -510,6 +511,13 @@ def _loaded(c: ModelConfig, wl: Workload, S: dict, devices, stack: Stack, viable
                    for e in ep_vals} if arch.is_moe(c) else {}
         groups, comm_tab = a["comm_table"]
         v["group"] = groups[sel]
+        # the step's per-candidate constants, once (ms per row / per prompt token at MFU 1; ms per byte-row)
+        to_w, to_a = v["share"] / v["tpf"] / v["peak"] * 1e3, v["share"] / v["tpf"] / v["peak_att"] * 1e3
+        v.update(cw_row=dec_w * to_w, cw_tok=f_tok * to_w, cx=e_tok * to_w, ca_row=dec_a * to_a, ca_tok=a_tok * to_a,
+                 mw=v["w_gpu"] / (v["bw"] * v["mbu"]) * 1e3, mk=v["kv_row"] * kv_scale / (v["bw"] * v["mbu"]) * 1e3,
+                 p2p_row=np.where(v["pp"] > 1, c.hidden_size * 2.0 / v["lbw"] * 1e3, 0.0),
+                 p2p_0=np.where(v["pp"] > 1, v["a01"] * 1e3, 0.0))
+        overlap_any = bool(np.any(v["overlap"]))
 
         def table(tokens, v):
             """The candidate's all-reduce pair per layer at `tokens` (..., M): linear in log tokens."""
@@ -523,23 +531,22 @@ def _loaded(c: ModelConfig, wl: Workload, S: dict, devices, stack: Stack, viable
             ppv = v["pp"].astype(float)
             m = np.minimum(np.maximum(n, 1.0), ppv)
             rows, tok = n / m, (n + p) / m
-            ratio = np.interp(np.log(np.maximum(tok, 1.0)), lg, ratio_tab)
-            mem_w = v["w_gpu"] * ratio / (v["bw"] * v["mbu"]) * 1e3
-            mem_kv = v["kv_row"] * kv_scale * rows / (v["bw"] * v["mbu"]) * 1e3
-            extra = 0.0
+            t1 = np.maximum(tok, 1.0)
+            mem_w = v["mw"] * (np.interp(np.log(t1), lg, ratio_tab) if moe else 1.0)
+            pm = p / m
+            comp_w = v["cw_row"] * rows + v["cw_tok"] * pm
             if imb_tab:
                 imb = np.ones_like(tok)
                 for e, tab in imb_tab.items():
-                    imb = np.where(v["ep"] == e, np.interp(np.log(np.maximum(tok, 1.0)), lg, tab), imb)
-                extra = (imb - 1) * tok * e_tok / v["tpf"]
-            mfu_t = v["mfu"] * np.where(v["half"] > 0, np.maximum(tok, 1.0) / (np.maximum(tok, 1.0) + v["half"]), 1.0)
-            comp_w = ((dec_w * rows + f_tok * p / m) / v["tpf"] + extra) * v["share"] / (v["peak"] * mfu_t) * 1e3
-            comp_a = (dec_a * rows + a_tok * p / m) / v["tpf"] * v["share"] / (v["peak_att"] * mfu_t) * 1e3
-            gpu_ms = gpu_time(mem_w, comp_w, mem_kv, comp_a) + v["stage"] * table(tok, v)
+                    imb = np.where(v["ep"] == e, np.interp(np.log(t1), lg, tab), imb)
+                comp_w = comp_w + (imb - 1) * tok * v["cx"]
+            mfu_t = v["mfu"] * np.where(v["half"] > 0, t1 / (t1 + v["half"]), 1.0)
+            gpu_ms = gpu_time(mem_w, comp_w / mfu_t, v["mk"] * rows, (v["ca_row"] * rows + v["ca_tok"] * pm) / mfu_t) \
+                + v["stage"] * table(tok, v)
             over_ms = v["overhead"] + rows * v["seq_over"]
-            stage_ms = np.where(v["overlap"], np.maximum(gpu_ms, over_ms), gpu_ms + over_ms)
-            p2p_ms = np.where(ppv > 1, (v["a01"] + rows * c.hidden_size * 2.0 / v["lbw"]) * 1e3, 0.0)
-            return np.maximum(m, ppv) * stage_ms + (ppv - 1) * p2p_ms
+            stage_ms = np.where(v["overlap"], np.maximum(gpu_ms, over_ms), gpu_ms + over_ms) if overlap_any else \
+                gpu_ms + over_ms
+            return np.maximum(m, ppv) * stage_ms + (ppv - 1) * (v["p2p_0"] + rows * v["p2p_row"])
 
         chunk = float(stack.scheduler_limits(dev.memory_bytes / GiB, dev.name)[1])
         load = Load(prompt, output, chunk=chunk, slots=B[sel].astype(float))
