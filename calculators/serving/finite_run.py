@@ -9,10 +9,10 @@ requests in flight pile up for as long as they arrive, then drain. What such a r
                  decoding sequences one token);
     TTFT         the mean over requests of (end of the step that prefills its prompt − its arrival).
 
-The run is followed in cohorts (fluid within a step, exact in lengths): arrivals are deterministic at λ (the mean
-path of a Poisson stream); each step admits the waiting requests up to the slot cap and the prompt-token budget,
-prefills their prompts in that step (first token at its end), and a cohort decodes for O − 1 further steps and
-leaves. Each step costs step(n decode rows, p prompt tokens), the deployment's own mixed step
+The run is followed in cohorts of whole requests: request i is sent at i / λ (the mean path of a Poisson stream,
+without its bunching); each step admits the requests waiting at its start up to the slot cap and the prompt-token
+budget (whole prompts), prefills them in that step (first token at its end: a request sent during a step waits for
+it to end), and a cohort decodes for O − 1 further steps and leaves. Each step costs step(n decode rows, p prompt tokens), the deployment's own mixed step
 (`serve_at.step_cost`), so at a rate the server sustains the run's middle is the steady state's mean path.
 Fixed lengths (the means): a finite run's figures are means, and so are the published ones it is compared with.
 """
@@ -37,35 +37,35 @@ def finite_run(step: StepFn, rate: float, requests: int, prompt_tokens: float, o
     I = check_positive("prompt tokens", prompt_tokens)
     O = check_int("output tokens", output_tokens, limit=1 << 24)
     dec = O - 1                                   # decode steps after the step that prefills and gives token 1
-    per_step = max(chunk / I, 1.0) if math.isfinite(chunk) else math.inf   # whole prompts a step may take
+    per_step = max(math.floor(chunk / I), 1) if math.isfinite(chunk) else N   # whole prompts a step may take
+    cap = int(slots) if math.isfinite(slots) else N
     t = 0.0                                       # ms since the first arrival
-    admitted = 0.0                                # requests admitted so far (fluid)
+    admitted = 0                                  # requests admitted so far
     cohorts: deque = deque()                      # (size, decode steps left) of the decoding cohorts
-    decoding = 0.0
+    decoding = 0
     tok_gaps = tok_count = 0.0                    # Σ n·τ and Σ n over the steps
     ttft_sum = 0.0
     peak = 0.0
     steps = 0
-    while admitted < N - 1e-9 or decoding > 1e-9:
+    while admitted < N or decoding > 0:
         steps += 1
         if steps > MAX_STEPS:
             raise RuntimeError("finite run: too many steps")
-        arrived = min(float(N), lam * t / 1e3 + 1.0)              # the first request arrives at t = 0
+        arrived = min(N, math.floor(lam * t / 1e3 + 1e-9) + 1)     # request i arrives at i / λ (the first at 0)
         waiting = arrived - admitted
-        if waiting <= 1e-9 and decoding <= 1e-9:                  # idle until the next arrival
+        if waiting == 0 and decoding == 0:                        # idle until the next arrival
             t = max(t, admitted / lam * 1e3)
             continue
-        a = max(0.0, min(waiting, slots - decoding, per_step))
+        a = max(0, min(waiting, cap - decoding, per_step))
         tau = float(step(decoding, a * I))
-        # the requests admitted are the mass [admitted, admitted + a) of the arrival stream, mass x arriving at
-        # max(0, x − 1) / λ (the first whole request at t = 0)
-        mean_arrival_ms = max(0.0, admitted + a / 2 - 1) / lam * 1e3 if a > 0 else 0.0
+        # the requests admitted are i = admitted … admitted + a − 1, sent at i / λ
+        mean_arrival_ms = (admitted + (a - 1) / 2) / lam * 1e3 if a > 0 else 0.0
         ttft_sum += a * (t + tau - min(mean_arrival_ms, t))
         tok_gaps += decoding * tau
         tok_count += decoding
         # the step ends: every decoding cohort emits a token, the admitted one has its first
         nxt = deque()
-        left = 0.0
+        left = 0
         for size, k in cohorts:
             if k > 1:
                 nxt.append((size, k - 1))
