@@ -31,7 +31,7 @@ from calculators.sizing.roofline import forward_flops_split, gpu_time, step_peak
 from calculators.multi_gpu.tensor_parallel import (Mesh, _comm_per_stage_ms, _expert_flops_extra, _link_for,
                                                    _need_link, check_mesh, expert_imbalance_for, per_gpu_kv_bytes,
                                                    per_gpu_weight_bytes, stage_layers)
-from calculators.units import default_kv_dtype
+from calculators.units import check_int, default_kv_dtype
 from specs.devices import Device, Link
 from specs.model_config import ModelConfig, SpecError
 from specs.stacks import Stack, load_stack
@@ -136,7 +136,7 @@ def finite_run_at(config: ModelConfig, device: Device, mesh: Mesh, rate: float, 
     I, O = lengths_of(prompt, "prompt tokens"), lengths_of(output, "output tokens")
     step, load, *_ = _replica(config, device, mesh, I, O, weight_dtype, kv_dtype, s, None, efficiency, None, None,
                               None, None)
-    per = max(1, math.ceil(check_rate(requests) / mesh.replicas))
+    per = max(1, math.ceil(check_int("requests", requests, limit=1 << 24) / mesh.replicas))
     r = finite_run(step, check_rate(rate) / mesh.replicas, per, I.mean_tokens, int(round(O.mean_tokens)),
                    slots=load.slots, chunk=load.chunk)
     r["achieved_rps"] *= mesh.replicas
