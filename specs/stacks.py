@@ -46,6 +46,12 @@ class Stack:
     fit_rows: str
     doc: dict
 
+    @property
+    def overlap_host(self) -> bool:
+        """Whether the stack prepares step k + 1 on the host while the GPU runs step k (an overlap scheduler), so
+        its per-step host work hides behind the GPU's (specs/stacks.json `overlap_scheduler`, with its source)."""
+        return bool(self.doc.get("overlap_scheduler", False))
+
     def overhead_ms(self, device_class: str) -> float:
         """Fixed cost of one forward step (launches, scheduling, sampling) on a device class; 'other' if absent."""
         table = self.step_overhead_ms

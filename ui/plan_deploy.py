@@ -19,8 +19,9 @@ from specs.model_config import SpecError
 from ui.widgets import formula_expander
 
 FORMULA_LABELS = {"lambda_per_replica": "λ per replica", "decode_rows": "n, decode rows per step",
-                  "prompt_tokens_per_step": "p, prompt tokens per step", "memory_ms": "memory term of step(n, p)",
-                  "compute_ms": "compute term of step(n, p)", "step_ms": "step(n, p)",
+                  "prompt_tokens_per_step": "p, prompt tokens per step", "weights_memory_ms": "weights read, step(n, p)",
+                  "gemm_compute_ms": "weight GEMMs, step(n, p)", "kv_memory_ms": "KV cache read, step(n, p)",
+                  "attention_compute_ms": "attention, step(n, p)", "step_ms": "step(n, p)",
                   "itl_at_load_ms": "ITL at the load = τ", "ttft_p99_ms": "TTFT p99",
                   "usd_per_million_tokens": "$ per 1M tokens (blended)", "prefill_share": "prefill's share of GPU time",
                   "usd_per_million_input_tokens": "$ per 1M input tokens",

@@ -33,7 +33,7 @@ def published_serving_section() -> None:
     df["stack"] = [load_stack(s).name for s in df["stack"]]
     table = pd.DataFrame(error_table(res["rows"]))
     alls = {r["split"]: r for r in table.to_dict("records") if r["group"] == "all"}
-    c = st.columns(3)
+    c = st.columns(5)
     c[0].metric("Figures priced", f"{len(df)}", help=f"{len(res['unpriced'])} more are listed in the table file but "
                 "not priced: their source states no mean input length")
     if "test" in alls:
@@ -42,6 +42,12 @@ def published_serving_section() -> None:
                     help=f"{t['n']} test rows, declared (every third row) before any fit; worst "
                          f"{100 * t['worst_abs_error']:.1f}%")
         c[2].metric("Held-out rows: worst |error|", f"{100 * t['worst_abs_error']:.1f}%")
+    if "fit" in alls:
+        f = alls["fit"]
+        fit_help = (f"{f['n']} fit rows: the efficiencies were fitted on these, so their error is not an accuracy; "
+                    "shown beside the held-out rows")
+        c[3].metric("Fit rows: median |error|", f"{100 * f['median_abs_error']:.1f}%", help=fit_help)
+        c[4].metric("Fit rows: worst |error|", f"{100 * f['worst_abs_error']:.1f}%", help=fit_help)
     st.markdown("Each row is a figure read in its source (MLPerf Inference results, TensorRT-LLM's performance "
                 "overview, NVIDIA NIM, AMD ROCm and vLLM pages) with its exact settings. The prediction uses the "
                 "default settings of the stack the source names (specs/stacks.json: its all-reduce, scheduler "

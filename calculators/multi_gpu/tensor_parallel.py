@@ -26,7 +26,7 @@ from calculators.multi_gpu.collectives import allreduce_ms
 from calculators.multi_gpu.moe import ep_problem, moe_layer_comm_ms, routing_imbalance
 from calculators.multi_gpu.parallel import kv_head_replication, p2p_ms, tp_allreduce_bytes
 from calculators.sizing.params import bytes_per_param, expert_params, param_breakdown
-from calculators.sizing.roofline import compute_precision_for, forward_flops
+from calculators.sizing.roofline import forward_flops_split, gpu_time, step_peaks
 from calculators.units import bytes_per_element, check_fraction, check_int, default_kv_dtype
 from specs.devices import Device, Link, device_link
 from specs.model_config import ModelConfig, SpecError
@@ -272,12 +272,19 @@ def decode_step_parallel(config: ModelConfig, device: Device, mesh: Mesh, contex
     w = per_gpu_weight_bytes(c, mesh, weight_dtype, None, embeddings_16bit) * \
         _weight_read_ratio(c, weight_dtype, math.ceil(ep_tokens(mesh, rows)))
     kv = per_gpu_kv_bytes(c, mesh, context_tokens, rows, kd)
-    flops = (forward_flops(c, 1, context_tokens, rows) / mesh.tp + _expert_flops_extra(c, mesh, rows, imb)) * share
-    peak, prec = device.flops_for(compute_precision_for(weight_dtype))
-    mem_ms = (w + kv) / (device.memory_bandwidth_bytes_per_s * efficiency.decode_mbu) * 1e3
-    comp_ms = flops / (peak * efficiency.decode_mfu) * 1e3
+    f = forward_flops_split(c, 1, context_tokens, rows)
+    fl = dict(weights=(f["weights"] / mesh.tp + _expert_flops_extra(c, mesh, rows, imb)) * share,
+              attention=f["attention"] / mesh.tp * share)
+    flops = fl["weights"] + fl["attention"]
+    pk = step_peaks(device, weight_dtype, kd)
+    prec = pk["precision"]
+    bw = device.memory_bandwidth_bytes_per_s * efficiency.decode_mbu
+    mem_w, mem_kv = w / bw * 1e3, kv / bw * 1e3
+    comp_w = fl["weights"] / (pk["weights"] * efficiency.decode_mfu) * 1e3
+    comp_a = fl["attention"] / (pk["attention"] * efficiency.decode_mfu) * 1e3
+    mem_ms, comp_ms = mem_w + mem_kv, comp_w + comp_a
     comm_ms = _comm_per_stage_ms(c, mesh, rows, link, stack, imb)
-    stage_ms = max(mem_ms, comp_ms) + comm_ms + efficiency.overhead_ms(rows)
+    stage_ms = float(efficiency.stage_ms(gpu_time(mem_w, comp_w, mem_kv, comp_a) + comm_ms, rows))
     send_ms = p2p_ms(tp_allreduce_bytes(c.hidden_size, rows), link) if mesh.pp > 1 else 0.0
     itl = max(m, mesh.pp) * stage_ms + (mesh.pp - 1) * send_ms
     return dict(itl_ms=itl, stage_ms=stage_ms, memory_ms=mem_ms, compute_ms=comp_ms, comm_ms_per_stage=comm_ms,
@@ -307,12 +314,19 @@ def prefill_parallel(config: ModelConfig, device: Device, mesh: Mesh, prompt_tok
     w = per_gpu_weight_bytes(c, mesh, weight_dtype, None, embeddings_16bit) * \
         _weight_read_ratio(c, weight_dtype, math.ceil(ep_tokens(mesh, B * P)))
     kv = per_gpu_kv_bytes(c, mesh, P, B, kd)
-    flops = (forward_flops(c, P, P, B) / mesh.tp + _expert_flops_extra(c, mesh, B * P, imb)) * share
-    peak, prec = device.flops_for(compute_precision_for(weight_dtype))
-    comp_ms = flops / (peak * efficiency.prefill_mfu) * 1e3
-    mem_ms = (w + kv) / (device.memory_bandwidth_bytes_per_s * efficiency.prefill_mbu) * 1e3
+    f = forward_flops_split(c, P, P, B)
+    fl = dict(weights=(f["weights"] / mesh.tp + _expert_flops_extra(c, mesh, B * P, imb)) * share,
+              attention=f["attention"] / mesh.tp * share)
+    flops = fl["weights"] + fl["attention"]
+    pk = step_peaks(device, weight_dtype, kd)
+    prec = pk["precision"]
+    bw = device.memory_bandwidth_bytes_per_s * efficiency.prefill_mbu
+    mem_w, mem_kv = w / bw * 1e3, kv / bw * 1e3
+    comp_w = fl["weights"] / (pk["weights"] * efficiency.prefill_mfu) * 1e3
+    comp_a = fl["attention"] / (pk["attention"] * efficiency.prefill_mfu) * 1e3
+    mem_ms, comp_ms = mem_w + mem_kv, comp_w + comp_a
     comm_ms = _comm_per_stage_ms(c, mesh, B * P, link, stack, imb)
-    stage_ms = max(comp_ms, mem_ms) + comm_ms + efficiency.overhead_ms(B)
+    stage_ms = float(efficiency.stage_ms(gpu_time(mem_w, comp_w, mem_kv, comp_a) + comm_ms, B))
     send_ms = p2p_ms(tp_allreduce_bytes(c.hidden_size, B * P), link) if mesh.pp > 1 else 0.0
     ttft = mesh.pp * stage_ms + (mesh.pp - 1) * send_ms
     return dict(prefill_ms=ttft, stage_ms=stage_ms, compute_ms=comp_ms, memory_ms=mem_ms,

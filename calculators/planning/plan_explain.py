@@ -6,8 +6,10 @@ comes from the planner's row (`planner.plan_rows`), `serve_at` (the same layout 
     λ per replica   = rate / replicas
     n               = λ·E[O − 1]·τ                    decode rows per step (τ: the planner's mean step at the load)
     p               = λ·E[I]·τ                        prompt tokens per step (the new tokens after prefix hits)
-    step(n, p)      = passes × (max(memory, compute) + collectives + fixed)
-                      memory = bytes / (bandwidth·MBU), compute = FLOPs / (peak·MFU at the step's tokens)
+    step(n, p)      = passes × (max(weights, GEMMs) + max(KV, attention) + collectives + fixed)
+                      (the fixed host work overlapped, max(…, fixed), where the stack overlaps it)
+                      memory terms = bytes / (bandwidth·MBU), compute terms = FLOPs / (peak·MFU at the step's
+                      tokens), the GEMMs at the weights' precision, attention at its own
     ITL at the load = τ, the fixed point τ = E[step(n, p_k)] over steps with and without a prompt (chunk)
     TTFT p99        = slot wait p99 + prefill-budget wait p99 + own prefill p99
     $ per 1M tokens = GPUs × price / (rate × (E[I] + E[O]) × 3,600) × 10⁶, split into input and output by the
@@ -63,8 +65,7 @@ def step_terms(config: ModelConfig, device: Device, mesh: Mesh, weight_dtype: st
     kd, _, eff, lk = deployment_defaults(device, mesh, weight_dtype, kv_dtype, s, None, None, None)
     step = step_cost(config, device, mesh, weight_dtype, kd, eff, lk, s, decode_context(I, O), I.mean_tokens)
     out = {k: float(v) for k, v in step.parts(n, p).items()}
-    out.update(mbu=eff.decode_mbu, peak=out["flop_s"] / eff.mfu_at(max((n + p) / max(out["passes"], 1), 1.0)),
-               step_overhead_ms=eff.step_overhead_ms)
+    out.update(mbu=eff.decode_mbu, step_overhead_ms=eff.step_overhead_ms)
     return out
 
 
@@ -86,15 +87,29 @@ def plan_formulas(config: ModelConfig, device: Device, row: dict, wl, stack: Sta
                 "prompt tokens per step", lam=lam.value, E_I=prompt_new, tau=tau)
     t = step_terms(config, device, mesh, row["weight_dtype"], row["kv_dtype"], stack, wl.prompt_lengths(),
                    wl.output_lengths(), n.value, p.value)
-    mem = explain("memory_ms", "bytes / (bandwidth * mbu) * 1000", "ms", "serve_at.step_cost",
-                  "weights read once + the KV cache of the n rows, busiest GPU", bytes=t["bytes"],
-                  bandwidth=device.memory_bandwidth_bytes_per_s, mbu=t["mbu"])
-    comp = explain("compute_ms", "flops / flop_s * 1000", "ms", "serve_at.step_cost",
-                   "the n rows' decode FLOPs + the p prompt tokens' FLOPs, at the MFU for that many tokens",
-                   flops=t["flops"], flop_s=t["flop_s"])
-    step = explain("step_ms", "passes * (max(memory, compute) + collectives + fixed)", "ms", "serve_at.step_cost",
-                   "one step at the mean load", passes=t["passes"], memory=mem.value, compute=comp.value,
-                   collectives=t["comm_ms"], fixed=t["fixed_ms"])
+    src = "serve_at.step_cost"
+    bw = device.memory_bandwidth_bytes_per_s
+    mem_w = explain("weights_memory_ms", "weight_bytes / (bandwidth * mbu) * 1000", "ms", src,
+                    "the weights (the experts the tokens touch) read once, busiest GPU",
+                    weight_bytes=t["weight_bytes"], bandwidth=bw, mbu=t["mbu"])
+    gemm = explain("gemm_compute_ms", "gemm_flops / flop_s * 1000", "ms", src,
+                   "the weight GEMMs of the n rows and the p prompt tokens, at the weights' precision and the MFU "
+                   "for that many tokens", gemm_flops=t["gemm_flops"], flop_s=t["gemm_flop_s"])
+    mem_kv = explain("kv_memory_ms", "kv_bytes / (bandwidth * mbu) * 1000", "ms", src,
+                     "the KV cache of the n rows read once", kv_bytes=t["kv_bytes"], bandwidth=bw, mbu=t["mbu"])
+    attn = explain("attention_compute_ms", "attention_flops / flop_s * 1000", "ms", src,
+                   "attention's products at attention's own precision (never FP4)",
+                   attention_flops=t["attention_flops"], flop_s=t["attention_flop_s"])
+    terms = dict(passes=t["passes"], weights=mem_w.value, gemm=gemm.value, kv=mem_kv.value, attention=attn.value,
+                 collectives=t["comm_ms"], fixed=t["fixed_ms"])
+    if t["overlap_host"]:
+        step = explain("step_ms", "passes * max(max(weights, gemm) + max(kv, attention) + collectives, fixed)", "ms",
+                       src, "one step at the mean load: GEMMs, then attention, each on its own roofline; the host's "
+                       "fixed work overlaps the GPU's (the stack's overlap scheduler)", **terms)
+    else:
+        step = explain("step_ms", "passes * (max(weights, gemm) + max(kv, attention) + collectives + fixed)", "ms",
+                       src, "one step at the mean load: GEMMs, then attention, each on its own roofline, then the "
+                       "host's fixed work", **terms)
     itl = explain("itl_at_load_ms", "tau", "ms", SOURCE, "the mean token gap: the fixed point τ = mean step over "
                   "steps with and without a prompt (a step that carries a prompt is slower than step(n, p))",
                   tau=row["itl_at_load_ms"])
@@ -114,15 +129,21 @@ def plan_formulas(config: ModelConfig, device: Device, row: dict, wl, stack: Sta
                      blend=cost.value, E_I=wl.prompt_tokens, E_O=wl.output_tokens, share=pre_share.value)
     usd_out = explain("usd_per_million_output_tokens", "blend * (E_I + E_O) * (1 - share) / E_O", "$", SOURCE,
                       blend=cost.value, E_I=wl.prompt_tokens, E_O=wl.output_tokens, share=pre_share.value)
-    return [lam, n, p, mem, comp, step, itl, ttft, cost, pre_share, usd_in, usd_out]
+    return [lam, n, p, mem_w, gemm, mem_kv, attn, step, itl, ttft, cost, pre_share, usd_in, usd_out]
 
 
 def throughput_formulas(result: dict, mesh: Mesh, prompt_tokens: int, output_tokens: int) -> list[Explained]:
     """`max_throughput`'s result as formulas with its numbers: the step of B sequences and the tokens/s."""
     src = "calculators.planning.throughput"
-    step = explain("step_ms", "pp * (max(memory, compute) + collectives + fixed)", "ms", src,
-                   "B decode rows + B/O prompts of I tokens per step", pp=mesh.pp, memory=result["memory_ms"],
-                   compute=result["compute_ms"], collectives=result["comm_ms"], fixed=result["overhead_ms"])
+    terms = dict(pp=mesh.pp, weights=result["weights_memory_ms"], gemm=result["gemm_compute_ms"],
+                 kv=result["kv_memory_ms"], attention=result["attention_compute_ms"], collectives=result["comm_ms"],
+                 fixed=result["overhead_ms"])
+    if result.get("overlap_host"):
+        step = explain("step_ms", "pp * max(max(weights, gemm) + max(kv, attention) + collectives, fixed)", "ms",
+                       src, "B decode rows + B/O prompts of I tokens per step; the host's work overlapped", **terms)
+    else:
+        step = explain("step_ms", "pp * (max(weights, gemm) + max(kv, attention) + collectives + fixed)", "ms", src,
+                       "B decode rows + B/O prompts of I tokens per step", **terms)
     out = explain("output_tok_s", "B / step * 1000 * replicas", "tok/s", src, "every sequence emits a token a step",
                   B=result["max_batch"], step=result["step_ms"], replicas=result["replicas"])
     tot = explain("total_tok_s", "out * (I + O) / O", "tok/s", src, out=out.value, I=prompt_tokens, O=output_tokens)

@@ -39,7 +39,7 @@ from calculators.sizing.kv_cache import kv_cache_bytes
 from calculators.sizing.latency import Efficiency, step_weight_bytes
 from calculators.sizing.memory import DEFAULT_GPU_MEMORY_UTILIZATION, RuntimeOverheads, ffn_width
 from calculators.sizing.params import bytes_per_param, expert_params, param_breakdown
-from calculators.sizing.roofline import compute_precision_for, forward_flops
+from calculators.sizing.roofline import compute_precision_for, forward_flops_split, gpu_time, step_peaks
 from calculators.multi_gpu.tensor_parallel import Mesh, mesh_problem
 from calculators.planning.serve_at import TOKEN_GRID, decode_context
 from calculators.serving.lengths import Lengths
@@ -194,9 +194,10 @@ def _model_scalars(c: ModelConfig, wl: Workload, kv_dtypes, weight_dtypes, batch
                      for P in (wl.prompt_tokens, wl.p99_prompt)}
     return dict(params=b, mean_ctx=mean_ctx, kv_seq=kv_seq, mem_ctx=mem_ctx, kv_seq_mem=kv_seq_mem, read_ratio=ratio,
                 read_ratio_prefill=ratio_prefill,
-                decode_flops_per_row=forward_flops(c, 1, mean_ctx, 1),
+                # FLOPs split by precision: dict(weights=, attention=) (`roofline.forward_flops_split`)
+                decode_flops_per_row=forward_flops_split(c, 1, mean_ctx, 1),
                 # a prefix-cache hit skips the cached tokens' FLOPs; the new ones still attend over the whole prompt
-                prefill_flops={P: forward_flops(c, wl.new_prompt_tokens(P), P, 1)
+                prefill_flops={P: forward_flops_split(c, wl.new_prompt_tokens(P), P, 1)
                                for P in (wl.prompt_tokens, wl.p99_prompt)},
                 ffn=ffn_width(c))
 
@@ -279,6 +280,15 @@ def plan(config: ModelConfig, devices: list[Device], workload: Workload, space: 
     peak_tab = np.array([[peak_or_nan(dv, w) for w in space.weight_dtypes]
                          for dv in devices])
     peak = peak_tab[di, wdi]
+
+    def _peak_attention(dv, w, k):
+        try:
+            return step_peaks(dv, w, k)["attention"]
+        except SpecError:
+            return np.nan
+    peak_att = np.array([[[_peak_attention(dv, w, k) for k in space.kv_dtypes] for w in space.weight_dtypes]
+                         for dv in devices])[di, wdi, kdi]
+    dec_w, dec_a = S["decode_flops_per_row"]["weights"], S["decode_flops_per_row"]["attention"]
     links = [link if link is not None else device_link(dv) for dv in devices]
     has_link = np.array([lk is not None for lk in links])[di]
     lbw = np.array([lk.bytes_per_s if lk is not None else 1.0 for lk in links])[di]
@@ -287,6 +297,11 @@ def plan(config: ModelConfig, devices: list[Device], workload: Workload, space: 
     price = np.array([dv.price_usd_per_hour if dv.price_usd_per_hour else np.nan for dv in devices])[di]
     overhead = np.array([e.step_overhead_ms for e in effs])[di]
     seq_over = np.array([e.sequence_overhead_us for e in effs])[di] / 1e3
+    overlap = np.array([e.overlap_host for e in effs])[di]
+
+    def host(gpu_ms, over_ms, ov=overlap):
+        """`Efficiency.stage_ms`, vectorised: the host's work added to the GPU's, or overlapped with it."""
+        return np.where(ov, np.maximum(gpu_ms, over_ms), gpu_ms + over_ms)
 
     def eff_of(field):                    # the stack's efficiency on each candidate's vendor and precision
         return np.array([[getattr(e, field) if e else np.nan for e in row] for row in eff_tab])[di, wdi]
@@ -328,11 +343,12 @@ def plan(config: ModelConfig, devices: list[Device], workload: Workload, space: 
         rows = np.ceil(batch / m)
         uniq, inv = np.unique(rows, return_inverse=True)
         ratio = np.array([S["read_ratio"][int(r)] for r in uniq])[inv.ravel()]
-        mem = (w_gpu * ratio + kv_seq * rows) / (bw * mbu) * 1e3
-        comp = (S["decode_flops_per_row"] * rows / tpf + extra_expert_flops(rows)) * share / \
-            (peak * mfu) * 1e3
+        mem_w, mem_kv = w_gpu * ratio / (bw * mbu) * 1e3, kv_seq * rows / (bw * mbu) * 1e3
+        comp_w = (dec_w * rows / tpf + extra_expert_flops(rows)) * share / (peak * mfu) * 1e3
+        comp_a = dec_a * rows / tpf * share / (peak_att * mfu) * 1e3
+        mem, comp = mem_w + mem_kv, comp_w + comp_a
         comm = stage * layer_comm_ms(rows)
-        step = np.maximum(mem, comp) + comm + overhead + rows * seq_over
+        step = host(gpu_time(mem_w, comp_w, mem_kv, comp_a) + comm, overhead + rows * seq_over)
         return np.maximum(m, pp) * step + (pp - 1) * p2p(rows), mem, comp, comm
     itl, mem_ms, comp_ms, comm_ms = decode(Bf)
     itl_one = decode(np.ones_like(Bf))[0]
@@ -340,11 +356,13 @@ def plan(config: ModelConfig, devices: list[Device], workload: Workload, space: 
     # ---- prefill of one prompt (tensor_parallel.prefill_parallel, vectorised), mean and p99 length
     def prefill(P):
         kv_p = np.array([kv_cache_bytes(c, P, 1, k) for k in space.kv_dtypes])[kdi] * share * kv_div
-        cm = (S["prefill_flops"][P] / tpf + extra_expert_flops(float(P))) * share / \
-            (peak * pre_mfu) * 1e3
-        mm = (w_gpu * S["read_ratio_prefill"][P] + kv_p) / (bw * pre_mbu) * 1e3
-        st = np.maximum(cm, mm) + stage * layer_comm_ms(float(wl.new_prompt_tokens(P))) + overhead + seq_over
-        return ppf * st + (pp - 1) * p2p(float(wl.new_prompt_tokens(P))), cm
+        f = S["prefill_flops"][P]
+        cm_w = (f["weights"] / tpf + extra_expert_flops(float(P))) * share / (peak * pre_mfu) * 1e3
+        cm_a = f["attention"] / tpf * share / (peak_att * pre_mfu) * 1e3
+        mm_w, mm_kv = w_gpu * S["read_ratio_prefill"][P] / (bw * pre_mbu) * 1e3, kv_p / (bw * pre_mbu) * 1e3
+        st = host(gpu_time(mm_w, cm_w, mm_kv, cm_a) + stage * layer_comm_ms(float(wl.new_prompt_tokens(P))),
+                  overhead + seq_over)
+        return ppf * st + (pp - 1) * p2p(float(wl.new_prompt_tokens(P))), cm_w + cm_a
     pre_mean, _ = prefill(wl.prompt_tokens)
     pre_p99, pre_comp = prefill(wl.p99_prompt)
 
@@ -357,8 +375,8 @@ def plan(config: ModelConfig, devices: list[Device], workload: Workload, space: 
     slots_ok = lam * wl.output_tokens * itl_one / 1e3 < Bf
     viable = base & (itl_one <= wl.itl_ms) & (pre_p99 <= wl.ttft_p99_ms) & slots_ok
     ld = _loaded(c, wl, S, devices, stack, viable, lam, B, dict(
-        w_gpu=w_gpu, kv_row=kv_seq, share=share, tpf=tpf, pp=pp, peak=peak, bw=bw, mbu=mbu,
-        mfu=mfu, half=half, overhead=overhead, seq_over=seq_over, di=di, ep=ep, gpus=g.astype(float),
+        w_gpu=w_gpu, kv_row=kv_seq, share=share, peak_att=peak_att, tpf=tpf, pp=pp, peak=peak, bw=bw, mbu=mbu,
+        mfu=mfu, half=half, overhead=overhead, seq_over=seq_over, overlap=overlap, di=di, ep=ep, gpus=g.astype(float),
         comm_table=_comm_table(di, tp, links, stack, D), stage=stage, lbw=lbw, a01=a0 + a1))
     apply_bounds(ld, base, viable, slots_ok, itl_one, pre_p99)
     raw = dict(di=di, gpus=g, tp=tp, pp=pp, ep=ep, dp=np.ones_like(tp), replicas=replicas, batch_cap=B, wdi=wdi,
@@ -507,12 +525,17 @@ def _loaded(c: ModelConfig, wl: Workload, S: dict, devices, stack: Stack, viable
     out = no_steady_state(n_all)
     ctx = decode_context(wl.prompt_lengths(), wl.output_lengths())
     kv_scale = ctx / S["mean_ctx"]
-    f_tok = S["prefill_flops"][wl.prompt_tokens] / wl.new_prompt_tokens(wl.prompt_tokens)
+    new_tok = wl.new_prompt_tokens(wl.prompt_tokens)
+    dec_w = S["decode_flops_per_row"]["weights"]
+    dec_a = S["decode_flops_per_row"]["attention"] * kv_scale       # attention grows with the context, as KV does
+    f_tok = S["prefill_flops"][wl.prompt_tokens]["weights"] / new_tok
+    a_tok = S["prefill_flops"][wl.prompt_tokens]["attention"] / new_tok
     lg = np.log(TOKEN_GRID)
     full = step_weight_bytes(c, "bf16", rows=1 << 30)
     ratio_tab = np.array([step_weight_bytes(c, "bf16", rows=int(t)) / full for t in TOKEN_GRID]) \
         if arch.is_moe(c) else np.ones(len(TOKEN_GRID))
     e_tok = (c.num_experts_per_tok * 2 * expert_params(c) * arch.moe_layer_count(c)) if arch.is_moe(c) else 0.0
+    moe = arch.is_moe(c)
     for d, dev in enumerate(devices):
         sel = np.flatnonzero(viable & (a["di"] == d))
         if not len(sel):
@@ -525,6 +548,13 @@ def _loaded(c: ModelConfig, wl: Workload, S: dict, devices, stack: Stack, viable
                    for e in ep_vals} if arch.is_moe(c) else {}
         groups, comm_tab = a["comm_table"]
         v["group"] = groups[sel]
+        # the step's per-candidate constants, once (ms per row / per prompt token at MFU 1; ms per byte-row)
+        to_w, to_a = v["share"] / v["tpf"] / v["peak"] * 1e3, v["share"] / v["tpf"] / v["peak_att"] * 1e3
+        v.update(cw_row=dec_w * to_w, cw_tok=f_tok * to_w, cx=e_tok * to_w, ca_row=dec_a * to_a, ca_tok=a_tok * to_a,
+                 mw=v["w_gpu"] / (v["bw"] * v["mbu"]) * 1e3, mk=v["kv_row"] * kv_scale / (v["bw"] * v["mbu"]) * 1e3,
+                 p2p_row=np.where(v["pp"] > 1, c.hidden_size * 2.0 / v["lbw"] * 1e3, 0.0),
+                 p2p_0=np.where(v["pp"] > 1, v["a01"] * 1e3, 0.0))
+        overlap_any = bool(np.any(v["overlap"]))
 
         def table(tokens, v):
             """The candidate's all-reduce pair per layer at `tokens` (..., M): linear in log tokens."""
@@ -538,19 +568,22 @@ def _loaded(c: ModelConfig, wl: Workload, S: dict, devices, stack: Stack, viable
             ppv = v["pp"].astype(float)
             m = np.minimum(np.maximum(n, 1.0), ppv)
             rows, tok = n / m, (n + p) / m
-            ratio = np.interp(np.log(np.maximum(tok, 1.0)), lg, ratio_tab)
-            mem = (v["w_gpu"] * ratio + v["kv_row"] * kv_scale * rows) / (v["bw"] * v["mbu"]) * 1e3
-            extra = 0.0
+            t1 = np.maximum(tok, 1.0)
+            mem_w = v["mw"] * (np.interp(np.log(t1), lg, ratio_tab) if moe else 1.0)
+            pm = p / m
+            comp_w = v["cw_row"] * rows + v["cw_tok"] * pm
             if imb_tab:
                 imb = np.ones_like(tok)
                 for e, tab in imb_tab.items():
-                    imb = np.where(v["ep"] == e, np.interp(np.log(np.maximum(tok, 1.0)), lg, tab), imb)
-                extra = (imb - 1) * tok * e_tok / v["tpf"]
-            comp = ((S["decode_flops_per_row"] * rows + f_tok * p / m) / v["tpf"] + extra) * v["share"] / \
-                (v["peak"] * v["mfu"] * np.where(v["half"] > 0, np.maximum(tok, 1.0) / (np.maximum(tok, 1.0) + v["half"]), 1.0)) * 1e3
-            stage_ms = np.maximum(mem, comp) + v["stage"] * table(tok, v) + v["overhead"] + rows * v["seq_over"]
-            p2p_ms = np.where(ppv > 1, (v["a01"] + rows * c.hidden_size * 2.0 / v["lbw"]) * 1e3, 0.0)
-            return np.maximum(m, ppv) * stage_ms + (ppv - 1) * p2p_ms
+                    imb = np.where(v["ep"] == e, np.interp(np.log(t1), lg, tab), imb)
+                comp_w = comp_w + (imb - 1) * tok * v["cx"]
+            mfu_t = v["mfu"] * np.where(v["half"] > 0, t1 / (t1 + v["half"]), 1.0)
+            gpu_ms = gpu_time(mem_w, comp_w / mfu_t, v["mk"] * rows, (v["ca_row"] * rows + v["ca_tok"] * pm) / mfu_t) \
+                + v["stage"] * table(tok, v)
+            over_ms = v["overhead"] + rows * v["seq_over"]
+            stage_ms = np.where(v["overlap"], np.maximum(gpu_ms, over_ms), gpu_ms + over_ms) if overlap_any else \
+                gpu_ms + over_ms
+            return np.maximum(m, ppv) * stage_ms + (ppv - 1) * (v["p2p_0"] + rows * v["p2p_row"])
 
         def step_for(idx, v=v):
             vi = {k: (x[idx] if isinstance(x, np.ndarray) and x.shape == (len(sel),) else x) for k, x in v.items()}

@@ -26,7 +26,7 @@ from pathlib import Path
 
 from calculators.sizing.latency import Efficiency
 from calculators.multi_gpu.tensor_parallel import Mesh, _link_for, decode_step_parallel, prefill_parallel
-from calculators.planning.serve_at import max_rate_under_slo, serve_at
+from calculators.planning.serve_at import finite_run_at, max_rate_under_slo, serve_at
 from calculators.planning.throughput import batch_limits, max_throughput, step_time
 from specs.devices import load_device
 from specs.model_config import SpecError
@@ -95,19 +95,26 @@ def _static(row: dict, c, dev, mesh, stack, eff) -> float:
 
 def _server(row: dict, c, dev, mesh, stack, eff) -> float:
     """MLPerf Server (limits given): the highest rate meeting them × mean output. A stated rate (an online
-    benchmark at a QPS): the metric at the rate the run achieved (`achieved_rps`, stated by the source: a finite
-    run scheduled past capacity serves less than it is sent), or at 99% of capacity when even that exceeds it."""
+    benchmark of `requests` requests sent at a QPS): the steady state at the rate SENT where the deployment
+    sustains it (the run's middle is that steady state); past capacity there is no steady state, and the run is
+    followed to its end (`serve_at.finite_run_at`: the requests in flight pile up while they arrive, then drain).
+    The throughput such a run reports (`achieved_rps`) is requests / makespan, below the rate sent even when the
+    server keeps up, so it is never the rate fed to the model. Without a stated number of requests: the steady
+    state at 99% of capacity when the rate exceeds it."""
     I, O = int(row["prompt_tokens"]), int(row["output_tokens"])
     if row.get("ttft_p99_ms") and row.get("tpot_p99_ms"):
         rate = max_rate_under_slo(c, dev, mesh, I, O, row["weights"], row["kv"], stack, eff,
                                   ttft_p99_ms=float(row["ttft_p99_ms"]), tpot_ms=float(row["tpot_p99_ms"]))
         return rate * O
-    rate = float(row.get("achieved_rps") or row["rate_rps"])     # a finite run past capacity: what it achieved
+    rate = float(row["rate_rps"])
+    metric = row["metric"]
     r = serve_at(c, dev, mesh, rate, I, O, row["weights"], row["kv"], stack, efficiency=eff)
+    if not r["stable"] and row.get("requests"):
+        f = finite_run_at(c, dev, mesh, rate, int(row["requests"]), I, O, row["weights"], row["kv"], stack, eff)
+        return {"itl_ms": f["itl_ms"], "ttft_ms": f["ttft_ms"], "output_tok_s": f["achieved_rps"] * O}[metric]
     if not r["stable"]:
         r = serve_at(c, dev, mesh, 0.99 * r["capacity_requests_per_s"], I, O, row["weights"], row["kv"], stack,
                      efficiency=eff)
-    metric = row["metric"]
     if metric == "itl_ms":
         return r["tpot_ms"]
     if metric == "ttft_ms":

@@ -3,10 +3,12 @@ of `calculators.serving.steady_state` on the deployment's own mixed step.
 
 The step cost is `throughput.step_time`'s, opened up to any mix: a step on the busiest GPU carries n decode rows
 (each at the time-weighted mean context of a decoding sequence) and p prompt tokens, in min(n, pp) microbatches:
-    memory   (weights read for n + p tokens (the experts they touch) + KV of the n rows) / (bandwidth · MBU)
-    compute  (decode FLOPs of n rows + prefill FLOPs of p prompt tokens) / tp / (peak · MFU at that precision)
-             + the busiest EP rank's extra expert FLOPs
-    step     max(m, pp) · (max(memory, compute) + collectives(n + p tokens) + step and per-sequence overheads)
+    GEMMs      max(weights read for n + p tokens (the experts they touch) / (bandwidth · MBU),
+                   their FLOPs (n decode rows + p prompt tokens) / tp / (peak · MFU at the weights' precision)
+                   + the busiest EP rank's extra expert FLOPs)
+    attention  max(KV of the n rows / (bandwidth · MBU), its FLOPs / tp / (peak · MFU at attention's precision))
+    step       max(m, pp) · (GEMMs + attention + collectives(n + p tokens), then the step and per-sequence host
+               costs added, or overlapped where the stack has an overlap scheduler: `Efficiency.stage_ms`)
 With every request queued (n = B, p = B·I/O, context I + O/2) it is exactly `throughput.step_time`, so the
 capacity under a rate never exceeds the maximum throughput `throughput` reports for the same deployment.
 The scheduler's caps become the steady state's: slots = min(KV memory, max sequences) per replica, and the
@@ -21,14 +23,15 @@ import numpy as np
 
 from calculators import arch
 from calculators.planning.throughput import batch_limits, deployment_defaults, max_throughput
+from calculators.serving.finite_run import finite_run
 from calculators.serving.lengths import Lengths
 from calculators.serving.steady_state import Load, capacity, check_rate, operating_point
 from calculators.sizing.latency import Efficiency, gemm_mfu, step_weight_bytes
-from calculators.sizing.roofline import compute_precision_for, forward_flops
+from calculators.sizing.roofline import forward_flops_split, gpu_time, step_peaks
 from calculators.multi_gpu.tensor_parallel import (Mesh, _comm_per_stage_ms, _expert_flops_extra, _link_for,
                                                    _need_link, check_mesh, expert_imbalance_for, per_gpu_kv_bytes,
                                                    per_gpu_weight_bytes, stage_layers)
-from calculators.units import default_kv_dtype
+from calculators.units import check_int, default_kv_dtype
 from specs.devices import Device, Link
 from specs.model_config import ModelConfig, SpecError
 from specs.stacks import Stack, load_stack
@@ -76,19 +79,25 @@ def step_tables(config: ModelConfig, mesh: Mesh, link: Link | None, stack: Stack
 def step_terms(config: ModelConfig, device: Device, mesh: Mesh, weight_dtype: str, kv_dtype: str,
                efficiency: Efficiency, decode_ctx: float, prompt_len: float) -> dict:
     """The token-independent numbers of the deployment's step on its busiest GPU: resident weights, KV bytes and
-    FLOPs of one decode row, FLOPs per prompt token, the bandwidth and peak it runs at, its fixed costs."""
+    FLOPs of one decode row (weight GEMMs and attention apart, `roofline.forward_flops_split`), FLOPs per prompt
+    token, the bandwidth and the two peaks they run at (`roofline.step_peaks`), its fixed costs and whether the
+    stack overlaps them with the GPU's work."""
     c = config
     share = stage_layers(c, mesh.pp) / c.num_layers
     ctx = max(1, int(round(decode_ctx)))
     P = max(1, int(round(prompt_len)))
+    fr, fp = forward_flops_split(c, 1, ctx, 1), forward_flops_split(c, P, P, 1)
+    pk = step_peaks(device, weight_dtype, kv_dtype)
     return dict(weights=per_gpu_weight_bytes(c, mesh, weight_dtype),
                 kv_row=per_gpu_kv_bytes(c, mesh, ctx, 1, kv_dtype),
-                flops_row=forward_flops(c, 1, ctx, 1) / mesh.tp * share,
-                flops_prompt_token=forward_flops(c, P, P, 1) / P / mesh.tp * share,
-                peak=device.flops_for(compute_precision_for(weight_dtype))[0],
+                flops_row=fr["weights"] / mesh.tp * share, flops_prompt_token=fp["weights"] / P / mesh.tp * share,
+                attention_row=fr["attention"] / mesh.tp * share,
+                attention_prompt_token=fp["attention"] / P / mesh.tp * share,
+                peak=pk["weights"], peak_attention=pk["attention"],
                 bandwidth=device.memory_bandwidth_bytes_per_s * efficiency.decode_mbu,
                 decode_mfu=efficiency.decode_mfu, gemm_half_tokens=efficiency.gemm_half_tokens,
                 step_overhead_ms=efficiency.step_overhead_ms, sequence_overhead_ms=efficiency.sequence_overhead_us / 1e3,
+                overlap_host=float(bool(efficiency.overlap_host)),
                 pp=float(mesh.pp), ep_per_tp=max(1.0, mesh.ep / mesh.tp))
 
 
@@ -114,20 +123,32 @@ def mixed_step(terms: dict, tables: dict):
     t, tb = terms, tables
 
     def parts(n, p) -> dict:
-        """The step's terms at (n, p): bytes read and FLOPs on the busiest GPU per microbatch, the rates they run
-        at, the memory, compute, collective and fixed times (ms), the microbatch passes, and the step."""
+        """The step's terms at (n, p), on the busiest GPU per microbatch: the weight GEMMs (weights read, their
+        FLOPs) and attention (the rows' KV read, its FLOPs) each on its own roofline, one after the other
+        (`roofline.gpu_time`), the collectives, the host's fixed work (added, or overlapped where the stack
+        does: `Efficiency.stage_ms`), the microbatch passes, and the step."""
         n, p = np.broadcast_arrays(np.asarray(n, dtype=float), np.asarray(p, dtype=float))
         m = np.minimum(np.maximum(n, 1.0), t["pp"])
         rows, tok = n / m, (n + p) / m
-        byts = t["weights"] * on_grid(tb["ratio"], tok * t["ep_per_tp"]) + t["kv_row"] * rows
-        flops = t["flops_row"] * rows + t["flops_prompt_token"] * p / m + on_grid(tb["extra"], tok)
-        flop_s = t["peak"] * gemm_mfu(t["decode_mfu"], t["gemm_half_tokens"], tok)
-        mem, comp, comm = byts / t["bandwidth"] * 1e3, flops / flop_s * 1e3, on_grid(tb["comm"], tok)
+        mfu = gemm_mfu(t["decode_mfu"], t["gemm_half_tokens"], tok)
+        weight_bytes = t["weights"] * on_grid(tb["ratio"], tok * t["ep_per_tp"])
+        kv_bytes = t["kv_row"] * rows
+        gemm_flops = t["flops_row"] * rows + t["flops_prompt_token"] * p / m + on_grid(tb["extra"], tok)
+        attention_flops = t["attention_row"] * rows + t["attention_prompt_token"] * p / m
+        mem_w, mem_kv = weight_bytes / t["bandwidth"] * 1e3, kv_bytes / t["bandwidth"] * 1e3
+        comp_w = gemm_flops / (t["peak"] * mfu) * 1e3
+        comp_a = attention_flops / (t["peak_attention"] * mfu) * 1e3
+        comm = on_grid(tb["comm"], tok)
         fixed = t["step_overhead_ms"] + rows * t["sequence_overhead_ms"]
+        gpu = gpu_time(mem_w, comp_w, mem_kv, comp_a) + comm
+        stage = np.where(np.asarray(t["overlap_host"]) > 0, np.maximum(gpu, fixed), gpu + fixed)
         passes = np.maximum(m, t["pp"])
-        return dict(bytes=byts, bandwidth=t["bandwidth"], flops=flops, flop_s=flop_s, memory_ms=mem,
-                    compute_ms=comp, comm_ms=comm, fixed_ms=fixed, passes=passes,
-                    step_ms=passes * (np.maximum(mem, comp) + comm + fixed))
+        return dict(weight_bytes=weight_bytes, kv_bytes=kv_bytes, bandwidth=t["bandwidth"], gemm_flops=gemm_flops,
+                    attention_flops=attention_flops, gemm_flop_s=t["peak"] * mfu,
+                    attention_flop_s=t["peak_attention"] * mfu, weights_memory_ms=mem_w, kv_memory_ms=mem_kv,
+                    gemm_compute_ms=comp_w, attention_compute_ms=comp_a,
+                    memory_ms=mem_w + mem_kv, compute_ms=comp_w + comp_a, comm_ms=comm, fixed_ms=fixed,
+                    overlap_host=np.asarray(t["overlap_host"]) > 0, passes=passes, step_ms=passes * stage)
 
     def step(n, p):
         return parts(n, p)["step_ms"]
@@ -145,19 +166,13 @@ def step_cost(config: ModelConfig, device: Device, mesh: Mesh, weight_dtype: str
                       step_tables(config, mesh, link, stack, weight_dtype, expert_imbalance))
 
 
-def serve_at(config: ModelConfig, device: Device, mesh: Mesh, rate: float, prompt, output,
-             weight_dtype: str = "bf16", kv_dtype: str | None = None, stack: Stack | str | None = None,
-             gpu_memory_utilization: float | None = None, efficiency: Efficiency | None = None,
-             link: Link | None = None, max_num_seqs: int | None = None, max_num_batched_tokens: int | None = None,
-             expert_imbalance: float | None = None, chunked_prefill: bool = True,
-             with_capacity: bool = True) -> dict:
-    """The deployment at `rate` requests/s (all replicas): the operating point per replica, TTFT p50/p99, TPOT,
-    ITL p50/p99, throughput, the capacity (requests/s the replicas sustain under a Poisson rate) and, when the
-    rate is above it, by how much. `prompt`/`output`: token counts (fixed) or `Lengths`."""
-    s = stack if isinstance(stack, Stack) else load_stack(stack)
+def _replica(config: ModelConfig, device: Device, mesh: Mesh, I: Lengths, O: Lengths, weight_dtype: str,
+             kv_dtype: str | None, s: Stack, gpu_memory_utilization: float | None, efficiency: Efficiency | None,
+             link: Link | None, max_num_seqs: int | None, max_num_batched_tokens: int | None,
+             expert_imbalance: float | None, chunked_prefill: bool = True):
+    """One replica of the deployment as the steady state sees it: its step cost, its Load (slots = min(KV memory,
+    max sequences), the prompt budget per step) and the defaults filled from the stack."""
     check_mesh(config, mesh)
-    lam = check_rate(rate)
-    I, O = lengths_of(prompt, "prompt tokens"), lengths_of(output, "output tokens")
     kd, gmu, eff, lk = deployment_defaults(device, mesh, weight_dtype, kv_dtype, s, gpu_memory_utilization,
                                            efficiency, link)
     i_mean, o_mean = int(math.ceil(I.mean_tokens)), int(math.ceil(O.mean_tokens))
@@ -175,7 +190,43 @@ def serve_at(config: ModelConfig, device: Device, mesh: Mesh, rate: float, promp
     step = step_cost(config, device, mesh, weight_dtype, kd, eff, lk, s, decode_context(I, O), I.mean_tokens,
                      expert_imbalance)
     budget = float(lim["max_num_batched_tokens"]) if chunked_prefill else math.inf
-    load = Load(I, O, chunk=budget, slots=float(slots))
+    return step, Load(I, O, chunk=budget, slots=float(slots)), kd, gmu, eff, lk
+
+
+def finite_run_at(config: ModelConfig, device: Device, mesh: Mesh, rate: float, requests: int, prompt: int,
+                  output: int, weight_dtype: str = "bf16", kv_dtype: str | None = None,
+                  stack: Stack | str | None = None, efficiency: Efficiency | None = None) -> dict:
+    """A finite online run of `requests` requests sent at `rate`/s (all replicas; each replica gets its share),
+    followed step by step on the deployment's step (`calculators.serving.finite_run`): what a benchmark of N
+    requests at a QPS reports (throughput = N / makespan, mean ITL, mean TTFT), past capacity included, where the
+    steady state does not exist."""
+    s = stack if isinstance(stack, Stack) else load_stack(stack)
+    I, O = lengths_of(prompt, "prompt tokens"), lengths_of(output, "output tokens")
+    step, load, *_ = _replica(config, device, mesh, I, O, weight_dtype, kv_dtype, s, None, efficiency, None, None,
+                              None, None)
+    per = max(1, math.ceil(check_int("requests", requests, limit=1 << 24) / mesh.replicas))
+    r = finite_run(step, check_rate(rate) / mesh.replicas, per, I.mean_tokens, int(round(O.mean_tokens)),
+                   slots=load.slots, chunk=load.chunk)
+    r["achieved_rps"] *= mesh.replicas
+    return r
+
+
+def serve_at(config: ModelConfig, device: Device, mesh: Mesh, rate: float, prompt, output,
+             weight_dtype: str = "bf16", kv_dtype: str | None = None, stack: Stack | str | None = None,
+             gpu_memory_utilization: float | None = None, efficiency: Efficiency | None = None,
+             link: Link | None = None, max_num_seqs: int | None = None, max_num_batched_tokens: int | None = None,
+             expert_imbalance: float | None = None, chunked_prefill: bool = True,
+             with_capacity: bool = True) -> dict:
+    """The deployment at `rate` requests/s (all replicas): the operating point per replica, TTFT p50/p99, TPOT,
+    ITL p50/p99, throughput, the capacity (requests/s the replicas sustain under a Poisson rate) and, when the
+    rate is above it, by how much. `prompt`/`output`: token counts (fixed) or `Lengths`."""
+    s = stack if isinstance(stack, Stack) else load_stack(stack)
+    lam = check_rate(rate)
+    I, O = lengths_of(prompt, "prompt tokens"), lengths_of(output, "output tokens")
+    step, load, kd, gmu, eff, lk = _replica(config, device, mesh, I, O, weight_dtype, kv_dtype, s,
+                                            gpu_memory_utilization, efficiency, link, max_num_seqs,
+                                            max_num_batched_tokens, expert_imbalance, chunked_prefill)
+    i_mean, o_mean = int(math.ceil(I.mean_tokens)), int(math.ceil(O.mean_tokens))
     per_replica = lam / mesh.replicas
     op = operating_point(step, per_replica, load)
     offline = max_throughput(config, device, mesh, i_mean, o_mean, weight_dtype, kd, s, gmu, eff, lk,
@@ -198,7 +249,7 @@ def serve_at(config: ModelConfig, device: Device, mesh: Mesh, rate: float, promp
                 prefill_budget_utilisation=val["prefill_budget_utilisation"],
                 output_tok_s=lam * O.mean_tokens if stable else math.inf,
                 output_tok_s_per_gpu=lam * O.mean_tokens / mesh.total_gpus if stable else math.inf,
-                slots_per_replica=slots, prefill_budget_tokens=load.chunk, replicas=mesh.replicas,
+                slots_per_replica=int(load.slots), prefill_budget_tokens=load.chunk, replicas=mesh.replicas,
                 gpus=mesh.total_gpus, stack=s.name, prompt=I.describe(), output=O.describe(),
                 max_throughput_requests_per_s=offline["requests_per_s"],
                 efficiency=dict(decode_mbu=eff.decode_mbu, decode_mfu=eff.decode_mfu,

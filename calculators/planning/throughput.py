@@ -8,10 +8,15 @@ prefilled in the same step (chunked prefill), so one step carries B decode rows 
     B_memory   = sequences whose KV fits next to the weights: I + O tokens each when the stack reserves a
                  request's whole KV up front (TensorRT-LLM), I + O/2 on average when it grows (vLLM, SGLang)
     B_tokens   = max batched tokens per step × O / (I + O)    (decode rows + their share of prompt tokens)
-    step       = max(bytes / (bandwidth·MBU), FLOPs / (peak·MFU)) + all-reduces + fixed step cost
+    step       = max(weight bytes / (bandwidth·MBU), GEMM FLOPs / (peak·MFU))
+                 + max(KV bytes / (bandwidth·MBU), attention FLOPs / (its peak·MFU)) + all-reduces + host costs
+                 (the GEMMs and attention run one after the other; the host's costs overlap the GPU's work where
+                 the stack has an overlap scheduler: `Efficiency.stage_ms`)
                  (MBU = decode_mbu, MFU = decode_mfu · t/(t + t½) at t tokens: `Efficiency.mfu_at`)
                  bytes = weights (the experts the step's tokens touch) + KV of B sequences at context I + O/2
-                 FLOPs = B decode rows at that context + B/O prompts of I tokens
+                 FLOPs = B decode rows at that context + B/O prompts of I tokens; the weight GEMMs at the
+                 weights' peak, attention (QKᵀ, P·V, MLA's absorbed products) at attention's own precision
+                 (`roofline.attention_precision_for`: FP8 with an FP8 KV cache, else BF16, never FP4)
     output tok/s = B / step × replicas;  total tok/s = output × (I + O) / O
 With pipeline parallelism the B sequences run as pp microbatches and a step takes pp stage times.
 """
@@ -21,7 +26,7 @@ import math
 
 from calculators import arch
 from calculators.sizing.latency import Efficiency, step_weight_bytes
-from calculators.sizing.roofline import compute_precision_for, forward_flops
+from calculators.sizing.roofline import forward_flops_split, gpu_time, step_peaks
 from calculators.multi_gpu.tensor_parallel import (Mesh, _comm_per_stage_ms, _expert_flops_extra, _link_for,
                                                    _need_link, check_mesh, ep_tokens, expert_imbalance_for,
                                                    max_batch_per_replica, per_gpu_kv_bytes, per_gpu_weight_bytes,
@@ -76,19 +81,30 @@ def step_time(config: ModelConfig, device: Device, mesh: Mesh, batch: int, promp
     touched = step_weight_bytes(c, weight_dtype, rows=max(1, math.ceil(ep_tokens(mesh, step_tokens))))
     w = per_gpu_weight_bytes(c, mesh, weight_dtype) * touched / full
     kv = per_gpu_kv_bytes(c, mesh, mean_ctx, rows, kv_dtype)
-    flops = ((forward_flops(c, 1, mean_ctx, rows) + forward_flops(c, I, I, 1) * rows / O) / mesh.tp
-             + _expert_flops_extra(c, mesh, step_tokens, imb)) * share
-    peak, prec = device.flops_for(compute_precision_for(weight_dtype))
-    mem_ms = (w + kv) / (device.memory_bandwidth_bytes_per_s * efficiency.decode_mbu) * 1e3
-    comp_ms = flops / (peak * efficiency.mfu_at(step_tokens)) * 1e3   # a mixed step: decode rows + prompt chunks
+    fd, fp = forward_flops_split(c, 1, mean_ctx, rows), forward_flops_split(c, I, I, 1)
+    flops = dict(weights=((fd["weights"] + fp["weights"] * rows / O) / mesh.tp
+                          + _expert_flops_extra(c, mesh, step_tokens, imb)) * share,
+                 attention=(fd["attention"] + fp["attention"] * rows / O) / mesh.tp * share)
+    pk = step_peaks(device, weight_dtype, kv_dtype)
+    bw = device.memory_bandwidth_bytes_per_s * efficiency.decode_mbu
+    mfu = efficiency.mfu_at(step_tokens)
+    # a mixed step (decode rows + prompt chunks): weight GEMMs at the weights' peak, attention at its own, each on
+    # its own roofline (`roofline.gpu_time`)
+    mem_w, mem_kv = w / bw * 1e3, kv / bw * 1e3
+    comp_w = flops["weights"] / (pk["weights"] * mfu) * 1e3
+    comp_a = flops["attention"] / (pk["attention"] * mfu) * 1e3
+    mem_ms, comp_ms = mem_w + mem_kv, comp_w + comp_a
     comm_ms = _comm_per_stage_ms(c, mesh, math.ceil(step_tokens), link, stack, imb)
-    stage_ms = max(mem_ms, comp_ms) + comm_ms + efficiency.overhead_ms(rows)
+    stage_ms = float(efficiency.stage_ms(gpu_time(mem_w, comp_w, mem_kv, comp_a) + comm_ms, rows))
     step_ms = max(m, mesh.pp) * stage_ms
     bound = "compute" if comp_ms > mem_ms else "memory bandwidth"
-    if comm_ms > max(mem_ms, comp_ms):
+    if comm_ms > float(gpu_time(mem_w, comp_w, mem_kv, comp_a)):
         bound = "communication"
     return dict(step_ms=step_ms, stage_ms=stage_ms, memory_ms=mem_ms, compute_ms=comp_ms, comm_ms=comm_ms,
-                overhead_ms=efficiency.overhead_ms(rows), bound=bound, precision=prec, microbatches=m,
+                weights_memory_ms=mem_w, kv_memory_ms=mem_kv, gemm_compute_ms=comp_w, attention_compute_ms=comp_a,
+                overlap_host=bool(efficiency.overlap_host),
+                overhead_ms=efficiency.overhead_ms(rows), bound=bound, precision=pk["precision"],
+                attention_precision=pk["attention_precision"], microbatches=m,
                 expert_imbalance=imb)
 
 
@@ -134,6 +150,8 @@ def max_throughput(config: ModelConfig, device: Device, mesh: Mesh, prompt_token
                 output_tok_s_per_gpu=out / mesh.total_gpus, max_batch=B, batch_binding=lim["binding"],
                 batch_caps=lim["caps"], step_ms=st["step_ms"], step_bound=st["bound"], memory_ms=st["memory_ms"],
                 compute_ms=st["compute_ms"], comm_ms=st["comm_ms"], overhead_ms=st["overhead_ms"],
+                **{k: st[k] for k in ("weights_memory_ms", "kv_memory_ms", "gemm_compute_ms", "attention_compute_ms",
+                                      "overlap_host")},
                 replicas=mesh.replicas, gpus=mesh.total_gpus, stack=s.name, kv_reservation=s.kv_reservation,
                 reserved_context_tokens=lim["reserved_context_tokens"], gpu_memory_utilization=gmu,
                 max_num_seqs=lim["max_num_seqs"], max_num_batched_tokens=lim["max_num_batched_tokens"],

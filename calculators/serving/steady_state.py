@@ -44,6 +44,7 @@ from specs.model_config import SpecError
 
 StepFn = Callable[[np.ndarray, np.ndarray], np.ndarray]     # (decode rows n, prompt tokens p) -> step ms
 BISECT = 30
+HOPELESS_MS = 1e7                 # a mean step longer than this (2.8 hours) counts as no fixed point
 
 
 @dataclass(frozen=True)
@@ -163,7 +164,7 @@ def _fixed_point(step: StepFn, lam: np.ndarray, load: Load, chain: bool = True, 
     ok = np.zeros(lam.shape, dtype=bool)
     for _ in range(60):
         ok |= f(hi) <= hi
-        if ok.all():
+        if np.all(ok | (hi > HOPELESS_MS)):       # a step past 10^7 ms is no operating point: stop doubling
             break
         hi = np.where(ok, hi, hi * 2)
     for _ in range(iterations):

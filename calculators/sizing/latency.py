@@ -19,10 +19,11 @@ import numpy as np
 from calculators import arch
 from calculators.sizing.kv_cache import kv_cache_bytes
 from calculators.sizing.params import bytes_per_param, expert_params, param_breakdown
-from calculators.sizing.roofline import compute_precision_for, experts_touched, forward_flops, kv_bytes_step
+from calculators.sizing.roofline import (compute_precision_for, experts_touched, forward_flops_split, gpu_time,
+                                         kv_bytes_step, step_peaks)
 from calculators.units import check_fraction, check_int, check_nonneg, check_positive, default_kv_dtype
 from specs.devices import Device
-from specs.model_config import ModelConfig
+from specs.model_config import ModelConfig, SpecError
 from specs.stacks import Stack, check_stack_device, device_class, load_stack
 
 
@@ -42,7 +43,10 @@ class Efficiency:
       sampling); a serving stack's value per device class comes from `for_stack` (specs/stacks.json).
     - sequence_overhead_us 0: a cost per sequence in the step (the scheduler's and sampler's bookkeeping for each
       running request), so a step of B sequences pays step_overhead_ms + B × sequence_overhead_us / 1000.
-    - gemm_half_tokens 0: see `mfu_at` (the serving step's MFU as a function of the tokens it carries)."""
+    - gemm_half_tokens 0: see `mfu_at` (the serving step's MFU as a function of the tokens it carries).
+    - overlap_host False: whether the stack prepares the next step on the host while the GPU runs this one (an
+      overlap scheduler: TensorRT-LLM's PyTorch backend and SGLang by default), so the step and per-sequence
+      overheads hide behind the GPU's work instead of adding to it (`stage_ms`)."""
     decode_mbu: float = 0.6
     prefill_mfu: float = 0.7
     prefill_mbu: float = 0.8
@@ -50,10 +54,14 @@ class Efficiency:
     step_overhead_ms: float = 0.0
     sequence_overhead_us: float = 0.0
     gemm_half_tokens: float = 0.0       # a serving step's MFU = decode_mfu · t/(t + this) at t tokens (0: flat)
+    overlap_host: bool = False          # the host's per-step work overlaps the GPU's (see `stage_ms`)
 
     def __post_init__(self):
         for k, v in asdict(self).items():
-            if k in ("step_overhead_ms", "sequence_overhead_us", "gemm_half_tokens"):
+            if k == "overlap_host":
+                if not isinstance(v, bool):
+                    raise SpecError(f"overlap_host must be true or false, got {v!r}")
+            elif k in ("step_overhead_ms", "sequence_overhead_us", "gemm_half_tokens"):
                 check_nonneg(k, v, limit=1e4)
             else:
                 check_fraction(k, v)
@@ -71,7 +79,7 @@ class Efficiency:
         prec = compute_precision_for(weight_dtype) if weight_dtype else None
         eff = s.efficiency_for(device.vendor if device is not None else "", prec)
         over = float(eff.pop("step_overhead_ms", over))
-        return cls(**{k: float(v) for k, v in eff.items()}, step_overhead_ms=over)
+        return cls(**{k: float(v) for k, v in eff.items()}, step_overhead_ms=over, overlap_host=s.overlap_host)
 
     def mfu_at(self, tokens):
         """MFU of a serving step that multiplies `tokens` rows through the weights: decode_mfu · t / (t + t½).
@@ -83,6 +91,13 @@ class Efficiency:
     def overhead_ms(self, sequences: int | float = 1) -> float:
         """Fixed cost of one step that carries `sequences` sequences: step + per-sequence part, in ms."""
         return self.step_overhead_ms + sequences * self.sequence_overhead_us / 1e3
+
+    def stage_ms(self, gpu_ms, sequences=1):
+        """A step's time from its GPU time (memory or compute, collectives) and the host's work for a step of
+        `sequences` sequences (`overhead_ms`): added, or, where the stack overlaps the host's work for the next
+        step with the GPU's for this one, the larger of the two. Arrays broadcast."""
+        over = self.step_overhead_ms + np.asarray(sequences, dtype=float) * self.sequence_overhead_us / 1e3
+        return np.maximum(gpu_ms, over) if self.overlap_host else gpu_ms + over
 
 
 IDEAL = Efficiency(1.0, 1.0, 1.0, 1.0, 0.0, 0.0, 0.0)
@@ -127,35 +142,49 @@ def decode_step_bytes(config: ModelConfig, context_tokens: int, batch: int = 1, 
 def decode_step_ms(config: ModelConfig, device: Device, context_tokens: int, batch: int = 1,
                    weight_dtype: str = "bf16", kv_dtype: str | None = None,
                    efficiency: Efficiency = IDEAL) -> dict:
-    """One decode step (= ITL): max(bytes / (bandwidth·MBU), FLOPs / (peak·MFU)) + the fixed step cost, each
-    part shown."""
+    """One decode step (= ITL): the weight GEMMs' roofline max(weight bytes / (bandwidth·MBU), GEMM FLOPs /
+    (peak·MFU)) + attention's max(KV bytes / (bandwidth·MBU), attention FLOPs / (its peak·MFU)) (`roofline.gpu_time`)
+    + the step cost, each part shown."""
     by = decode_step_bytes(config, context_tokens, batch, weight_dtype, kv_dtype)
-    flops = forward_flops(config, 1, context_tokens, batch)
-    peak, prec = device.flops_for(compute_precision_for(weight_dtype))
-    mem_ms = by["total"] / (device.memory_bandwidth_bytes_per_s * efficiency.decode_mbu) * 1e3
-    comp_ms = flops / (peak * efficiency.decode_mfu) * 1e3
+    fl = forward_flops_split(config, 1, context_tokens, batch)
+    flops = fl["weights"] + fl["attention"]
+    pk = step_peaks(device, weight_dtype, kv_dtype)
+    prec = pk["precision"]
+    bw = device.memory_bandwidth_bytes_per_s * efficiency.decode_mbu
+    mem_w, mem_kv = by["weights"] / bw * 1e3, (by["kv_read"] + by["kv_written"]) / bw * 1e3
+    comp_w = fl["weights"] / (pk["weights"] * efficiency.decode_mfu) * 1e3
+    comp_a = fl["attention"] / (pk["attention"] * efficiency.decode_mfu) * 1e3
+    mem_ms, comp_ms = mem_w + mem_kv, comp_w + comp_a
     over = efficiency.overhead_ms(batch)
-    return dict(step_ms=max(mem_ms, comp_ms) + over, memory_ms=mem_ms, compute_ms=comp_ms,
+    gpu = float(gpu_time(mem_w, comp_w, mem_kv, comp_a))
+    return dict(step_ms=float(efficiency.stage_ms(gpu, batch)), memory_ms=mem_ms, compute_ms=comp_ms,
                 overhead_ms=over, bytes=by["total"],
                 flops=flops, bound="memory" if mem_ms >= comp_ms else "compute", precision=prec)
 
 
 def prefill_ms(config: ModelConfig, device: Device, prompt_tokens: int, batch: int = 1, weight_dtype: str = "bf16",
                kv_dtype: str | None = None, efficiency: Efficiency = IDEAL, start_position: int = 0) -> dict:
-    """Prefill of `prompt_tokens` per sequence: max(FLOPs / (peak·MFU), bytes / (bandwidth·MBU)) + the fixed
-    step cost.
+    """Prefill of `prompt_tokens` per sequence: the GEMMs' and attention's rooflines added (as `decode_step_ms`)
+    + the step cost.
     FLOPs and KV bytes follow `roofline.py`'s convention; weights are one full read. 003 Detail 12: a
     1,000-token TinyLlama prefill ≈ 2.2 TFLOP over ≈ 2.2 GB of weights."""
     T = check_int("prompt_tokens", prompt_tokens)
     S = T + check_int("start_position", start_position, minimum=0)
-    flops = forward_flops(config, T, S, batch)
+    fl = forward_flops_split(config, T, S, batch)
+    flops = fl["weights"] + fl["attention"]
     kv = kv_bytes_step(config, T, S, kv_dtype or default_kv_dtype(weight_dtype), batch)
-    by = step_weight_bytes(config, weight_dtype, rows=batch * T) + kv["read"] + kv["written"]
-    peak, prec = device.flops_for(compute_precision_for(weight_dtype))
-    comp_ms = flops / (peak * efficiency.prefill_mfu) * 1e3
-    mem_ms = by / (device.memory_bandwidth_bytes_per_s * efficiency.prefill_mbu) * 1e3
+    wb = step_weight_bytes(config, weight_dtype, rows=batch * T)
+    by = wb + kv["read"] + kv["written"]
+    pk = step_peaks(device, weight_dtype, kv_dtype)
+    prec = pk["precision"]
+    bw = device.memory_bandwidth_bytes_per_s * efficiency.prefill_mbu
+    mem_w, mem_kv = wb / bw * 1e3, (kv["read"] + kv["written"]) / bw * 1e3
+    comp_w = fl["weights"] / (pk["weights"] * efficiency.prefill_mfu) * 1e3
+    comp_a = fl["attention"] / (pk["attention"] * efficiency.prefill_mfu) * 1e3
+    comp_ms, mem_ms = comp_w + comp_a, mem_w + mem_kv
     over = efficiency.overhead_ms(batch)
-    return dict(prefill_ms=max(comp_ms, mem_ms) + over, compute_ms=comp_ms, memory_ms=mem_ms,
+    gpu = float(gpu_time(mem_w, comp_w, mem_kv, comp_a))
+    return dict(prefill_ms=float(efficiency.stage_ms(gpu, batch)), compute_ms=comp_ms, memory_ms=mem_ms,
                 overhead_ms=over, flops=flops, bytes=by,
                 intensity_flop_per_byte=flops / by, bound="compute" if comp_ms > mem_ms else "memory",
                 precision=prec)

@@ -27,6 +27,8 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
+import numpy as np
+
 from calculators import arch
 from calculators.sizing.kv_cache import linear_state_bytes_per_layer
 from calculators.units import bytes_per_element, check_int, default_kv_dtype, dtype_name
@@ -292,6 +294,25 @@ def forward_flops(config: ModelConfig, new_tokens: int, context_tokens: int, bat
     return _total(step_ops(config, new_tokens, context_tokens, batch), "flops", MATMUL_KINDS)
 
 
+# MLA's absorbed per-head products (q·W_UK, o·W_UV) run inside the attention kernel (FlashMLA, TensorRT-LLM's MLA),
+# at the attention's precision, not at the weights' GEMM precision
+ATTENTION_PRODUCTS = ("q_absorb_W_UK", "v_unabsorb_W_UV")
+
+
+def _is_attention(op: Op) -> bool:
+    return op.kind == "attention" or op.name in ATTENTION_PRODUCTS
+
+
+def forward_flops_split(config: ModelConfig, new_tokens: int, context_tokens: int, batch: int = 1) -> dict:
+    """`forward_flops` split by the precision each part runs at: dict(weights=the weight GEMMs (projections,
+    FFN/experts, LM head) at the weights' precision, attention=QKᵀ and P·V (MLA: the latent scores and P·V and
+    its absorbed W_UK/W_UV products; a delta-rule layer's state update) at the attention's precision). The two
+    sum to `forward_flops`."""
+    ops = step_ops(config, new_tokens, context_tokens, batch)
+    att = float(sum(o.flops * o.count for o in ops if o.kind in MATMUL_KINDS and _is_attention(o)))
+    return dict(weights=_total(ops, "flops", MATMUL_KINDS) - att, attention=att)
+
+
 def weight_bytes_read(config: ModelConfig, new_tokens: int, bytes_per_param: str | float = 2,
                       batch: int = 1) -> float:
     """Weight bytes one forward pass reads (module convention): (every per-layer weight incl. norm vectors +
@@ -334,6 +355,44 @@ def compute_precision_for(weight_dtype: str | float) -> str:
         return "bf16"
     d = dtype_name(weight_dtype)
     return {"fp8": "fp8", "fp4": "fp4", "fp32": "fp32", "tf32": "tf32"}.get(d, "bf16")
+
+
+def attention_precision_for(weight_dtype: str | float, kv_dtype: str | float | None = None) -> str:
+    """The precision attention's matmuls (and its softmax) run at, whatever the weights: FP8 where the KV cache is
+    FP8 (FP8 attention kernels: TensorRT-LLM's FP8 FMHA, FlashAttention-3, FlashMLA's FP8 path read an FP8 cache
+    without widening it), FP32 with FP32 weights, otherwise BF16. Never FP4: no serving stack multiplies Q·Kᵀ or
+    P·V in FP4 (an FP4 KV cache is dequantised to FP8 for it), so FP4 weights on Blackwell do not make attention
+    run at the FP4 peak."""
+    w = compute_precision_for(weight_dtype)
+    if w in ("fp32", "tf32"):
+        return w
+    kd = kv_dtype if kv_dtype is not None else default_kv_dtype(weight_dtype)
+    if isinstance(kd, (int, float)):
+        return "fp8" if kd <= 1 else "bf16"
+    return "fp8" if dtype_name(kd) in ("fp8", "fp4") else "bf16"
+
+
+def step_peaks(device: Device, weight_dtype: str | float, kv_dtype: str | float | None = None) -> dict:
+    """The two peaks a serving step's FLOPs meet (`forward_flops_split`): dict(weights=FLOP/s of the weight GEMMs,
+    attention=FLOP/s of attention, precision=the weights' precision used, attention_precision=attention's), each
+    with the device's wider-format fallback (`Device.flops_for`)."""
+    pw, used = device.flops_for(compute_precision_for(weight_dtype))
+    pa, used_a = device.flops_for(attention_precision_for(weight_dtype, kv_dtype))
+    return dict(weights=pw, attention=pa, precision=used, attention_precision=used_a)
+
+
+def gpu_time(memory_weights, compute_weights, memory_kv, compute_attention):
+    """The GPU time of a step (any unit, arrays broadcast) whose weight GEMMs and attention run one after the
+    other, each on its own roofline: max(weight bytes / bandwidth, GEMM FLOPs / peak) + max(KV bytes / bandwidth,
+    attention FLOPs / its peak). One roofline over the whole step (max of all bytes, all FLOPs) would let the
+    KV cache's reads hide behind the GEMMs' compute, which a stack that runs the layer's kernels in sequence
+    never does."""
+    return np.maximum(memory_weights, compute_weights) + np.maximum(memory_kv, compute_attention)
+
+
+def compute_seconds(flops: dict, peaks: dict) -> float:
+    """Seconds of tensor-core work at full peak: weight GEMMs at the weights' peak + attention at its own."""
+    return flops["weights"] / peaks["weights"] + flops["attention"] / peaks["attention"]
 
 
 def roofline(config: ModelConfig, device: Device, new_tokens: int, context_tokens: int, batch: int = 1,

@@ -45,11 +45,11 @@ def test_held_out_rows_are_within_12_percent_at_the_median():
 
 
 def test_held_out_rows_worst_error_is_what_the_closing_note_reports():
-    """Issue 26 asks for ≤ 35% worst on the test rows; not met yet (63.5%: a finite online run on H200 at a QPS
-    past capacity, an FP4 MoE and Mixtral at short prompts). This bound holds the present figure so that it can
-    only improve."""
+    """Issue 26 asks for ≤ 35% worst on the test rows; not met yet (59.4%: Qwen3-235B FP8 on 8 × H100, then
+    Qwen3-235B FP4 on 8 × B200, +39%: MoE steps the model costs too fast). This bound holds the present figure so
+    that it can only improve (it was 63.5% before the finite online run)."""
     test = [abs(r["error"]) for r in RESULT["rows"] if r["split"] == "test"]
-    assert max(test) <= 0.65
+    assert max(test) <= 0.60
 
 
 def test_error_table_splits_test_from_fit_and_counts_every_priced_row():
@@ -96,3 +96,23 @@ def test_an_moe_layout_under_a_rate_says_it_was_never_validated():
                    "mixtral-8x7b", "qwen3-235b-a22b") for r in RESULT["rows"])
     assert "MoE model in this regime" in band("under_rate", "NVIDIA", "fp4", moe=True)["text"]
     assert "MoE model" not in band("under_rate", "NVIDIA", "bf16", moe=False)["text"]
+
+
+def test_a_finite_online_run_reports_about_the_throughput_its_source_states():
+    """The online rows (500 requests sent at a QPS) state the throughput each run achieved, requests / makespan
+    (`achieved_rps`): it is not the rate fed to the model, so it checks the finite run independently. Sent at
+    8-32 requests/s, the runs achieved 7-26: the drain of the last requests alone costs 1 to 4 requests/s. The six
+    467/256 runs within 7%; the three 202/214 runs +24% to +52% (at 32/s on 4 × H200 the model's capacity is
+    above the run's: it achieved 15/s), a bound that holds the present figures."""
+    from calculators.planning.published import _setup
+    from calculators.planning.serve_at import finite_run_at
+    online = [r for r in ROWS if r.get("requests") and r.get("achieved_rps")]
+    assert len(online) >= 9
+    errs = []
+    for r in online:
+        c, dev, mesh, stack, eff = _setup(r)
+        f = finite_run_at(c, dev, mesh, float(r["rate_rps"]), int(r["requests"]), int(r["prompt_tokens"]),
+                          int(r["output_tokens"]), r["weights"], r["kv"], stack, eff)
+        assert f["achieved_rps"] < float(r["rate_rps"])           # a finite run reports less than it was sent
+        errs.append(abs(f["achieved_rps"] / float(r["achieved_rps"]) - 1))
+    assert statistics.median(errs) <= 0.08 and max(errs) <= 0.55

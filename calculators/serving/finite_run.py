@@ -1,0 +1,83 @@
+"""A finite online run: N requests sent at λ requests/s (a benchmark client such as Triton's or `vllm bench serve`
+at a QPS), followed step by step until the last one finishes. The steady state (`steady_state`) assumes the run
+lasts for ever; a run of 500 requests is short, and at a rate past capacity it has no steady state at all: the
+requests in flight pile up for as long as they arrive, then drain. What such a run reports is
+    throughput   N / makespan, makespan = first arrival to last completion
+                 ≈ max(arrival span N/λ, the work at capacity) + the drain of the last requests,
+                 so below λ even when the server keeps up (the drain), and far below it past capacity;
+    ITL          the mean token gap over the run: Σ_steps n·τ / Σ_steps n (a step of τ ms gives each of its n
+                 decoding sequences one token);
+    TTFT         the mean over requests of (end of the step that prefills its prompt − its arrival).
+
+The run is followed in cohorts of whole requests: request i is sent at i / λ (the mean path of a Poisson stream,
+without its bunching); each step admits the requests waiting at its start up to the slot cap and the prompt-token
+budget (whole prompts), prefills them in that step (first token at its end: a request sent during a step waits for
+it to end), and a cohort decodes for O − 1 further steps and leaves. Each step costs step(n decode rows, p prompt tokens), the deployment's own mixed step
+(`serve_at.step_cost`), so at a rate the server sustains the run's middle is the steady state's mean path.
+Fixed lengths (the means): a finite run's figures are means, and so are the published ones it is compared with.
+"""
+from __future__ import annotations
+
+import math
+from collections import deque
+
+from calculators.units import check_int, check_positive
+from calculators.serving.steady_state import StepFn, check_rate
+
+MAX_STEPS = 2_000_000
+
+
+def finite_run(step: StepFn, rate: float, requests: int, prompt_tokens: float, output_tokens: int,
+               slots: float = math.inf, chunk: float = math.inf) -> dict:
+    """Follow `requests` requests sent at `rate`/s through a replica whose step costs step(n, p) ms; see the module
+    docstring. Returns makespan_s, achieved_rps (= requests / makespan), itl_ms, ttft_ms (means), peak_in_flight,
+    steps."""
+    lam = check_positive("rate", check_rate(rate))
+    N = check_int("requests", requests, limit=1 << 24)
+    I = check_positive("prompt tokens", prompt_tokens)
+    O = check_int("output tokens", output_tokens, limit=1 << 24)
+    dec = O - 1                                   # decode steps after the step that prefills and gives token 1
+    per_step = max(math.floor(chunk / I), 1) if math.isfinite(chunk) else N   # whole prompts a step may take
+    cap = int(slots) if math.isfinite(slots) else N
+    t = 0.0                                       # ms since the first arrival
+    admitted = 0                                  # requests admitted so far
+    cohorts: deque = deque()                      # (size, decode steps left) of the decoding cohorts
+    decoding = 0
+    tok_gaps = tok_count = 0.0                    # Σ n·τ and Σ n over the steps
+    ttft_sum = 0.0
+    peak = 0.0
+    steps = 0
+    while admitted < N or decoding > 0:
+        steps += 1
+        if steps > MAX_STEPS:
+            raise RuntimeError("finite run: too many steps")
+        arrived = min(N, math.floor(lam * t / 1e3 + 1e-9) + 1)     # request i arrives at i / λ (the first at 0)
+        waiting = arrived - admitted
+        if waiting == 0 and decoding == 0:                        # idle until the next arrival
+            t = max(t, admitted / lam * 1e3)
+            continue
+        a = max(0, min(waiting, cap - decoding, per_step))
+        tau = float(step(decoding, a * I))
+        # the requests admitted are i = admitted … admitted + a − 1, sent at i / λ
+        mean_arrival_ms = (admitted + (a - 1) / 2) / lam * 1e3 if a > 0 else 0.0
+        ttft_sum += a * (t + tau - min(mean_arrival_ms, t))
+        tok_gaps += decoding * tau
+        tok_count += decoding
+        # the step ends: every decoding cohort emits a token, the admitted one has its first
+        nxt = deque()
+        left = 0
+        for size, k in cohorts:
+            if k > 1:
+                nxt.append((size, k - 1))
+                left += size
+        if a > 0 and dec > 0:
+            nxt.append((a, dec))
+            left += a
+        cohorts, decoding = nxt, left
+        admitted += a
+        peak = max(peak, decoding)
+        t += tau
+    makespan = t / 1e3
+    return dict(makespan_s=makespan, achieved_rps=N / makespan, arrival_span_s=(N - 1) / lam,
+                itl_ms=tok_gaps / tok_count if tok_count else math.nan, ttft_ms=ttft_sum / N,
+                peak_in_flight=peak, steps=steps)
