@@ -35,7 +35,7 @@ def efficiency_of(stored: Any) -> Efficiency:
         raise SpecError("the stored fitted efficiencies are not in the expected form: fit them again on the "
                         "Measure-a-server page")
     try:
-        return Efficiency(**{k: float(v) for k, v in stored["efficiency"].items()})
+        return Efficiency(**{k: (v if isinstance(v, bool) else float(v)) for k, v in stored["efficiency"].items()})
     except (TypeError, ValueError) as e:
         raise SpecError(f"the stored fitted efficiencies are not valid ({e}): fit them again") from None
 

@@ -26,21 +26,19 @@ from specs.model_config import ModelConfig, SpecError
 from specs.presets import list_presets, load_preset
 from ui.machine import THIS_MACHINE, machine_controls, measured_machine
 from ui.widgets import remember, show_error
-from ui.world import World, current_world, world_switch
+from ui.world import DEVICE_KEY, PRESET, PRESET_KEY, SOURCE_KEY, World, current_world, world_switch
 
 if TYPE_CHECKING:
     from ui.multi_gpu import MultiGPU
 from specs.hf_config import parse_hf_config
 
 # ============================================================================================ keys and labels
-PRESET, ENGINE, CONFIG_JSON = "Preset", "Engine model (loaded)", "Hugging Face config.json"
+ENGINE, CONFIG_JSON = "Engine model (loaded)", "Hugging Face config.json"
 SOURCES = (PRESET, ENGINE, CONFIG_JSON)
 UPLOAD, PASTE, LOCAL, HUB = "Upload", "Paste", "Local path", "Hub repo id"
 CONFIG_MODES = (UPLOAD, PASTE, LOCAL, HUB)
 REFERENCE_PRESET = "TinyLlama-1.1B"         # the reference text's running example (its numbers are quoted for it)
 
-SOURCE_KEY = "size.source"                  # radio: PRESET / ENGINE / CONFIG_JSON
-PRESET_KEY = "size.preset"                  # selectbox of presets
 MODE_KEY = "size.config_mode"               # radio: where the config.json comes from
 UPLOAD_KEY = "size.upload"                  # file_uploader
 UPLOADED_KEY = "size.uploaded"              # (file name, text) of the last upload (survives page switches)
@@ -49,7 +47,6 @@ PATH_KEY = "size.path"                      # text_input: a config.json or a fol
 REPO_KEY = "size.repo"                      # text_input: owner/name on the Hugging Face Hub
 HUB_CACHE_KEY = "size.hub_results"          # repo -> ("ok", text) | ("error", message): never fetched twice
 
-DEVICE_KEY = "device"                       # selectbox of devices (device_picker's default key)
 CUSTOM = "Custom device…"
 REFERENCE_DEVICE = "A100 SXM 40GB"          # the reference text's GPU
 MAX_CONFIG_BYTES = 2_000_000                # a config.json is a few KB; anything this big is the wrong file

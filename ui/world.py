@@ -27,6 +27,11 @@ import streamlit as st
 from ui.machine import THIS_MACHINE
 from ui.widgets import remember, remembered_value, set_remembered
 
+# the model and device pickers' session keys (`ui.model_source`), which a flip of the switch sets
+PRESET = "Preset"                           # the model source radio's "a preset" choice
+SOURCE_KEY = "size.source"                  # radio: preset / engine model / config.json
+PRESET_KEY = "size.preset"                  # selectbox of presets
+DEVICE_KEY = "device"                       # selectbox of devices (device_picker's default key)
 WORLD_KEY = "world"                            # radio: CLASS.label / DATACENTRE.label (per session, remembered)
 WORLD_LABEL = "Lessons show"
 
@@ -64,7 +69,6 @@ def current_world() -> World:
 
 def _apply(world: World) -> None:
     """The new world's defaults, here and on every page: its preset as the model to size and its device."""
-    from ui.model_source import DEVICE_KEY, PRESET, PRESET_KEY, SOURCE_KEY
     set_remembered(SOURCE_KEY, PRESET)
     set_remembered(PRESET_KEY, world.preset)
     set_remembered(DEVICE_KEY, world.device)

@@ -39,11 +39,11 @@ from calculators.sizing.kv_cache import kv_cache_bytes
 from calculators.sizing.latency import Efficiency, step_weight_bytes
 from calculators.sizing.memory import DEFAULT_GPU_MEMORY_UTILIZATION, RuntimeOverheads, ffn_width
 from calculators.sizing.params import bytes_per_param, expert_params, param_breakdown
-from calculators.sizing.roofline import compute_precision_for, forward_flops_split, gpu_time, step_peaks
+from calculators.sizing.roofline import forward_flops_split, gpu_time, step_peaks
 from calculators.multi_gpu.tensor_parallel import Mesh, mesh_problem
+from calculators.planning.screening import apply_bounds, no_steady_state, peak_or_nan, screened_steady_state
 from calculators.planning.serve_at import TOKEN_GRID, decode_context
 from calculators.serving.lengths import Lengths
-from calculators.serving.steady_state import Load, operating_point
 from calculators.units import check_fraction, check_int, check_positive
 from calculators.multi_gpu.collectives import allreduce_ms as collective_ms
 from calculators.multi_gpu.moe import routing_imbalance
@@ -52,7 +52,6 @@ from specs.model_config import ModelConfig, SpecError
 from specs.stacks import Stack, load_stack
 
 GiB = 2 ** 30
-REFINED_LEVELS = 3        # GPU counts per device whose plans get the full steady state (the ranks a reader sees)
 CONSTRAINTS = ("memory", "bandwidth", "compute", "communication", "queueing")
 REASONS = ("feasible", "mesh", "precision", "memory", "itl", "utilisation", "concurrency", "ttft", "no price")
 
@@ -392,17 +391,6 @@ def plan(config: ModelConfig, devices: list[Device], workload: Workload, space: 
     return _rank(raw, wl, devices, space, notes)
 
 
-def apply_bounds(ld: dict, base, viable, slots_ok, itl_one, pre_p99) -> None:
-    """Candidates out on a bound no load can beat (in memory, but not viable): say which, with the bound's own
-    number, in the steady state's columns `ld` (changed in place)."""
-    bounded = base & ~viable
-    ld["tpot_ms"] = np.where(bounded, itl_one, ld["tpot_ms"])
-    ld["ttft_p99_ms"] = np.where(bounded, pre_p99, ld["ttft_p99_ms"])
-    ld["slot_utilisation"] = np.where(bounded & ~slots_ok, np.inf, np.where(bounded, 0.0, ld["slot_utilisation"]))
-    ld["step_stable"] = np.where(bounded, True, ld["step_stable"])
-    ld["prefill_budget_utilisation"] = np.where(bounded, 0.0, ld["prefill_budget_utilisation"])
-
-
 def _rank(raw: dict, wl: Workload, devices, space: SearchSpace, notes: list) -> PlanResult:
     """Costs, verdicts and the ranking of every candidate from its figures `raw` (one array per figure)."""
     g, tp, B, price, peak = raw["gpus"], raw["tp"], raw["batch_cap"], raw["price"], raw["peak"]
@@ -480,15 +468,6 @@ def _unique_rows(*cols):
     return [tuple(np.asarray(col)[j] for col in cols) for j in first], inv.ravel()
 
 
-def peak_or_nan(device: Device, weight_dtype: str) -> float:
-    """The device's peak FLOP/s for the weights' compute precision; NaN where it has no such tensor cores (FP4
-    weights on a device without FP4: refused, never upcast)."""
-    try:
-        return device.flops_for(compute_precision_for(weight_dtype))[0]
-    except SpecError:
-        return np.nan
-
-
 def _eff_or_none(stack: Stack, device: Device, weight_dtype: str) -> Efficiency | None:
     """The stack's efficiency for this device and weight format (None where the format does not run there)."""
     try:
@@ -507,13 +486,6 @@ def _comm_table(di, tp, links, stack: Stack, hidden: int):
                      2 * collective_ms(r * hidden * 2.0, int(t), links[int(d)], stack) for r in TOKEN_GRID]
                     for d, t in uniq])
     return inv.ravel(), tab
-
-
-def no_steady_state(n: int) -> dict:
-    """The steady-state columns of `n` candidates not (yet) solved: inf, unstable."""
-    out = {k: np.full(n, np.inf) for k in STEADY_STATE + ("wait_p99_ms",)}
-    out["stable"], out["step_stable"] = np.zeros(n, dtype=bool), np.zeros(n, dtype=bool)
-    return out
 
 
 def _loaded(c: ModelConfig, wl: Workload, S: dict, devices, stack: Stack, viable, lam, B, a: dict) -> dict:
@@ -592,33 +564,6 @@ def _loaded(c: ModelConfig, wl: Workload, S: dict, devices, stack: Stack, viable
         for k2 in out:
             out[k2][sel] = st[k2]
     return out
-
-
-STEADY_STATE = ("tpot_ms", "ttft_p99_ms", "ttft_p50_ms", "itl_p99_ms", "step_ms", "in_flight", "slot_utilisation",
-                "prefill_budget_utilisation")
-
-
-def screened_steady_state(step_for, wl: Workload, lam, slots, cost, stack: Stack, device: Device) -> dict:
-    """The steady state of candidates (one device) at their per-replica rates `lam`: screened with prompts per step
-    drawn independently, then the prompt chain on those near the targets at the cheapest REFINED_LEVELS costs.
-    `step_for(idx)` is the vectorised step of the candidates `idx`; the prompt budget per step is the stack's
-    max batched tokens on `device`. Returns the planner's steady-state columns."""
-    chunk = float(stack.scheduler_limits(device.memory_bytes / GiB, device.name)[1])
-    prompt, output = wl.prompt_lengths(new_only=True), wl.output_lengths()
-    op = operating_point(step_for(np.arange(len(lam))), lam, Load(prompt, output, chunk=chunk, slots=slots),
-                         chain=False)
-    near = op["stable"] & (op["tpot_ms"] <= 1.25 * wl.itl_ms) & (op["ttft_p99_ms"] <= 2.0 * wl.ttft_p99_ms)
-    levels = np.unique(cost[near])
-    near &= cost <= (levels[min(REFINED_LEVELS, len(levels)) - 1] if len(levels) else 0)
-    if near.any():
-        keep = np.flatnonzero(near)
-        op2 = operating_point(step_for(keep), lam[keep], Load(prompt, output, chunk=chunk, slots=slots[keep]),
-                              near_step_ms=op["step_ms"][keep])
-        for k2 in op:
-            op[k2] = np.array(op[k2], dtype=np.asarray(op2[k2]).dtype, copy=True)
-            op[k2][keep] = op2[k2]
-    return dict({k: op[k] for k in STEADY_STATE}, wait_p99_ms=op["slot_wait_p99_ms"] + op["prefill_wait_p99_ms"],
-                stable=op["stable"], step_stable=op["steps_converge"])
 
 
 def _sentence(col: dict, i: int, wl: Workload) -> str:

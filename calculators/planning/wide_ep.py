@@ -26,6 +26,7 @@ import numpy as np
 from calculators import arch
 from calculators.multi_gpu.tensor_parallel import (Mesh, mesh_problem, per_gpu_activation_bytes, per_gpu_kv_bytes,
                                                    per_gpu_weight_bytes)
+from calculators.planning.screening import apply_bounds, no_steady_state, peak_or_nan, screened_steady_state
 from calculators.planning.serve_at import decode_context, mixed_step, step_tables, step_terms
 from specs.model_config import ModelConfig
 
@@ -43,7 +44,6 @@ def wide_ep_candidates(config: ModelConfig, devices, wl, space, stack, eff_tab, 
     """The planner's raw columns (see `planner._rank`) for every wide-EP layout × device × weight and KV precision
     × batch cap on a device with an interconnect. Those whose weights do not fit, or whose weight format the device
     cannot run, are there too (rejected for memory or precision) but not costed."""
-    from calculators.planning.planner import apply_bounds, no_steady_state, peak_or_nan, screened_steady_state
     c = config
     mem_ctx = wl.prompt_tokens + wl.output_tokens
     ctx = decode_context(wl.prompt_lengths(), wl.output_lengths())

@@ -13,7 +13,7 @@ import pytest
 import streamlit as st
 
 from calculators.planning.load_test_import import import_load_test
-from helpers_apptest import errors, run_script
+from helpers_apptest import REFERENCE, errors, run_script
 from ui.fitted_efficiency import FITTED_EFFICIENCY_KEY, PLANNER_PAGE
 from ui.nav import page_files
 from ui.load_import import METRIC_ROWS
@@ -35,7 +35,7 @@ def _file(path: Path) -> tuple[str, bytes, str]:
 
 
 def upload(files: list[tuple[str, bytes, str]], **state):
-    at = run_script(PAGE, TIMEOUT, **{"measure.source": IMPORT, **state})
+    at = run_script(PAGE, TIMEOUT, **{**REFERENCE, "measure.source": IMPORT, **state})   # the reference example
     at.file_uploader(key="measure.import.files").set_value(files).run()
     assert not at.exception, [e.value for e in at.exception]
     return at
