@@ -44,6 +44,9 @@ from specs.model_config import SpecError
 
 StepFn = Callable[[np.ndarray, np.ndarray], np.ndarray]     # (decode rows n, prompt tokens p) -> step ms
 BISECT = 30
+SCREEN_BISECT = 12        # the screening pass (prompts per step drawn independently): 2.4e-4 of the bracket; the
+                          # candidates near the targets are solved again with the prompt chain at BISECT
+NEAR_BISECT = 20          # from a guess's bracket [0.8, 1.25] × τ: 4e-7 of τ
 HOPELESS_MS = 1e7                 # a mean step longer than this (2.8 hours) counts as no fixed point
 
 
@@ -412,7 +415,8 @@ def operating_point(step: StepFn, rate, load: Load, chain: bool = True, near_ste
     p99, and `stable` (False where the rate is above capacity: then the latencies are inf). `chain=False` skips
     the prompt chain (prompts per step drawn independently): cheaper, for screening many candidates."""
     lam = np.asarray(rate, dtype=float)
-    tau = _fixed_point(step, lam, load, chain, near_step_ms, BISECT if chain else 20)   # screening: 1e-6 of the bracket
+    iterations = SCREEN_BISECT if not chain else BISECT if near_step_ms is None else NEAR_BISECT
+    tau = _fixed_point(step, lam, load, chain, near_step_ms, iterations)
     stable = np.isfinite(tau)
     t = np.where(stable, tau, 1.0)
     n = lam * load.decode_tokens * t / 1e3
