@@ -173,7 +173,8 @@ def results(res, wl: Workload, config=None, stack=None, setup=None, devices=(), 
     df_with_download(counts, "rejections_by_reason")
     df_with_download(pd.DataFrame(rejected_rows(res, 40)), "nearest_rejected_plans",
                      show={"device": None, "gpus": "GPUs", "tp": "TP", "pp": "PP", "batch_cap": "cap",
-                           "weight_dtype": "weights", "reason": None, "why": None})
+                           "weight_dtype": "weights", "reason": None, "why": None},
+                     column_config={"why": st.column_config.TextColumn(width="large")})   # long: cut, whole on hover
     st.caption("Nearest misses first (the smallest over-limit ratio). 'mesh' rows are layouts the model or the GPU "
                "count cannot take (TP not dividing the heads, TP × PP not dividing the GPUs).")
     return best

@@ -153,7 +153,10 @@ def throughput_section(config, devices: list, wl, stack_key: str, chosen: dict |
     st.caption(f"{r['stack']} defaults, every request queued at once, {wl.prompt_tokens:,} in / "
                f"{wl.output_tokens:,} out: {r['binds']}. Batch caps: "
                + ", ".join(f"{k} {v:,}" for k, v in r["batch_caps"].items()) + f". How far to trust these: {err}.")
-    df_with_download(pd.DataFrame([{k: v for k, v in r.items() if not isinstance(v, dict)}]), "max_throughput")
+    df_with_download(pd.DataFrame([{k: v for k, v in r.items() if not isinstance(v, dict)}]), "max_throughput",
+                     show={"output_tok_s": "output tok/s", "total_tok_s": "total tok/s", "requests_per_s": "req/s",
+                           "output_tok_s_per_gpu": "tok/s per GPU", "max_batch": "batch", "step_ms": "step ms",
+                           "step_bound": "step bound", "batch_binding": "batch bound"})
     formula_expander("How this maximum throughput is computed, with its numbers",
                      formula_markdown(throughput_formulas(r, mesh, wl.prompt_tokens, wl.output_tokens),
                                       FORMULA_LABELS) +

@@ -172,7 +172,10 @@ def disaggregated_section(config, best: dict, wl, devices: list, stack) -> None:
                  usd_per_million_tokens=best["usd_per_million_tokens"], ttft_p99_ms=best["ttft_p99_ms"],
                  itl_ms=best["itl_at_load_ms"])]
     df_with_download(pd.DataFrame(rows), "disaggregated_vs_colocated", column_config={
-        k: st.column_config.NumberColumn(format="%.4g") for k in ("usd_per_million_tokens", "ttft_p99_ms", "itl_ms")})
+        **{k: st.column_config.NumberColumn(format="%.4g") for k in ("usd_per_million_tokens", "ttft_p99_ms", "itl_ms")},
+        "layout": st.column_config.TextColumn(width="large")},
+        show={"design": None, "GPUs": None, "usd_per_million_tokens": "$/1M tokens", "ttft_p99_ms": "TTFT p99 ms",
+              "itl_ms": "ITL ms", "layout": None})
     d, co = rows
     if d["usd_per_million_tokens"] is None or co["usd_per_million_tokens"] is None:
         return
