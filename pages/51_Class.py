@@ -211,6 +211,18 @@ def live_view(cfg: BackendConfig, model, device) -> None:
                      column_config={c: f for c in ("predicted step (ms)", "predicted tokens/s")})
 
 
+def live_view_and_predictions(cfg: BackendConfig, model, device) -> None:
+    """The live batch (the page's key chart, first) and the teacher's predictions under it: one fragment, so one
+    refresh timer redraws both."""
+    live_view(cfg, model, device)
+    class_predictions()
+
+
+def other_server_and_predictions(info) -> None:
+    other_server_view(info)
+    class_predictions()
+
+
 def main() -> None:
     setup_page("Class", icon=":material/groups:")
     st.title("Class")
@@ -228,20 +240,17 @@ def main() -> None:
     join_box()
     backend = class_backend().info
     live = st.toggle(f"Live (refresh every {REFRESH_S:g} s)", value=True, key=LIVE_KEY)
-    predictions = st.fragment(run_every=REFRESH_S if live else None)(class_predictions)   # answers count, live
+    every = REFRESH_S if live else None            # one live fragment: the batch, then the count of answers below it
     if backend is not None and backend.engine != "ours":
         simulated_students(backend.config, backend.model, backend.engine)
-        st.fragment(run_every=REFRESH_S if live else None)(other_server_view)(backend)
-        predictions()                                   # below the live batch: the key chart stays in view
+        st.fragment(run_every=every)(other_server_and_predictions)(backend)
         return
     picked = (backend.config, None) if backend is not None else pick_server()
     if picked is None:
-        predictions()
+        st.fragment(run_every=every)(class_predictions)()
         return
     simulated_students(picked[0], backend.model if backend is not None else "engine")
-    fragment = st.fragment(run_every=REFRESH_S if live else None)(live_view)
-    fragment(picked[0], picked[1], device)
-    predictions()
+    st.fragment(run_every=every)(live_view_and_predictions)(picked[0], picked[1], device)
     formula_expander(
         "Where these numbers come from",
         "Measured by the engine server's worker (`server.worker`, read over HTTP from `/v1/batch`) around each "
