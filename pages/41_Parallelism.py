@@ -31,6 +31,7 @@ from specs.topologies import list_topologies, load_topology
 from ui import df_with_download, formula_expander, int_field, setup_page, show_error
 from ui.model_source import choice_field
 from ui.model_source import sizing_with_gpus
+from ui.world import DATACENTRE
 from ui.multi_gpu import MultiGPU, show_fit_verdict
 from ui.charts import style as chart_style
 
@@ -327,7 +328,8 @@ def main() -> None:
     st.markdown("When a model or its traffic outgrows one GPU, there are four ways to cut the work: by matrix "
                 "(tensor), by layer (pipeline), by sequence (context) and by expert. Each buys something different "
                 "and pays for it in communication; the numbers below say how much.")
-    chosen = sizing_with_gpus()
+    chosen = sizing_with_gpus(DATACENTRE, "splitting a model over GPUs needs links between them, and this computer "
+                                          "has none")
     if chosen is None:
         return
     config, device, setup = chosen

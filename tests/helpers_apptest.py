@@ -66,3 +66,10 @@ def press_main_button(at: AppTest) -> str | None:
         return None
     primary[0].click().run()
     return primary[0].proto.label
+
+
+def in_datacentre(state: dict) -> dict:
+    """`state` for a page that always works at data-centre scale (Parallelism, the planner): while the switch says
+    "this class's machine", such a page keeps its model and device under keys of its own."""
+    from ui.world import DATACENTRE, DEVICE_KEY, PRESET_KEY
+    return {(f"{DATACENTRE.key}.{k}" if k in (PRESET_KEY, DEVICE_KEY) else k): v for k, v in state.items()}

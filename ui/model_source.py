@@ -393,11 +393,14 @@ def table_height(rows: int, max_px: int = 740) -> int:
     return min(35 * (rows + 1) + 3, max_px)
 
 
-def sizing_inputs() -> tuple[Any, Any] | None:
+def sizing_inputs(world: World | None = None, why: str = "") -> tuple[Any, Any] | None:
     """The sidebar pair every sizing page starts with: (model config, device), after the units note; or None
-    (with a hint on the page) while either is missing or invalid."""
-    config = model_source()
-    device = device_picker()
+    (with a hint on the page) while either is missing or invalid. `world`, `why`: a page that works at one scale
+    whatever the switch says (`model_source`); its device choice is then kept under keys of its own too."""
+    config = model_source(world=world, why=why)
+    own = world is not None and world != current_world()
+    device = device_picker(key=f"{world.key}.{DEVICE_KEY}" if own else DEVICE_KEY,
+                           default=world.device if world is not None else None)
     units_note()
     if config is None or device is None:
         st.info("Choose a model and a device in the sidebar.")
@@ -405,9 +408,9 @@ def sizing_inputs() -> tuple[Any, Any] | None:
     return config, device
 
 
-def sizing_with_gpus() -> "tuple[ModelConfig, Device, MultiGPU] | None":
+def sizing_with_gpus(world: World | None = None, why: str = "") -> "tuple[ModelConfig, Device, MultiGPU] | None":
     """`sizing_inputs` plus the multi-GPU sidebar (`ui.multi_gpu`): (model, device, layout), or None with the reason shown."""
-    chosen = sizing_inputs()
+    chosen = sizing_inputs(world, why)
     if chosen is None:
         return None
     config, device = chosen

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from helpers_apptest import REFERENCE, run_script
+from helpers_apptest import REFERENCE, in_datacentre, run_script
 
 ROOT = Path(__file__).resolve().parents[2]
 TIMEOUT = 90
@@ -19,7 +19,7 @@ def frame_with(at, column):
 
 
 def test_galaxy_section_shows_the_mesh_collectives_per_axis_and_the_step():
-    at = page(**REFERENCE)
+    at = page(**in_datacentre(REFERENCE))
     assert not at.exception and not [e.value for e in at.error]
     # TinyLlama (chosen: the class's machine has no links) cannot be laid out on 8 × 4: the section says so and shows 001's model
     assert any("Llama-3-70B, the model of 001" in c.value for c in at.caption)
@@ -44,6 +44,6 @@ def test_galaxy_section_shows_the_mesh_collectives_per_axis_and_the_step():
 
 
 def test_galaxy_section_bad_batch_is_a_message():
-    at = page(**REFERENCE)
+    at = page(**in_datacentre(REFERENCE))
     at.text_input(key="par.gx.batch").set_value("64").run()
     assert not at.exception and any("32" in e.value for e in at.error)

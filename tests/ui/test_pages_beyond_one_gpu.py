@@ -7,7 +7,7 @@ from pathlib import Path
 from streamlit.testing.v1 import AppTest
 
 from ui.model_source import CUSTOM
-from helpers_apptest import REFERENCE, run_script
+from helpers_apptest import REFERENCE, in_datacentre, run_script
 
 ROOT = Path(__file__).resolve().parents[2]
 TIMEOUT = 60
@@ -22,7 +22,7 @@ def texts(elements) -> list[str]:
 
 
 def test_parallelism_page_shows_tp_floors_bubble_and_the_mesh_view():
-    at = page("41_", **REFERENCE)
+    at = page("41_", **in_datacentre(REFERENCE))
     assert not at.exception and not texts(at.error)
     tp = at.dataframe[0].value                     # TinyLlama fp16 on A100 (chosen): 003's TP floors
     assert [round(v, 2) for v in tp["every weight read once (ms)"][:3]] == [1.41, 0.71, 0.35]

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from helpers_apptest import REFERENCE, errors, run_script
+from helpers_apptest import REFERENCE, errors, in_datacentre, run_script
 from ui.model_source import PRESET_KEY
 from ui.world import CLASS
 
@@ -157,13 +157,13 @@ def test_sizing_and_engine_pages_say_which_model_they_use():
 
 
 def test_mesh_view_explains_mla_instead_of_an_error():
-    at = page("41_", **{**REFERENCE, PRESET_KEY: "DeepSeek-V2"})      # on a GPU with links
+    at = page("41_", **in_datacentre({**REFERENCE, PRESET_KEY: "DeepSeek-V2"}))      # on a GPU with links
     assert not errors(at) and not at.exception
     assert "multi-head latent attention" in text(at, "info")
 
 
 def test_moe_tp_table_does_not_call_the_resident_weights_a_floor():
-    at = page("41_", **{**REFERENCE, PRESET_KEY: "Mixtral-8x7B"})
+    at = page("41_", **in_datacentre({**REFERENCE, PRESET_KEY: "Mixtral-8x7B"}))
     tp = at.dataframe[0].value
     assert "weights-only floor (ms)" not in tp.columns and "every weight read once (ms)" in tp.columns
     assert "mixture of experts" in text(at, "caption")

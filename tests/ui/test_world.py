@@ -106,3 +106,16 @@ def test_the_class_preset_is_the_engine_default_model_counted(default_model):
     cache, tokens = default_model.new_cache(1, 64), 20
     default_model.prefill(list(range(10, 10 + tokens)), cache)
     assert cache.bytes_used() / tokens == kv_bytes_per_token(preset, 4) == 46_080
+
+
+def test_parallelism_works_at_data_centre_scale_whatever_the_switch_says():
+    """This computer has no links between GPUs, so in the class world the page said only "choose an interconnect":
+    it now sizes the data-centre preset on its GPU, says why, and leaves the switch (and other pages) as they were."""
+    at = run_script(str(ROOT / "pages" / "41_Parallelism.py"), 120)
+    assert not at.exception and not errors(at)
+    assert at.sidebar.radio(key=WORLD_KEY).value == CLASS.label
+    assert "This page always works at **data-centre scale**" in said(at) and "links between them" in said(at)
+    assert f"Sized on paper: **{DATACENTRE.preset}**" in said(at)
+    assert at.dataframe, "the tensor-parallel table is drawn"
+    assert not any("lists no interconnect" in i.value for i in at.info)
+    assert PRESET_KEY not in at.session_state                            # the class world's own choice untouched
