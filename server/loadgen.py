@@ -469,6 +469,8 @@ async def _run_level(client, target, plan, fit, lv: LevelResult, level_no, on_re
             if stop.is_set() or time.perf_counter() > deadline or failed:
                 lv.stopped = lv.stopped or bool(pending)
                 break
+        if gone and not dead and not failed and not await _still_up(client, target):   # the last requests broke
+            dead.append(gone[0])                                   # after the loop's last look: ask once more
     finally:
         for t in tasks:
             t.cancel()
@@ -485,8 +487,13 @@ class _LevelAborted(Exception):
 
 
 async def _still_up(client, target) -> bool:
+    """Whether the server answers /v1/models on a NEW connection: a kept-alive one can still be served by a server
+    that has stopped listening (the handler of an open connection lives on), which would hide its death."""
+    tls = {} if target.url.startswith("https://") else dict(verify=False)
     try:
-        await list_models(client, target)
+        async with httpx2.AsyncClient(limits=httpx2.Limits(max_keepalive_connections=0), trust_env=False,
+                                      **tls) as fresh:
+            await list_models(fresh, target)
         return True
     except LoadError:
         return False
