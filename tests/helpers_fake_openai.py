@@ -52,8 +52,22 @@ class _Handler(BaseHTTPRequestHandler):
         self.end_headers()
         self.wfile.write(body)
 
+    def _dead(self) -> bool:
+        """A killed server answers nothing more, on any connection (a kept-alive one or one accepted just before the
+        listening socket closed): the connection is dropped, as a dead process's would be."""
+        if not self.owner.dead:
+            return False
+        self.close_connection = True
+        try:
+            self.connection.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+        return True
+
     def do_GET(self):
         s = self.script
+        if self._dead():
+            return
         if self.path.rstrip("/") == "/v1/models":
             if s.models_body is not None or s.models_status != 200:
                 return self._json(s.models_status, s.models_body or "<html>nothing here</html>")
@@ -62,6 +76,8 @@ class _Handler(BaseHTTPRequestHandler):
 
     def do_POST(self):
         s = self.script
+        if self._dead():
+            return
         n = int(self.headers.get("Content-Length") or 0)
         try:
             req = json.loads(self.rfile.read(n))
