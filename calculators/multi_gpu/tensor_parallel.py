@@ -249,6 +249,30 @@ def _comm_per_stage_ms(config: ModelConfig, mesh: Mesh, rows: int, link: Link | 
     return n_layers * 2 * ar
 
 
+def _stage(c: ModelConfig, device: Device, mesh: Mesh, tokens: int, kd: str, weight_dtype: str,
+           embeddings_16bit: bool, kv: float, f: dict, mbu: float, mfu: float, efficiency: Efficiency,
+           link: Link | None, stack, expert_imbalance: float | None, sequences: int) -> dict:
+    """One pipeline stage carrying `tokens` token rows on the busiest GPU: the weights they touch and `kv` bytes
+    read, the FLOPs `f` (`forward_flops_split`) split by TP and the stage's share of the layers, the weight GEMMs
+    and attention each on its own roofline (`roofline.gpu_time`) at `mbu`/`mfu`, its collectives, and the host's
+    fixed work for `sequences` sequences (`Efficiency.stage_ms`)."""
+    share = stage_layers(c, mesh.pp) / c.num_layers
+    imb = expert_imbalance_for(c, mesh, tokens, expert_imbalance)
+    w = per_gpu_weight_bytes(c, mesh, weight_dtype, None, embeddings_16bit) * \
+        _weight_read_ratio(c, weight_dtype, math.ceil(ep_tokens(mesh, tokens)))
+    fl = dict(weights=(f["weights"] / mesh.tp + _expert_flops_extra(c, mesh, tokens, imb)) * share,
+              attention=f["attention"] / mesh.tp * share)
+    pk = step_peaks(device, weight_dtype, kd)
+    bw = device.memory_bandwidth_bytes_per_s * mbu
+    mem_w, mem_kv = w / bw * 1e3, kv / bw * 1e3
+    comp_w = fl["weights"] / (pk["weights"] * mfu) * 1e3
+    comp_a = fl["attention"] / (pk["attention"] * mfu) * 1e3
+    comm_ms = _comm_per_stage_ms(c, mesh, tokens, link, stack, imb)
+    return dict(weight_bytes=w, kv_bytes=kv, flops=fl["weights"] + fl["attention"], precision=pk["precision"],
+                memory_ms=mem_w + mem_kv, compute_ms=comp_w + comp_a, comm_ms=comm_ms,
+                stage_ms=float(efficiency.stage_ms(gpu_time(mem_w, comp_w, mem_kv, comp_a) + comm_ms, sequences)))
+
+
 def decode_step_parallel(config: ModelConfig, device: Device, mesh: Mesh, context_tokens: int, batch: int = 1,
                          weight_dtype: str = "bf16", kv_dtype: str | None = None,
                          efficiency: Efficiency = IDEAL, link: Link | None = None, microbatches: int | None = None,
@@ -267,24 +291,11 @@ def decode_step_parallel(config: ModelConfig, device: Device, mesh: Mesh, contex
     _need_link(mesh, link, device)
     m = min(B, mesh.pp) if microbatches is None else check_int("microbatches", microbatches)
     rows = math.ceil(B / m)
-    share = stage_layers(c, mesh.pp) / c.num_layers
-    imb = expert_imbalance_for(c, mesh, rows, expert_imbalance)
-    w = per_gpu_weight_bytes(c, mesh, weight_dtype, None, embeddings_16bit) * \
-        _weight_read_ratio(c, weight_dtype, math.ceil(ep_tokens(mesh, rows)))
-    kv = per_gpu_kv_bytes(c, mesh, context_tokens, rows, kd)
-    f = forward_flops_split(c, 1, context_tokens, rows)
-    fl = dict(weights=(f["weights"] / mesh.tp + _expert_flops_extra(c, mesh, rows, imb)) * share,
-              attention=f["attention"] / mesh.tp * share)
-    flops = fl["weights"] + fl["attention"]
-    pk = step_peaks(device, weight_dtype, kd)
-    prec = pk["precision"]
-    bw = device.memory_bandwidth_bytes_per_s * efficiency.decode_mbu
-    mem_w, mem_kv = w / bw * 1e3, kv / bw * 1e3
-    comp_w = fl["weights"] / (pk["weights"] * efficiency.decode_mfu) * 1e3
-    comp_a = fl["attention"] / (pk["attention"] * efficiency.decode_mfu) * 1e3
-    mem_ms, comp_ms = mem_w + mem_kv, comp_w + comp_a
-    comm_ms = _comm_per_stage_ms(c, mesh, rows, link, stack, imb)
-    stage_ms = float(efficiency.stage_ms(gpu_time(mem_w, comp_w, mem_kv, comp_a) + comm_ms, rows))
+    st = _stage(c, device, mesh, rows, kd, weight_dtype, embeddings_16bit, per_gpu_kv_bytes(c, mesh, context_tokens,
+                rows, kd), forward_flops_split(c, 1, context_tokens, rows), efficiency.decode_mbu,
+                efficiency.decode_mfu, efficiency, link, stack, expert_imbalance, rows)
+    w, kv, flops, prec = st["weight_bytes"], st["kv_bytes"], st["flops"], st["precision"]
+    mem_ms, comp_ms, comm_ms, stage_ms = st["memory_ms"], st["compute_ms"], st["comm_ms"], st["stage_ms"]
     send_ms = p2p_ms(tp_allreduce_bytes(c.hidden_size, rows), link) if mesh.pp > 1 else 0.0
     itl = max(m, mesh.pp) * stage_ms + (mesh.pp - 1) * send_ms
     return dict(itl_ms=itl, stage_ms=stage_ms, memory_ms=mem_ms, compute_ms=comp_ms, comm_ms_per_stage=comm_ms,
@@ -309,24 +320,11 @@ def prefill_parallel(config: ModelConfig, device: Device, mesh: Mesh, prompt_tok
     P, B = check_int("prompt_tokens", prompt_tokens), check_int("batch", batch, limit=1 << 30)
     link = _link_for(device, link)
     _need_link(mesh, link, device)
-    share = stage_layers(c, mesh.pp) / c.num_layers
-    imb = expert_imbalance_for(c, mesh, B * P, expert_imbalance)
-    w = per_gpu_weight_bytes(c, mesh, weight_dtype, None, embeddings_16bit) * \
-        _weight_read_ratio(c, weight_dtype, math.ceil(ep_tokens(mesh, B * P)))
-    kv = per_gpu_kv_bytes(c, mesh, P, B, kd)
-    f = forward_flops_split(c, P, P, B)
-    fl = dict(weights=(f["weights"] / mesh.tp + _expert_flops_extra(c, mesh, B * P, imb)) * share,
-              attention=f["attention"] / mesh.tp * share)
-    flops = fl["weights"] + fl["attention"]
-    pk = step_peaks(device, weight_dtype, kd)
-    prec = pk["precision"]
-    bw = device.memory_bandwidth_bytes_per_s * efficiency.prefill_mbu
-    mem_w, mem_kv = w / bw * 1e3, kv / bw * 1e3
-    comp_w = fl["weights"] / (pk["weights"] * efficiency.prefill_mfu) * 1e3
-    comp_a = fl["attention"] / (pk["attention"] * efficiency.prefill_mfu) * 1e3
-    mem_ms, comp_ms = mem_w + mem_kv, comp_w + comp_a
-    comm_ms = _comm_per_stage_ms(c, mesh, B * P, link, stack, imb)
-    stage_ms = float(efficiency.stage_ms(gpu_time(mem_w, comp_w, mem_kv, comp_a) + comm_ms, B))
+    st = _stage(c, device, mesh, B * P, kd, weight_dtype, embeddings_16bit, per_gpu_kv_bytes(c, mesh, P, B, kd),
+                forward_flops_split(c, P, P, B), efficiency.prefill_mbu, efficiency.prefill_mfu, efficiency, link,
+                stack, expert_imbalance, B)
+    flops, prec = st["flops"], st["precision"]
+    mem_ms, comp_ms, comm_ms, stage_ms = st["memory_ms"], st["compute_ms"], st["comm_ms"], st["stage_ms"]
     send_ms = p2p_ms(tp_allreduce_bytes(c.hidden_size, B * P), link) if mesh.pp > 1 else 0.0
     ttft = mesh.pp * stage_ms + (mesh.pp - 1) * send_ms
     return dict(prefill_ms=ttft, stage_ms=stage_ms, compute_ms=comp_ms, memory_ms=mem_ms,
