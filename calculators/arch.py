@@ -4,6 +4,7 @@ dense FFN or mixture of experts. Every calculator walks layers through these hel
 from __future__ import annotations
 
 import functools
+import threading
 from collections import Counter
 
 from specs.model_config import ModelConfig, SpecError
@@ -45,6 +46,7 @@ def per_config(fn):
     config itself, so its id cannot be reused while cached; the oldest of 512 entries goes first. Unhashable
     arguments are computed, not cached."""
     cache: dict = {}
+    lock = threading.Lock()
 
     @functools.wraps(fn)
     def cached(config, *args, **kw):
@@ -56,9 +58,10 @@ def per_config(fn):
         if hit is not None and hit[0] is config:
             return hit[1]
         out = fn(config, *args, **kw)
-        if len(cache) >= 512:
-            cache.pop(next(iter(cache)), None)
-        cache[key] = (config, out)
+        with lock:                            # browser sessions run in threads: evict and insert one at a time
+            if len(cache) >= 512:
+                cache.pop(next(iter(cache)), None)
+            cache[key] = (config, out)
         return out
     return cached
 
