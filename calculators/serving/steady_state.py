@@ -20,7 +20,9 @@ probability 1/O): the mean-field answer is exact for the mean, which is why TPOT
 
 TTFT = X + W (p50 and p99 of the mixture, `ttft_quantile`), X = the prefill parts added at each quantile:
     wait for a slot W        the birth-death chain of requests held (`slot_wait_law`): P(N ≥ B), then exponential
-                             with mean (1 + c_s²)/2 · 1/(μ_B − λ) (Kingman; Allen-Cunneen)
+                             with mean (I + c_s²)/2 · 1/(μ_B − λ) (Kingman; Allen-Cunneen), I the dispersion of
+                             arrivals counted in steps (`context_dispersion`: the step moves with the running
+                             sequences' cached context, so arrivals per step are a Cox process)
     wait for the prefill budget  M/G/1 on prompt tokens served at the full-chunk step (Pollaczek-Khinchine mean,
                              Cramér-Lundberg tail)
     whole prompts            the prompt chain: the rest of the step in progress (length-biased), then the own step
@@ -28,8 +30,10 @@ TTFT = X + W (p50 and p99 of the mixture, `ttft_quantile`), X = the prefill part
     prompts past half a chunk  ⌈I/chunk⌉ steps carrying its chunks beside the n decode rows
 Sources: Little (1961); Pollaczek-Khinchine; Erlang C (the slot chain with a flat step); Kingman (1961) and
 Allen-Cunneen (Allen, Probability, Statistics and Queueing Theory, 1990) for a general service; Cramér-Lundberg
-for the M/G/1 tail (Asmussen, Applied Probability and Queues, 2003); Kwon et al. 2023 (vLLM) and Agrawal et al.
-2024 (Sarathi-Serve, chunked prefill) for the step's content.
+for the M/G/1 tail (Asmussen, Applied Probability and Queues, 2003); Halfin & Whitt (1981, GI/M/s in heavy
+traffic) and Browne & Whitt (1995, piecewise-linear diffusions) for the dispersed chain; Glynn & Whitt (1993,
+"Limit theorems for cumulative processes") for the context's variance rate; Kwon et al. 2023 (vLLM) and Agrawal
+et al. 2024 (Sarathi-Serve, chunked prefill) for the step's content.
 """
 from __future__ import annotations
 
@@ -214,7 +218,7 @@ def _tail_quantile(p_wait, mean_cond_s, q):
     return np.where(ratio <= 1, 0.0, np.where(np.isfinite(t), t, np.inf))
 
 
-def slot_wait_law(lam, steps_per_request, step_at, slots, held=None, scv=1.0):
+def slot_wait_law(lam, steps_per_request, step_at, slots, held=None, scv=1.0, dispersion=None):
     """P(wait) and the mean conditional wait (s) for a free slot, from the birth-death chain of the number N of
     requests in the replica: with N = j running, a step takes step_at(j) ms and each running request finishes
     with probability 1/steps_per_request per step, so requests leave at rate j / (steps·step_at(j)) and
@@ -226,8 +230,15 @@ def slot_wait_law(lam, steps_per_request, step_at, slots, held=None, scv=1.0):
     `scv` (c_s² = 1: geometric outputs; 0: fixed ones): while the slots are full the queue is a GI/G/1 queue
     served at rate μ_B, whose wait given a wait is in heavy traffic exponential with mean (c_a² + c_s²)/2 ·
     1/(μ_B − λ), c_a² = 1 for Poisson arrivals (Kingman's heavy-traffic law; Allen-Cunneen's M/G/c
-    approximation scales Erlang C's wait by the same factor). Vectorised; the loop runs to the largest finite
-    cap."""
+    approximation scales Erlang C's wait by the same factor).
+    `dispersion(j)`: z_j = (1 + I_j)/2 where the arrivals, counted in steps, have index of dispersion I_j (1 for
+    Poisson; `context_dispersion`). The chain is the birth-death form of a diffusion whose log-weights rise by
+    2(λ − μ_j)/(λ + μ_j) ≈ ln(λ/μ_j) per state; births of dispersion I make that 2(λ − μ_j)/(λ·I + μ_j), i.e.
+    ln(λ/μ_j)/z_j near balance (Browne & Whitt 1995), so
+        log w_j = Σ_{i ≤ j} ln(rate_i) / z_i,   the queue's ratio q^(1/z_B),   mean wait (2z_B − 1 + c_s²)/2/(μ_B − λ)
+    With a flat step and z constant this is Halfin & Whitt's (1981) GI/M/s limit, P(wait) = [1 + β̃Φ(β̃)/φ(β̃)]^(−1)
+    with β̃ = β/√z, and Kingman's mean with c_a² = I; with z = 1 it is the chain above. Vectorised; the loop runs
+    to the largest finite cap."""
     lam = np.asarray(lam, dtype=float)
     c = np.asarray(slots, dtype=float) * np.ones_like(lam)
     finite = np.isfinite(c)
@@ -242,7 +253,8 @@ def slot_wait_law(lam, steps_per_request, step_at, slots, held=None, scv=1.0):
     j = np.arange(1, top + 1, dtype=float).reshape((top,) + (1,) * lam.ndim)
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
         rate = lam[None] * steps_per_request * _on_grid(step_at, top, lam) / (1e3 * j)
-        logw = np.cumsum(np.log(np.maximum(rate, 1e-300)), axis=0)            # log w_j, j = 1..top
+        z = 1.0 if dispersion is None else _on_grid(dispersion, top, lam)
+        logw = np.cumsum(np.log(np.maximum(rate, 1e-300)) / z, axis=0)        # log w_j, j = 1..top
         below = j < c[None]
         log_z = np.logaddexp(0.0, np.log(np.sum(np.where(below, np.exp(logw - logw.max(axis=0)), 0.0), axis=0))
                              + logw.max(axis=0))
@@ -250,11 +262,12 @@ def slot_wait_law(lam, steps_per_request, step_at, slots, held=None, scv=1.0):
         log_wb = np.take_along_axis(logw, cap[None], axis=0)[0]
         q = lam * steps_per_request * step_at(np.where(finite, c, 1.0)) / (1e3 * np.where(finite, c, 1.0))
         ok = finite & (q < 1)
-        log_tail = log_wb - np.log1p(-np.minimum(q, 1 - 1e-12))
+        zb = np.ones_like(q) if dispersion is None else dispersion(np.where(finite, c, 1.0))
+        log_tail = log_wb - np.log1p(-np.minimum(q, 1 - 1e-12) ** (1 / zb))    # Σ_{j ≥ B} w_B q^((j − B)/z)
         p_wait = np.where(ok, np.exp(log_tail - np.logaddexp(log_z, log_tail)), np.where(finite, 1.0, 0.0))
         p_wait = np.where(far, 0.0, p_wait)
-        mean_cond = np.where(ok, (1 + np.asarray(scv)) / 2 / np.maximum(lam * (1 / np.maximum(q, 1e-300) - 1),
-                                                                           1e-300), np.inf)
+        kingman = (2 * zb - 1 + np.asarray(scv)) / 2                           # (c_a² + c_s²)/2, c_a² = I_B
+        mean_cond = np.where(ok, kingman / np.maximum(lam * (1 / np.maximum(q, 1e-300) - 1), 1e-300), np.inf)
     return p_wait, mean_cond
 
 
@@ -279,6 +292,46 @@ def slot_wait_quantile_s(lam, steps_per_request, step_at, slots, q, held=None, s
     t = _tail_quantile(p_wait, mean_cond, q)
     return np.where(~np.isfinite(np.asarray(slots, dtype=float) * np.ones_like(np.asarray(lam, dtype=float))),
                     0.0, t)
+
+
+def context_spread(load: Load) -> float:
+    """v, tokens²·steps per step: the variance rate of one busy slot's cached context summed over steps. An
+    occupant holds its slot X = O − 1 + k steps and reads R = (O − 1)·I + (O − 1)(O − 2)/2 cached positions over
+    its decode steps (its context grows by one a step); back-to-back occupants make a renewal-reward process, whose
+    sum over many steps is asymptotically normal with variance rate Var(R − c·X)/E[X], c = E[R]/E[X] (the
+    renewal-reward central limit theorem; Glynn & Whitt 1993). Prompts and outputs independent. 0 for fixed
+    lengths (each slot's context is then a saw-tooth that repeats)."""
+    I, O, k = load.prompt, load.output, load.prefill_steps
+    ei, ei2 = I.mean_tokens, I.second_moment
+    ex = O.moment(lambda o: o - 1 + k)
+    c = (ei * O.moment(lambda o: o - 1) + O.moment(lambda o: (o - 1) * (o - 2) / 2)) / ex
+
+    def centred(o):                                      # E_I[(R − c·X)²] at output o
+        g = (o - 1) * (o - 2) / 2 - c * (o - 1 + k)
+        return (o - 1) ** 2 * ei2 + 2 * (o - 1) * ei * g + g * g
+    return max(O.moment(centred), 0.0) / ex
+
+
+def context_dispersion(step: StepFn, load: Load, lam, rows_at, p, step_at):
+    """z(j) = (1 + I_j)/2 of `slot_wait_law`, or None (a step that does not say how it grows with the context, or
+    lengths that leave no spread). Counted in steps, a slot is held a fixed number of steps whatever they last, but
+    the arrivals per step are Poisson(λ·τ_k): τ_k = step_at(j) + β·(A_k − E[A]), A_k the context the r = rows_at(j)
+    decode rows read, β = `step.ms_per_context_token` (the KV read, or attention where compute binds). Over K steps
+    the arrivals' variance is λτK + λ²·Var(Σ τ_k) = λτK + λ²β²·r·v·K (v = `context_spread`), so
+        I_j = 1 + λ·β²·r·v / step_at(j)                 (λ per ms)
+    A full batch whose sequences happen to be old makes every step longer and frees its slots later: the departures
+    bunch, and the queue behind a full batch is longer than with Poisson departures (v = 0, I = 1 for fixed
+    lengths, and β = 0 where the step does not read the context)."""
+    beta = getattr(step, "ms_per_context_token", None)
+    v = context_spread(load) if beta is not None else 0.0
+    if v <= 0:
+        return None
+    lam_ms = np.asarray(lam, dtype=float) / 1e3
+
+    def z(j):
+        r = rows_at(j)
+        return 1 + lam_ms * beta(r, p * np.ones_like(r)) ** 2 * r * v / (2 * step_at(j))
+    return z
 
 
 def prefill_wait_mean_s(rho, service_s, scv):
@@ -468,7 +521,8 @@ def operating_point(step: StepFn, rate, load: Load, chain: bool = True, near_ste
     step_at = lambda j: step(j * rows_per_held, p * np.ones_like(j)) + bend     # noqa: E731  j requests held
     # a slot is held for the prefill steps and the O − 1 decode steps: its variability is the output's
     scv = load.output.scv * (load.output.mean_tokens / np.maximum(steps_per_req, 1e-12)) ** 2
-    law = slot_wait_law(lam, steps_per_req, step_at, load.slots, held, scv)
+    dispersion = context_dispersion(step, load, lam, lambda j: j * rows_per_held, p, step_at)
+    law = slot_wait_law(lam, steps_per_req, step_at, load.slots, held, scv, dispersion)
     uncapped = ~np.isfinite(np.asarray(load.slots, dtype=float) * np.ones_like(t))
     p_wait = np.where(uncapped, 0.0, law[0])
     mean_ms = np.where(uncapped | ~np.isfinite(law[1]), np.inf, law[1] * 1e3)
@@ -511,10 +565,20 @@ def step_fn_for_model(model, load: Load) -> StepFn:
     else:
         read_tok = 0.0
 
-    def step(n, p):
+    def parts(n, p):                                      # (memory ms, compute ms)
         n, p = np.asarray(n, dtype=float), np.asarray(p, dtype=float)
-        mem, comp = model.step_parts_ms(n + p, n * ctx_dec + p * read_tok, n * ctx_dec + p * pairs_tok)
+        return model.step_parts_ms(n + p, n * ctx_dec + p * read_tok, n * ctx_dec + p * pairs_tok)
+
+    def step(n, p):
+        mem, comp = parts(n, p)
         return np.maximum(mem, comp) + model.overhead_ms
+
+    def ms_per_context_token(n, p):
+        """∂step/∂(cached positions the decode rows read): the KV read where memory binds, else attention."""
+        mem, comp = parts(n, p)
+        return np.where(mem >= comp, model.kv_bytes_per_token / model.bandwidth_bytes_per_s,
+                        model.attn_flops_per_pair / model.peak_flop_s) * 1e3
+    step.ms_per_context_token = ms_per_context_token
     return step
 
 
