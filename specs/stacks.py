@@ -52,6 +52,13 @@ class Stack:
         its per-step host work hides behind the GPU's (specs/stacks.json `overlap_scheduler`, with its source)."""
         return bool(self.doc.get("overlap_scheduler", False))
 
+    @property
+    def kv_fraction_of_free(self) -> bool:
+        """Whether the stack's memory fraction is the KV cache's share of the memory the weights and activations
+        leave free (TensorRT-LLM's free_gpu_memory_fraction) rather than a bound on all its memory (vLLM's
+        gpu_memory_utilization); specs/stacks.json `memory_fraction_of`, with its source."""
+        return self.doc.get("memory_fraction_of", "total") == "free"
+
     def overhead_ms(self, device_class: str) -> float:
         """Fixed cost of one forward step (launches, scheduling, sampling) on a device class; 'other' if absent."""
         table = self.step_overhead_ms

@@ -187,17 +187,21 @@ def per_gpu_memory(config: ModelConfig, device: Device, mesh: Mesh, context_toke
                    weight_dtype: str = "bf16", kv_dtype: str | None = None,
                    usable_fraction: float = DEFAULT_GPU_MEMORY_UTILIZATION,
                    overheads: RuntimeOverheads = RuntimeOverheads(), embeddings_16bit: bool = True,
-                   group_size: int | None = None) -> dict:
+                   group_size: int | None = None, kv_fraction_of_free: bool = False) -> dict:
     """The busiest GPU's memory: weights + KV (`batch` sequences of `context_tokens`, spread over the replicas'
-    pipelines as they are) + activations + runtime overheads vs usable = device × gpu_memory_utilization.
-    `batch` is the number of sequences ONE replica holds."""
+    pipelines as they are) + activations + runtime overheads vs usable = device × gpu_memory_utilization (vLLM:
+    the fraction bounds everything). `kv_fraction_of_free` (TensorRT-LLM's free_gpu_memory_fraction): the fraction
+    bounds the KV cache alone, as a share of what the weights, activations and overheads leave free, so
+    usable = those + fraction × (device − those). `batch` is the number of sequences ONE replica holds."""
     kd = kv_dtype or default_kv_dtype(weight_dtype)
     w = per_gpu_weight_bytes(config, mesh, weight_dtype, group_size, embeddings_16bit)
     kv = per_gpu_kv_bytes(config, mesh, context_tokens, batch, kd)
     act = per_gpu_activation_bytes(config, mesh, context_tokens, batch)
     over = overheads.total_bytes(mesh.communicating_gpus)      # communication buffers past 1 GPU
-    usable = device.memory_bytes * check_fraction("usable_fraction", usable_fraction)
-    needed = w + kv + act + over
+    frac = check_fraction("usable_fraction", usable_fraction)
+    rest = w + act + over
+    usable = rest + frac * max(device.memory_bytes - rest, 0.0) if kv_fraction_of_free else device.memory_bytes * frac
+    needed = rest + kv
     return dict(per_gpu_weight_bytes=w, per_gpu_kv_bytes=kv, per_gpu_activation_bytes=act, overhead_bytes=over,
                 per_gpu_needed_bytes=needed, usable_bytes=usable, device_bytes=device.memory_bytes,
                 fits=needed <= usable, headroom_bytes=usable - needed, short_by_bytes=max(0.0, needed - usable),

@@ -101,15 +101,16 @@ def plan_formulas(config: ModelConfig, device: Device, row: dict, wl, stack: Sta
                    "attention's products at attention's own precision (never FP4)",
                    attention_flops=t["attention_flops"], flop_s=t["attention_flop_s"])
     terms = dict(passes=t["passes"], weights=mem_w.value, gemm=gemm.value, kv=mem_kv.value, attention=attn.value,
-                 collectives=t["comm_ms"], fixed=t["fixed_ms"])
+                 collectives=t["comm_ms"], fixed=t["fixed_ms"], sequences=t["sequences_ms"])
     if t["overlap_host"]:
-        step = explain("step_ms", "passes * max(max(weights, gemm) + max(kv, attention) + collectives, fixed)", "ms",
-                       src, "one step at the mean load: GEMMs, then attention, each on its own roofline; the host's "
-                       "fixed work overlaps the GPU's (the stack's overlap scheduler)", **terms)
+        step = explain("step_ms", "passes * max(max(weights, gemm) + max(kv, attention) + collectives + fixed, "
+                       "sequences)", "ms", src, "one step at the mean load: GEMMs, then attention, each on its own "
+                       "roofline, and the step's fixed GPU cost; the host's per-sequence work overlaps them (the "
+                       "stack's overlap scheduler)", **terms)
     else:
-        step = explain("step_ms", "passes * (max(weights, gemm) + max(kv, attention) + collectives + fixed)", "ms",
-                       src, "one step at the mean load: GEMMs, then attention, each on its own roofline, then the "
-                       "host's fixed work", **terms)
+        step = explain("step_ms", "passes * (max(weights, gemm) + max(kv, attention) + collectives + fixed + "
+                       "sequences)", "ms", src, "one step at the mean load: GEMMs, then attention, each on its own "
+                       "roofline, the step's fixed cost, then the host's per-sequence work", **terms)
     itl = explain("itl_at_load_ms", "tau", "ms", SOURCE, "the mean token gap: the fixed point τ = mean step over "
                   "steps with and without a prompt (a step that carries a prompt is slower than step(n, p))",
                   tau=row["itl_at_load_ms"])
@@ -137,13 +138,14 @@ def throughput_formulas(result: dict, mesh: Mesh, prompt_tokens: int, output_tok
     src = "calculators.planning.throughput"
     terms = dict(pp=mesh.pp, weights=result["weights_memory_ms"], gemm=result["gemm_compute_ms"],
                  kv=result["kv_memory_ms"], attention=result["attention_compute_ms"], collectives=result["comm_ms"],
-                 fixed=result["overhead_ms"])
+                 fixed=result["fixed_ms"], sequences=result["sequences_ms"])
     if result.get("overlap_host"):
-        step = explain("step_ms", "pp * max(max(weights, gemm) + max(kv, attention) + collectives, fixed)", "ms",
-                       src, "B decode rows + B/O prompts of I tokens per step; the host's work overlapped", **terms)
+        step = explain("step_ms", "pp * max(max(weights, gemm) + max(kv, attention) + collectives + fixed, "
+                       "sequences)", "ms", src, "B decode rows + B/O prompts of I tokens per step; the host's "
+                       "per-sequence work overlapped", **terms)
     else:
-        step = explain("step_ms", "pp * (max(weights, gemm) + max(kv, attention) + collectives + fixed)", "ms", src,
-                       "B decode rows + B/O prompts of I tokens per step", **terms)
+        step = explain("step_ms", "pp * (max(weights, gemm) + max(kv, attention) + collectives + fixed + sequences)",
+                       "ms", src, "B decode rows + B/O prompts of I tokens per step", **terms)
     out = explain("output_tok_s", "B / step * 1000 * replicas", "tok/s", src, "every sequence emits a token a step",
                   B=result["max_batch"], step=result["step_ms"], replicas=result["replicas"])
     tot = explain("total_tok_s", "out * (I + O) / O", "tok/s", src, out=out.value, I=prompt_tokens, O=output_tokens)

@@ -36,7 +36,7 @@ import numpy as np
 
 from calculators import arch
 from calculators.sizing.kv_cache import kv_cache_bytes
-from calculators.sizing.latency import Efficiency, step_weight_bytes
+from calculators.sizing.latency import Efficiency, stage_with_host, step_weight_bytes
 from calculators.sizing.memory import DEFAULT_GPU_MEMORY_UTILIZATION, RuntimeOverheads, ffn_width
 from calculators.sizing.params import bytes_per_param, expert_params, param_breakdown
 from calculators.sizing.roofline import forward_flops_split, gpu_time, step_peaks
@@ -298,9 +298,10 @@ def plan(config: ModelConfig, devices: list[Device], workload: Workload, space: 
     seq_over = np.array([e.sequence_overhead_us for e in effs])[di] / 1e3
     overlap = np.array([e.overlap_host for e in effs])[di]
 
-    def host(gpu_ms, over_ms, ov=overlap):
-        """`Efficiency.stage_ms`, vectorised: the host's work added to the GPU's, or overlapped with it."""
-        return np.where(ov, np.maximum(gpu_ms, over_ms), gpu_ms + over_ms)
+    def host(gpu_ms, sequences, ov=overlap):
+        """`Efficiency.stage_ms`, vectorised: the fixed step cost added to the GPU's work, the per-sequence host
+        work added too, or overlapped with both (`latency.stage_with_host`)."""
+        return stage_with_host(gpu_ms, overhead, sequences * seq_over, ov)
 
     def eff_of(field):                    # the stack's efficiency on each candidate's vendor and precision
         return np.array([[getattr(e, field) if e else np.nan for e in row] for row in eff_tab])[di, wdi]
@@ -347,7 +348,7 @@ def plan(config: ModelConfig, devices: list[Device], workload: Workload, space: 
         comp_a = dec_a * rows / tpf * share / (peak_att * mfu) * 1e3
         mem, comp = mem_w + mem_kv, comp_w + comp_a
         comm = stage * layer_comm_ms(rows)
-        step = host(gpu_time(mem_w, comp_w, mem_kv, comp_a) + comm, overhead + rows * seq_over)
+        step = host(gpu_time(mem_w, comp_w, mem_kv, comp_a) + comm, rows)
         return np.maximum(m, pp) * step + (pp - 1) * p2p(rows), mem, comp, comm
     itl, mem_ms, comp_ms, comm_ms = decode(Bf)
     itl_one = decode(np.ones_like(Bf))[0]
@@ -359,8 +360,7 @@ def plan(config: ModelConfig, devices: list[Device], workload: Workload, space: 
         cm_w = (f["weights"] / tpf + extra_expert_flops(float(P))) * share / (peak * pre_mfu) * 1e3
         cm_a = f["attention"] / tpf * share / (peak_att * pre_mfu) * 1e3
         mm_w, mm_kv = w_gpu * S["read_ratio_prefill"][P] / (bw * pre_mbu) * 1e3, kv_p / (bw * pre_mbu) * 1e3
-        st = host(gpu_time(mm_w, cm_w, mm_kv, cm_a) + stage * layer_comm_ms(float(wl.new_prompt_tokens(P))),
-                  overhead + seq_over)
+        st = host(gpu_time(mm_w, cm_w, mm_kv, cm_a) + stage * layer_comm_ms(float(wl.new_prompt_tokens(P))), 1.0)
         return ppf * st + (pp - 1) * p2p(float(wl.new_prompt_tokens(P))), cm_w + cm_a
     pre_mean, _ = prefill(wl.prompt_tokens)
     pre_p99, pre_comp = prefill(wl.p99_prompt)

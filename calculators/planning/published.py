@@ -2,7 +2,10 @@
 stack each source names (`bench/published_serving.csv`: every row read in its source, with the URL).
 
 Row modes:
-- offline (all requests queued, fixed lengths): `throughput.max_throughput`'s output tokens/s;
+- offline (all requests queued, fixed lengths): with the number of requests the run queued (`requests`, stated by
+  TensorRT-LLM's perf overview for each length pair), that finite run followed to its end
+  (`serve_at.finite_run_at` at an unbounded rate): N·O / makespan, the ramp while the batch fills and the drain of
+  the last wave included; without it, `throughput.max_throughput`'s steady output tokens/s;
 - concurrency C (a closed loop of C users, AIPerf/genai-perf): ITL = one steady-state step with C sequences,
   TTFT = the prompt's prefill, output tokens/s = C·O / (TTFT + (O − 1)·ITL), or the maximum throughput once C
   exceeds the batch the deployment can hold;
@@ -21,6 +24,7 @@ specs/stacks.json are fitted on `fit` rows only (`fit_stack`), and the `test` ro
 from __future__ import annotations
 
 import csv
+import math
 import statistics
 from pathlib import Path
 
@@ -128,6 +132,10 @@ def predict(row: dict, efficiency: Efficiency | None = None) -> float:
     """The planner's figure for one row, in the row's unit, with the row's stack's defaults (or `efficiency`)."""
     c, dev, mesh, stack, eff = _setup(row, efficiency)
     mode = row["mode"]
+    if mode == "offline" and row.get("requests"):
+        f = finite_run_at(c, dev, mesh, math.inf, int(row["requests"]), int(row["prompt_tokens"]),
+                          int(row["output_tokens"]), row["weights"], row["kv"], stack, eff)
+        return f["achieved_rps"] * int(row["output_tokens"])
     if mode == "offline":
         return max_throughput(c, dev, mesh, int(row["prompt_tokens"]), int(row["output_tokens"]), row["weights"],
                               row["kv"], stack, efficiency=eff)["output_tok_s"]
@@ -192,9 +200,9 @@ def error_table(rows: list[dict]) -> list[dict]:
 
 
 # ------------------------------------------------------------------------------------------ fitting (fit rows only)
-FIT_GRID = {"decode_mbu": (0.35, 0.45, 0.55, 0.65, 0.75, 0.85),
+FIT_GRID = {"decode_mbu": (0.35, 0.45, 0.55, 0.65, 0.75, 0.85, 0.9),
             "decode_mfu": (0.15, 0.2, 0.25, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8), "gemm_half_tokens": (0.0, 64.0, 256.0, 1024.0),
-            "prefill_mfu": (0.2, 0.3, 0.4, 0.5, 0.6, 0.7), "step_overhead_ms": (0.0, 0.5, 1.0, 2.0, 3.0, 4.0),
+            "prefill_mfu": (0.2, 0.3, 0.4, 0.5, 0.6, 0.7), "step_overhead_ms": (0.0, 0.5, 1.0, 2.0, 3.0, 4.0, 6.0, 8.0),
             "sequence_overhead_us": (0.0, 4.0, 8.0, 16.0)}
 
 
@@ -205,7 +213,6 @@ def row_id(row: dict, rows: list[dict]) -> int:
 
 def _loss(rows: list[dict], eff: Efficiency) -> float:
     """Mean |ln(predicted / published speed)|: symmetric in over- and under-prediction."""
-    import math
     return sum(abs(math.log1p(speed_error(r, predict(r, eff)))) for r in rows) / len(rows)
 
 

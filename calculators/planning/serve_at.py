@@ -26,7 +26,7 @@ from calculators.planning.throughput import batch_limits, deployment_defaults, m
 from calculators.serving.finite_run import finite_run
 from calculators.serving.lengths import Lengths
 from calculators.serving.steady_state import Load, capacity, check_rate, operating_point
-from calculators.sizing.latency import Efficiency, gemm_mfu, step_weight_bytes
+from calculators.sizing.latency import Efficiency, gemm_mfu, stage_with_host, step_weight_bytes
 from calculators.sizing.roofline import forward_flops_split, gpu_time, step_peaks
 from calculators.multi_gpu.tensor_parallel import (Mesh, _comm_per_stage_ms, _expert_flops_extra, _link_for,
                                                    _need_link, check_mesh, expert_imbalance_for, per_gpu_kv_bytes,
@@ -139,15 +139,16 @@ def mixed_step(terms: dict, tables: dict):
         comp_w = gemm_flops / (t["peak"] * mfu) * 1e3
         comp_a = attention_flops / (t["peak_attention"] * mfu) * 1e3
         comm = on_grid(tb["comm"], tok)
-        fixed = t["step_overhead_ms"] + rows * t["sequence_overhead_ms"]
+        fixed, per_seq = t["step_overhead_ms"], rows * t["sequence_overhead_ms"]
         gpu = gpu_time(mem_w, comp_w, mem_kv, comp_a) + comm
-        stage = np.where(np.asarray(t["overlap_host"]) > 0, np.maximum(gpu, fixed), gpu + fixed)
+        stage = stage_with_host(gpu, fixed, per_seq, np.asarray(t["overlap_host"]) > 0)
         passes = np.maximum(m, t["pp"])
         return dict(weight_bytes=weight_bytes, kv_bytes=kv_bytes, bandwidth=t["bandwidth"], gemm_flops=gemm_flops,
                     attention_flops=attention_flops, gemm_flop_s=t["peak"] * mfu,
                     attention_flop_s=t["peak_attention"] * mfu, weights_memory_ms=mem_w, kv_memory_ms=mem_kv,
                     gemm_compute_ms=comp_w, attention_compute_ms=comp_a,
-                    memory_ms=mem_w + mem_kv, compute_ms=comp_w + comp_a, comm_ms=comm, fixed_ms=fixed,
+                    memory_ms=mem_w + mem_kv, compute_ms=comp_w + comp_a, comm_ms=comm, fixed_ms=fixed + 0 * rows,
+                    sequences_ms=per_seq,
                     overlap_host=np.asarray(t["overlap_host"]) > 0, passes=passes, step_ms=passes * stage)
 
     def step(n, p):
@@ -196,7 +197,8 @@ def _replica(config: ModelConfig, device: Device, mesh: Mesh, I: Lengths, O: Len
 def finite_run_at(config: ModelConfig, device: Device, mesh: Mesh, rate: float, requests: int, prompt: int,
                   output: int, weight_dtype: str = "bf16", kv_dtype: str | None = None,
                   stack: Stack | str | None = None, efficiency: Efficiency | None = None) -> dict:
-    """A finite online run of `requests` requests sent at `rate`/s (all replicas; each replica gets its share),
+    """A finite run of `requests` requests sent at `rate`/s (all replicas; each replica gets its share; math.inf:
+    all queued at once, an offline benchmark such as `trtllm-bench throughput`),
     followed step by step on the deployment's step (`calculators.serving.finite_run`): what a benchmark of N
     requests at a QPS reports (throughput = N / makespan, mean ITL, mean TTFT), past capacity included, where the
     steady state does not exist."""
@@ -205,7 +207,8 @@ def finite_run_at(config: ModelConfig, device: Device, mesh: Mesh, rate: float, 
     step, load, *_ = _replica(config, device, mesh, I, O, weight_dtype, kv_dtype, s, None, efficiency, None, None,
                               None, None)
     per = max(1, math.ceil(check_int("requests", requests, limit=1 << 24) / mesh.replicas))
-    r = finite_run(step, check_rate(rate) / mesh.replicas, per, I.mean_tokens, int(round(O.mean_tokens)),
+    lam = math.inf if rate == math.inf else check_rate(rate) / mesh.replicas
+    r = finite_run(step, lam, per, I.mean_tokens, int(round(O.mean_tokens)),
                    slots=load.slots, chunk=load.chunk)
     r["achieved_rps"] *= mesh.replicas
     return r

@@ -57,7 +57,8 @@ def batch_limits(config: ModelConfig, device: Device, mesh: Mesh, prompt_tokens:
         if max_num_batched_tokens is not None else tokens
     ctx = reserved_context(prompt_tokens, output_tokens, stack.kv_reservation)
     b_mem = max_batch_per_replica(config, device, mesh, ctx, weight_dtype, kv_dtype, limit=1 << 17,
-                                  usable_fraction=gpu_memory_utilization)
+                                  usable_fraction=gpu_memory_utilization,
+                                  kv_fraction_of_free=stack.kv_fraction_of_free)
     b_tok = max(1, tokens * output_tokens // (prompt_tokens + output_tokens))
     caps = {"memory (KV cache)": b_mem, "scheduler max sequences": seqs, "scheduler token budget": b_tok}
     binding = min(caps, key=caps.get)
@@ -103,7 +104,8 @@ def step_time(config: ModelConfig, device: Device, mesh: Mesh, batch: int, promp
     return dict(step_ms=step_ms, stage_ms=stage_ms, memory_ms=mem_ms, compute_ms=comp_ms, comm_ms=comm_ms,
                 weights_memory_ms=mem_w, kv_memory_ms=mem_kv, gemm_compute_ms=comp_w, attention_compute_ms=comp_a,
                 overlap_host=bool(efficiency.overlap_host),
-                overhead_ms=efficiency.overhead_ms(rows), bound=bound, precision=pk["precision"],
+                overhead_ms=efficiency.overhead_ms(rows), fixed_ms=efficiency.step_overhead_ms,
+                sequences_ms=rows * efficiency.sequence_overhead_us / 1e3, bound=bound, precision=pk["precision"],
                 attention_precision=pk["attention_precision"], microbatches=m,
                 expert_imbalance=imb)
 
@@ -151,7 +153,7 @@ def max_throughput(config: ModelConfig, device: Device, mesh: Mesh, prompt_token
                 batch_caps=lim["caps"], step_ms=st["step_ms"], step_bound=st["bound"], memory_ms=st["memory_ms"],
                 compute_ms=st["compute_ms"], comm_ms=st["comm_ms"], overhead_ms=st["overhead_ms"],
                 **{k: st[k] for k in ("weights_memory_ms", "kv_memory_ms", "gemm_compute_ms", "attention_compute_ms",
-                                      "overlap_host")},
+                                      "overlap_host", "fixed_ms", "sequences_ms")},
                 replicas=mesh.replicas, gpus=mesh.total_gpus, stack=s.name, kv_reservation=s.kv_reservation,
                 reserved_context_tokens=lim["reserved_context_tokens"], gpu_memory_utilization=gmu,
                 max_num_seqs=lim["max_num_seqs"], max_num_batched_tokens=lim["max_num_batched_tokens"],

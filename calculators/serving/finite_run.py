@@ -12,8 +12,12 @@ requests in flight pile up for as long as they arrive, then drain. What such a r
 The run is followed in cohorts of whole requests: request i is sent at i / λ (the mean path of a Poisson stream,
 without its bunching); each step admits the requests waiting at its start up to the slot cap and the prompt-token
 budget (whole prompts), prefills them in that step (first token at its end: a request sent during a step waits for
-it to end), and a cohort decodes for O − 1 further steps and leaves. Each step costs step(n decode rows, p prompt tokens), the deployment's own mixed step
-(`serve_at.step_cost`), so at a rate the server sustains the run's middle is the steady state's mean path.
+it to end), and a cohort decodes for O − 1 further steps and leaves. Each step costs step(n decode rows, p prompt
+tokens), the deployment's own mixed step (`serve_at.step_cost`), so at a rate the server sustains the run's middle
+is the steady state's mean path. Steps that admit nobody repeat unchanged until a cohort leaves or a request
+arrives, and are taken together (`_quiet_steps`): the run costs one step call per event, not per token.
+An offline benchmark (every request queued at once, `trtllm-bench throughput`) is the same run at an unbounded
+rate: its throughput is N·O / makespan, the ramp while the batch fills and the drain of the last wave included.
 Fixed lengths (the means): a finite run's figures are means, and so are the published ones it is compared with.
 """
 from __future__ import annotations
@@ -27,12 +31,23 @@ from calculators.serving.steady_state import StepFn, check_rate
 MAX_STEPS = 2_000_000
 
 
+def _quiet_steps(cohorts, tau: float, t: float, next_arrival_ms: float | None) -> int:
+    """Steps that repeat unchanged from time t when nobody is admitted (the slots are full, or nobody waits):
+    until the first cohort leaves (its last step included), and, when nobody waits, only the steps that start
+    before the next arrival (floor: never one too many). At least 1."""
+    m = min((k for _, k in cohorts), default=1)
+    if next_arrival_ms is not None and tau > 0:
+        m = min(m, max(1, math.floor((next_arrival_ms - t) / tau)))
+    return max(1, m)
+
+
 def finite_run(step: StepFn, rate: float, requests: int, prompt_tokens: float, output_tokens: int,
                slots: float = math.inf, chunk: float = math.inf) -> dict:
-    """Follow `requests` requests sent at `rate`/s through a replica whose step costs step(n, p) ms; see the module
-    docstring. Returns makespan_s, achieved_rps (= requests / makespan), itl_ms, ttft_ms (means), peak_in_flight,
+    """Follow `requests` requests sent at `rate`/s (math.inf: all queued at t = 0, an offline run) through a replica
+    whose step costs step(n, p) ms; see the module docstring. Returns makespan_s, achieved_rps (= requests / makespan), itl_ms, ttft_ms (means), peak_in_flight,
     steps."""
-    lam = check_positive("rate", check_rate(rate))
+    offline = rate == math.inf                    # every request queued at t = 0 (an offline benchmark)
+    lam = math.inf if offline else check_positive("rate", check_rate(rate))
     N = check_int("requests", requests, limit=1 << 24)
     I = check_positive("prompt tokens", prompt_tokens)
     O = check_int("output tokens", output_tokens, limit=1 << 24)
@@ -48,18 +63,28 @@ def finite_run(step: StepFn, rate: float, requests: int, prompt_tokens: float, o
     peak = 0.0
     steps = 0
     while admitted < N or decoding > 0:
-        steps += 1
-        if steps > MAX_STEPS:
-            raise RuntimeError("finite run: too many steps")
-        arrived = min(N, math.floor(lam * t / 1e3 + 1e-9) + 1)     # request i arrives at i / λ (the first at 0)
+        arrived = N if offline else min(N, math.floor(lam * t / 1e3 + 1e-9) + 1)   # request i arrives at i / λ
         waiting = arrived - admitted
         if waiting == 0 and decoding == 0:                        # idle until the next arrival
             t = max(t, admitted / lam * 1e3)
             continue
+        steps += 1
+        if steps > MAX_STEPS:
+            raise RuntimeError("finite run: too many steps")
         a = max(0, min(waiting, cap - decoding, per_step))
         tau = float(step(decoding, a * I))
+        if a == 0:                                                # nobody admitted: the same step repeats
+            m = _quiet_steps(cohorts, tau, t, None if waiting or arrived >= N else arrived / lam * 1e3)
+            if m > 1:
+                steps += m - 1
+                tok_gaps += decoding * tau * m
+                tok_count += decoding * m
+                cohorts = deque((size, k - m) for size, k in cohorts if k > m)
+                decoding = sum(size for size, _ in cohorts)
+                t += m * tau
+                continue
         # the requests admitted are i = admitted … admitted + a − 1, sent at i / λ
-        mean_arrival_ms = (admitted + (a - 1) / 2) / lam * 1e3 if a > 0 else 0.0
+        mean_arrival_ms = (admitted + (a - 1) / 2) / lam * 1e3 if a > 0 and not offline else 0.0
         ttft_sum += a * (t + tau - min(mean_arrival_ms, t))
         tok_gaps += decoding * tau
         tok_count += decoding
@@ -78,6 +103,6 @@ def finite_run(step: StepFn, rate: float, requests: int, prompt_tokens: float, o
         peak = max(peak, decoding)
         t += tau
     makespan = t / 1e3
-    return dict(makespan_s=makespan, achieved_rps=N / makespan, arrival_span_s=(N - 1) / lam,
+    return dict(makespan_s=makespan, achieved_rps=N / makespan, arrival_span_s=0.0 if offline else (N - 1) / lam,
                 itl_ms=tok_gaps / tok_count if tok_count else math.nan, ttft_ms=ttft_sum / N,
                 peak_in_flight=peak, steps=steps)

@@ -93,14 +93,25 @@ class Efficiency:
         return self.step_overhead_ms + sequences * self.sequence_overhead_us / 1e3
 
     def stage_ms(self, gpu_ms, sequences=1):
-        """A step's time from its GPU time (memory or compute, collectives) and the host's work for a step of
-        `sequences` sequences (`overhead_ms`): added, or, where the stack overlaps the host's work for the next
-        step with the GPU's for this one, the larger of the two. Arrays broadcast."""
-        over = self.step_overhead_ms + np.asarray(sequences, dtype=float) * self.sequence_overhead_us / 1e3
-        return np.maximum(gpu_ms, over) if self.overlap_host else gpu_ms + over
+        """A step's time from its GPU time (memory or compute, collectives), its fixed cost and the host's work for
+        `sequences` sequences (`stage_with_host`). Arrays broadcast."""
+        return stage_with_host(gpu_ms, self.step_overhead_ms,
+                               np.asarray(sequences, dtype=float) * self.sequence_overhead_us / 1e3, self.overlap_host)
 
 
 IDEAL = Efficiency(1.0, 1.0, 1.0, 1.0, 0.0, 0.0, 0.0)
+
+
+def stage_with_host(gpu_ms, fixed_ms, sequences_ms, overlap):
+    """A step = its GPU work + its fixed cost, with the per-sequence host work added, or hidden behind them:
+        overlap:     max(gpu + fixed, sequences)
+        otherwise:   gpu + fixed + sequences
+    The fixed cost (`step_overhead_ms`: the step's many small kernels, sampling and the synchronisation between
+    steps) lies on the GPU's timeline, so no scheduler hides it. The per-sequence work (`sequence_overhead_us` × the
+    sequences: scheduling, detokenising and stop checks for each request) is the host's, which an overlap scheduler
+    (TensorRT-LLM's PyTorch backend, SGLang) runs for step k + 1 while the GPU runs step k. Arrays broadcast."""
+    gpu = np.asarray(gpu_ms, dtype=float) + fixed_ms
+    return np.where(overlap, np.maximum(gpu, sequences_ms), gpu + sequences_ms)
 
 
 def gemm_mfu(decode_mfu, half_tokens, tokens):

@@ -1,5 +1,7 @@
 """A finite online run of N requests at a rate (calculators/serving/finite_run.py), worked by hand on a step of
 constant cost, and the published online rows it prices."""
+import math
+
 import pytest
 
 from calculators.serving.finite_run import finite_run
@@ -38,3 +40,52 @@ def test_past_capacity_throughput_is_work_over_capacity():
     r = finite_run(flat(10.0), rate=100.0, requests=1000, prompt_tokens=100, output_tokens=5, slots=4)
     assert r["achieved_rps"] == pytest.approx(80.0, rel=0.01)
     assert r["ttft_ms"] == pytest.approx(1250.0, rel=0.05)
+
+
+def _step_by_step(step, rate, N, I, O, slots, per_step):
+    """The run as the module docstring states it, one step per loop, nothing skipped (a brute force)."""
+    t, admitted, left, gaps, count, ttft, steps = 0.0, 0, [], 0.0, 0, 0.0, 0
+    while admitted < N or left:
+        arrived = min(N, math.floor(rate * t / 1e3 + 1e-9) + 1)
+        if arrived == admitted and not left:
+            t = max(t, admitted / rate * 1e3)
+            continue
+        n = len(left)
+        a = max(0, min(arrived - admitted, slots - n, per_step))
+        tau = step(n, a * I)
+        for i in range(admitted, admitted + a):
+            ttft += t + tau - min(i / rate * 1e3, t)
+        gaps, count, steps = gaps + n * tau, count + n, steps + 1
+        left = [k - 1 for k in left if k > 1] + [O - 1] * a * (O > 1)
+        admitted += a
+        t += tau
+    return dict(makespan_s=t / 1e3, itl_ms=gaps / count, ttft_ms=ttft / N, steps=steps)
+
+
+@pytest.mark.parametrize("rate,N,I,O,slots,chunk", [
+    (1e9, 300, 1000, 50, 40, 8192),       # offline: everything queued at once, a slot cap binding
+    (3.0, 200, 500, 40, 16, 2048),        # online, past capacity
+    (0.7, 60, 200, 30, 64, 4096),         # online, the server keeps up (idle gaps between arrivals)
+    (1e9, 90, 3000, 7, 1000, 8192),       # offline, the budget binding (two whole prompts a step)
+])
+def test_taking_quiet_steps_together_equals_the_step_by_step_run(rate, N, I, O, slots, chunk):
+    def step(n, p):                        # a step that grows with the batch and with the prompt tokens it carries
+        return 8.0 + 0.05 * n + 0.004 * p
+    fast = finite_run(step, rate=rate, requests=N, prompt_tokens=I, output_tokens=O, slots=slots, chunk=chunk)
+    slow = _step_by_step(step, rate, N, I, O, slots, max(chunk // I, 1))
+    for k in ("makespan_s", "itl_ms", "ttft_ms", "steps"):
+        assert fast[k] == pytest.approx(slow[k], rel=1e-9), k
+
+
+def test_an_offline_run_is_ramp_waves_and_drain_by_hand():
+    # every request queued at t = 0 (rate = inf), a flat 10 ms step, 5 output tokens (a prefill step + 4 decode
+    # steps = 50 ms a request). 4 requests, 8 slots: one wave, 50 ms, 80 requests/s. 2 slots: two waves, 100 ms,
+    # 40/s. 4 slots, two whole 100-token prompts a step (a 200-token budget): requests 1-2 in steps 1-5, requests
+    # 3-4 in steps 2-6 (60 ms, 66.7/s); their first tokens at 10, 10, 20, 20 ms: mean TTFT 15 ms.
+    one = finite_run(flat(10.0), rate=math.inf, requests=4, prompt_tokens=100, output_tokens=5, slots=8)
+    assert one["makespan_s"] == pytest.approx(0.050) and one["achieved_rps"] == pytest.approx(80.0)
+    two = finite_run(flat(10.0), rate=math.inf, requests=4, prompt_tokens=100, output_tokens=5, slots=2)
+    assert two["makespan_s"] == pytest.approx(0.100) and two["steps"] == 10
+    ramp = finite_run(flat(10.0), rate=math.inf, requests=4, prompt_tokens=100, output_tokens=5, slots=4, chunk=200)
+    assert ramp["makespan_s"] == pytest.approx(0.060) and ramp["ttft_ms"] == pytest.approx(15.0)
+    assert ramp["arrival_span_s"] == 0.0

@@ -3,7 +3,7 @@ import pytest
 
 from calculators.sizing.latency import (IDEAL, Efficiency, bandwidth_floor_ms, batch_table, batch_table_for,
                                  cost_per_million_tokens, decode_step_ms, generation_latency, prefill_ms,
-                                 step_weight_bytes, throughput_tok_s, total_latency_ms)
+                                 stage_with_host, step_weight_bytes, throughput_tok_s, total_latency_ms)
 from specs.devices import load_device
 from specs.model_config import SpecError
 from specs.presets import load_preset
@@ -114,3 +114,15 @@ def test_bad_latency_inputs():
         bandwidth_floor_ms(1e9, 0)
     with pytest.raises(SpecError):
         cost_per_million_tokens(-1, 100)
+
+
+def test_only_the_hosts_per_sequence_work_hides_behind_the_gpu():
+    # a step of 10 ms of GPU work, a 2 ms fixed cost (on the GPU's timeline), 100 sequences at 50 µs of host work
+    # each (5 ms): without an overlap scheduler 10 + 2 + 5 = 17 ms; with one, max(10 + 2, 5) = 12 ms; with 300
+    # sequences (15 ms of host work) the host binds: max(12, 15) = 15 ms
+    over = Efficiency(step_overhead_ms=2.0, sequence_overhead_us=50.0, overlap_host=True)
+    plain = Efficiency(step_overhead_ms=2.0, sequence_overhead_us=50.0, overlap_host=False)
+    assert float(plain.stage_ms(10.0, 100)) == pytest.approx(17.0)
+    assert float(over.stage_ms(10.0, 100)) == pytest.approx(12.0)
+    assert float(over.stage_ms(10.0, 300)) == pytest.approx(15.0)
+    assert stage_with_host([10.0, 10.0], 2.0, [5.0, 15.0], True).tolist() == pytest.approx([12.0, 15.0])

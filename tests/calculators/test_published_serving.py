@@ -45,11 +45,13 @@ def test_held_out_rows_are_within_12_percent_at_the_median():
 
 
 def test_held_out_rows_worst_error_is_what_the_closing_note_reports():
-    """Issue 26 asks for ≤ 35% worst on the test rows; not met yet (59.4%: Qwen3-235B FP8 on 8 × H100, then
-    Qwen3-235B FP4 on 8 × B200, +39%: MoE steps the model costs too fast). This bound holds the present figure so
-    that it can only improve (it was 63.5% before the finite online run)."""
-    test = [abs(r["error"]) for r in RESULT["rows"] if r["split"] == "test"]
-    assert max(test) <= 0.60
+    """Issue 26 asks for ≤ 35% worst on the test rows; not met yet: 48.1%, Qwen3-235B FP8 on 8 × H100 (the model
+    costs its MoE step too fast on H100; every other test row is within 22%). This bound holds the present figure
+    so that it can only improve (59.4% before offline runs were followed to their end, TensorRT-LLM's memory
+    fraction was taken of the free memory and the fixed step cost was put on the GPU's timeline)."""
+    test = sorted(abs(r["error"]) for r in RESULT["rows"] if r["split"] == "test")
+    assert test[-1] <= 0.49
+    assert test[-2] <= 0.23
 
 
 def test_error_table_splits_test_from_fit_and_counts_every_priced_row():

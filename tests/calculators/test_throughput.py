@@ -34,13 +34,36 @@ def test_small_gpus_get_vllms_small_defaults():
     assert (lim["max_num_seqs"], lim["max_num_batched_tokens"]) == (256, 2048)
 
 
-def test_memory_cap_is_the_largest_batch_that_fits_by_a_plain_loop():
-    s = load_stack("trtllm")
+@pytest.mark.parametrize("stack,of_free", [("vllm", False), ("trtllm", True)])
+def test_memory_cap_is_the_largest_batch_that_fits_by_a_plain_loop(stack, of_free):
+    s = load_stack(stack)
+    assert s.kv_fraction_of_free is of_free
     lim = batch_limits(L70, H100, Mesh(tp=2), 1000, 1000, "fp8", "fp8", s, 0.9)
     b = lim["caps"]["memory (KV cache)"]
-    fits = [per_gpu_memory(L70, H100, Mesh(tp=2), 2000, n, "fp8", "fp8", usable_fraction=0.9)["fits"]
-            for n in (b, b + 1)]
+    ctx = reserved_context(1000, 1000, s.kv_reservation)
+    fits = [per_gpu_memory(L70, H100, Mesh(tp=2), ctx, n, "fp8", "fp8", usable_fraction=0.9,
+                           kv_fraction_of_free=of_free)["fits"] for n in (b, b + 1)]
     assert fits == [True, False]
+
+
+def test_tensorrt_llms_fraction_is_of_the_memory_the_weights_leave_free():
+    # Llama-3-70B FP8 on one H100 (80 GiB = 85.90 GB), 1,000 + 1,000 tokens: KV in FP8 is 2 (k, v) × 80 layers
+    # × 8 KV heads × 128 × 1 B = 163,840 B a token; TensorRT-LLM reserves prompt + output (2,000 tokens, 327.68 MB a
+    # sequence), vLLM I + O/2 (1,500). TensorRT-LLM gives the KV cache 0.9 of what the weights, activations and
+    # buffers leave; vLLM bounds all of them by 0.9 of the device.
+    device = 80 * 2 ** 30
+    trt = batch_limits(L70, H100, Mesh(), 1000, 1000, "fp8", "fp8", load_stack("trtllm"), 0.9)["caps"]["memory (KV cache)"]
+    vllm = batch_limits(L70, H100, Mesh(), 1000, 1000, "fp8", "fp8", load_stack("vllm"), 0.9)["caps"]["memory (KV cache)"]
+    for b, of_free, ctx in ((trt, True, 2000), (vllm, False, 1500)):
+        seq = 2 * 80 * 8 * 128 * 1 * ctx
+        m = per_gpu_memory(L70, H100, Mesh(), ctx, b, "fp8", "fp8", usable_fraction=0.9, kv_fraction_of_free=of_free)
+        rest = m["per_gpu_weight_bytes"] + m["per_gpu_activation_bytes"] + m["overhead_bytes"]
+        assert m["per_gpu_kv_bytes"] == b * seq
+        room = 0.9 * (device - rest) if of_free else 0.9 * device - rest
+        assert b * seq <= room < (b + 1) * seq + 1e8          # the next sequence does not fit (activations grow a little)
+    # the weights (about 72 GB) leave 0.9 × ~13 GB to TensorRT-LLM's KV cache, but only 0.9 × 85.9 − ~74 ≈ 3 GB to
+    # vLLM's, though vLLM reserves 1,500 tokens a sequence where TensorRT-LLM reserves 2,000
+    assert trt * 2000 >= 2.5 * vllm * 1500
 
 
 def test_output_is_batch_over_step_times_replicas_and_total_adds_the_prompts():
