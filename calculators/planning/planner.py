@@ -42,7 +42,7 @@ from calculators.sizing.params import bytes_per_param, expert_params, param_brea
 from calculators.sizing.roofline import forward_flops_split, gpu_time, step_peaks
 from calculators.multi_gpu.tensor_parallel import Mesh, mesh_problem
 from calculators.planning.screening import apply_bounds, no_steady_state, peak_or_nan, screened_steady_state
-from calculators.planning.serve_at import TOKEN_GRID, decode_context
+from calculators.planning.serve_at import TOKEN_GRID, context_slope, decode_context
 from calculators.serving.lengths import Lengths
 from calculators.units import check_fraction, check_int, check_positive
 from calculators.multi_gpu.collectives import allreduce_ms as collective_ms
@@ -535,31 +535,55 @@ def _loaded(c: ModelConfig, wl: Workload, S: dict, devices, stack: Stack, viable
             f = pos - i0
             return comm_tab[v["group"], i0] * (1 - f) + comm_tab[v["group"], i0 + 1] * f
 
-        def step(n, p, v=v, imb_tab=imb_tab):
+        def attention(n, p, v):
+            """At (n, p), per microbatch: (microbatches m, rows, prompt tokens, tokens, tokens ≥ 1, the MFU at
+            them, the KV read's ms, attention's FLOPs' ms)."""
             n, p = np.broadcast_arrays(np.asarray(n, dtype=float), np.asarray(p, dtype=float))
-            ppv = v["pp"].astype(float)
-            m = np.minimum(np.maximum(n, 1.0), ppv)
-            rows, tok = n / m, (n + p) / m
+            m = np.minimum(np.maximum(n, 1.0), v["pp"].astype(float))
+            rows, pm, tok = n / m, p / m, (n + p) / m
             t1 = np.maximum(tok, 1.0)
+            mfu_t = v["mfu"] * np.where(v["half"] > 0, t1 / (t1 + v["half"]), 1.0)
+            return m, rows, pm, tok, t1, mfu_t, v["mk"] * rows, (v["ca_row"] * rows + v["ca_tok"] * pm) / mfu_t
+
+        def stage(n, p, v, imb_tab=imb_tab):
+            """One microbatch's stage at (n, p): (microbatches m, rows, the GPU's ms with the step's fixed cost, the
+            host's per-sequence ms)."""
+            m, rows, pm, tok, t1, mfu_t, kv_ms, att_ms = attention(n, p, v)
             mem_w = v["mw"] * (np.interp(np.log(t1), lg, ratio_tab) if moe else 1.0)
-            pm = p / m
             comp_w = v["cw_row"] * rows + v["cw_tok"] * pm
             if imb_tab:
                 imb = np.ones_like(tok)
                 for e, tab in imb_tab.items():
                     imb = np.where(v["ep"] == e, np.interp(np.log(t1), lg, tab), imb)
                 comp_w = comp_w + (imb - 1) * tok * v["cx"]
-            mfu_t = v["mfu"] * np.where(v["half"] > 0, t1 / (t1 + v["half"]), 1.0)
-            gpu_ms = gpu_time(mem_w, comp_w / mfu_t, v["mk"] * rows, (v["ca_row"] * rows + v["ca_tok"] * pm) / mfu_t) \
-                + v["stage"] * table(tok, v)
-            over_ms = v["overhead"] + rows * v["seq_over"]
-            stage_ms = np.where(v["overlap"], np.maximum(gpu_ms, over_ms), gpu_ms + over_ms) if overlap_any else \
-                gpu_ms + over_ms
+            gpu_ms = gpu_time(mem_w, comp_w / mfu_t, kv_ms, att_ms) + v["stage"] * table(tok, v)
+            return m, rows, gpu_ms + v["overhead"], rows * v["seq_over"]
+
+        def step(n, p, v=v):
+            ppv = v["pp"].astype(float)
+            m, rows, gpu_ms, over_ms = stage(n, p, v)
+            stage_ms = stage_with_host(gpu_ms, 0.0, over_ms, v["overlap"]) if overlap_any else gpu_ms + over_ms
             return np.maximum(m, ppv) * stage_ms + (ppv - 1) * (v["p2p_0"] + rows * v["p2p_row"])
 
+        def ms_per_context_token(n, p, v=v):
+            """`serve_at.context_slope` on this step: its KV read and attention scale with the context
+            (kv_scale), so one more position costs a row mk/ctx, or ca_row/ctx at the MFU."""
+            m, _, _, _, _, mfu_t, kv_ms, att_ms = attention(n, p, v)
+            hidden = False
+            if overlap_any:
+                _, _, gpu_ms, over_ms = stage(n, p, v)
+                hidden = v["overlap"] & (over_ms > gpu_ms)
+            return context_slope(np.maximum(m, v["pp"]), m, kv_ms >= att_ms, v["mk"] / ctx, v["ca_row"] / ctx / mfu_t,
+                                 hidden)
+
         def step_for(idx, v=v):
+            """The step of candidates `idx`, with its `ms_per_context_token` (the slot wait's dispersion)."""
             vi = {k: (x[idx] if isinstance(x, np.ndarray) and x.shape == (len(sel),) else x) for k, x in v.items()}
-            return lambda n, p: step(n, p, v=vi)
+
+            def step_idx(n, p):
+                return step(n, p, v=vi)
+            step_idx.ms_per_context_token = lambda n, p: ms_per_context_token(n, p, v=vi)
+            return step_idx
         st = screened_steady_state(step_for, wl, lam[sel], B[sel].astype(float), a["gpus"][sel], stack, dev)
         for k2 in out:
             out[k2][sel] = st[k2]

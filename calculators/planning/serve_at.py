@@ -13,7 +13,9 @@ With every request queued (n = B, p = B·I/O, context I + O/2) it is exactly `th
 capacity under a rate never exceeds the maximum throughput `throughput` reports for the same deployment.
 The scheduler's caps become the steady state's: slots = min(KV memory, max sequences) per replica, and the
 prompt budget per step = max batched tokens (vLLM also counts the decode rows in it; left out here, which
-overstates the prompt budget by n / max batched tokens).
+overstates the prompt budget by n / max batched tokens). The step says how it grows with the cached context its
+decode rows read (`step.ms_per_context_token`, `context_slope`), so the slot wait counts the arrivals' dispersion
+as the simulator's step does (`steady_state.context_dispersion`).
 """
 from __future__ import annotations
 
@@ -81,17 +83,22 @@ def step_terms(config: ModelConfig, device: Device, mesh: Mesh, weight_dtype: st
     """The token-independent numbers of the deployment's step on its busiest GPU: resident weights, KV bytes and
     FLOPs of one decode row (weight GEMMs and attention apart, `roofline.forward_flops_split`), FLOPs per prompt
     token, the bandwidth and the two peaks they run at (`roofline.step_peaks`), its fixed costs and whether the
-    stack overlaps them with the GPU's work."""
+    stack overlaps them with the GPU's work. `kv_token` and `attention_token`: what one more cached position adds
+    to a decode row's KV read and attention FLOPs, kv_row(ctx + 1) − kv_row(ctx) (sliding layers past their
+    window and a linear layer's state add nothing; MLA's absorbed products do not grow with the context)."""
     c = config
     share = stage_layers(c, mesh.pp) / c.num_layers
     ctx = max(1, int(round(decode_ctx)))
     P = max(1, int(round(prompt_len)))
     fr, fp = forward_flops_split(c, 1, ctx, 1), forward_flops_split(c, P, P, 1)
+    kv_row = per_gpu_kv_bytes(c, mesh, ctx, 1, kv_dtype)
     pk = step_peaks(device, weight_dtype, kv_dtype)
-    return dict(weights=per_gpu_weight_bytes(c, mesh, weight_dtype),
-                kv_row=per_gpu_kv_bytes(c, mesh, ctx, 1, kv_dtype),
+    return dict(weights=per_gpu_weight_bytes(c, mesh, weight_dtype), kv_row=kv_row,
+                kv_token=per_gpu_kv_bytes(c, mesh, ctx + 1, 1, kv_dtype) - kv_row,
                 flops_row=fr["weights"] / mesh.tp * share, flops_prompt_token=fp["weights"] / P / mesh.tp * share,
                 attention_row=fr["attention"] / mesh.tp * share,
+                attention_token=(forward_flops_split(c, 1, ctx + 1, 1)["attention"] - fr["attention"]) / mesh.tp
+                * share,
                 attention_prompt_token=fp["attention"] / P / mesh.tp * share,
                 peak=pk["weights"], peak_attention=pk["attention"],
                 bandwidth=device.memory_bandwidth_bytes_per_s * efficiency.decode_mbu,
@@ -119,7 +126,9 @@ def mixed_step(terms: dict, tables: dict):
     """The step(n decode rows, p prompt tokens) -> ms of the module docstring, from `step_terms` and
     `step_tables`. Every term may be an array over K candidates (the tables then [K, G]): n and p broadcast
     against them, the last axis running over the candidates. `step.parts(n, p)` gives every term (bytes,
-    FLOPs, memory/compute/collective/fixed ms, passes, the step) of one microbatch's stage."""
+    FLOPs, memory/compute/collective/fixed ms, passes, the step) of one microbatch's stage;
+    `step.ms_per_context_token(n, p)` the step's growth per cached position its decode rows read
+    (`context_slope`: the slot wait's dispersion in `steady_state.context_dispersion`)."""
     t, tb = terms, tables
 
     def parts(n, p) -> dict:
@@ -148,13 +157,34 @@ def mixed_step(terms: dict, tables: dict):
                     attention_flop_s=t["peak_attention"] * mfu, weights_memory_ms=mem_w, kv_memory_ms=mem_kv,
                     gemm_compute_ms=comp_w, attention_compute_ms=comp_a,
                     memory_ms=mem_w + mem_kv, compute_ms=comp_w + comp_a, comm_ms=comm, fixed_ms=fixed + 0 * rows,
-                    sequences_ms=per_seq,
-                    overlap_host=np.asarray(t["overlap_host"]) > 0, passes=passes, step_ms=passes * stage)
+                    sequences_ms=per_seq, gpu_ms=gpu, overlap_host=np.asarray(t["overlap_host"]) > 0, microbatches=m,
+                    passes=passes, step_ms=passes * stage)
 
     def step(n, p):
         return parts(n, p)["step_ms"]
+
+    def ms_per_context_token(n, p):
+        """∂step/∂(cached positions the n decode rows read), `context_slope` on this step's terms: one more
+        position costs `kv_token` bytes at the bandwidth or `attention_token` FLOPs at attention's FLOP/s."""
+        d = parts(n, p)
+        return context_slope(d["passes"], d["microbatches"], d["kv_memory_ms"] >= d["attention_compute_ms"],
+                             t["kv_token"] / t["bandwidth"] * 1e3, t["attention_token"] / d["attention_flop_s"] * 1e3,
+                             d["overlap_host"] & (d["sequences_ms"] > d["gpu_ms"] + d["fixed_ms"]))
     step.parts = parts
+    step.ms_per_context_token = ms_per_context_token
     return step
+
+
+def context_slope(passes, microbatches, kv_binds, kv_ms_per_position, attention_ms_per_position, hidden):
+    """β = ∂step/∂A in ms per cached position, A the positions the n decode rows read in all (the step's
+    `ms_per_context_token`, which `steady_state.context_dispersion` uses): each of the m microbatches holds A/m
+    of them and the step runs `passes` of its stage, so
+        β = passes/m · (KV bytes per position / bandwidth          where the KV read binds attention's roofline,
+                        attention FLOPs per position / its FLOP/s   where its FLOPs do)
+    and 0 where the host's per-sequence work overlaps the GPU's and is the longer (`hidden`:
+    `latency.stage_with_host`)."""
+    per = np.where(kv_binds, kv_ms_per_position, attention_ms_per_position)
+    return np.where(hidden, 0.0, passes / microbatches * per)
 
 
 def step_cost(config: ModelConfig, device: Device, mesh: Mesh, weight_dtype: str, kv_dtype: str,

@@ -286,6 +286,19 @@ def _on_grid(step_at, top: int, like) -> np.ndarray:
     return vals[i0] * (1 - f) + vals[i0 + 1] * f
 
 
+def _last_answer_kept(f):
+    """f(j) with its last answer kept for the same j: `slot_wait_law` reads the step on its grid of states, then
+    the dispersion (`context_dispersion`) reads it on the same grid again."""
+    last = []
+
+    def f_kept(j):
+        j = np.asarray(j, dtype=float)
+        if not (last and last[0].shape == j.shape and np.array_equal(last[0], j)):
+            last[:] = [j.copy(), f(j)]
+        return last[1]
+    return f_kept
+
+
 def slot_wait_quantile_s(lam, steps_per_request, step_at, slots, q, held=None, scv=1.0, law=None):
     """Wait for a free slot at quantile q (s), from `slot_wait_law` (or its result `law`); 0 without a cap."""
     p_wait, mean_cond = law if law is not None else slot_wait_law(lam, steps_per_request, step_at, slots, held, scv)
@@ -518,7 +531,7 @@ def operating_point(step: StepFn, rate, load: Load, chain: bool = True, near_ste
     # That excess comes from the prompt tokens (p, the same in every state), so each state j keeps it:
     # step_at(j) = step(j·n/N, p) + (τ − step(n, p)). (At j = B it is within 0.3% of the mean step there.)
     bend = t - step(n, p)
-    step_at = lambda j: step(j * rows_per_held, p * np.ones_like(j)) + bend     # noqa: E731  j requests held
+    step_at = _last_answer_kept(lambda j: step(j * rows_per_held, p * np.ones_like(j)) + bend)   # j requests held
     # a slot is held for the prefill steps and the O − 1 decode steps: its variability is the output's
     scv = load.output.scv * (load.output.mean_tokens / np.maximum(steps_per_req, 1e-12)) ** 2
     dispersion = context_dispersion(step, load, lam, lambda j: j * rows_per_held, p, step_at)

@@ -15,7 +15,7 @@ import pytest
 from bench.steady_state_referee import GRID as REFEREE_GRID, PATH as REFEREE_PATH, key as referee_key, load_for, \
     simulate_point
 from calculators.multi_gpu.tensor_parallel import Mesh, _link_for
-from calculators.planning.serve_at import decode_context, serve_at, step_cost
+from calculators.planning.serve_at import _replica, decode_context, serve_at, step_cost
 from calculators.planning.throughput import max_throughput, step_time
 from calculators.serving.batching import step_model_for
 from calculators.serving.lengths import Lengths, lognormal_sigma, preset
@@ -309,6 +309,55 @@ def test_the_mixed_step_is_throughputs_step_when_every_request_is_queued(config,
         want = step_time(config, H100, mesh, B, I, O, wd, wd, eff, link, stack)["step_ms"]
         got = float(f(B, B * I / O))
         assert got == pytest.approx(want, rel=0.005), B
+
+
+@pytest.mark.parametrize("config,mesh,wd,eff", [
+    (L70, Mesh(tp=4, pp=2), "fp8", None), (MIX, Mesh(tp=2, ep=2), "bf16", None),
+    (load_preset("gpt-oss-20b"), Mesh(), "bf16", None), (load_preset("deepseek-v2"), Mesh(tp=8), "fp8", None),
+    (L8, Mesh(), "bf16", Efficiency(overlap_host=True, step_overhead_ms=40.0))])
+def test_the_mixed_steps_context_slope_is_its_finite_difference_in_context(config, mesh, wd, eff):
+    """`step.ms_per_context_token(n, p)` (β of the dispersed slot chain) against the whole step built at a decode
+    context 64 positions longer: (step' − step)/(64·n), memory- and compute-bound attention, pipeline passes
+    (PP 2), experts, sliding-window layers (gpt-oss), MLA (DeepSeek-V2), and a host's overlapped fixed work longer
+    than the GPU's (β = 0 there, where one more position costs nothing)."""
+    stack = load_stack(None)
+    eff, link = eff or Efficiency.for_stack(stack, H100), _link_for(H100, None)
+    lo, hi = (step_cost(config, H100, mesh, wd, wd, eff, link, stack, ctx, 2000) for ctx in (2300, 2364))
+    for n, p in ((1, 0), (2, 0), (8, 0), (64, 512), (256, 2048), (3, 8192)):
+        fd = float(hi(n, p) - lo(n, p)) / (64 * n)
+        assert float(lo.ms_per_context_token(n, p)) == pytest.approx(fd, rel=1e-6, abs=1e-12), (n, p)
+    if eff.overlap_host:
+        assert float(lo.ms_per_context_token(1, 0)) == 0.0
+
+
+def test_serve_at_slot_wait_is_the_steady_state_with_the_simulators_context_slope():
+    """One model for the Queueing page and serve_at: a capped replica (64 slots) at 95% of its capacity, lognormal
+    prompts and geometric outputs. serve_at's slot wait p99 equals `operating_point` on the same step given β the
+    simulator's way (`step_fn_for_model`: kv bytes per token / bandwidth where the KV read binds, attention FLOPs
+    per (query, key) pair / FLOP/s where attention's FLOPs do; per token from `kv_cache.kv_bytes_per_token` and
+    `forward_flops(1, 2) − forward_flops(1, 1)`, another computation than the step's), and is longer than the
+    undispersed chain's (z = 1)."""
+    I, O, eff = Lengths.from_mean_p99(1000, 4000), Lengths.geometric(300), Efficiency()
+    step, load, *_ = _replica(L8, H100, Mesh(), I, O, "bf16", None, load_stack(None), None, eff, None, 64, None,
+                              None)
+    rate = 0.95 * float(capacity(step, load))
+    r = serve_at(L8, H100, Mesh(), rate, I, O, "bf16", efficiency=eff, max_num_seqs=64)
+    sim = step_model_for(L8, H100, "bf16", efficiency=eff)
+
+    def simulator_style(n, p):
+        return step(n, p)
+
+    def beta(n, p):
+        d = step.parts(n, p)
+        return np.where(d["kv_memory_ms"] >= d["attention_compute_ms"], sim.kv_bytes_per_token
+                        / sim.bandwidth_bytes_per_s, sim.attn_flops_per_pair / d["attention_flop_s"]) * 1e3
+    simulator_style.ms_per_context_token = beta
+    kv_binds = step.parts(np.arange(1.0, 65.0), r["prompt_tokens_per_step"])
+    assert 0 < np.mean(kv_binds["kv_memory_ms"] >= kv_binds["attention_compute_ms"]) < 1   # both branches used
+    want = float(operating_point(simulator_style, rate, load)["slot_wait_p99_ms"])
+    assert r["slot_wait_p99_ms"] > 0 and r["slot_wait_p99_ms"] == pytest.approx(want, rel=1e-9)
+    flat = float(operating_point(lambda n, p: step(n, p), rate, load)["slot_wait_p99_ms"])
+    assert r["slot_wait_p99_ms"] > 1.02 * flat
 
 
 def test_serve_at_never_reports_more_capacity_than_the_maximum_throughput():
