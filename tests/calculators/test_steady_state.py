@@ -314,12 +314,12 @@ def test_the_mixed_step_is_throughputs_step_when_every_request_is_queued(config,
 @pytest.mark.parametrize("config,mesh,wd,eff", [
     (L70, Mesh(tp=4, pp=2), "fp8", None), (MIX, Mesh(tp=2, ep=2), "bf16", None),
     (load_preset("gpt-oss-20b"), Mesh(), "bf16", None), (load_preset("deepseek-v2"), Mesh(tp=8), "fp8", None),
-    (L8, Mesh(), "bf16", Efficiency(overlap_host=True, step_overhead_ms=40.0))])
+    (L8, Mesh(), "bf16", Efficiency(overlap_host=True, sequence_overhead_us=9_000.0))])
 def test_the_mixed_steps_context_slope_is_its_finite_difference_in_context(config, mesh, wd, eff):
     """`step.ms_per_context_token(n, p)` (β of the dispersed slot chain) against the whole step built at a decode
     context 64 positions longer: (step' − step)/(64·n), memory- and compute-bound attention, pipeline passes
-    (PP 2), experts, sliding-window layers (gpt-oss), MLA (DeepSeek-V2), and a host's overlapped fixed work longer
-    than the GPU's (β = 0 there, where one more position costs nothing)."""
+    (PP 2), experts, sliding-window layers (gpt-oss), MLA (DeepSeek-V2), and a host's overlapped per-sequence work
+    longer than the GPU's (β = 0 there, where one more position costs nothing)."""
     stack = load_stack(None)
     eff, link = eff or Efficiency.for_stack(stack, H100), _link_for(H100, None)
     lo, hi = (step_cost(config, H100, mesh, wd, wd, eff, link, stack, ctx, 2000) for ctx in (2300, 2364))
