@@ -196,7 +196,8 @@ def fit_section(config: ModelConfig, device: Device, setup: MultiGPU, tokens: in
     fig = go.Figure()
     for label, key, color in (("weights", "per_gpu_weight_bytes", "#4C78A8"), ("KV cache", "per_gpu_kv_bytes", "#F58518"),
                               ("activations", "per_gpu_activation_bytes", "#54A24B"),
-                              ("runtime overheads", "overhead_bytes", "#B279A2")):
+                              ("runtime overheads", "overhead_bytes", "#B279A2"),
+                              ("DeepEP all-to-all buffers", "a2a_buffer_bytes", "#E45756")):
         fig.add_bar(y=["per GPU"], x=[m[key] / GB], name=f"{label} ({fmt_bytes(m[key])})", orientation="h",
                     marker_color=color)
     fig.add_vline(x=m["usable_bytes"] / GB, line_dash="dash", line_color="red",

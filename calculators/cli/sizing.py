@@ -171,7 +171,7 @@ def parallel_fields(args, c: ModelConfig, dev: Device, tokens: int, B: int, wd: 
                gpu_memory_utilization=args.gpu_memory_utilization,
                per_gpu_weight_bytes=mem["per_gpu_weight_bytes"], per_gpu_kv_bytes=mem["per_gpu_kv_bytes"],
                per_gpu_activation_bytes=mem["per_gpu_activation_bytes"], overhead_bytes=mem["overhead_bytes"],
-               per_gpu_needed_bytes=mem["per_gpu_needed_bytes"], usable_bytes=mem["usable_bytes"],
+               a2a_buffer_bytes=mem["a2a_buffer_bytes"], per_gpu_needed_bytes=mem["per_gpu_needed_bytes"], usable_bytes=mem["usable_bytes"],
                fits=mem["fits"], fit_verdict=v["text"])
     if mesh.gpus_per_replica == 1:
         if args.command == "memory":

@@ -23,6 +23,7 @@ from calculators.sizing.latency import IDEAL, Efficiency, step_weight_bytes
 from calculators.sizing.memory import (DEFAULT_GPU_MEMORY_UTILIZATION, DEFAULT_PREFILL_CHUNK, RuntimeOverheads,
                                 _largest, ffn_width, prefill_scratch_bytes, resident_weight_bytes)
 from calculators.multi_gpu.collectives import allreduce_ms
+from calculators.multi_gpu.deepep import wide_ep_buffer_bytes
 from calculators.multi_gpu.moe import ep_problem, moe_layer_comm_ms, routing_imbalance
 from calculators.multi_gpu.parallel import kv_head_replication, p2p_ms, tp_allreduce_bytes
 from calculators.sizing.params import bytes_per_param, expert_params, param_breakdown
@@ -189,20 +190,24 @@ def per_gpu_memory(config: ModelConfig, device: Device, mesh: Mesh, context_toke
                    overheads: RuntimeOverheads = RuntimeOverheads(), embeddings_16bit: bool = True,
                    group_size: int | None = None, kv_fraction_of_free: bool = False) -> dict:
     """The busiest GPU's memory: weights + KV (`batch` sequences of `context_tokens`, spread over the replicas'
-    pipelines as they are) + activations + runtime overheads vs usable = device × gpu_memory_utilization (vLLM:
-    the fraction bounds everything). `kv_fraction_of_free` (TensorRT-LLM's free_gpu_memory_fraction): the fraction
-    bounds the KV cache alone, as a share of what the weights, activations and overheads leave free, so
-    usable = those + fraction × (device − those). `batch` is the number of sequences ONE replica holds."""
+    pipelines as they are) + activations + runtime overheads + DeepEP's all-to-all buffers where the EP group spans
+    several attention replicas (`deepep.wide_ep_buffer_bytes`, vLLM's defaults) vs usable = device ×
+    gpu_memory_utilization (vLLM: the fraction bounds everything). `kv_fraction_of_free` (TensorRT-LLM's
+    free_gpu_memory_fraction): the fraction bounds the KV cache alone, as a share of what the weights, activations,
+    overheads and buffers leave free, so usable = those + fraction × (device − those). `batch` is the number of
+    sequences ONE replica holds."""
     kd = kv_dtype or default_kv_dtype(weight_dtype)
     w = per_gpu_weight_bytes(config, mesh, weight_dtype, group_size, embeddings_16bit)
     kv = per_gpu_kv_bytes(config, mesh, context_tokens, batch, kd)
     act = per_gpu_activation_bytes(config, mesh, context_tokens, batch)
     over = overheads.total_bytes(mesh.communicating_gpus)      # communication buffers past 1 GPU
+    a2a = wide_ep_buffer_bytes(config, mesh.tp, mesh.ep)       # DeepEP's, with attention DP only
     frac = check_fraction("usable_fraction", usable_fraction)
-    rest = w + act + over
+    rest = w + act + over + a2a
     usable = rest + frac * max(device.memory_bytes - rest, 0.0) if kv_fraction_of_free else device.memory_bytes * frac
     needed = rest + kv
     return dict(per_gpu_weight_bytes=w, per_gpu_kv_bytes=kv, per_gpu_activation_bytes=act, overhead_bytes=over,
+                a2a_buffer_bytes=a2a,
                 per_gpu_needed_bytes=needed, usable_bytes=usable, device_bytes=device.memory_bytes,
                 fits=needed <= usable, headroom_bytes=usable - needed, short_by_bytes=max(0.0, needed - usable),
                 stage_layers=stage_layers(config, mesh.pp),

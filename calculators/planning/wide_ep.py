@@ -12,7 +12,9 @@ Each candidate is costed with `serve_at`'s step (`serve_at.step_terms`, `step_ta
 and combine all-to-alls, the busiest EP rank's expert imbalance, the experts the tokens of all d replicas
 touch), vectorised over the candidates of a device, and the steady state per replica at rate / d as the planner
 solves it (`planner.screened_steady_state`: screened, then `serve_at`'s prompt chain near the targets at the
-three cheapest GPU counts, where the figures equal `serve_at`'s for the same layout and rate); its memory is `tensor_parallel.per_gpu_memory`'s sum (weights + KV of the batch cap + activations + overheads). The
+three cheapest GPU counts, where the figures equal `serve_at`'s for the same layout and rate); its memory is
+`tensor_parallel.per_gpu_memory`'s sum (weights + KV of the batch cap + activations + overheads + DeepEP's
+all-to-all buffers, `deepep.wide_ep_buffer_bytes` at vLLM's defaults: ≈ 4.9 GB per GPU for DeepSeek-R1). The
 figures come back as the planner's columns (`planner._rank` ranks them with the rest):
     itl_ms       the step of `batch_cap` decode rows alone (its memory, compute and collectives say what binds)
     prefill_ms   the step of the mean (p99) prompt alone
@@ -24,6 +26,7 @@ import functools
 import numpy as np
 
 from calculators import arch
+from calculators.multi_gpu.deepep import wide_ep_buffer_bytes
 from calculators.multi_gpu.tensor_parallel import (Mesh, mesh_problem, per_gpu_activation_bytes, per_gpu_kv_bytes,
                                                    per_gpu_weight_bytes)
 from calculators.planning.screening import apply_bounds, no_steady_state, peak_or_nan, screened_steady_state
@@ -67,7 +70,8 @@ def wide_ep_candidates(config: ModelConfig, devices, wl, space, stack, eff_tab, 
             continue
         for m in wide_ep_layouts(c, space.gpu_counts, space.tp):
             act = activations(m)
-            over = overheads.total_bytes(m.communicating_gpus)    # as tensor_parallel.per_gpu_memory
+            # as tensor_parallel.per_gpu_memory: runtime overheads + DeepEP's all-to-all buffers
+            over = overheads.total_bytes(m.communicating_gpus) + wide_ep_buffer_bytes(c, m.tp, m.ep)
             for wi, wd in enumerate(space.weight_dtypes):
                 peak, eff, w = peak_or_nan(dev, wd), eff_tab[d][wi], weights(m, wd)
                 costed = eff is not None and not np.isnan(peak) and w + over + act[0] <= dev.memory_bytes * \
