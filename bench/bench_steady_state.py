@@ -1,16 +1,16 @@
 """The steady state of a loaded server (calculators/serving/steady_state.py) against its referee, the discrete-event
 simulator, over the whole grid of issue 26: prompt/output 1000/100, 500/500, 100/1000; batch caps 16, 256, 1024;
 whole prompts and chunks of 512; loads 10-95% of capacity (72 points). The referee is the mean of the seeded runs
-stored by bench/steady_state_referee.py (regenerate it after a change to the simulator). Prints TPOT and TTFT
-p50/p99 of both, the model's error, the referee's standard error (spread of the seeds / √seeds) and how many points
-fall within 10% (TPOT, TTFT p50) and 20% (TTFT p99), per load.
+stored by bench/steady_state_referee.py (regenerate it after a change to the simulator): 4 to 64 per point, as many
+as its standard error asks for. Prints TPOT and TTFT p50/p99 of both, the model's error, the referee's standard
+error (spread of the point's seeds / √seeds, whatever their number) and how many points fall within 10% (TPOT,
+TTFT p50) and 20% (TTFT p99), per load.
 
     python bench/bench_steady_state.py            # a second: the model against the stored referee
 """
 from __future__ import annotations
 
 import json
-import math
 import sys
 from pathlib import Path
 
@@ -18,10 +18,9 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.steady_state_referee import GRID, MODEL, PATH, key, load_for  # noqa: E402
+from bench.steady_state_referee import GRID, MODEL, PATH, TOL, key, load_for, standard_error  # noqa: E402
 from calculators.serving.steady_state import operating_point, step_fn_for_model  # noqa: E402
 
-TOL = dict(tpot=0.10, ttft_p50=0.10, ttft_p99=0.20)
 FIELDS = dict(tpot="tpot_ms", ttft_p50="ttft_p50_ms", ttft_p99="ttft_p99_ms")
 
 
@@ -35,8 +34,7 @@ def compare() -> list[dict]:
         row = dict(I=I, O=O, B=B, chunk=chunk, u=u, n=runs[0]["n"], seeds=len(runs))
         for f, m in FIELDS.items():
             x = np.array([r[f] for r in runs])
-            row[f] = (float(x.mean()), float(op[m]), float(op[m]) / x.mean() - 1,
-                      float(x.std(ddof=1) / math.sqrt(len(x)) / x.mean()))
+            row[f] = (float(x.mean()), float(op[m]), float(op[m]) / x.mean() - 1, standard_error(runs, f))
         row["good"] = all(abs(row[f][2]) <= TOL[f] for f in TOL)
         # the miss is inside the referee's own uncertainty: within tolerance + 2 standard errors
         row["noise"] = all(abs(row[f][2]) <= TOL[f] + 2 * row[f][3] for f in TOL)

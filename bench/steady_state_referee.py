@@ -4,12 +4,25 @@ each long enough for the queue to relax many times over, written to bench/steady
 (tests/calculators/test_steady_state.py) reads this file and re-simulates a seeded random subset of it live, so
 the stored answers are checked against the simulator on every run.
 
-    python bench/steady_state_referee.py            # writes bench/steady_state_referee.json (10-25 min on 2 cores)
-    python bench/steady_state_referee.py --check 3  # re-simulates 3 random points and compares
+    python bench/steady_state_referee.py            # writes bench/steady_state_referee.json (~30 min on 2 cores)
+    python bench/steady_state_referee.py --extend   # keeps the stored seeds, adds those the rule below asks for
+    python bench/steady_state_referee.py --check 3  # re-simulates 3 random (point, seed) pairs and compares
 
 Per point and seed: TPOT (mean over requests), TTFT p50 and p99, the slot wait's P(wait > 0), p50 and p99, over the
 requests after the first fifth (the warm-up from an empty replica). P(wait) counts any wait before admission,
 the rest of the step in progress included (a request is admitted between steps).
+
+How many seeds: a rule on the referee's own spread, never on the model it referees. Every point gets seeds 0-3;
+while the standard error of the mean over its seeds (sample sd / √seeds, relative to the mean) of a compared
+quantity is above a quarter of the tolerance that quantity is judged by (TPOT and TTFT p50: 2.5% of 10%, TTFT p99:
+5% of 20%), the point gets the next seed (4, 5, ...), up to 64 in all. A quarter keeps the referee's noise small
+beside the tolerance: two of its standard errors are half of it, so a verdict is seldom the luck of the seeds. 64
+seeds are 16 times the first 4, so the standard error at the cap is a quarter of theirs; a run costs at most ~3 s
+(150,000 requests), so the cap bounds a point at ~3 minutes. Where one run's TTFT p99 spreads by 40-110% (P(wait)
+near 1% at 50% of a cap of 16, the slot wait at 95% of a cap of 256, the prefill budget at 95% of a cap of 1024
+with chunks) the cap is reached above the target (4 of the 72 points, 5-14%): the bench prints every point's
+standard error and its seeds. Seed k is always the same stream, so the rule gives the same file from scratch as by
+extending a stored one.
 """
 from __future__ import annotations
 
@@ -40,7 +53,9 @@ CAPS = (16, 256, 1024)
 CHUNKS = (None, 512)
 LOADS = (0.1, 0.5, 0.8, 0.95)
 GRID = list(itertools.product(RATIOS, CAPS, CHUNKS, LOADS))
-SEEDS = 4
+SEEDS, MAX_SEEDS = 4, 64                       # the first seeds of every point, and the cap (docstring)
+TOL = dict(tpot=0.10, ttft_p50=0.10, ttft_p99=0.20)   # the tolerances the referee judges by (TPOT, TTFT p50 and p99)
+TARGET = {f: t / 4 for f, t in TOL.items()}           # its standard error at most a quarter of each
 PATH = Path(__file__).with_name("steady_state_referee.json")
 
 
@@ -90,6 +105,32 @@ def _run(load, lam, B, chunk, n, rng) -> dict:
                 wait_p50=float(np.percentile(wait, 50)), wait_p99=float(np.percentile(wait, 99)))
 
 
+def standard_error(runs: list[dict], field: str) -> float:
+    """The mean over seeds' standard error relative to it: sample sd / √seeds / mean."""
+    x = np.array([r[field] for r in runs])
+    return float(x.std(ddof=1) / math.sqrt(len(x)) / x.mean())
+
+
+def precise(runs: list[dict]) -> bool:
+    return len(runs) >= MAX_SEEDS or all(standard_error(runs, f) <= TARGET[f] for f in TARGET)
+
+
+def seeds_for(I, O, B, chunk, u, runs: list[dict]) -> list[dict]:
+    """`runs` (seeds 0, 1, ... in order) with seeds 0-3 and then the next seeds the rule asks for."""
+    runs = list(runs)
+    while len(runs) < SEEDS or not precise(runs):
+        runs.append(simulate_point(I, O, B, chunk, u, len(runs)))
+    return runs
+
+
+def _write(points: dict) -> None:
+    rule = dict(first=SEEDS, most=MAX_SEEDS, standard_error_at_most=TARGET)
+    tmp = PATH.with_suffix(".tmp")
+    tmp.write_text(json.dumps(dict(seeds=rule, model="llama-3-8b h100 bf16 overhead 2 ms", points=points),
+                              indent=1) + "\n")
+    tmp.replace(PATH)
+
+
 def main() -> None:
     if "--check" in sys.argv:
         k = int(sys.argv[sys.argv.index("--check") + 1])
@@ -97,20 +138,26 @@ def main() -> None:
         rng = np.random.default_rng(int(time.time()))
         for i in rng.choice(len(GRID), k, replace=False):
             (I, O), B, chunk, u = GRID[i]
-            seed = int(rng.integers(SEEDS))
+            seed = int(rng.integers(len(stored[key(I, O, B, chunk, u)])))
             s = stored[key(I, O, B, chunk, u)][seed]
             live = simulate_point(I, O, B, chunk, u, seed, s["n"])
             print(key(I, O, B, chunk, u), f"seed {seed}", "same" if live == s else f"DIFFERENT {s} {live}")
         return
-    out, t0 = {}, time.perf_counter()
+    extend = "--extend" in sys.argv
+    out = json.loads(PATH.read_text())["points"] if extend else {}
+    t0, added = time.perf_counter(), 0
     for (I, O), B, chunk, u in GRID:
-        runs = [simulate_point(I, O, B, chunk, u, seed) for seed in range(SEEDS)]
-        out[key(I, O, B, chunk, u)] = runs
-        p99 = [r["ttft_p99"] for r in runs]
-        print(f"{key(I, O, B, chunk, u):28s} n={runs[0]['n']:>7,} TTFT p99 {np.mean(p99):9.1f} ± "
-              f"{np.std(p99, ddof=1) / np.mean(p99):.1%} (seed sd)  {time.perf_counter() - t0:.0f} s", flush=True)
-    PATH.write_text(json.dumps(dict(seeds=SEEDS, model="llama-3-8b h100 bf16 overhead 2 ms", points=out),
-                               indent=1) + "\n")
+        k = key(I, O, B, chunk, u)
+        before = out.get(k, [])
+        out[k] = runs = seeds_for(I, O, B, chunk, u, before)
+        added += len(runs) - len(before)
+        print(f"{k:28s} n={runs[0]['n']:>7,} seeds {len(before):>2} -> {len(runs):>2}  TTFT p50 "
+              f"{np.mean([r['ttft_p50'] for r in runs]):8.1f} ± {standard_error(runs, 'ttft_p50'):.1%}  p99 "
+              f"{np.mean([r['ttft_p99'] for r in runs]):9.1f} ± {standard_error(runs, 'ttft_p99'):.1%} (s.e.)  "
+              f"{added} runs added  {time.perf_counter() - t0:.0f} s", flush=True)
+        if len(runs) > len(before):
+            _write(out)                       # as it goes: an interrupted run is resumed by --extend
+    _write(out)
 
 
 if __name__ == "__main__":
