@@ -11,7 +11,13 @@ from calculators.planning.published import compare_all, error_table, load_rows, 
 from specs.stacks import STACKS_FILE
 
 ROWS = load_rows()
-RESULT = compare_all(ROWS)
+
+
+@pytest.fixture(scope="module")
+def result():
+    """compare_all over every row (seconds of CPU): computed when the first test needs it, not at collection, so a
+    run that selects none of these tests (or an xdist worker that is sent none) does not pay for it."""
+    return compare_all(ROWS)
 
 
 def test_the_table_covers_data_centre_serving():
@@ -38,26 +44,26 @@ def test_every_fitted_efficiency_names_only_fit_rows():
         assert ROWS[i - 1]["split"] == "fit", f"row {i} is a test row"
 
 
-def test_held_out_rows_are_within_12_percent_at_the_median():
-    test = [abs(r["error"]) for r in RESULT["rows"] if r["split"] == "test"]
+def test_held_out_rows_are_within_12_percent_at_the_median(result):
+    test = [abs(r["error"]) for r in result["rows"] if r["split"] == "test"]
     assert len(test) >= 20
     assert statistics.median(test) <= 0.12
 
 
-def test_held_out_rows_worst_error_is_what_the_closing_note_reports():
+def test_held_out_rows_worst_error_is_what_the_closing_note_reports(result):
     """Issue 26 asks for ≤ 35% worst on the test rows; not met yet: 48.1%, Qwen3-235B FP8 on 8 × H100 (the model
     costs its MoE step too fast on H100; every other test row is within 22%). This bound holds the present figure
     so that it can only improve (59.4% before offline runs were followed to their end, TensorRT-LLM's memory
     fraction was taken of the free memory and the fixed step cost was put on the GPU's timeline)."""
-    test = sorted(abs(r["error"]) for r in RESULT["rows"] if r["split"] == "test")
+    test = sorted(abs(r["error"]) for r in result["rows"] if r["split"] == "test")
     assert test[-1] <= 0.49
     assert test[-2] <= 0.23
 
 
-def test_error_table_splits_test_from_fit_and_counts_every_priced_row():
-    t = error_table(RESULT["rows"])
+def test_error_table_splits_test_from_fit_and_counts_every_priced_row(result):
+    t = error_table(result["rows"])
     alls = {e["split"]: e for e in t if e["group"] == "all"}
-    assert alls["test"]["n"] + alls["fit"]["n"] == len(RESULT["rows"])
+    assert alls["test"]["n"] + alls["fit"]["n"] == len(result["rows"])
     by_regime = sum(e["n"] for e in t if e["split"] == "test" and e["group"] == "regime")
     assert by_regime == alls["test"]["n"]
 
@@ -71,12 +77,12 @@ def test_row_ids_are_one_based_positions():
     assert row_id(ROWS[2], ROWS) == 3 and ROWS[2]["split"] == "test"
 
 
-def test_the_committed_error_bars_are_the_tables_own_and_every_regime_has_its_band():
+def test_the_committed_error_bars_are_the_tables_own_and_every_regime_has_its_band(result):
     """bench/published_accuracy.json (what the CLI and the planner page quote) equals the error table computed now:
     a band cannot go stale when the predictor, the efficiencies or the table change."""
     from calculators.planning.accuracy import ACCURACY_JSON, band
     committed = json.loads(ACCURACY_JSON.read_text(encoding="utf-8"))["rows"]
-    fresh = error_table(RESULT["rows"])
+    fresh = error_table(result["rows"])
     assert len(committed) == len(fresh)
     for a, b in zip(committed, fresh):
         assert (a["split"], a["group"], a["value"], a["n"]) == (b["split"], b["group"], b["value"], b["n"])
@@ -90,12 +96,12 @@ def test_the_committed_error_bars_are_the_tables_own_and_every_regime_has_its_ba
     assert band("no such regime")["n"] == 0
 
 
-def test_an_moe_layout_under_a_rate_says_it_was_never_validated():
+def test_an_moe_layout_under_a_rate_says_it_was_never_validated(result):
     """The held-out rows under a rate are all dense: an MoE figure there must say so instead of borrowing the
     dense rows' band as if it applied."""
     from calculators.planning.accuracy import band
     assert not any(r["split"] == "test" and r["regime"] == "under_rate" and r["model"] in ("deepseek-r1",
-                   "mixtral-8x7b", "qwen3-235b-a22b") for r in RESULT["rows"])
+                   "mixtral-8x7b", "qwen3-235b-a22b") for r in result["rows"])
     assert "MoE model in this regime" in band("under_rate", "NVIDIA", "fp4", moe=True)["text"]
     assert "MoE model" not in band("under_rate", "NVIDIA", "bf16", moe=False)["text"]
 

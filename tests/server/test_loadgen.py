@@ -12,6 +12,9 @@ import pytest
 from helpers_fake_openai import FakeOpenAIServer, Script
 from server.loadgen import LoadError, SweepPlan, Target, base_url, measure, parse_levels
 
+# the tests here time scripted delays: under pytest-xdist they run on one worker, one at a time (not beside
+# test_measure_cli's timed sweeps)
+pytestmark = pytest.mark.xdist_group("scripted_timing")
 SLACK_S = 0.5           # scheduling slack on a loaded 2-core machine: medians may exceed the script by this much
 # Never below the script: a chunk is read after it is written. Single gaps are not bounded below: a client the
 # machine delays reads two chunks at once (a long gap, then a near-zero one); the sum is.

@@ -7,7 +7,13 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from helpers_fake_openai import FakeOpenAIServer, Script
+
+# a dying server must be seen dying within a sweep's timing: under pytest-xdist these run on one worker, one at a
+# time, beside no other test of scripted delays (test_loadgen)
+pytestmark = pytest.mark.xdist_group("scripted_timing")
 
 ROOT = Path(__file__).resolve().parents[2]
 
