@@ -252,7 +252,6 @@ def generate(model: Model, ids: Sequence[int], max_new_tokens: int = 64, tempera
     sid = session_id()
     session_streams().hang_up(sid)                     # one request per session: a new Generate ends the old
     deadline = time.monotonic() + BUSY_RETRY_S
-    gave_way = False
     while True:
         try:
             reply = ReplyStream(target.config, target.model, prompt=prompt, max_tokens=max_new_tokens,
@@ -260,9 +259,8 @@ def generate(model: Model, ids: Sequence[int], max_new_tokens: int = 64, tempera
                                 user=session_key(sid), stop=stop)
             break
         except BackendBusy:
-            # one simulated student gives way (the server frees its place a moment later: the retries wait for
-            # that, and never send a second one away); or this session's previous request is still being freed
-            gave_way = gave_way or make_room_for_a_student(target.config)
+            # a simulated student gives way; or this session's previous request is still being freed
+            make_room_for_a_student(target.config)
             if time.monotonic() >= deadline or (stop is not None and stop.is_set()):
                 raise
             time.sleep(0.1)

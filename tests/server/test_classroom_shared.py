@@ -19,6 +19,10 @@ from helpers_models import prompt, tiny
 from server.classroom import ClassroomPolicy, TeacherSessions
 from server.jobs import JobQueue, JobRefused
 
+# one worker, in file order: the simulated-students test depends on the earlier tests of this file having run
+# before it in the same process (it fails when run alone; see the closing note of 27 Nov 2026)
+pytestmark = pytest.mark.xdist_group("classroom_shared")
+
 ROOT = Path(__file__).resolve().parents[2]
 APP, CLASS_PAGE = str(ROOT / "app.py"), str(ROOT / "pages" / "51_Class.py")
 TIMEOUT = 120
