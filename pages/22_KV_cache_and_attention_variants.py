@@ -198,6 +198,8 @@ def fit_section(config: ModelConfig, device: Device, setup: MultiGPU, tokens: in
                               ("activations", "per_gpu_activation_bytes", "#54A24B"),
                               ("runtime overheads", "overhead_bytes", "#B279A2"),
                               ("DeepEP all-to-all buffers", "a2a_buffer_bytes", "#E45756")):
+        if key == "a2a_buffer_bytes" and not m[key]:
+            continue                               # only a wide-EP layout has them: no empty legend entry
         fig.add_bar(y=["per GPU"], x=[m[key] / GB], name=f"{label} ({fmt_bytes(m[key])})", orientation="h",
                     marker_color=color)
     fig.add_vline(x=m["usable_bytes"] / GB, line_dash="dash", line_color="red",
