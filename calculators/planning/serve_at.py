@@ -156,7 +156,8 @@ def mixed_step(terms: dict, tables: dict):
                     attention_flops=attention_flops, gemm_flop_s=t["peak"] * mfu,
                     attention_flop_s=t["peak_attention"] * mfu, weights_memory_ms=mem_w, kv_memory_ms=mem_kv,
                     gemm_compute_ms=comp_w, attention_compute_ms=comp_a,
-                    memory_ms=mem_w + mem_kv, compute_ms=comp_w + comp_a, comm_ms=comm, fixed_ms=fixed * np.ones_like(rows),
+                    memory_ms=mem_w + mem_kv, compute_ms=comp_w + comp_a, comm_ms=comm,
+                    fixed_ms=fixed * np.ones_like(rows),
                     sequences_ms=per_seq, gpu_ms=gpu, overlap_host=np.asarray(t["overlap_host"]) > 0, microbatches=m,
                     passes=passes, step_ms=passes * stage)
 

@@ -44,8 +44,8 @@ def _quiet_steps(cohorts, tau: float, t: float, next_arrival_ms: float | None) -
 def finite_run(step: StepFn, rate: float, requests: int, prompt_tokens: float, output_tokens: int,
                slots: float = math.inf, chunk: float = math.inf) -> dict:
     """Follow `requests` requests sent at `rate`/s (math.inf: all queued at t = 0, an offline run) through a replica
-    whose step costs step(n, p) ms; see the module docstring. Returns makespan_s, achieved_rps (= requests / makespan), itl_ms, ttft_ms (means), peak_in_flight,
-    steps."""
+    whose step costs step(n, p) ms; see the module docstring. Returns makespan_s, achieved_rps (= requests /
+    makespan), itl_ms, ttft_ms (means), peak_in_flight, steps (the steps run, those taken together included)."""
     offline = rate == math.inf                    # every request queued at t = 0 (an offline benchmark)
     lam = math.inf if offline else check_positive("rate", check_rate(rate))
     N = check_int("requests", requests, limit=1 << 24)

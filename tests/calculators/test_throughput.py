@@ -52,8 +52,8 @@ def test_tensorrt_llms_fraction_is_of_the_memory_the_weights_leave_free():
     # sequence), vLLM I + O/2 (1,500). TensorRT-LLM gives the KV cache 0.9 of what the weights, activations and
     # buffers leave; vLLM bounds all of them by 0.9 of the device.
     device = 80 * 2 ** 30
-    trt = batch_limits(L70, H100, Mesh(), 1000, 1000, "fp8", "fp8", load_stack("trtllm"), 0.9)["caps"]["memory (KV cache)"]
-    vllm = batch_limits(L70, H100, Mesh(), 1000, 1000, "fp8", "fp8", load_stack("vllm"), 0.9)["caps"]["memory (KV cache)"]
+    trt, vllm = (batch_limits(L70, H100, Mesh(), 1000, 1000, "fp8", "fp8", load_stack(s), 0.9)["caps"]["memory (KV cache)"]
+                 for s in ("trtllm", "vllm"))
     for b, of_free, ctx in ((trt, True, 2000), (vllm, False, 1500)):
         seq = 2 * 80 * 8 * 128 * 1 * ctx
         m = per_gpu_memory(L70, H100, Mesh(), ctx, b, "fp8", "fp8", usable_fraction=0.9, kv_fraction_of_free=of_free)
