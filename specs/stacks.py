@@ -64,17 +64,20 @@ class Stack:
         table = self.step_overhead_ms
         return float(table.get(device_class, table.get("other", 0.0)))
 
-    def efficiency_for(self, vendor: str = "", precision: str | None = None) -> dict:
-        """The stack's efficiencies on a vendor's hardware at a weight precision: the base values, then every entry
-        of `efficiency_by` whose conditions match (in order; each names its source or fit). A stack runs its
-        kernels differently per vendor (ROCm vs CUDA) and per precision (an FP4 GEMM reaches a smaller share of its
-        peak than an FP8 one)."""
+    def efficiency_for(self, vendor: str = "", precision: str | None = None, moe: bool = False) -> dict:
+        """The stack's efficiencies on a vendor's hardware at a weight precision, for a dense or a mixture-of-experts
+        model: the base values, then every entry of `efficiency_by` whose conditions match (in order; each names its
+        source or fit). A stack runs its kernels differently per vendor (ROCm vs CUDA), per precision (an FP4 GEMM
+        reaches a smaller share of its peak than an FP8 one) and for experts (grouped GEMMs over many small
+        per-expert matrices instead of a few large dense ones)."""
         out = dict(self.efficiency)
         for e in self.doc.get("efficiency_by", []):
             when = e["when"]
             if "vendor" in when and when["vendor"].lower() != (vendor or "").lower():
                 continue
             if "precision" in when and when["precision"] != precision:
+                continue
+            if "moe" in when and bool(when["moe"]) != bool(moe):
                 continue
             out.update({k: float(v) for k, v in e["set"].items()})
         return out

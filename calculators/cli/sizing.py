@@ -112,7 +112,7 @@ def run(args) -> dict:
             out["usd_per_million_tokens_at_floor"] = dev.price_usd_per_hour / (B / floor * 1e3 * 3600) * 1e6
         formulas["bandwidth_floor_ms"] = ex.explain_decode_floor(c, dev, tokens, B, wd, kd).formula
     if args.command == "latency":
-        eff = Efficiency.for_stack(args.stack, dev)
+        eff = Efficiency.for_stack(args.stack, dev, config=c)
         g = generation_latency(c, dev, tokens, args.output_tokens, B, wd, kd, eff)
         r, i = g["realistic"], g["ideal"]
         out.update(output_tokens=args.output_tokens, ttft_ms=r["ttft_ms"], itl_ms=r["itl_ms"],
@@ -178,7 +178,7 @@ def parallel_fields(args, c: ModelConfig, dev: Device, tokens: int, B: int, wd: 
             return out
     else:
         out["max_batch_per_replica"] = max_batch_per_replica(c, dev, mesh, tokens, wd, kd, **kw)
-    eff = Efficiency.for_stack(args.stack, dev)
+    eff = Efficiency.for_stack(args.stack, dev, config=c)
     e16 = kw["embeddings_16bit"]
     dec = decode_step_parallel(c, dev, mesh, tokens, B, wd, kd, eff, embeddings_16bit=e16, stack=args.stack)
     pre = prefill_parallel(c, dev, mesh, tokens, B, wd, kd, eff, embeddings_16bit=e16, stack=args.stack)

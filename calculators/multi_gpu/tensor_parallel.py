@@ -408,7 +408,7 @@ def generation_latency_parallel(config: ModelConfig, device: Device, mesh: Mesh,
     with the all-reduce time of each phase. Realistic numbers default to `stack`'s efficiencies and fixed step
     cost on this device (vLLM when None)."""
     from calculators.planning.cost import cost_per_request
-    eff = efficiency or Efficiency.for_stack(stack, device)
+    eff = efficiency or Efficiency.for_stack(stack, device, config=config)
     P, N = check_int("prompt_tokens", prompt_tokens), check_int("output_tokens", output_tokens)
     mean_ctx = P + max(N - 1, 0) // 2 + 1
     out = {}

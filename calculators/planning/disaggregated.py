@@ -49,13 +49,13 @@ def size_disaggregated(config: ModelConfig, prefill_device: Device, prefill_mesh
     link = load_link(handoff_link) if isinstance(handoff_link, str) else handoff_link
 
     pre = prefill_parallel(config, prefill_device, prefill_mesh, P, 1, weight_dtype, kd,
-                           Efficiency.for_stack(s, prefill_device), stack=s)["prefill_ms"]
+                           Efficiency.for_stack(s, prefill_device, config=config), stack=s)["prefill_ms"]
     n_pre = math.ceil(rate * pre / 1e3 / rho_max)
     rho = rate * pre / 1e3 / n_pre
     wait = max(0.0, math.log(100 * rho)) * pre / (1 - rho) if rho > 0 else 0.0
     hand = kv_handoff_ms(config, P, kd, link, prefill_mesh.gpus_per_replica)
 
-    eff_d = Efficiency.for_stack(s, decode_device)
+    eff_d = Efficiency.for_stack(s, decode_device, config=config)
     b_mem = max_batch_per_replica(config, decode_device, decode_mesh, P + O, weight_dtype, kd, limit=batch_limit)
     if b_mem == 0:
         raise SpecError(f"{config.name} does not fit on the decode instance ({decode_mesh.gpus_per_replica} × "

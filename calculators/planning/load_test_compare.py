@@ -67,7 +67,7 @@ def compare_imported(config: ModelConfig, device: Device, runs: list[ImportedRun
     planner_efficiency (an Efficiency or None))."""
     if not runs:
         raise SpecError("no imported run to compare with")
-    base = Efficiency.for_stack(stack, device, weight_dtype)
+    base = Efficiency.for_stack(stack, device, weight_dtype, config)
     levels = [to_sweep_level(r.record, r.mode, r.level) for r in runs]
     notes, fit, knobs, held = [], None, (), None
     one_gpu = mesh.total_gpus == 1

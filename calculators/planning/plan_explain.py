@@ -62,7 +62,7 @@ def step_terms(config: ModelConfig, device: Device, mesh: Mesh, weight_dtype: st
     with the efficiencies it ran at."""
     s = stack if isinstance(stack, Stack) else load_stack(stack)
     I, O = lengths_of(prompt, "prompt tokens"), lengths_of(output, "output tokens")
-    kd, _, eff, lk = deployment_defaults(device, mesh, weight_dtype, kv_dtype, s, None, None, None)
+    kd, _, eff, lk = deployment_defaults(device, mesh, weight_dtype, kv_dtype, s, None, None, None, config)
     step = step_cost(config, device, mesh, weight_dtype, kd, eff, lk, s, decode_context(I, O), I.mean_tokens)
     out = {k: float(v) for k, v in step.parts(n, p).items()}
     out.update(mbu=eff.decode_mbu, step_overhead_ms=eff.step_overhead_ms)

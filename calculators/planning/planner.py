@@ -225,8 +225,8 @@ def plan(config: ModelConfig, devices: list[Device], workload: Workload, space: 
     if not devices:
         raise SpecError("choose at least one device")
     stack = stack if isinstance(stack, Stack) else load_stack(stack)
-    effs = [efficiency or Efficiency.for_stack(stack, dv) for dv in devices]
-    eff_tab = [[efficiency or _eff_or_none(stack, dv, w) for w in space.weight_dtypes] for dv in devices]
+    effs = [efficiency or Efficiency.for_stack(stack, dv, config=c) for dv in devices]
+    eff_tab = [[efficiency or _eff_or_none(stack, dv, w, c) for w in space.weight_dtypes] for dv in devices]
     check_fraction("gpu_memory_utilization", usable_fraction)
     notes = []
     bad_tp = [t for t in space.tp if mesh_problem(c, Mesh(tp=t)) is not None]
@@ -468,10 +468,11 @@ def _unique_rows(*cols):
     return [tuple(np.asarray(col)[j] for col in cols) for j in first], inv.ravel()
 
 
-def _eff_or_none(stack: Stack, device: Device, weight_dtype: str) -> Efficiency | None:
-    """The stack's efficiency for this device and weight format (None where the format does not run there)."""
+def _eff_or_none(stack: Stack, device: Device, weight_dtype: str, config: ModelConfig) -> Efficiency | None:
+    """The stack's efficiency for this device, weight format and model (None where the format does not run
+    there)."""
     try:
-        return Efficiency.for_stack(stack, device, weight_dtype)
+        return Efficiency.for_stack(stack, device, weight_dtype, config)
     except SpecError:
         return None
 

@@ -28,6 +28,7 @@ import math
 import statistics
 from pathlib import Path
 
+from calculators import arch
 from calculators.sizing.latency import Efficiency
 from calculators.multi_gpu.tensor_parallel import Mesh, _link_for, decode_step_parallel, prefill_parallel
 from calculators.planning.serve_at import finite_run_at, max_rate_under_slo, serve_at
@@ -68,7 +69,7 @@ def mesh_of(row: dict) -> Mesh:
 def _setup(row: dict, eff: Efficiency | None = None):
     c, dev = load_preset(row["model"]), load_device(row["device"])
     stack = load_stack(row["stack"])
-    return c, dev, mesh_of(row), stack, eff or Efficiency.for_stack(stack, dev, row["weights"])
+    return c, dev, mesh_of(row), stack, eff or Efficiency.for_stack(stack, dev, row["weights"], c)
 
 
 def _concurrency(row: dict, c, dev, mesh, stack, eff) -> float:
@@ -234,11 +235,19 @@ def fit_efficiency(rows: list[dict], start: Efficiency, fields=tuple(FIT_GRID), 
     return best, best_loss
 
 
-# The groups fitted, each on its own fit rows (a stack's base on NVIDIA FP8/BF16; then what differs by precision or
-# vendor), and where each result goes in specs/stacks.json.
+# The groups fitted, each on its own fit rows (a stack's base on all its NVIDIA FP8/BF16 rows; then what differs for
+# mixture-of-experts models (their grouped expert GEMMs), by precision or by vendor, each group starting from the
+# base), and where each result goes in specs/stacks.json. The groups apply in this order: a later one wins where two
+# match (an FP4 MoE model takes the FP4 group's values).
+def _moe(row: dict) -> bool:
+    return arch.is_moe(load_preset(row["model"]))
+
+
 FIT_GROUPS = {
     ("trtllm", "base"): dict(select=lambda r: r["stack"] == "trtllm" and r["vendor"] == "NVIDIA" and r["weights"] != "fp4",
                              fields=tuple(FIT_GRID)),
+    ("trtllm", "moe"): dict(select=lambda r: r["stack"] == "trtllm" and r["weights"] != "fp4" and _moe(r),
+                            when={"moe": True}, fields=("decode_mbu", "decode_mfu")),
     ("trtllm", "fp4"): dict(select=lambda r: r["stack"] == "trtllm" and r["weights"] == "fp4", when={"precision": "fp4"},
                             fields=("decode_mbu", "decode_mfu", "prefill_mfu", "gemm_half_tokens")),
     ("vllm", "AMD"): dict(select=lambda r: r["stack"] == "vllm" and r["vendor"] == "AMD", when={"vendor": "AMD"},
@@ -257,7 +266,7 @@ def fit_groups(rows: list[dict] | None = None) -> dict:
         if not part:
             continue
         stack, dev = load_stack(key[0]), load_device(part[0]["device"])
-        start = Efficiency.for_stack(stack, dev, part[0]["weights"])
+        start = Efficiency.for_stack(stack, dev, part[0]["weights"], load_preset(part[0]["model"]))
         if key[1] != "base" and key[0] in base:
             start = replace(base[key[0]], **{f: getattr(start, f) for f in g["fields"]})
         best, _ = fit_efficiency(part, start, g["fields"])
@@ -289,7 +298,9 @@ def write_fit(key: tuple, g: dict, path: Path | None = None) -> None:
         st["fit_rows"], st["efficiency_fitted_on"] = note, g["rows"]
     else:
         entry = dict(when=g["when"], set={f: e[f] for f in g["fields"]}, source=note, fitted_on=g["rows"])
-        st["efficiency_by"] = [x for x in st.get("efficiency_by", []) if x["when"] != g["when"]] + [entry]
+        kept = [x for x in st.get("efficiency_by", []) if x["when"] != g["when"]] + [entry]
+        order = [v.get("when") for k, v in FIT_GROUPS.items() if k[0] == key[0]]
+        st["efficiency_by"] = sorted(kept, key=lambda x: order.index(x["when"]) if x["when"] in order else len(order))
     Path(path).write_text(json.dumps(doc, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
     import specs.stacks as stacks_module
     stacks_module._doc.cache_clear()

@@ -206,7 +206,7 @@ def _replica(config: ModelConfig, device: Device, mesh: Mesh, I: Lengths, O: Len
     max sequences), the prompt budget per step) and the defaults filled from the stack."""
     check_mesh(config, mesh)
     kd, gmu, eff, lk = deployment_defaults(device, mesh, weight_dtype, kv_dtype, s, gpu_memory_utilization,
-                                           efficiency, link)
+                                           efficiency, link, config)
     i_mean, o_mean = int(math.ceil(I.mean_tokens)), int(math.ceil(O.mean_tokens))
     top = int(max(I.quantile(0.99), i_mean)) + int(max(O.quantile(0.99), o_mean))
     if top > config.max_position_embeddings:
@@ -299,7 +299,7 @@ def max_rate_under_slo(config: ModelConfig, device: Device, mesh: Mesh, prompt, 
     s = stack if isinstance(stack, Stack) else load_stack(stack)
     I, O = lengths_of(prompt, "prompt tokens"), lengths_of(output, "output tokens")
     kd = kv_dtype or default_kv_dtype(weight_dtype)
-    eff = efficiency or Efficiency.for_stack(s, device, weight_dtype)
+    eff = efficiency or Efficiency.for_stack(s, device, weight_dtype, config)
     lk = _link_for(device, None)
     _need_link(mesh, lk, device)
     i_mean, o_mean = int(math.ceil(I.mean_tokens)), int(math.ceil(O.mean_tokens))

@@ -111,13 +111,14 @@ def step_time(config: ModelConfig, device: Device, mesh: Mesh, batch: int, promp
 
 
 def deployment_defaults(device: Device, mesh: Mesh, weight_dtype: str, kv_dtype: str | None, stack: Stack,
-                        gpu_memory_utilization: float | None, efficiency: Efficiency | None, link: Link | None):
+                        gpu_memory_utilization: float | None, efficiency: Efficiency | None, link: Link | None,
+                        config: ModelConfig | None = None):
     """What a deployment leaves unsaid, filled from the stack: the KV dtype, the memory fraction, the efficiency
-    for the device's vendor and the weights' precision, and the interconnect (a multi-GPU layout must have one)."""
+    for the device's vendor, the weights' precision and the model's kind (`config`), and the interconnect (a multi-GPU layout must have one)."""
     kd = kv_dtype or default_kv_dtype(weight_dtype)
     gmu = check_fraction("gpu_memory_utilization", gpu_memory_utilization if gpu_memory_utilization is not None
                          else stack.gpu_memory_utilization)
-    eff = efficiency or Efficiency.for_stack(stack, device, weight_dtype)
+    eff = efficiency or Efficiency.for_stack(stack, device, weight_dtype, config)
     lk = _link_for(device, link)
     _need_link(mesh, lk, device)
     return kd, gmu, eff, lk
@@ -138,7 +139,7 @@ def max_throughput(config: ModelConfig, device: Device, mesh: Mesh, prompt_token
         raise SpecError(f"prompt + output = {I + O:,} tokens exceeds {config.name}'s context window of "
                         f"{config.max_position_embeddings:,}")
     kd, gmu, eff, lk = deployment_defaults(device, mesh, weight_dtype, kv_dtype, s, gpu_memory_utilization,
-                                           efficiency, link)
+                                           efficiency, link, config)
     lim = batch_limits(config, device, mesh, I, O, weight_dtype, kd, s, gmu, max_num_seqs, max_num_batched_tokens)
     if lim["caps"]["memory (KV cache)"] == 0:
         raise SpecError(f"{config.name} in {weight_dtype} does not fit on {mesh.gpus_per_replica} × {device.name} "

@@ -68,16 +68,18 @@ class Efficiency:
 
     @classmethod
     def for_stack(cls, stack: "Stack | str | None" = None, device: Device | None = None,
-                  weight_dtype: str | None = None) -> "Efficiency":
+                  weight_dtype: str | None = None, config: ModelConfig | None = None) -> "Efficiency":
         """The default efficiencies and fixed step cost of a serving stack (vLLM when None) on `device`'s class,
-        for the device's vendor and the weights' precision where the stack's data distinguishes them (fitted to
-        the fit rows of bench/published_serving.csv; specs/stacks.json says which)."""
+        for the device's vendor, the weights' precision and the model's kind (dense, or mixture of experts when
+        `config` is one) where the stack's data distinguishes them (fitted to the fit rows of
+        bench/published_serving.csv; specs/stacks.json says which)."""
         s = stack if isinstance(stack, Stack) else load_stack(stack)
         if device is not None:
             check_stack_device(s, device)
         over = s.overhead_ms(device_class(device)) if device is not None else s.overhead_ms("other")
         prec = compute_precision_for(weight_dtype) if weight_dtype else None
-        eff = s.efficiency_for(device.vendor if device is not None else "", prec)
+        eff = s.efficiency_for(device.vendor if device is not None else "", prec,
+                               moe=config is not None and arch.is_moe(config))
         over = float(eff.pop("step_overhead_ms", over))
         return cls(**{k: float(v) for k, v in eff.items()}, step_overhead_ms=over, overlap_host=s.overlap_host)
 

@@ -50,14 +50,11 @@ def test_held_out_rows_are_within_12_percent_at_the_median(result):
     assert statistics.median(test) <= 0.12
 
 
-def test_held_out_rows_worst_error_is_what_the_closing_note_reports(result):
-    """Issue 26 asks for ≤ 35% worst on the test rows; not met yet: 48.1%, Qwen3-235B FP8 on 8 × H100 (the model
-    costs its MoE step too fast on H100; every other test row is within 22%). This bound holds the present figure
-    so that it can only improve (59.4% before offline runs were followed to their end, TensorRT-LLM's memory
-    fraction was taken of the free memory and the fixed step cost was put on the GPU's timeline)."""
+def test_held_out_rows_are_within_35_percent_at_worst(result):
+    """Issue 26's bar: ≤ 35% worst on the test rows (23.2%: Qwen3-235B FP8 on 8 × H100, once TensorRT-LLM's MoE
+    efficiency is fitted apart on its MoE fit rows; 48.1% with one efficiency for dense and MoE models)."""
     test = sorted(abs(r["error"]) for r in result["rows"] if r["split"] == "test")
-    assert test[-1] <= 0.49
-    assert test[-2] <= 0.23
+    assert test[-1] <= 0.35
 
 
 def test_error_table_splits_test_from_fit_and_counts_every_priced_row(result):
@@ -124,3 +121,31 @@ def test_a_finite_online_run_reports_about_the_throughput_its_source_states():
         assert f["achieved_rps"] < float(r["rate_rps"])           # a finite run reports less than it was sent
         errs.append(abs(f["achieved_rps"] / float(r["achieved_rps"]) - 1))
     assert statistics.median(errs) <= 0.08 and max(errs) <= 0.55
+
+
+def test_a_moe_model_takes_the_stacks_moe_efficiency_and_the_fp4_group_wins_over_it():
+    """specs/stacks.json's TensorRT-LLM entries, read from the file: a dense FP8 model gets the base efficiency, a
+    MoE FP8 model the `moe` entry's decode_mbu / decode_mfu, an FP4 MoE model the FP4 entry's (listed after it), and
+    the throughput model uses the MoE values when it fills in the defaults itself."""
+    from calculators.multi_gpu.tensor_parallel import Mesh
+    from calculators.planning.throughput import max_throughput
+    from calculators.sizing.latency import Efficiency
+    from specs.devices import load_device
+    from specs.presets import load_preset
+    st = json.loads(STACKS_FILE.read_text(encoding="utf-8"))["stacks"]["trtllm"]
+    moe_set = next(e["set"] for e in st["efficiency_by"] if e["when"] == {"moe": True})
+    fp4_set = next(e["set"] for e in st["efficiency_by"] if e["when"] == {"precision": "fp4"})
+    h200, b200 = load_device("h200"), load_device("b200")
+    qwen, llama = load_preset("qwen3-235b-a22b"), load_preset("llama-3.1-70b")
+    dense = Efficiency.for_stack("trtllm", h200, "fp8", llama)
+    moe = Efficiency.for_stack("trtllm", h200, "fp8", qwen)
+    fp4_moe = Efficiency.for_stack("trtllm", b200, "fp4", qwen)
+    assert dense.decode_mbu == st["efficiency"]["decode_mbu"] != moe_set["decode_mbu"]
+    assert (moe.decode_mbu, moe.decode_mfu) == (moe_set["decode_mbu"], moe_set["decode_mfu"])
+    assert moe.step_overhead_ms == dense.step_overhead_ms                      # the rest stays the base's
+    assert (fp4_moe.decode_mbu, fp4_moe.decode_mfu) == (fp4_set["decode_mbu"], fp4_set["decode_mfu"])
+    mesh = Mesh(tp=8, ep=8)
+    auto = max_throughput(qwen, h200, mesh, 1000, 1000, "fp8", stack="trtllm")["output_tok_s"]
+    assert auto == max_throughput(qwen, h200, mesh, 1000, 1000, "fp8", stack="trtllm", efficiency=moe)["output_tok_s"]
+    assert auto != max_throughput(qwen, h200, mesh, 1000, 1000, "fp8", stack="trtllm",
+                                  efficiency=Efficiency.for_stack("trtllm", h200, "fp8"))["output_tok_s"]
