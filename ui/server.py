@@ -17,6 +17,7 @@ from __future__ import annotations
 import atexit
 import hashlib
 import hmac
+import math
 import secrets
 import threading
 import time
@@ -36,6 +37,7 @@ from server.registry import process_wide
 
 HEAVY_JOBS_AT_ONCE = 1             # 2 cores: one heavy job at a time already uses both
 HEAVY_JOBS_WAITING = 8
+ROOM_WAIT_S = 1.0                  # how long a simulated student's freed place may take before another is asked
 BUSY_RETRY_S = 3.0                 # a Generate refused for a full server (or its own request still being freed)
 #                                   tries again this long, making room by hanging up simulated students first
 
@@ -252,6 +254,7 @@ def generate(model: Model, ids: Sequence[int], max_new_tokens: int = 64, tempera
     sid = session_id()
     session_streams().hang_up(sid)                     # one request per session: a new Generate ends the old
     deadline = time.monotonic() + BUSY_RETRY_S
+    room_asked_at = -math.inf
     while True:
         try:
             reply = ReplyStream(target.config, target.model, prompt=prompt, max_tokens=max_new_tokens,
@@ -259,8 +262,10 @@ def generate(model: Model, ids: Sequence[int], max_new_tokens: int = 64, tempera
                                 user=session_key(sid), stop=stop)
             break
         except BackendBusy:
-            # a simulated student gives way; or this session's previous request is still being freed
-            make_room_for_a_student(target.config)
+            # a simulated student gives way (one per ROOM_WAIT_S: its place takes a moment to be freed); or this
+            # session's previous request is still being freed
+            if time.monotonic() - room_asked_at >= ROOM_WAIT_S and make_room_for_a_student(target.config):
+                room_asked_at = time.monotonic()
             if time.monotonic() >= deadline or (stop is not None and stop.is_set()):
                 raise
             time.sleep(0.1)

@@ -360,3 +360,18 @@ def test_one_thread_hangs_up_every_stopped_stream(stalled):
     for e in stops[1:]:
         e.set()
     wait_until(lambda: watchers() == 0, what="the watcher ending with no stream left")
+
+
+def test_a_streaming_request_hung_up_while_in_line_frees_its_place_at_once(stalled):
+    """What ui.server.generate counts on when a simulated student gives way: the server frees a hung-up request's
+    place within ROOM_WAIT_S (about 20 ms here), though nothing was ever written to it, so one student's Generate
+    sends one simulated student away, not two (it asked again every 0.1 s, and a loaded machine took longer)."""
+    from server.backend import ReplyStream
+    from ui.server import ROOM_WAIT_S
+    streams = [ReplyStream(stalled.cfg, "engine", prompt=[1, 2, 3], max_tokens=4, user=f"q{i}") for i in range(4)]
+    stalled.streams.extend(streams)
+    wait_until(lambda: stalled.worker.active_requests() == 4, what="four requests in line")
+    t = time.monotonic()
+    streams[2].close()
+    wait_until(lambda: stalled.worker.active_requests() == 3, deadline_s=ROOM_WAIT_S, what="its place freed")
+    print(f"place freed {1e3 * (time.monotonic() - t):.0f} ms after the hang-up")
