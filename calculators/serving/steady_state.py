@@ -97,8 +97,12 @@ _LGAMMA = np.array([math.lgamma(x + 1) for x in range(K_TERMS)])
 
 def _poisson(k, m):
     m = np.maximum(np.asarray(m, dtype=float), 1e-300)
-    w = np.exp(k * np.log(m) - m - _LGAMMA[:k.shape[0]].reshape(k.shape))
-    return w / np.maximum(w.sum(axis=0), 1e-300)
+    w = k * np.log(m)
+    w -= m
+    w -= _LGAMMA[:k.shape[0]].reshape(k.shape)
+    np.exp(w, out=w)
+    w /= np.maximum(w.sum(axis=0), 1e-300)
+    return w
 
 
 def whole_prompts(load: "Load") -> bool:
@@ -283,7 +287,11 @@ def _on_grid(step_at, top: int, like) -> np.ndarray:
     pos = np.interp(j, grid, np.arange(len(grid), dtype=float))
     i0 = np.minimum(pos.astype(int), len(grid) - 2)
     f = (pos - i0).reshape((top,) + (1,) * (ones.ndim - 1))
-    return vals[i0] * (1 - f) + vals[i0 + 1] * f
+    lo, hi = vals[i0], vals[i0 + 1]
+    lo *= 1 - f
+    hi *= f
+    lo += hi
+    return lo
 
 
 def _last_answer_kept(f):
@@ -433,7 +441,8 @@ def _chain_ttft_quantiles(step: StepFn, n, lam, load: "Load", qs, busy=None) -> 
     lo, hi = own.min(axis=-1), own.max(axis=-1) + tau_k.max(axis=-1)
     grid = lo[..., None] + (hi - lo)[..., None] * np.linspace(0, 1, 65)     # (..., T)
     # P(r + own_j ≤ t | K) with r ~ U(0, τ_K): (..., K, j, T)
-    frac = np.clip((grid[..., None, None, :] - own[..., None, :, None]) / tau_k[..., :, None, None], 0, 1)
+    frac = (grid[..., None, None, :] - own[..., None, :, None]) / tau_k[..., :, None, None]
+    np.clip(frac, 0, 1, out=frac)
     cdf = np.einsum("...k,...kj,...kjt->...t", w, others, frac)
     if busy is not None:                      # an arrival at an idle replica starts its own step at once
         idle = 1 - np.asarray(busy, dtype=float)[..., None]
