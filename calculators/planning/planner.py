@@ -202,7 +202,8 @@ def _model_scalars(c: ModelConfig, wl: Workload, kv_dtypes, weight_dtypes, batch
 
 
 def _grid(devices, space: SearchSpace, c: ModelConfig):
-    """Cartesian product of the choices as flat arrays (mesh-invalid TP/PP kept, marked). For an MoE model each
+    """Cartesian product of the choices as flat arrays (mesh-invalid TP/PP kept, marked), and each candidate's
+    layout: the number shared by the candidates that differ only in their batch cap. For an MoE model each
     layout is tried with and without expert parallelism over its TP group (EP = TP)."""
     ep_opts = np.array([False, True] if arch.is_moe(c) and space.expert_parallel else [False])
     di, g, tp, pp, B, wd, kd, ep_on = np.meshgrid(
@@ -210,7 +211,9 @@ def _grid(devices, space: SearchSpace, c: ModelConfig):
         np.array(space.batch_caps), np.arange(len(space.weight_dtypes)), np.arange(len(space.kv_dtypes)), ep_opts,
         indexing="ij")
     keep = ~(ep_on & (tp == 1)).ravel()                    # EP over a 1-GPU TP group is the plain layout again
-    return [a.ravel()[keep] for a in (di, g, tp, pp, B, wd, kd, ep_on)]
+    caps = (slice(None),) * 4 + (slice(0, 1),)            # the batch cap is the fifth axis
+    layout = np.broadcast_to(np.arange(di[caps].size).reshape(di[caps].shape), di.shape)
+    return [a.ravel()[keep] for a in (di, g, tp, pp, B, wd, kd, ep_on, layout)]
 
 
 def plan(config: ModelConfig, devices: list[Device], workload: Workload, space: SearchSpace = SearchSpace(),
@@ -234,7 +237,7 @@ def plan(config: ModelConfig, devices: list[Device], workload: Workload, space: 
         notes.append(f"TP {', '.join(map(str, bad_tp))} cannot split {c.name}'s heads "
                      f"({c.num_heads} query, {c.num_kv_heads} KV)")
     S = _model_scalars(c, wl, space.kv_dtypes, space.weight_dtypes, space.batch_caps, space.pp)
-    di, g, tp, pp, B, wdi, kdi, ep_on = _grid(devices, space, c)
+    di, g, tp, pp, B, wdi, kdi, ep_on, layout = _grid(devices, space, c)
     ep = np.where(ep_on, tp, 1)
     p = S["params"]
     L, D, d, hkv, V = c.num_layers, c.hidden_size, c.head_dim, c.num_kv_heads, c.vocab_size
@@ -376,6 +379,7 @@ def plan(config: ModelConfig, devices: list[Device], workload: Workload, space: 
     ld = _loaded(c, wl, S, devices, stack, viable, lam, B, dict(
         w_gpu=w_gpu, kv_row=kv_seq, share=share, peak_att=peak_att, tpf=tpf, pp=pp, peak=peak, bw=bw, mbu=mbu,
         mfu=mfu, half=half, overhead=overhead, seq_over=seq_over, overlap=overlap, di=di, ep=ep, gpus=g.astype(float),
+        layout=layout,
         comm_table=_comm_table(di, tp, links, stack, D), stage=stage, lbw=lbw, a01=a0 + a1))
     apply_bounds(ld, base, viable, slots_ok, itl_one, pre_p99)
     raw = dict(di=di, gpus=g, tp=tp, pp=pp, ep=ep, dp=np.ones_like(tp), replicas=replicas, batch_cap=B, wdi=wdi,
@@ -464,8 +468,12 @@ def _unique_rows(*cols):
         v, i = np.unique(np.asarray(col), return_inverse=True)
         code = code * len(v) + i.ravel()
         values.append(v)
-    u, first, inv = np.unique(code, return_index=True, return_inverse=True)
-    return [tuple(np.asarray(col)[j] for col in cols) for j in first], inv.ravel()
+    u, inv = np.unique(code, return_inverse=True)
+    per_col = []
+    for v in reversed(values):                   # the combined code read back, last column first
+        u, i = np.divmod(u, len(v))
+        per_col.append(v[i])
+    return list(zip(*reversed(per_col))), inv.ravel()
 
 
 def _eff_or_none(stack: Stack, device: Device, weight_dtype: str, config: ModelConfig) -> Efficiency | None:
@@ -481,19 +489,19 @@ def _comm_table(di, tp, links, stack: Stack, hidden: int):
     """Per (device, TP) group: the all-reduce pair of one layer (after attention and after the FFN) for each
     tokens count of TOKEN_GRID, in ms (`collectives.allreduce_ms`, the stack's algorithm). Returns (group index
     per candidate, table [groups, T])."""
-    keys = np.stack([di, tp], axis=1)
-    uniq, inv = np.unique(keys, axis=0, return_inverse=True)
+    width = int(np.max(tp)) + 1
+    uniq, inv = np.unique(di * width + tp, return_inverse=True)     # (device, TP) coded as one integer
     tab = np.array([[0.0 if int(t) == 1 or links[int(d)] is None else
                      2 * collective_ms(r * hidden * 2.0, int(t), links[int(d)], stack) for r in TOKEN_GRID]
-                    for d, t in uniq])
+                    for d, t in zip(uniq // width, uniq % width)])
     return inv.ravel(), tab
 
 
 def _loaded(c: ModelConfig, wl: Workload, S: dict, devices, stack: Stack, viable, lam, B, a: dict) -> dict:
     """The steady state of every viable candidate at its per-replica rate (`calculators.serving.steady_state`),
-    on the candidate's mixed step: the same cost as `serve_at.step_cost` with the planner's arrays. Screened first
-    with prompts per step drawn independently; the prompt chain is run on the candidates near the targets.
-    Non-viable candidates get inf."""
+    on the candidate's mixed step (`_MixedStep`): the same cost as `serve_at.step_cost` with the planner's arrays.
+    Screened first with prompts per step drawn independently; the prompt chain is run on the candidates near the
+    targets. Non-viable candidates get inf."""
     n_all = len(B)
     out = no_steady_state(n_all)
     ctx = decode_context(wl.prompt_lengths(), wl.output_lengths())
@@ -503,92 +511,179 @@ def _loaded(c: ModelConfig, wl: Workload, S: dict, devices, stack: Stack, viable
     dec_a = S["decode_flops_per_row"]["attention"] * kv_scale       # attention grows with the context, as KV does
     f_tok = S["prefill_flops"][wl.prompt_tokens]["weights"] / new_tok
     a_tok = S["prefill_flops"][wl.prompt_tokens]["attention"] / new_tok
-    lg = np.log(TOKEN_GRID)
-    full = step_weight_bytes(c, "bf16", rows=1 << 30)
-    ratio_tab = np.array([step_weight_bytes(c, "bf16", rows=int(t)) / full for t in TOKEN_GRID]) \
-        if arch.is_moe(c) else np.ones(len(TOKEN_GRID))
     e_tok = (c.num_experts_per_tok * 2 * expert_params(c) * arch.moe_layer_count(c)) if arch.is_moe(c) else 0.0
-    moe = arch.is_moe(c)
+    groups, comm_tab = a["comm_table"]
+    shared = dict(_token_tables(c, a["ep"][viable]), comm_flat=comm_tab.ravel(), ctx=ctx)
     for d, dev in enumerate(devices):
         sel = np.flatnonzero(viable & (a["di"] == d))
         if not len(sel):
             continue
-        v = {k: (x[sel] if isinstance(x, np.ndarray) and x.shape == (n_all,) else x) for k, x in a.items()
-             if k != "comm_table"}
-        ep_vals = np.unique(v["ep"])
-        imb_tab = {int(e): np.array([1.0 if e == 1 else routing_imbalance(t, c.num_experts, c.num_experts_per_tok,
-                                                                            int(e)) for t in TOKEN_GRID])
-                   for e in ep_vals} if arch.is_moe(c) else {}
-        groups, comm_tab = a["comm_table"]
-        v["group"] = groups[sel]
+        v = _columns({k: x for k, x in a.items() if k != "comm_table"}, sel)
         # the step's per-candidate constants, once (ms per row / per prompt token at MFU 1; ms per byte-row)
         to_w, to_a = v["share"] / v["tpf"] / v["peak"] * 1e3, v["share"] / v["tpf"] / v["peak_att"] * 1e3
         v.update(cw_row=dec_w * to_w, cw_tok=f_tok * to_w, cx=e_tok * to_w, ca_row=dec_a * to_a, ca_tok=a_tok * to_a,
                  mw=v["w_gpu"] / (v["bw"] * v["mbu"]) * 1e3, mk=v["kv_row"] * kv_scale / (v["bw"] * v["mbu"]) * 1e3,
                  p2p_row=np.where(v["pp"] > 1, c.hidden_size * 2.0 / v["lbw"] * 1e3, 0.0),
-                 p2p_0=np.where(v["pp"] > 1, v["a01"] * 1e3, 0.0))
-        overlap_any = bool(np.any(v["overlap"]))
-
-        def table(tokens, v):
-            """The candidate's all-reduce pair per layer at `tokens` (..., M): linear in log tokens."""
-            pos = np.interp(np.log(np.maximum(tokens, 1.0)), lg, np.arange(len(lg), dtype=float))
-            i0 = np.minimum(pos.astype(int), len(lg) - 2)
-            f = pos - i0
-            return comm_tab[v["group"], i0] * (1 - f) + comm_tab[v["group"], i0 + 1] * f
-
-        def attention(n, p, v):
-            """At (n, p), per microbatch: (microbatches m, rows, prompt tokens, tokens, tokens ≥ 1, the MFU at
-            them, the KV read's ms, attention's FLOPs' ms)."""
-            n, p = np.broadcast_arrays(np.asarray(n, dtype=float), np.asarray(p, dtype=float))
-            m = np.minimum(np.maximum(n, 1.0), v["pp"].astype(float))
-            rows, pm, tok = n / m, p / m, (n + p) / m
-            t1 = np.maximum(tok, 1.0)
-            mfu_t = v["mfu"] * np.where(v["half"] > 0, t1 / (t1 + v["half"]), 1.0)
-            return m, rows, pm, tok, t1, mfu_t, v["mk"] * rows, (v["ca_row"] * rows + v["ca_tok"] * pm) / mfu_t
-
-        def stage(n, p, v, imb_tab=imb_tab):
-            """One microbatch's stage at (n, p): (microbatches m, rows, the GPU's ms with the step's fixed cost, the
-            host's per-sequence ms)."""
-            m, rows, pm, tok, t1, mfu_t, kv_ms, att_ms = attention(n, p, v)
-            mem_w = v["mw"] * (np.interp(np.log(t1), lg, ratio_tab) if moe else 1.0)
-            comp_w = v["cw_row"] * rows + v["cw_tok"] * pm
-            if imb_tab:
-                imb = np.ones_like(tok)
-                for e, tab in imb_tab.items():
-                    imb = np.where(v["ep"] == e, np.interp(np.log(t1), lg, tab), imb)
-                comp_w = comp_w + (imb - 1) * tok * v["cx"]
-            gpu_ms = gpu_time(mem_w, comp_w / mfu_t, kv_ms, att_ms) + v["stage"] * table(tok, v)
-            return m, rows, gpu_ms + v["overhead"], rows * v["seq_over"]
-
-        def step(n, p, v=v):
-            ppv = v["pp"].astype(float)
-            m, rows, gpu_ms, over_ms = stage(n, p, v)
-            stage_ms = stage_with_host(gpu_ms, 0.0, over_ms, v["overlap"]) if overlap_any else gpu_ms + over_ms
-            return np.maximum(m, ppv) * stage_ms + (ppv - 1) * (v["p2p_0"] + rows * v["p2p_row"])
-
-        def ms_per_context_token(n, p, v=v):
-            """`serve_at.context_slope` on this step: its KV read and attention scale with the context
-            (kv_scale), so one more position costs a row mk/ctx, or ca_row/ctx at the MFU."""
-            m, _, _, _, _, mfu_t, kv_ms, att_ms = attention(n, p, v)
-            hidden = False
-            if overlap_any:
-                _, _, gpu_ms, over_ms = stage(n, p, v)
-                hidden = v["overlap"] & (over_ms > gpu_ms)
-            return context_slope(np.maximum(m, v["pp"]), m, kv_ms >= att_ms, v["mk"] / ctx, v["ca_row"] / ctx / mfu_t,
-                                 hidden)
+                 p2p_0=np.where(v["pp"] > 1, v["a01"] * 1e3, 0.0), ppf=v["pp"].astype(float), half_on=v["half"] > 0,
+                 comm_at=groups[sel] * comm_tab.shape[1])
 
         def step_for(idx, v=v):
             """The step of candidates `idx`, with its `ms_per_context_token` (the slot wait's dispersion)."""
-            vi = {k: (x[idx] if isinstance(x, np.ndarray) and x.shape == (len(sel),) else x) for k, x in v.items()}
-
-            def step_idx(n, p):
-                return step(n, p, v=vi)
-            step_idx.ms_per_context_token = lambda n, p: ms_per_context_token(n, p, v=vi)
-            return step_idx
+            return _MixedStep(_columns(v, idx), shared)
         st = screened_steady_state(step_for, wl, lam[sel], B[sel].astype(float), a["gpus"][sel], stack, dev)
         for k2 in out:
             out[k2][sel] = st[k2]
     return out
+
+
+def _token_tables(c: ModelConfig, ep) -> dict:
+    """What the step reads on the log token grid, once per search: the share of the weights a step of t tokens
+    reads (an MoE model's experts touched; None for a dense model) and the busiest EP rank's routing imbalance per
+    EP degree > 1 in `ep`."""
+    lg = np.log(TOKEN_GRID)
+    tabs = dict(lg=lg, positions=np.arange(len(lg), dtype=float), weights_read=None, imbalance={})
+    if arch.is_moe(c):
+        full = step_weight_bytes(c, "bf16", rows=1 << 30)
+        tabs["weights_read"] = np.array([step_weight_bytes(c, "bf16", rows=int(t)) / full for t in TOKEN_GRID])
+        tabs["imbalance"] = {int(e): np.array([routing_imbalance(t, c.num_experts, c.num_experts_per_tok, int(e))
+                                               for t in TOKEN_GRID]) for e in np.unique(ep) if e != 1}
+    return tabs
+
+
+def _columns(v: dict, idx) -> dict:
+    """The candidates `idx` of the per-candidate arrays in `v` (what is not one value per candidate kept whole)."""
+    n = len(v["layout"])
+    return {k: (x[idx] if isinstance(x, np.ndarray) and x.shape == (n,) else x) for k, x in v.items()}
+
+
+class _MixedStep:
+    """The mixed step of some candidates (one device), step(n decode rows, p prompt tokens) -> ms, with the
+    planner's arrays: per-candidate constants `v` and the token-grid tables `shared` (`_token_tables`, the
+    all-reduce pairs flattened). The same cost as `serve_at.mixed_step`; arrays broadcast over the candidates.
+    Candidates of one layout (they differ only in their batch cap, which no step depends on) are asked the same
+    (n, p) by the fixed point: the step is then computed once per layout (`distinct`)."""
+
+    def __init__(self, v: dict, shared: dict):
+        self.v, self.s = v, shared
+        first, self.col = np.unique(v["layout"], return_index=True, return_inverse=True)[1:]
+        self.rep = first
+        self.distinct = _MixedStep(_columns(v, first), shared) if len(first) < len(v["layout"]) else None
+        self.overlap_any = bool(np.any(v["overlap"]))
+        self.pipelined = bool(np.any(v["pp"] > 1))
+        self.imbalance = {e: tab for e, tab in shared["imbalance"].items() if np.any(v["ep"] == e)}
+        flat, width = shared["comm_flat"], len(shared["lg"])
+        self.has_comm = bool(np.any(flat[v["comm_at"][:, None] + np.arange(width)])) if len(v["comm_at"]) else False
+
+    def microbatch(self, n, p) -> tuple:
+        """At (n, p), per microbatch: (microbatches m, rows, prompt tokens, tokens, log(tokens ≥ 1), the MFU at
+        them, the KV read's ms, attention's FLOPs' ms)."""
+        v = self.v
+        n, p, _ = np.broadcast_arrays(np.asarray(n, dtype=float), np.asarray(p, dtype=float), v["ppf"])
+        m = np.maximum(n, 1.0)
+        np.minimum(m, v["ppf"], out=m)
+        rows, pm = n / m, p / m
+        tok = n + p
+        tok /= m
+        t1 = np.maximum(tok, 1.0)
+        mfu_t = t1 + v["half"]
+        np.divide(t1, mfu_t, out=mfu_t)
+        mfu_t = np.where(v["half_on"], mfu_t, 1.0)
+        mfu_t *= v["mfu"]
+        att_ms = v["ca_row"] * rows
+        att_ms += v["ca_tok"] * pm
+        att_ms /= mfu_t
+        return m, rows, pm, tok, np.log(t1, out=t1), mfu_t, v["mk"] * rows, att_ms
+
+    def comm_ms(self, log_tokens):
+        """The candidate's all-reduce pair per layer at exp(log_tokens): linear in log tokens on its table."""
+        pos = np.interp(log_tokens, self.s["lg"], self.s["positions"])
+        i0 = pos.astype(np.intp)
+        np.minimum(i0, len(self.s["lg"]) - 2, out=i0)
+        f = pos - i0
+        i0 += self.v["comm_at"]
+        lo = self.s["comm_flat"].take(i0)
+        i0 += 1
+        hi = self.s["comm_flat"].take(i0)
+        lo *= 1 - f
+        hi *= f
+        lo += hi
+        return lo
+
+    def stage(self, n, p) -> tuple:
+        """One microbatch's stage at (n, p): (microbatches m, rows, the GPU's ms with the step's fixed cost, the
+        host's per-sequence ms)."""
+        v = self.v
+        m, rows, pm, tok, lt, mfu_t, kv_ms, att_ms = self.microbatch(n, p)
+        tab = self.s["weights_read"]
+        mem_w = v["mw"] * np.interp(lt, self.s["lg"], tab) if tab is not None else v["mw"]
+        comp_w = v["cw_row"] * rows
+        comp_w += v["cw_tok"] * pm
+        if self.imbalance:
+            imb = np.ones_like(tok)
+            for e, tab in self.imbalance.items():
+                imb = np.where(v["ep"] == e, np.interp(lt, self.s["lg"], tab), imb)
+            imb -= 1
+            imb *= tok
+            imb *= v["cx"]
+            comp_w += imb
+        comp_w /= mfu_t
+        gpu_ms = np.maximum(mem_w, comp_w)
+        gpu_ms += np.maximum(kv_ms, att_ms)
+        if self.has_comm:
+            comm = self.comm_ms(lt)
+            comm *= v["stage"]
+            gpu_ms += comm
+        gpu_ms += v["overhead"]
+        return m, rows, gpu_ms, rows * v["seq_over"]
+
+    def by_layout(self, f, n, p):
+        """f(step, n, p) on one candidate per layout, spread back, where every candidate is asked what its layout's
+        first is (checked); else f on all."""
+        if self.distinct is not None:
+            n, p, _ = np.broadcast_arrays(np.asarray(n, dtype=float), np.asarray(p, dtype=float), self.v["ppf"])
+            nd, pd = n.take(self.rep, axis=-1), p.take(self.rep, axis=-1)
+            if np.array_equal(nd.take(self.col, axis=-1), n) and np.array_equal(pd.take(self.col, axis=-1), p):
+                return f(self.distinct, nd, pd).take(self.col, axis=-1)      # C order, as computed on all
+        return f(self, n, p)
+
+    def __call__(self, n, p):
+        """The step's ms at n decode rows and p prompt tokens (`step_ms`, once per layout where it can)."""
+        return self.by_layout(_MixedStep.step_ms, n, p)
+
+    def step_ms(self, n, p):
+        """The step's ms at n decode rows and p prompt tokens: max(m, pp) stages, the host's work added or
+        overlapped, and the pipeline's p2p sends."""
+        v = self.v
+        m, rows, gpu_ms, over_ms = self.stage(n, p)
+        if self.overlap_any:
+            stage_ms = stage_with_host(gpu_ms, 0.0, over_ms, v["overlap"])
+        else:
+            stage_ms = gpu_ms
+            stage_ms += over_ms
+        out = np.maximum(m, v["ppf"])
+        out *= stage_ms
+        if self.pipelined:
+            p2p = rows * v["p2p_row"]
+            p2p += v["p2p_0"]
+            p2p *= v["ppf"] - 1
+            out += p2p
+        return out
+
+    def ms_per_context_token(self, n, p):
+        """`context_slope` of the step (once per layout where it can)."""
+        return self.by_layout(_MixedStep.context_slope, n, p)
+
+    def context_slope(self, n, p):
+        """`serve_at.context_slope` on this step: its KV read and attention scale with the context (kv_scale), so
+        one more position costs a row mk/ctx, or ca_row/ctx at the MFU."""
+        v, ctx = self.v, self.s["ctx"]
+        m, _, _, _, _, mfu_t, kv_ms, att_ms = self.microbatch(n, p)
+        hidden = False
+        if self.overlap_any:
+            _, _, gpu_ms, over_ms = self.stage(n, p)
+            hidden = v["overlap"] & (over_ms > gpu_ms)
+        return context_slope(np.maximum(m, v["pp"]), m, kv_ms >= att_ms, v["mk"] / ctx, v["ca_row"] / ctx / mfu_t,
+                             hidden)
 
 
 def _sentence(col: dict, i: int, wl: Workload) -> str:

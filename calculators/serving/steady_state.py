@@ -97,8 +97,12 @@ _LGAMMA = np.array([math.lgamma(x + 1) for x in range(K_TERMS)])
 
 def _poisson(k, m):
     m = np.maximum(np.asarray(m, dtype=float), 1e-300)
-    w = np.exp(k * np.log(m) - m - _LGAMMA[:k.shape[0]].reshape(k.shape))
-    return w / np.maximum(w.sum(axis=0), 1e-300)
+    w = k * np.log(m)
+    w -= m
+    w -= _LGAMMA[:k.shape[0]].reshape(k.shape)
+    np.exp(w, out=w)
+    w /= np.maximum(w.sum(axis=0), 1e-300)
+    return w
 
 
 def whole_prompts(load: "Load") -> bool:
@@ -283,7 +287,11 @@ def _on_grid(step_at, top: int, like) -> np.ndarray:
     pos = np.interp(j, grid, np.arange(len(grid), dtype=float))
     i0 = np.minimum(pos.astype(int), len(grid) - 2)
     f = (pos - i0).reshape((top,) + (1,) * (ones.ndim - 1))
-    return vals[i0] * (1 - f) + vals[i0 + 1] * f
+    lo, hi = vals[i0], vals[i0 + 1]
+    lo *= 1 - f
+    hi *= f
+    lo += hi
+    return lo
 
 
 def _last_answer_kept(f):
@@ -432,9 +440,7 @@ def _chain_ttft_quantiles(step: StepFn, n, lam, load: "Load", qs, busy=None) -> 
     others = np.moveaxis(_poisson(kk, m), 0, -1)
     lo, hi = own.min(axis=-1), own.max(axis=-1) + tau_k.max(axis=-1)
     grid = lo[..., None] + (hi - lo)[..., None] * np.linspace(0, 1, 65)     # (..., T)
-    # P(r + own_j ≤ t | K) with r ~ U(0, τ_K): (..., K, j, T)
-    frac = np.clip((grid[..., None, None, :] - own[..., None, :, None]) / tau_k[..., :, None, None], 0, 1)
-    cdf = np.einsum("...k,...kj,...kjt->...t", w, others, frac)
+    cdf = _landing_cdf(grid, own, tau_k, w, others)
     if busy is not None:                      # an arrival at an idle replica starts its own step at once
         idle = 1 - np.asarray(busy, dtype=float)[..., None]
         cdf = idle * (grid >= own[..., :1]) + (1 - idle) * cdf
@@ -447,6 +453,18 @@ def _invert(grid, cdf, q):
     g0, g1 = np.take_along_axis(grid, idx[..., None] - 1, -1)[..., 0], np.take_along_axis(grid, idx[..., None], -1)[..., 0]
     c0, c1 = np.take_along_axis(cdf, idx[..., None] - 1, -1)[..., 0], np.take_along_axis(cdf, idx[..., None], -1)[..., 0]
     return g0 + (g1 - g0) * np.clip((q - c0) / np.maximum(c1 - c0, 1e-12), 0, 1)
+
+
+def _landing_cdf(grid, own, tau_k, w, others, rows: int = 16):
+    """Σ_K Σ_j w_K·others_Kj·P(r + own_j ≤ t | K), r ~ U(0, τ_K), at each t of `grid` (..., T): the chain's TTFT CDF
+    of `_chain_ttft_quantiles` while the replica is busy. Done `rows` of the first axis at a time, element by
+    element the same sums: the (..., K, j, T) fractions of hundreds of candidates at once would not fit the cache."""
+    if grid.ndim > 1 and len(grid) > rows:
+        return np.concatenate([_landing_cdf(*(x[i:i + rows] for x in (grid, own, tau_k, w, others)))
+                               for i in range(0, len(grid), rows)])
+    frac = (grid[..., None, None, :] - own[..., None, :, None]) / tau_k[..., :, None, None]
+    np.clip(frac, 0, 1, out=frac)
+    return np.einsum("...k,...kj,...kjt->...t", w, others, frac)
 
 
 LEVELS = (0.5, 0.7, 0.9, 0.97, 0.99, 0.997, 0.999)   # quantiles of the TTFT without the slot wait
