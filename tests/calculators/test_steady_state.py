@@ -263,6 +263,16 @@ def test_tpot_above_the_mean_step_matches_a_step_by_step_replica(per_row):
     assert (chain_only == pytest.approx(want, rel=0.06)) if per_row == 0 else chain_only < 0.9 * want
 
 
+def test_outputs_that_are_not_memoryless_keep_the_prompt_chains_part_only():
+    """The number decoding's part assumes each sequence leaves at one rate whatever its age (geometric outputs):
+    with fixed outputs TPOT − mean step is the prompt chain's part alone."""
+    step = lambda n, p: 10 + 0.05 * np.asarray(n, float) + 0.02 * np.asarray(p, float)    # noqa: E731
+    load = Load(Lengths.fixed(1000), Lengths.fixed(20))
+    op = operating_point(step, 40.0, load)
+    chain = chain_tpot_excess(*prompt_chain(step, op["decode_rows"], np.asarray(40.0), load), 40.0, load.output)
+    assert float(op["tpot_ms"] - op["step_ms"]) == pytest.approx(float(chain), rel=1e-9)
+
+
 # ------------------------------------------------------------------------------------------ against the simulator
 def _sim_vs_model(I, O, B, chunk, u, n_min=4000, seed=0):
     load = Load(Lengths.fixed(I), Lengths("geometric", float(O), maximum=8192 - I),
