@@ -11,6 +11,7 @@ from calculators.planning.published import compare_all, error_table, load_rows, 
 from specs.stacks import STACKS_FILE
 
 ROWS = load_rows()
+pytestmark = pytest.mark.xdist_group("published_serving")    # one worker prices the table once (`result`)
 
 
 @pytest.fixture(scope="module")
