@@ -27,11 +27,16 @@ TTFT = X + W (p50 and p99 of the mixture, `ttft_quantile`), X = the prefill part
                              with mean (I + c_s²)/2 · 1/(μ_B − λ) (Kingman; Allen-Cunneen), I the dispersion of
                              arrivals counted in steps (`context_dispersion`: the step moves with the running
                              sequences' cached context, so arrivals per step are a Cox process)
-    wait for the prefill budget  M/G/1 on prompt tokens served at the full-chunk step (Pollaczek-Khinchine mean,
-                             Cramér-Lundberg tail)
     whole prompts            the prompt chain: the rest of the step in progress (length-biased), then the own step
                              with the prompts that arrived meanwhile; an idle replica (P = e^(−N)) starts at once
-    prompts past half a chunk  ⌈I/chunk⌉ steps carrying its chunks beside the n decode rows
+    prompts past half a chunk  the token stream cut into chunks (`_stream_ttft_levels`): the rest of the step in
+                             progress, then ⌈(Q + (J + 1)·I)/chunk⌉ steps, Q the tokens left queued after a step
+                             (a Markov chain, `stream_backlog_law`), J the prompts ahead from the same step,
+                             mixed over the step's slow wander with the rows decoding and their context
+                             (`step_wander_ms`, quasi-static: `stream_backlog_mix`); the
+                             screening pass keeps M/G/1 on prompt tokens served at the full-chunk step
+                             (Pollaczek-Khinchine mean, Cramér-Lundberg tail), whose mean wait also counts in the
+                             slots held
 Sources: Little (1961); Pollaczek-Khinchine; Erlang C (the slot chain with a flat step); Kingman (1961) and
 Allen-Cunneen (Allen, Probability, Statistics and Queueing Theory, 1990) for a general service; Cramér-Lundberg
 for the M/G/1 tail (Asmussen, Applied Probability and Queues, 2003); Halfin & Whitt (1981, GI/M/s in heavy
@@ -536,6 +541,246 @@ def prefill_wait_tail(rho, shape):
     return y, C
 
 
+STREAM_UNITS = 128        # token units per chunk on the stream's lattice (500 of 512 tokens: 125 of 128 units)
+STREAM_BODY = 2           # chunks of backlog held exactly; beyond, the Cramér-Lundberg exponential tail
+
+
+def stream_arrivals_pmf(m, prompt: Lengths, unit: float, size: int):
+    """P(A = a units), a = 0..size−1: the prompt tokens that arrive during one step, compound Poisson: K ~
+    Poisson(m) prompts, each of I tokens (rounded to `unit`). PGF exp(m·(G_I(z) − 1)), inverted by FFT on 2·size
+    points (the mass past 2·size aliases back; it is below 1e-12 where the queue is stable). Shape (..., size)."""
+    x, w = prompt._grid()
+    k = np.clip(np.round(x / unit).astype(int), 0, 2 * size - 1)
+    pi = np.bincount(k, weights=w, minlength=2 * size) / np.sum(w)
+    g = np.fft.rfft(pi)
+    m = np.asarray(m, dtype=float)[..., None]
+    a = np.fft.irfft(np.exp(m * (g - 1)), n=2 * size)[..., :size]
+    return np.maximum(a, 0.0)
+
+
+def stream_backlog_law(pa, eta, units: int = STREAM_UNITS, body: int = STREAM_BODY):
+    """The prompt tokens left queued after a step, Q (in units; a chunk is `units`), stationary: the slotted queue
+        Q' = max(Q + A − chunk, 0)
+    (the prompts that arrive during a step join at its end, and the next step takes the first `chunk` tokens of
+    the queue, whatever prompts they belong to: one token stream cut into chunks). States 0..L−1 exactly
+    (L = body·units) and one state for Q ≥ L, inside which Q − L is exponential with the decay η (per unit) of
+    the Cramér-Lundberg root (memoryless: from L + E, a step that takes d more tokens than arrived stays above L
+    with probability e^(−ηd), else lands at L − d + e with P(e) = e^(−ηe)(1 − e^(−η))). Returns (π, L): π of
+    shape (..., L + 1), π[..., L] = P(Q ≥ L). `pa`: P(A = a), a = 0..(size − 1) (`stream_arrivals_pmf`)."""
+    G, L = units, body * units
+    pa = np.asarray(pa, dtype=float)
+    size = pa.shape[-1]
+    cdf = np.cumsum(pa, axis=-1)
+    cdf_at = lambda i: np.where(i < 0, 0.0, np.take(cdf, np.clip(i, 0, size - 1), axis=-1))   # noqa: E731
+    q = np.arange(L)[:, None]
+    d = np.arange(L + 1)[None, :]
+    idx = d - q + G                                              # the a that takes q to d (0 < d < L)
+    mid = np.where((idx >= 0) & (idx < size), np.take(pa, np.clip(idx, 0, size - 1), axis=-1), 0.0)
+    P = np.where(d == 0, cdf_at(G - q), np.where(d == L, 1 - cdf_at(L - q + G - 1), mid))      # (..., L, L+1)
+    eta = np.asarray(eta, dtype=float)[..., None, None]
+    a = np.arange(G)[:, None]
+    j = np.arange(L + 1)[None, :]
+    e = j - (L - G) - a                                          # from the tail, arrivals a < G land at j
+    f = np.where((e >= 0) & (j < L), np.exp(-eta * np.maximum(e, 0)) * -np.expm1(-eta), 0.0)   # (..., G, L+1)
+    tail = np.einsum("...a,...aj->...j", pa[..., :G], f)
+    tail[..., L] = 1 - tail[..., :L].sum(axis=-1)
+    P = np.concatenate([P, tail[..., None, :]], axis=-2)         # (..., L+1, L+1)
+    A = np.swapaxes(P, -1, -2) - np.eye(L + 1)
+    A[..., -1, :] = 1.0                                          # π(P − 1) = 0 with Σπ = 1
+    rhs = np.zeros(A.shape[:-1])
+    rhs[..., -1] = 1.0
+    pi = np.linalg.solve(A, rhs[..., None])[..., 0]
+    return np.maximum(pi, 0.0), L
+
+
+def stream_backlog_cdf(pi, L: int, eta, y):
+    """P(Q ≤ y) for the law `pi` of `stream_backlog_law` (elements along the first axis, y of shape (elements,
+    ...) in units): the exact states below L, then 1 − P(Q ≥ L)·e^(−η(y − L))."""
+    y = np.floor(np.asarray(y, dtype=float))
+    flat = y.reshape(len(pi), -1)
+    c = np.cumsum(pi, axis=-1)
+    body = np.take_along_axis(c, np.clip(flat, 0, L - 1).astype(int), axis=-1)
+    above = 1 - pi[:, L:L + 1] * np.exp(-np.asarray(eta, dtype=float).reshape(-1, 1) * np.maximum(flat - L, 0))
+    return np.where(flat < 0, 0.0, np.where(flat < L, body, above)).reshape(y.shape)
+
+
+def row_context_moments(load: Load):
+    """E[c] and E[c²] of one decoding row's cached context c = I + a, a its decode steps so far: a running
+    sequence's age is the equilibrium (length-biased) age of its O − 1 decode steps, P(a) = P(O − 1 > a)/E[O − 1],
+    so with m = O − 1, E[a] = E[m(m − 1)/2]/E[m] and E[a²] = E[(m − 1)m(2m − 1)/6]/E[m]; prompt and output
+    independent."""
+    O, I = load.output, load.prompt
+    em = max(O.moment(lambda o: o - 1), 1e-12)
+    ea = O.moment(lambda o: (o - 1) * (o - 2) / 2) / em
+    ea2 = O.moment(lambda o: (o - 2) * (o - 1) * (2 * o - 3) / 6) / em
+    return I.mean_tokens + ea, I.second_moment + 2 * I.mean_tokens * ea + ea2
+
+
+def step_wander_ms(step: StepFn, n, lam, p, load: Load):
+    """σ of the mean step over the slow wander of the rows decoding and their context: the rows are an M/G/∞
+    population (Poisson in number, each its own context c), so the step's part that they carry,
+    Σ_rows (s₀ + β·c), has variance n·E[(s₀ + β·c)²] (compound Poisson; s = ∂step/∂n = s₀ + β·E[c], β =
+    `step.ms_per_context_token`, 0 if the step does not say). A longer step brings λ·s more arrivals a step, each
+    decoding 1/γ steps (γ = 1/E[O − 1]): the loop gain x = λ·s/γ makes the linearised count an AR(1) with
+    φ = 1 − γ(1 − x), whose variance is 1/(1 − x) times the open loop's:
+        Var(τ) = n·E[(s₀ + β·c)²] / (1 − x)
+    (the open loop's variance holds for any output law; the loop's AR(1) is exact for geometric outputs). It
+    relaxes in 1/(γ(1 − x)) steps, far slower than a budget queue below saturation."""
+    n, lam_ms = np.asarray(n, dtype=float), np.asarray(lam, dtype=float) / 1e3
+    dn = np.maximum(0.01 * n, 1e-3)
+    sl = np.maximum((step(n + dn, p) - step(n, p)) / dn, 0.0)
+    beta = getattr(step, "ms_per_context_token", None)
+    beta = np.zeros_like(n) if beta is None else np.asarray(beta(n, p), dtype=float)
+    ec, ec2 = row_context_moments(load)
+    s0 = sl - beta * ec
+    per_row = s0 * s0 + 2 * s0 * beta * ec + beta * beta * ec2
+    x = np.minimum(lam_ms * sl * max(load.decode_tokens, 1.0), 0.99)
+    return np.sqrt(np.maximum(n * per_row / (1 - x), 0.0))
+
+
+STREAM_Z = np.linspace(-4.0, 4.0, 17)     # the step's wander in σ: a quadrature of the normal law
+STREAM_W = np.exp(-STREAM_Z ** 2 / 2) / np.exp(-STREAM_Z ** 2 / 2).sum()
+
+
+def stream_backlog_mix(prompt: Lengths, chunk: float, rho, rel_sd):
+    """The backlog's law when the budget's utilisation wanders slowly: ρ·(1 + z·rel_sd), z normal (`STREAM_Z`,
+    weights `STREAM_W`), the law at each (`stream_backlog_at`, quasi-static: the wander relaxes far slower than the
+    queue). Returns (laws (E, Z, L + 1), L, η (E, Z))."""
+    r = np.asarray(rho, dtype=float)[:, None] * np.maximum(1 + STREAM_Z[None, :] * np.asarray(rel_sd)[:, None], 0)
+    law, L, eta = stream_backlog_at(prompt, chunk, r.reshape(-1))
+    return law.reshape(r.shape + (L + 1,)), L, eta.reshape(r.shape)
+
+
+STREAM_U = 16             # points of the arrival's place within the step in progress (midpoints)
+STREAM_T = 65             # points of the TTFT grid the CDF is inverted on
+STREAM_BLOCK = 64         # elements whose TTFT CDF is built at once (grid × place in step × prompts ahead)
+
+
+def _stream_ttft_levels(step: StepFn, n, lam, t, p, load: "Load", busy, levels):
+    """X (TTFT without the slot wait) at `levels` with chunked prefill, from the token stream (`stream_backlog_law`).
+    An arrival lands u of the way through a step (u uniform; mean step τ), so it waits the rest, (1 − u)·τ; it
+    joins the queue at the step's end behind Q (left after that step) and the J ~ Poisson(λ·u·τ) prompts that
+    arrived before it in the same step; its first token comes out of the step that takes its last token:
+        m = ⌈(Q + (J + 1)·E[I]) / chunk⌉ steps,  X = (1 − u)·τ + (m − 1)·τ_f + τ_last
+    τ_f = step(n, chunk) (the steps while prompts queue are full), τ_last = step(n, min(chunk, last + p)) (its last
+    chunk, `last` = E[I] − (⌈E[I]/chunk⌉ − 1)·chunk, with the p tokens a step carries on average). So
+        P(X ≤ x) = E_u Σ_J P(J)·P(Q ≤ k·chunk − (J + 1)·E[I]),  k = ⌊(x − (1 − u)τ − τ_last)/τ_f⌋ + 1
+    A replica with nothing running (probability 1 − busy) starts at once: X = (⌈E[I]/chunk⌉ − 1)·τ_f + τ_last.
+    The queue's arrivals per step are Poisson(λ·τ_f): the queue builds while steps are full. A prompt longer
+    than the mean adds its own extra steps at its quantile (as the whole-prompt chain does). The step wanders
+    slowly with the rows decoding (σ = `step_wander_ms`): Q is mixed over it (`stream_backlog_mix`,
+    `_stream_busy_cdf`). Returns (X, alone):
+    arrays (levels, ...), `alone` the own prefill and rest of the step without a queue (the budget's wait is
+    X − alone)."""
+    I, c = load.prompt, load.chunk
+    shape = np.shape(n)
+    n, lam, t, p, busy = (np.broadcast_to(np.asarray(v, dtype=float), shape).reshape(-1)
+                          for v in (n, lam, t, p, busy))
+    G, unit = STREAM_UNITS, c / STREAM_UNITS
+    ei = I.mean_tokens
+
+    def own(tokens):                                     # the own prompt's steps from an empty queue
+        k = np.maximum(np.ceil(tokens / c), 1)
+        return (k - 1) * step(n, np.full_like(n, c)) + step(n, np.minimum(c, tokens - (k - 1) * c + p))
+
+    tau_f, tau_0 = step(n, np.full_like(n, c)), step(n, np.zeros_like(n))
+    tau_last = own(np.full_like(n, ei)) - (max(math.ceil(ei / c), 1) - 1) * tau_f
+    alone0 = own(np.full_like(n, ei))
+    rho = lam * tau_f / 1e3 * ei / c                     # the budget's utilisation while steps are full
+    rel_sd = step_wander_ms(step, n, lam, p, load) / tau_f
+    xs = np.empty((len(levels), len(n)))
+    for b in range(0, len(n), STREAM_BLOCK):
+        s = slice(b, b + STREAM_BLOCK)
+        pi, L, eta = stream_backlog_mix(I, c, rho[s], rel_sd[s])
+        p_empty = (STREAM_W * pi[:, :, 0]).sum(-1) * np.exp(-lam[s] * tau_f[s] / 1e3)   # P(B = 0): nothing
+        jt = _j_terms(lam[s] * tau_f[s] / 1e3)                                         # queued, nothing arrived
+        tails = L + np.log(np.maximum(STREAM_W * pi[:, :, L] / 2e-4, 1.0)) / np.maximum(eta, 1e-12)   # (E, Z)
+        scale = np.maximum(1 + STREAM_Z * rel_sd[s, None], 0.1)                        # (E, Z): the steps' length
+        hi = (scale * (t[s] + tau_last[s] + tau_f[s] * ((jt + 2) * ei / c))[:, None]
+              + scale * tau_f[s, None] * np.minimum(tails, 1e6) / G).max(axis=-1)
+        lo = np.minimum(tau_last[s], alone0[s]) * scale.min(axis=-1)
+        grid = lo[:, None] + (hi - lo)[:, None] * np.linspace(0, 1, STREAM_T) ** 2    # (E, T): dense near the fastest
+        empty = p_empty                                   # the step in progress carries no prompt
+        share = (1 - empty) * tau_f[s] / ((1 - empty) * tau_f[s] + empty * tau_0[s])   # of the time
+        busy_cdf = 0.0
+        for w, tau_cur, given in ((share, tau_f[s], 1 - empty), (1 - share, tau_0[s], None)):
+            busy_cdf = busy_cdf + w[:, None] * _stream_busy_cdf(grid, tau_cur, tau_f[s], tau_last[s], lam[s], pi,
+                                                                L, eta, ei / unit, empty, given, scale)
+        cdf = (1 - busy[s, None]) * (grid >= alone0[s, None]) + busy[s, None] * busy_cdf
+        for i, q in enumerate(levels):
+            xs[i, s] = _invert(grid, cdf, q)
+    longer = np.stack([np.maximum(own(np.full_like(n, float(I.quantile(q)))) - alone0, 0) for q in levels])
+    resid = np.stack([np.where(q <= 1 - busy, 0.0, t * (q - (1 - busy)) / np.maximum(busy, 1e-12)) for q in levels])
+    out = (xs + longer).reshape((len(levels),) + shape)
+    alone = (alone0[None] + longer + resid).reshape((len(levels),) + shape)
+    return out, np.minimum(alone, out)
+
+
+STREAM_TABLE_STEPS = 16   # laws per decade of 1 − ρ in the table (neighbours' 1 − ρ differ by 10^(1/16) = 1.155)
+STREAM_TABLE_DECADES = 3  # down to 1 − ρ = 0.001
+
+
+@lru_cache(maxsize=32)
+def stream_backlog_table(prompt: Lengths, chunk: float):
+    """The backlog's law (`stream_backlog_law`) for one prompt law and chunk, tabulated over the budget's
+    utilisation ρ = m·E[I]/chunk (it depends on nothing else: m = ρ·chunk/E[I], and the tail's decay η is the
+    Cramér-Lundberg root at ρ): 1 − ρ = 10^(−i/16), i = 0..48, solved once. Returns (ρ grid, laws (49, L + 1), L,
+    η per unit at each ρ)."""
+    i = np.arange(STREAM_TABLE_STEPS * STREAM_TABLE_DECADES + 1)
+    rho = 1 - 10.0 ** (-i / STREAM_TABLE_STEPS)
+    unit = chunk / STREAM_UNITS
+    eta = prefill_wait_tail(rho, service_shape(prompt))[0] * unit / prompt.mean_tokens
+    pa = stream_arrivals_pmf(rho * chunk / prompt.mean_tokens, prompt, unit, (STREAM_BODY + 2) * STREAM_UNITS)
+    pi, L = stream_backlog_law(pa, eta)
+    return rho, pi, L, eta
+
+
+def stream_backlog_at(prompt: Lengths, chunk: float, rho):
+    """The backlog's law at each ρ (elements, 1-D): linear between the table's neighbours in log(1 − ρ)
+    (`stream_backlog_table`; ρ past the last entry takes the last). Returns (laws (E, L + 1), L, η per unit)."""
+    grid, pi, L, eta = stream_backlog_table(prompt, chunk)
+    x = -np.log10(np.maximum(1 - np.clip(np.asarray(rho, dtype=float), 0.0, grid[-1]), 1e-300)) * STREAM_TABLE_STEPS
+    i = np.clip(np.floor(x).astype(int), 0, len(grid) - 2)
+    f = np.clip(x - i, 0.0, 1.0)[:, None]
+    law = pi[i] * (1 - f) + pi[i + 1] * f
+    return law, L, eta[i] * (1 - f[:, 0]) + eta[i + 1] * f[:, 0]
+
+
+def _j_terms(m) -> int:
+    """Prompts counted ahead in a step: past the largest mean m by 4 standard deviations and 3 (the Poisson mass
+    left out is below 1e-5 for m ≤ 2, the most a budget of less than two prompts a step holds), at most K_TERMS."""
+    top = float(np.max(m, initial=0.0))
+    return int(min(K_TERMS, max(4, math.ceil(top + 4 * math.sqrt(top) + 3))))
+
+
+def _stream_busy_cdf(grid, tau_cur, tau_f, tau_last, lam, pi, L, eta, prompt_units, empty, given, scale):
+    """P(X ≤ x) on `grid` (elements × points) for an arrival during a step of length tau_cur (ms):
+        E_u Σ_J P(J; λ·u·tau_cur) · P(Q ≤ k·G − (J + 1)·E[I] | the step),  k = ⌊(x − (1 − u)·tau_cur − τ_last)/τ_f⌋ + 1
+    Q over the nodes z of the step's slow wander (`stream_backlog_mix`: weights w_z, the law at ρ·f_z, f_z =
+    `scale`[:, z]), where every step is f_z times longer, so the Q tokens queued take the time f_z·Q takes at τ_f:
+        P(Q ≤ y) = Σ_z w_z·P(Q_z ≤ y/f_z)
+    `given`: P(B > 0) when the step carries prompt tokens (then P(Q ≤ y | B > 0) = (P(Q ≤ y) − P(B = 0))/P(B > 0),
+    since B = 0 leaves Q = 0), None when it carries none (then Q = 0)."""
+    G = STREAM_UNITS
+    u = (np.arange(STREAM_U) + 0.5) / STREAM_U
+    m = lam * tau_cur / 1e3
+    j = np.arange(_j_terms(m), dtype=float)
+    k = np.floor((grid[:, None, :] - (1 - u)[:, None] * tau_cur[:, None, None] - tau_last[:, None, None])
+                 / tau_f[:, None, None]) + 1                                                  # (E, U, T)
+    k = np.clip(k, 0, None).astype(int)                  # k ≤ 0: y < 0 for every J, as k = 0
+    ks = np.arange(int(k.max(initial=0)) + 1, dtype=float)
+    y = np.broadcast_to(ks[None, :, None] * G - (j + 1) * prompt_units, (len(grid), len(ks), len(j)))   # (E, K, J)
+    if given is None:
+        cdf_q = (y >= 0).astype(float)
+    else:
+        mix = sum(w * stream_backlog_cdf(pi[:, z], L, eta[:, z], y / scale[:, z, None, None])
+                  for z, w in enumerate(STREAM_W))
+        cdf_q = np.where(y < 0, 0.0, (mix - empty.reshape(-1, 1, 1)) / np.maximum(given.reshape(-1, 1, 1), 1e-300))
+    pj = _poisson(j.reshape(-1, 1, 1), m[None, :, None] * u[None, None, :])                  # (J, E, U)
+    per_k = np.einsum("ekj,jeu->euk", cdf_q, pj)          # Σ_J P(J)·P(Q ≤ k·G − (J+1)·E[I]) per k: (E, U, K)
+    return np.take_along_axis(per_k, k, axis=2).sum(axis=1) / STREAM_U
+
+
 def _chain_ttft_quantiles(step: StepFn, n, lam, load: "Load", qs, busy=None) -> list:
     """TTFT quantiles with whole prompts, from the prompt chain: an arrival lands in a step of state K with
     probability ∝ π_K·τ_K (a long step is more likely to be hit), waits the rest of it (uniform), then its own
@@ -612,7 +857,8 @@ def ttft_quantile(X, p_wait, mean_wait_ms, q):
 def operating_point(step: StepFn, rate, load: Load, chain: bool = True, near_step_ms=None) -> dict:
     """The steady state at `rate` requests/s (arrays broadcast): step time, rows, slots, TTFT/TPOT/ITL p50 and
     p99, and `stable` (False where the rate is above capacity: then the latencies are inf). `chain=False` skips
-    the prompt chain (prompts per step drawn independently): cheaper, for screening many candidates."""
+    the prompt chain (prompts per step drawn independently) and, with chunks, the token stream (the budget as a
+    fluid M/G/1 queue): cheaper, for screening many candidates."""
     lam = np.asarray(rate, dtype=float)
     iterations = SCREEN_BISECT if not chain else BISECT if near_step_ms is None else NEAR_BISECT
     tau = _fixed_point(step, lam, load, chain, near_step_ms, iterations)
@@ -648,7 +894,10 @@ def operating_point(step: StepFn, rate, load: Load, chain: bool = True, near_ste
         for u in LEVELS:
             resid = np.where(u <= 1 - busy, 0.0, t * (u - (1 - busy)) / np.maximum(busy, 1e-12))
             xs.append((np.zeros_like(t), step(n, p + I.quantile(u)) + resid))
-    else:
+    elif chain:                                             # the token stream cut into chunks
+        stream, alone = _stream_ttft_levels(step, n, lam, t, p, load, busy, LEVELS)
+        xs = [(stream[i] - alone[i], alone[i]) for i in range(len(LEVELS))]
+    else:                                                   # screening: the budget as a fluid M/G/1 queue
         for u in LEVELS:
             Iq = I.quantile(u)
             k = max(1, math.ceil(Iq / chunk))

@@ -20,9 +20,12 @@ from calculators.planning.throughput import max_throughput, step_time
 from calculators.serving.batching import step_model_for
 from calculators.serving.lengths import Lengths, lognormal_sigma, preset
 from calculators.serving.serving_sim import littles_law, simulate_continuous
-from calculators.serving.steady_state import (Load, capacity, chain_tpot_excess, context_spread, decode_decay,
-                                              decode_lag_weights, operating_point, prefill_wait_quantile_s,
-                                              prompt_chain, service_shape, slot_wait_law, step_fn_for_model)
+from calculators.serving.steady_state import (Load, _stream_ttft_levels, capacity, chain_tpot_excess, context_spread,
+                                              decode_decay, decode_lag_weights, operating_point,
+                                              prefill_wait_quantile_s, prefill_wait_tail, prompt_chain,
+                                              row_context_moments, service_shape, slot_wait_law, step_fn_for_model,
+                                              step_wander_ms, STREAM_W, stream_arrivals_pmf, stream_backlog_at,
+                                              stream_backlog_cdf, stream_backlog_law, stream_backlog_mix)
 from calculators.serving.workload import Workload
 from calculators.sizing.latency import Efficiency
 from specs.devices import load_device
@@ -273,6 +276,149 @@ def test_outputs_that_are_not_memoryless_keep_the_prompt_chains_part_only():
     assert float(op["tpot_ms"] - op["step_ms"]) == pytest.approx(float(chain), rel=1e-9)
 
 
+# ------------------------------------------------------------------------------------------ the token stream
+FIXED_500 = Load(Lengths.fixed(500), Lengths.geometric(500), chunk=512)
+
+
+def test_the_token_streams_backlog_by_hand_at_light_load():
+    """500-token prompts, 512-token chunks, m = 0.01 prompts a step (units of 4 tokens: a prompt is 125, a chunk
+    128). A backlog is left only when two prompts arrive in one step: 1000 − 512 = 488 tokens (122 units), taken by
+    the next step, so P(Q = 122) = P(K = 2)·P(Q = 0) ≈ e^(−0.01)·0.01²/2 = 4.9502e-5; three prompts leave 988
+    (247 units, 1.65e-7), and 476 (119 units) is left two ways: a prompt arriving behind 488 (4.95e-5 × 0.0099 =
+    4.90e-7) or nothing arriving behind 988 (1.65e-7 × 0.990 = 1.63e-7)."""
+    pi, L = stream_backlog_law(stream_arrivals_pmf(0.01, FIXED_500.prompt, 4.0, 512), 1.0)
+    assert float(pi[122]) == pytest.approx(math.exp(-0.01) * 0.01 ** 2 / 2, rel=1e-3)
+    assert float(pi[247]) == pytest.approx(math.exp(-0.01) * 0.01 ** 3 / 6, rel=0.02)
+    assert float(pi[119]) == pytest.approx(4.90e-7 + 1.63e-7, rel=0.02)
+    assert float(1 - pi[0]) == pytest.approx(4.95e-5 + 1.65e-7 + 6.53e-7, rel=0.01)
+
+
+def _token_stream(m, I, c, steps, seed=0):
+    """The slotted queue by brute force, a plain loop: K ~ Poisson(m) prompts of I tokens arrive during a step and
+    queue at its end; a step takes the first c tokens of the queue. Per step, the tokens left after it; per
+    request, the steps from its arrival to the end of the step that takes its last token (arrival uniform in its
+    step; those before it in the same step are ahead of it)."""
+    rng = np.random.default_rng(seed)
+    K = rng.poisson(m, steps)
+    left, ttft, q = np.empty(steps), [], 0
+    for k in range(steps):
+        if K[k]:
+            u = np.sort(rng.random(K[k]))
+            ttft.append((1 - u) + np.ceil((q + I * np.arange(1, K[k] + 1)) / c))
+            q += K[k] * I
+        q = max(q - c, 0)
+        left[k] = q
+    return left[steps // 10:], np.concatenate(ttft)
+
+
+@pytest.mark.parametrize("m,tol_p,tol_t", [(0.49, 0.005, 0.02), (0.83, 0.025, 0.05)])
+def test_the_token_stream_equals_a_direct_simulation(m, tol_p, tol_t):
+    """The backlog's law (exact below two chunks, the Cramér-Lundberg tail above) and the TTFT in steps (a flat
+    step of 1 ms, replica always busy) against 300,000 simulated steps of the stream: P(Q = 0), P(Q ≤ 1 chunk),
+    P(Q ≤ 4 chunks) and TTFT p50 and p99. At 48% of the budget (m = 0.49) within 0.005 and 2%: the 500-token
+    prompts share steps, so the median is 1.8 steps where "one prompt per step" says 1.5. At 81% (m = 0.83) the
+    tail glued at two chunks is a little light: P(Q ≤ 1 chunk) 0.60 against 0.58, TTFT 2-6% short."""
+    left, ttft = _token_stream(m, 500, 512, 300_000)
+    pi, L = stream_backlog_law(stream_arrivals_pmf(m, FIXED_500.prompt, 4.0, 512),
+                               prefill_wait_tail(np.array(m * 500 / 512), service_shape(FIXED_500.prompt))[0] * 4 / 500)
+    cdf = np.cumsum(pi)
+    assert float(pi[0]) == pytest.approx(np.mean(left == 0), abs=tol_p)
+    assert float(cdf[128]) == pytest.approx(np.mean(left <= 512), abs=tol_p)
+    y = prefill_wait_tail(np.array(m * 500 / 512), service_shape(FIXED_500.prompt))[0]
+    above = 1 - float(pi[L]) * math.exp(-float(y) / 500 * (2048 - 4 * L))
+    assert above == pytest.approx(np.mean(left <= 2048), abs=tol_p)
+    flat = lambda n, p: 1.0 + 0 * np.asarray(n, float) + 0 * np.asarray(p, float)     # noqa: E731
+    X, _ = _stream_ttft_levels(flat, 0.0, m * 1e3, 1.0, 0.0, FIXED_500, 1.0, (0.5, 0.99))
+    assert float(X[0]) == pytest.approx(np.percentile(ttft, 50), rel=tol_t)
+    assert float(X[1]) == pytest.approx(np.percentile(ttft, 99), rel=tol_t)
+
+
+@pytest.mark.parametrize("prompt", [Lengths.fixed(500), Lengths.from_mean_p99(700, 2000)])
+def test_the_tabulated_backlog_is_the_chain_solved_at_that_load(prompt):
+    """The table (1 − ρ in steps of 10^(1/16), interpolated) against the chain solved at ρ itself, off the grid:
+    the backlog's CDF within 0.002 and the tail's decay within 1.5%."""
+    for rho in (0.3, 0.7, 0.97):
+        law, L, eta = stream_backlog_at(prompt, 512.0, np.array([rho]))
+        exact_eta = float(prefill_wait_tail(np.array(rho), service_shape(prompt))[0]) * 4 / prompt.mean_tokens
+        pi, _ = stream_backlog_law(stream_arrivals_pmf(rho * 512 / prompt.mean_tokens, prompt, 4.0, 512), exact_eta)
+        assert np.abs(np.cumsum(law[0]) - np.cumsum(pi)).max() < 0.002, rho
+        assert float(eta[0]) == pytest.approx(exact_eta, rel=0.015), rho
+
+
+def _wandering_stream(m, rel_sd, I, c, steps, relax=2000, seed=0):
+    """The slotted token stream of `_token_stream` whose prompts per step wander slowly: Poisson(m·(1 + δ_k)),
+    δ an AR(1) of standard deviation rel_sd relaxing in `relax` steps (a plain loop). The tokens left per step."""
+    rng = np.random.default_rng(seed)
+    phi = 1 - 1 / relax
+    noise = rng.normal(0.0, rel_sd * math.sqrt(1 - phi * phi), steps)
+    left, q, d = np.empty(steps), 0, rng.normal(0.0, rel_sd)
+    for k in range(steps):
+        d = phi * d + noise[k]
+        q = max(q + rng.poisson(m * max(1 + d, 0.0)) * I - c, 0)
+        left[k] = q
+    return left[steps // 10:]
+
+
+def test_the_wandering_backlog_is_the_mixture_of_its_laws():
+    """`stream_backlog_mix`: with no wander it is the law at ρ; with the budget's load wandering by 8% over ~2,000
+    steps (the queue at 72% relaxes in tens) it is the quasi-static mixture, against 600,000 steps of the stream
+    whose prompts per step wander so. The chain at a still load is itself 0.006-0.012 off the still stream there
+    (the glued tail), so: P(Q = 0), P(Q ≤ 1 chunk) and P(Q ≤ 4 chunks) within 0.025 (0.012-0.021 found; the
+    seeds' own spread is ±0.009), and each nearer than the law at the mean load (off by 0.023-0.032)."""
+    rho = 0.72
+    law, L, eta = stream_backlog_at(FIXED_500.prompt, 512.0, np.array([rho]))
+    same, _, _ = stream_backlog_mix(FIXED_500.prompt, 512.0, np.array([rho]), np.array([0.0]))
+    assert np.abs(same[0] - law[0]).max() < 1e-12
+    mix, L, eta_z = stream_backlog_mix(FIXED_500.prompt, 512.0, np.array([rho]), np.array([0.08]))
+    left = _wandering_stream(rho * 512 / 500, 0.08, 500, 512, 600_000)
+    for y in (0, 512, 2048):
+        at = np.array([[y / 4.0]])                        # units of 4 tokens
+        mixed = sum(w * float(stream_backlog_cdf(mix[:, z], L, eta_z[:, z], at)[0, 0]) for z, w in enumerate(STREAM_W))
+        sim = float(np.mean(left <= y))
+        assert mixed == pytest.approx(sim, abs=0.025), y
+        assert abs(mixed - sim) < abs(float(stream_backlog_cdf(law, L, eta, at)[0, 0]) - sim), y
+
+
+def _rows_by_steps(lam, a, s0, beta, prompt, out_mean, steps=120_000, seed=0):
+    """Rows decoding, step by step (a plain loop): step k lasts τ_k = a + Σ_rows (s0 + β·c) ms, c a row's cached
+    context; Poisson(λ·τ_k) prompts of `prompt` tokens join after it, every row's context grows by one, and each row
+    leaves with probability 1/out_mean (geometric outputs). Returns the steps' τ and the rows' contexts, sampled."""
+    rng = np.random.default_rng(seed)
+    ctx, taus, seen = np.empty(0), np.empty(steps), []
+    for k in range(steps):
+        taus[k] = a + s0 * len(ctx) + beta * ctx.sum()
+        ctx = ctx[rng.random(len(ctx)) >= 1 / out_mean] + 1
+        ctx = np.r_[ctx, np.full(rng.poisson(lam * taus[k] / 1e3), float(prompt))]
+        if k % 97 == 0 and k > steps // 10:
+            seen.append(ctx)
+    return taus[steps // 10:], np.concatenate(seen)
+
+
+@pytest.mark.parametrize("s0,beta", [(0.05, 0.0), (0.0, 1e-4), (0.02, 5e-5)])
+def test_the_steps_wander_matches_a_step_by_step_population(s0, beta):
+    """σ of the step from the rows' number and context (`step_wander_ms`: compound Poisson over the rows, times
+    1/(1 − x) for the arrivals a longer step brings) and a row's context moments (`row_context_moments`) against
+    the plain loop: 500-token prompts, outputs geometric with mean 60, a 10 ms fixed part, λ at a loop gain x of
+    0.45. E[c], E[c²] within 2% (0.05% found), the mean step within 3% (1.5%), σ within 6% (2-4%)."""
+    out_mean, a, I = 60, 10.0, 500
+    load = Load(Lengths.fixed(I), Lengths.geometric(out_mean), chunk=512)
+    ec, ec2 = row_context_moments(load)
+    slope = s0 + beta * ec
+    lam = 0.45 / (slope * (out_mean - 1)) * 1e3                             # per s: the loop gain x = λ·s/γ = 0.45
+    n = lam / 1e3 * (out_mean - 1) * a / (1 - lam / 1e3 * (out_mean - 1) * slope)
+    t = a + slope * n
+
+    def step(rows, p):
+        return a + slope * np.asarray(rows, dtype=float) + 0 * np.asarray(p, dtype=float)
+    step.ms_per_context_token = lambda rows, p: beta + 0 * np.asarray(rows, dtype=float)
+    taus, ctx = _rows_by_steps(lam, a, s0, beta, I, out_mean)
+    assert np.mean(ctx) == pytest.approx(ec, rel=0.02)
+    assert np.mean(ctx ** 2) == pytest.approx(ec2, rel=0.02)
+    assert np.mean(taus) == pytest.approx(t, rel=0.03)
+    assert float(step_wander_ms(step, np.array(n), lam, np.array(0.0), load)) == pytest.approx(np.std(taus),
+                                                                                                   rel=0.06)
+
+
 # ------------------------------------------------------------------------------------------ against the simulator
 def _sim_vs_model(I, O, B, chunk, u, n_min=4000, seed=0):
     load = Load(Lengths.fixed(I), Lengths("geometric", float(O), maximum=8192 - I),
@@ -302,16 +448,15 @@ REFEREE = json.loads(REFEREE_PATH.read_text())["points"]
 # Points where the steady state still misses the issue's tolerances against the referee (docs/planner-under-load.md
 # says why). strict: a point that starts agreeing must leave this list.
 MISSES = {
-    "1000/100 B16 512 0.95": "TTFT p50 18% high (725 ms against 617 ± 2.5% over 23 seeds; p99 +17%): both quantiles "
+    "1000/100 B16 512 0.95": "TTFT p50 18% high (728 ms against 617 ± 2.5% over 23 seeds; p99 +17%): both quantiles "
                              "sit in the slot wait (the simulator's wait p50 585 ms), which the model puts 17-18% "
                              "longer; with whole prompts the same replica agrees (p50 -5%, p99 +6%)",
+    "500/500 B16 512 0.50": "TTFT p99 22% low (32 ms against 41 ± 14% over 64 seeds): the referee is the mean of each "
+                            "run's p99, and 0.7% of requests wait 100+ ms for a slot (the model: 0.72%), so a run "
+                            "whose share passes 1% has a p99 of 100-300 ms (4 of 64 seeds); the seeds pooled give "
+                            "p99 30.5 ms, their median 30.4 ms (the stationary quantile the model gives, +5%)",
     "500/500 B16 512 0.80": "TTFT p99 20.3% high (5.95 s against 4.95 s ± 4.9% over 8 seeds): 0.3% past the "
                             "tolerance, well inside two of the referee's standard errors",
-    "500/500 B1024 512 0.80": "TTFT p50 16% low: prompts just under the chunk share steps with the next one",
-    "500/500 B1024 512 0.95": "TTFT p99 55% low (483 ms against 1,070 ± 10.7% over 64 seeds, the cap; p50 10.2% low): "
-                              "the prefill budget's wait at 81% of it (no slot wait: 419 of 1,024 held); the step "
-                              "moves with the number decoding (sd ~39 of 416, over thousands of steps), which the "
-                              "M/D/1 budget queue does not see",
 }
 
 
