@@ -12,7 +12,7 @@ import streamlit as st
 
 from calculators.explain import explain_queue_wait
 from calculators.serving.queueing import md1_wait_factor, queue_wait_factor
-from calculators.serving.slo import batch_cap_sweep, load_sweep
+from calculators.serving.slo import ITL_TARGET_TIMES, TTFT_TARGET_TIMES, batch_cap_sweep, load_sweep, suggested_targets
 from calculators.units import fmt_num
 from calculators.serving.lengths import from_kind
 from calculators.serving.steady_state import sweep_for_model
@@ -174,10 +174,18 @@ def main() -> None:
     prompt = float_field("Prompt tokens", 100, 1, 1e6, key="queue.prompt", where=c[1])
     output = float_field("Output tokens (mean)", 50, 1, 1e6, key="queue.output", where=c[2])
     out_kind = choice_field("Output lengths", LENGTH_KINDS, "fixed", key="queue.kind", where=c[3])
+    if None in (n, prompt, output):
+        return
+    hint = suggested_targets(model, prompt, output)
+    scale = model.name                                   # a new model or machine starts from its own targets
     c = st.columns(2)
-    ttft_slo = float_field("TTFT target (ms)", 15.0, 0.001, 1e9, key="queue.ttft_slo", where=c[0])
-    itl_slo = float_field("ITL target (ms per token)", 2.0, 0.001, 1e9, key="queue.itl_slo", where=c[1])
-    if None in (n, prompt, output, ttft_slo, itl_slo):
+    ttft_slo = float_field("TTFT target (ms)", hint["ttft_ms"], 0.001, 1e9, key=f"queue.ttft_slo.{scale}", where=c[0],
+                           help=f"Suggested: {TTFT_TARGET_TIMES:g} × this server's unloaded TTFT "
+                                f"({hint['unloaded_ttft_ms']:.3g} ms: the prompt's prefill, alone on the server).")
+    itl_slo = float_field("ITL target (ms per token)", hint["itl_ms"], 0.001, 1e9, key=f"queue.itl_slo.{scale}",
+                          where=c[1], help=f"Suggested: {ITL_TARGET_TIMES:g} × one decode step of a lone request "
+                                       f"({hint['unloaded_itl_ms']:.3g} ms).")
+    if None in (ttft_slo, itl_slo):
         return
     one_server(model, n, prompt, output, out_kind)
     batched(model, n, prompt, output, out_kind, ttft_slo, itl_slo)

@@ -37,6 +37,28 @@ def goodput(result: SimResult, ttft_slo_ms: float, tpot_slo_ms: float | None = N
                 goodput_req_s=s["throughput_req_s"] * frac)
 
 
+TTFT_TARGET_TIMES, ITL_TARGET_TIMES = 3.0, 2.0     # a target: this many times the unloaded figure (an assumption)
+
+
+def _two_digits(x: float) -> float:
+    """x rounded to two significant digits (a target a person would type: 450, 21, 0.74)."""
+    return float(f"{x:.2g}")
+
+
+def suggested_targets(model: StepModel, prompt_tokens: float, output_tokens: float) -> dict:
+    """TTFT and ITL targets for this server: TTFT_TARGET_TIMES × the unloaded TTFT (the prompt's prefill, whose
+    step emits the first token), ITL_TARGET_TIMES × one decode step of a lone request at its mean context (I + O/2), each to
+    two significant digits. Targets stated as a multiple of the unloaded latency keep the lesson's shape on any
+    hardware: met when the server is idle, missed once the queue and the batch grow; a fixed "15 ms" is never
+    met on a laptop and always met on an H100."""
+    I = max(1, int(round(check_positive("prompt tokens", prompt_tokens))))
+    ctx = I + check_positive("output tokens", output_tokens) / 2
+    unloaded_ttft = model.prefill_ms(I)
+    itl = model.decode_step_ms(1, ctx)
+    return dict(ttft_ms=_two_digits(TTFT_TARGET_TIMES * unloaded_ttft), itl_ms=_two_digits(ITL_TARGET_TIMES * itl),
+                unloaded_ttft_ms=unloaded_ttft, unloaded_itl_ms=itl)
+
+
 def capacity_rps(model: StepModel, prompt_mean: float, output_mean: float, max_batch: int, *,
                  prompt_kind: str = "fixed", output_kind: str = "fixed", n: int | None = None, seed: int = 0,
                  chunk_tokens: int | None = None) -> float:

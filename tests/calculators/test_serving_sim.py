@@ -313,3 +313,21 @@ def test_load_trace_reads_a_real_file_sorted_by_arrival(tmp_path):
         assert [r["output_tokens"] for r in w.rows()] == [64, 40, 1]
     with pytest.raises(SpecError, match="cannot read trace"):
         load_trace(tmp_path / "missing.csv")
+
+
+@pytest.mark.parametrize("device", ["A100 SXM 40GB", "RTX 4090"])
+def test_suggested_slo_targets_are_met_by_a_lone_request_and_scale_with_the_hardware(device):
+    """`slo.suggested_targets`: the simulator's TTFT and ITL of one request alone on the server (nothing queued)
+    are the unloaded figures the targets multiply, so that request meets them with room (TTFT 3×, ITL 2×); and a
+    slower device gets proportionally looser targets instead of the fixed 15 ms / 2 ms the page had."""
+    from calculators.serving.slo import goodput, suggested_targets
+    model = step_model_for(load_preset("tinyllama"), load_device(device), "fp16")
+    hint = suggested_targets(model, 100, 50)
+    one = simulate(model, Workload(np.array([0.0]), np.array([100]), np.array([50])), max_batch=16)
+    assert float(one.ttft[0]) * 1e3 == pytest.approx(hint["unloaded_ttft_ms"], rel=1e-9)
+    assert float(one.tpot[0]) * 1e3 == pytest.approx(hint["unloaded_itl_ms"], rel=0.02)   # contexts 101..149 vs 125
+    assert hint["ttft_ms"] == pytest.approx(3 * hint["unloaded_ttft_ms"], rel=0.05)         # two digits
+    assert hint["itl_ms"] == pytest.approx(2 * hint["unloaded_itl_ms"], rel=0.05)
+    assert goodput(one, hint["ttft_ms"], hint["itl_ms"])["fraction_meeting_slo"] == 1.0
+    fast = suggested_targets(step_model_for(load_preset("tinyllama"), load_device("H100"), "fp16"), 100, 50)
+    assert fast["ttft_ms"] < hint["ttft_ms"]
