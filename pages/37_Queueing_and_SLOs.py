@@ -12,7 +12,8 @@ import streamlit as st
 
 from calculators.explain import explain_queue_wait
 from calculators.serving.queueing import md1_wait_factor, queue_wait_factor
-from calculators.serving.slo import ITL_TARGET_TIMES, TTFT_TARGET_TIMES, batch_cap_sweep, load_sweep, suggested_targets
+from calculators.serving.slo import (ITL_TARGET_TIMES, TTFT_TARGET_TIMES, batch_cap_sweep, load_sweep, suggested_rate,
+                                    suggested_targets)
 from calculators.units import fmt_num
 from calculators.serving.lengths import from_kind
 from calculators.serving.steady_state import sweep_for_model
@@ -21,7 +22,7 @@ from specs.model_config import SpecError
 from ui import df_with_download, float_field, formula_expander, int_field, setup_page, show_error
 from ui.model_source import choice_field
 from ui.serving import remembered, step_model_inputs, style
-from ui.narration import best_cap_words, goodput_words
+from ui.narration import best_cap_words, goodput_words, steady_state_gap_words
 
 LOADS = (0.1, 0.3, 0.5, 0.7, 0.8, 0.9, 0.95)
 # The columns each table draws, with short headings, so that it fits 1366 px; the CSV keeps every column.
@@ -90,18 +91,20 @@ def one_server(model, n: int, prompt: float, output: float, out_kind: str) -> No
         k: st.column_config.NumberColumn(format="%.4g") for k in df.columns}, show=ONE_SERVER_SHOWN)
 
 
-def batched(model, n: int, prompt: float, output: float, out_kind: str, ttft_slo: float, itl_slo: float) -> None:
+def batched(model, n: int, prompt: float, output: float, out_kind: str, ttft_slo: float,
+            itl_slo: float) -> float | None:
+    """The load sweep at one batch cap; returns the capacity it measured (None when it could not run)."""
     st.subheader("A batched server under load")
     cap = int_field("Batch cap", 16, 1, 4096, key="queue.cap")
     if cap is None:
-        return
+        return None
     try:
         rows = remembered("queue.batched", (model, n, prompt, output, out_kind, cap, ttft_slo, itl_slo),
                           lambda: load_sweep(model, LOADS, n=n, prompt_mean=prompt, output_mean=output, max_batch=cap,
                                              output_kind=out_kind, ttft_slo_ms=ttft_slo, tpot_slo_ms=itl_slo))
     except SpecError as e:
         show_error(e)
-        return
+        return None
     df = pd.DataFrame(rows)
     theory = pd.DataFrame(sweep_for_model(model, df["load"], rows[0]["capacity_rps"], from_kind("fixed", prompt),
                                           from_kind(out_kind, output, 1 << 20), slots=cap))
@@ -126,15 +129,19 @@ def batched(model, n: int, prompt: float, output: float, out_kind: str, ttft_slo
     st.caption(f"Capacity = {fmt_num(rows[0]['capacity_rps'], 4)} requests/s: the rate the simulator sustains "
                "with an endless queue at this cap. Goodput counts the throughput of requests meeting both "
                "targets (TTFT, and mean inter-token latency). Dotted: the steady state the capacity planner uses "
-               "(calculators.serving.steady_state) at the same rates, computed in closed form, not simulated; "
-               "where the two part near full load, a run of a few thousand requests has not settled yet.")
+               "(calculators.serving.steady_state) at the same rates, computed in closed form, not simulated. "
+               + steady_state_gap_words(df["load"], df["ttft_p99_ms"], theory["ttft_p99_ms"]))
     st.markdown(goodput_words(rows))
+    return float(rows[0]["capacity_rps"])
 
 
 
-def knob(model, n: int, prompt: float, output: float, out_kind: str, ttft_slo: float, itl_slo: float) -> None:
+def knob(model, n: int, prompt: float, output: float, out_kind: str, ttft_slo: float, itl_slo: float,
+         capacity: float | None) -> None:
     st.subheader("The batch cap as the knob")
-    rate = float_field("Arrival rate (requests/s)", 50.0, 0.001, 1e6, key="queue.rate")
+    rate = float_field("Arrival rate (requests/s)", suggested_rate(capacity) if capacity else 1.0, 0.001, 1e6,
+                       key=f"queue.rate.{model.name}",
+                       help="Suggested: 90% of the capacity the section above measured at its batch cap.")
     if rate is None:
         return
     try:
@@ -188,8 +195,8 @@ def main() -> None:
     if None in (ttft_slo, itl_slo):
         return
     one_server(model, n, prompt, output, out_kind)
-    batched(model, n, prompt, output, out_kind, ttft_slo, itl_slo)
-    knob(model, n, prompt, output, out_kind, ttft_slo, itl_slo)
+    capacity = batched(model, n, prompt, output, out_kind, ttft_slo, itl_slo)
+    knob(model, n, prompt, output, out_kind, ttft_slo, itl_slo, capacity)
 
 
 main()

@@ -78,6 +78,24 @@ def goodput_words(rows: list[dict]) -> str:
             "both targets. The server is busier, yet it serves fewer users well.")
 
 
+def steady_state_gap_words(loads, simulated_p99, steady_p99, tolerance: float = 0.20) -> str:
+    """How far the steady state's TTFT p99 sits from the simulated one on this sweep, in words: within the
+    tolerance the planner's referee test holds it to (20% on p99), or by how much it parts and from which load."""
+    pairs = [(float(u), float(s), float(m)) for u, s, m in zip(loads, simulated_p99, steady_p99) if s > 0]
+    none = [u for u, s, m in pairs if not math.isfinite(m)]
+    gaps = [(u, m / s - 1) for u, s, m in pairs if math.isfinite(m)]
+    off = [(u, g) for u, g in gaps if abs(g) > tolerance]
+    tail = (f" From load {none[0]:g} it finds no steady state: its capacity is below the simulator's."
+            if none else "")
+    if not off:
+        return f"Here it is within {tolerance:.0%} of the simulated p99 at every load it solves." + tail
+    u0, (uw, gw) = off[0][0], max(off, key=lambda x: abs(x[1]))
+    return (f"Here it parts from the simulated p99 from load {u0:g} (at {uw:g} it is {abs(gw):.0%} "
+            f"{'below' if gw < 0 else 'above'}). The steady state is held to the simulator on 72 data-centre cases "
+            "(bench/bench_steady_state.py, 69 within 10-20%); a server like this one, whose prefill costs many "
+            "decode steps, lies outside them, and the simulated curve is the one to trust." + tail)
+
+
 def best_cap_words(rows: list[dict]) -> str:
     """The best cap for goodput, and the caps that tie with it (a cap the load never fills changes nothing)."""
     best = max(rows, key=lambda r: r["goodput_tok_s"])

@@ -59,6 +59,13 @@ def suggested_targets(model: StepModel, prompt_tokens: float, output_tokens: flo
                 unloaded_ttft_ms=unloaded_ttft, unloaded_itl_ms=itl)
 
 
+def suggested_rate(capacity: float, load: float = 0.9) -> float:
+    """An arrival rate for the batch-cap lesson: `load` × the capacity at the lesson's default cap, to two
+    significant digits; near capacity a small cap queues requests and a large one slows every stream, whatever
+    the hardware (a fixed 50 requests/s is 10 times what a laptop serves)."""
+    return _two_digits(check_fraction("load", load) * check_positive("capacity", capacity))
+
+
 def capacity_rps(model: StepModel, prompt_mean: float, output_mean: float, max_batch: int, *,
                  prompt_kind: str = "fixed", output_kind: str = "fixed", n: int | None = None, seed: int = 0,
                  chunk_tokens: int | None = None) -> float:
