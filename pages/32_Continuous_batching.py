@@ -10,6 +10,7 @@ import pandas as pd
 import streamlit as st
 
 from calculators.serving.serving_sim import explain_summary, simulate
+from calculators.serving.slo import suggested_rate_for
 from calculators.units import fmt_num
 from specs.model_config import SpecError
 from ui import df_with_download, float_field, formula_expander, int_field, model_picker, setup_page, show_error
@@ -28,7 +29,7 @@ DEFAULT_PROMPTS = "Write a poem\nExplain gravity\nHello\nName three colours"
 
 def simulated(model) -> None:
     st.subheader("Simulated: the same arrivals, two schedulers")
-    w = workload_inputs("cb", n=400, rate=30.0)
+    w = workload_inputs("cb", n=400, rate=suggested_rate_for(model, 200, 128, 16), scale=model.name)
     c = st.columns(3)
     cap = int_field("Batch slots", 16, 1, 4096, key="cb.slots", where=c[0])
     timeout = float_field("Static: wait to fill a batch (s)", 0.0, 0.0, 3600.0, key="cb.timeout", where=c[1],

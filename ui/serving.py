@@ -50,8 +50,9 @@ def step_model_inputs() -> StepModel | None:
 
 
 def workload_inputs(key: str, n: int = 2000, rate: float = 50.0, prompt: float = 200, output: float = 128,
-                    output_kind: str = "exponential") -> Workload | None:
-    """The request stream: Poisson or bursty arrivals with length distributions, or an uploaded trace."""
+                    output_kind: str = "exponential", scale: str = "") -> Workload | None:
+    """The request stream: Poisson or bursty arrivals with length distributions, or an uploaded trace. `scale`
+    (the step model's name) keys the rate, so another model or machine starts from its own suggested rate."""
     store = remember(f"{key}.arrivals", POISSON)
     source = st.radio("Arrivals", [POISSON, BURSTS, TRACE], key=f"{key}.arrivals", on_change=store, horizontal=True,
                       help="A trace is a CSV with the header arrival_s,prompt_tokens,output_tokens (or JSON Lines "
@@ -60,7 +61,8 @@ def workload_inputs(key: str, n: int = 2000, rate: float = 50.0, prompt: float =
         return _trace_upload(key)
     cols = st.columns(4)
     count = int_field("Requests", n, 1, MAX_REQUESTS, key=f"{key}.n", where=cols[0])
-    r = float_field("Arrival rate (requests/s)", rate, 0.001, 1e6, key=f"{key}.rate", where=cols[1])
+    r = float_field("Arrival rate (requests/s)", rate, 0.001, 1e6, key=f"{key}.rate{'.' + scale if scale else ''}",
+                    where=cols[1])
     burst = int_field("Burst size", 8, 1, MAX_REQUESTS, key=f"{key}.burst", where=cols[2]) if source == BURSTS else 1
     seed = int_field("Seed", 0, 0, 2 ** 31 - 1, key=f"{key}.seed", where=cols[3])
     cols = st.columns(4)

@@ -66,6 +66,19 @@ def suggested_rate(capacity: float, load: float = 0.9) -> float:
     return _two_digits(check_fraction("load", load) * check_positive("capacity", capacity))
 
 
+def suggested_rate_for(model: StepModel, prompt_mean: float, output_mean: float, slots: int, *,
+                       output_kind: str = "exponential", load: float = 0.8) -> float:
+    """`suggested_rate` without a simulation: `load` × the steady state's capacity (`steady_state.capacity`, the
+    closed form) of `slots` continuous-batching slots serving fixed prompts and `output_kind` outputs of these
+    means. A lesson's default rate then sits below what this server serves, on a laptop as on an H100."""
+    from calculators.serving.lengths import Lengths, from_kind
+    from calculators.serving.steady_state import Load, capacity, step_fn_for_model
+    ld = Load(Lengths.fixed(check_positive("prompt tokens", prompt_mean)),
+              from_kind(output_kind, check_positive("output tokens", output_mean), 1 << 20),
+              slots=float(check_int("slots", slots, limit=1 << 20)))
+    return suggested_rate(float(capacity(step_fn_for_model(model, ld), ld)), load)
+
+
 def capacity_rps(model: StepModel, prompt_mean: float, output_mean: float, max_batch: int, *,
                  prompt_kind: str = "fixed", output_kind: str = "fixed", n: int | None = None, seed: int = 0,
                  chunk_tokens: int | None = None) -> float:

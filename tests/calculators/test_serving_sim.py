@@ -331,3 +331,16 @@ def test_suggested_slo_targets_are_met_by_a_lone_request_and_scale_with_the_hard
     assert goodput(one, hint["ttft_ms"], hint["itl_ms"])["fraction_meeting_slo"] == 1.0
     fast = suggested_targets(step_model_for(load_preset("tinyllama"), load_device("H100"), "fp16"), 100, 50)
     assert fast["ttft_ms"] < hint["ttft_ms"]
+
+
+def test_a_suggested_rate_sits_below_what_the_simulator_serves_on_slow_and_fast_hardware():
+    """`slo.suggested_rate_for` (80% of the closed-form capacity) against the simulator's own capacity (a
+    saturated run): below it and above half of it, on an A100 and on a device 50 times slower."""
+    import dataclasses
+    from calculators.serving.slo import capacity_rps, suggested_rate_for
+    fast = step_model_for(load_preset("tinyllama"), load_device("A100 SXM 40GB"), "fp16")
+    slow = dataclasses.replace(fast, bandwidth_bytes_per_s=fast.bandwidth_bytes_per_s / 50,
+                               peak_flop_s=fast.peak_flop_s / 50)
+    for m in (fast, slow):
+        sim = capacity_rps(m, 200, 128, 16, output_kind="exponential")
+        assert 0.5 * sim < suggested_rate_for(m, 200, 128, 16) < sim
