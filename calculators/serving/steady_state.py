@@ -785,7 +785,8 @@ def _chain_ttft_quantiles(step: StepFn, n, lam, load: "Load", qs, busy=None) -> 
     """TTFT quantiles with whole prompts, from the prompt chain: an arrival lands in a step of state K with
     probability ∝ π_K·τ_K (a long step is more likely to be hit), waits the rest of it (uniform), then its own
     step carries it and the Poisson(λ·τ_K) others that arrived meanwhile. While the replica is idle
-    (P = e^(−slots held)) the own step starts at once. CDF on a grid, inverted. Returns the quantiles, the own step
+    (P = e^(−slots held), taken out of the steps without a prompt) the own step starts at once. CDF on a grid
+    (`_landing_grid`), inverted. Returns the quantiles, the own step
     alone and the chain (π, τ_K)."""
     pi, tau_k = prompt_chain(step, n, lam, load)
     n = np.asarray(n, dtype=float)
@@ -798,13 +799,39 @@ def _chain_ttft_quantiles(step: StepFn, n, lam, load: "Load", qs, busy=None) -> 
     m = np.asarray(lam, dtype=float)[..., None] * tau_k / 1e3
     kk = np.arange(kt, dtype=float).reshape((kt,) + (1,) * m.ndim)
     others = np.moveaxis(_poisson(kk, m), 0, -1)
-    lo, hi = own.min(axis=-1), own.max(axis=-1) + tau_k.max(axis=-1)
-    grid = lo[..., None] + (hi - lo)[..., None] * np.linspace(0, 1, 65)     # (..., T)
+    grid = _landing_grid(own, tau_k, w, np.einsum("...k,...kj->...j", w, others))
     cdf = _landing_cdf(grid, own, tau_k, w, others)
     if busy is not None:                      # an arrival at an idle replica starts its own step at once
-        idle = 1 - np.asarray(busy, dtype=float)[..., None]
-        cdf = idle * (grid >= own[..., :1]) + (1 - idle) * cdf
+        # idle time is time without a prompt: it comes out of the steps that carry none (K = 0), whose share of
+        # the time w_0 the chain already holds; the prefill steps keep theirs (λ·E[I] tokens/s take that long)
+        idle = np.minimum(1 - np.asarray(busy, dtype=float), w[..., 0])[..., None]
+        quiet = np.einsum("...j,...jt->...t", others[..., 0, :],
+                          np.clip((grid[..., None, :] - own[..., :, None]) / tau_k[..., :1, None], 0, 1))
+        cdf = cdf + idle * ((grid >= own[..., :1]) - quiet)
     return [_invert(grid, cdf, q) for q in qs], own[..., 0], (pi, tau_k)
+
+
+GRID_TAIL = 1e-5          # `_landing_grid` ends where the step landed in and the others with it pass this tail
+GRID_BREAKS = 4           # the CDF's corners own_j + {0, τ_K} for j, K below this are on the grid
+
+
+def _landing_grid(own, tau_k, w, others, points: int = 65):
+    """Where `_landing_cdf` is evaluated (sorted, (..., points)): the CDF Σ w_K·others_j·clip((t − own_j)/τ_K, 0, 1)
+    is piecewise linear with corners at own_j and own_j + τ_K, so linear interpolation between grid points is exact
+    on the corners the grid holds. It holds those of the likeliest states (j, K < GRID_BREAKS: most of the mass,
+    e.g. an arrival in a short decode step then its own prefill alone) and a uniform grid from own_0 to
+    own_j* + τ_K*, j* and K* the (1 − GRID_TAIL) quantiles of the others and of the step landed in. (A uniform
+    grid to the largest K the chain keeps spaced its points by several whole prefills, and the median, inside
+    the first one, came out between points far apart.)"""
+    def top(pmf):
+        return np.minimum((np.cumsum(pmf, axis=-1) < 1 - GRID_TAIL).sum(axis=-1, keepdims=True), pmf.shape[-1] - 1)
+    lo = own[..., :1]
+    hi = np.maximum(np.take_along_axis(own, top(others), -1) + np.take_along_axis(tau_k, top(w), -1), lo + 1e-9)
+    nb = min(GRID_BREAKS, own.shape[-1])
+    corners = (own[..., :nb, None] + np.concatenate([np.zeros_like(tau_k[..., :1]), tau_k[..., :nb]], -1)[..., None, :])
+    corners = np.minimum(corners.reshape(corners.shape[:-2] + (-1,)), hi)
+    uniform = lo + (hi - lo) * np.linspace(0, 1, points - corners.shape[-1])
+    return np.sort(np.concatenate([uniform, corners], axis=-1), axis=-1)
 
 
 def _invert(grid, cdf, q):
