@@ -185,6 +185,19 @@ class Piece:
     finish_reason: str | None = None
 
 
+def _own_socket(response):
+    """A duplicate of the streaming response's socket (a second descriptor of the same connection), taken while the
+    reply is fresh, or None. Shutting it down hangs up the connection even where the HTTP library has meanwhile
+    closed its own socket object under a thread still blocked reading it (seen with three streams opened at once:
+    the object's descriptor read -1, and neither the reader nor the server learnt of the hang-up)."""
+    try:
+        stream = response.extensions.get("network_stream")
+        sock = stream.get_extra_info("socket") if stream is not None else None
+        return sock.dup() if sock is not None and sock.fileno() >= 0 else None
+    except Exception:
+        return None
+
+
 class ReplyStream:
     """Iterate for `Piece`s; `close()` (or a set `stop` event) hangs up, and the server frees the request."""
 
@@ -213,6 +226,7 @@ class ReplyStream:
         except Exception as e:
             raise _explain(e, cfg) from None
         self._response = raw.http_response
+        self._hangup = _own_socket(self._response)
         self.closed = False
         self.finished = False                 # the reply was read to its end
         if stop is not None:
@@ -223,17 +237,16 @@ class ReplyStream:
         server sees the hang-up even while it has no token to send (a request waiting in line)."""
         if not self.closed:
             self.closed = True
+            own, self._hangup = self._hangup, None
             try:
                 import socket
-                response = self._response
-                if self.finished or response.is_closed:
-                    raise LookupError      # the connection went back to the shared pool: never shut it
-                stream = response.extensions.get("network_stream")
-                sock = stream.get_extra_info("socket") if stream is not None else None
-                if sock is not None:
-                    sock.shutdown(socket.SHUT_RDWR)
-            except Exception:
+                if own is not None and not self.finished and not self._response.is_closed:
+                    own.shutdown(socket.SHUT_RDWR)   # a finished reply's connection went back to the pool: never
+            except Exception:                        # shut it
                 pass
+            finally:
+                if own is not None:
+                    own.close()                      # our duplicate only: the connection's own socket stays open
             try:
                 self._response.close()
             except Exception:
