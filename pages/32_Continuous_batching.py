@@ -25,13 +25,15 @@ SUMMARY_ROWS = (("throughput_tok_s", "throughput (tokens/s)"), ("throughput_req_
                 ("ttft_p99_ms", "TTFT p99 (ms)"), ("itl_p50_ms", "ITL p50 (ms)"), ("itl_p99_ms", "ITL p99 (ms)"),
                 ("latency_p50_ms", "latency p50 (ms)"), ("latency_p99_ms", "latency p99 (ms)"))
 DEFAULT_PROMPTS = "Write a poem\nExplain gravity\nHello\nName three colours"
+PROMPT, OUTPUT, SLOTS = 200, 128, 16          # the simulated stream's defaults (its rate is suggested from them)
 
 
 def simulated(model) -> None:
     st.subheader("Simulated: the same arrivals, two schedulers")
-    w = workload_inputs("cb", n=400, rate=suggested_rate_for(model, 200, 128, 16), scale=model.name)
+    hint = remembered("cb.rate_hint", (model,), lambda: suggested_rate_for(model, PROMPT, OUTPUT, SLOTS))  # ~0.4 s
+    w = workload_inputs("cb", n=400, rate=hint, prompt=PROMPT, output=OUTPUT, scale=model.name)
     c = st.columns(3)
-    cap = int_field("Batch slots", 16, 1, 4096, key="cb.slots", where=c[0])
+    cap = int_field("Batch slots", SLOTS, 1, 4096, key="cb.slots", where=c[0])
     timeout = float_field("Static: wait to fill a batch (s)", 0.0, 0.0, 3600.0, key="cb.timeout", where=c[1],
                           help="0 = start with whatever is waiting when the accelerator frees up.")
     shown = int_field("Requests in the timeline", 30, 1, 300, key="cb.shown", where=c[2])

@@ -12,8 +12,8 @@ import streamlit as st
 
 from calculators.explain import explain_queue_wait
 from calculators.serving.queueing import md1_wait_factor, queue_wait_factor
-from calculators.serving.slo import (ITL_TARGET_TIMES, TTFT_TARGET_TIMES, batch_cap_sweep, load_sweep, suggested_rate,
-                                    suggested_targets)
+from calculators.serving.slo import (ITL_TARGET_TIMES, KNOB_LOAD, TTFT_TARGET_TIMES, batch_cap_sweep, load_sweep,
+                                    suggested_rate, suggested_targets)
 from calculators.units import fmt_num
 from calculators.serving.lengths import from_kind
 from calculators.serving.steady_state import sweep_for_model
@@ -141,7 +141,7 @@ def knob(model, n: int, prompt: float, output: float, out_kind: str, ttft_slo: f
     st.subheader("The batch cap as the knob")
     rate = float_field("Arrival rate (requests/s)", suggested_rate(capacity) if capacity else 1.0, 0.001, 1e6,
                        key=f"queue.rate.{model.name}",
-                       help="Suggested: 90% of the capacity the section above measured at its batch cap.")
+                       help=f"Suggested: {KNOB_LOAD:.0%} of the capacity the section above measured at its batch cap.")
     if rate is None:
         return
     try:

@@ -91,9 +91,9 @@ def steady_state_gap_words(loads, simulated_p99, steady_p99, tolerance: float = 
         return f"Here it is within {tolerance:.0%} of the simulated p99 at every load it solves." + tail
     u0, (uw, gw) = off[0][0], max(off, key=lambda x: abs(x[1]))
     return (f"Here it parts from the simulated p99 from load {u0:g} (at {uw:g} it is {abs(gw):.0%} "
-            f"{'below' if gw < 0 else 'above'}). The steady state is held to the simulator on 72 data-centre cases "
-            "(bench/bench_steady_state.py, 69 within 10-20%); a server like this one, whose prefill costs many "
-            "decode steps, lies outside them, and the simulated curve is the one to trust." + tail)
+            f"{'below' if gw < 0 else 'above'}). The steady state is held to the simulator on a grid of data-centre "
+            "cases (bench/bench_steady_state.py); a server like this one, whose prefill costs many decode steps, "
+            "lies outside it, and the simulated curve is the one to trust." + tail)
 
 
 def best_cap_words(rows: list[dict]) -> str:

@@ -114,7 +114,8 @@ def deployment_defaults(device: Device, mesh: Mesh, weight_dtype: str, kv_dtype:
                         gpu_memory_utilization: float | None, efficiency: Efficiency | None, link: Link | None,
                         config: ModelConfig | None = None):
     """What a deployment leaves unsaid, filled from the stack: the KV dtype, the memory fraction, the efficiency
-    for the device's vendor, the weights' precision and the model's kind (`config`), and the interconnect (a multi-GPU layout must have one)."""
+    for the device's vendor, the weights' precision and the model's kind (`config`), and the interconnect (a
+    multi-GPU layout must have one)."""
     kd = kv_dtype or default_kv_dtype(weight_dtype)
     gmu = check_fraction("gpu_memory_utilization", gpu_memory_utilization if gpu_memory_utilization is not None
                          else stack.gpu_memory_utilization)

@@ -38,6 +38,7 @@ def goodput(result: SimResult, ttft_slo_ms: float, tpot_slo_ms: float | None = N
 
 
 TTFT_TARGET_TIMES, ITL_TARGET_TIMES = 3.0, 2.0     # a target: this many times the unloaded figure (an assumption)
+KNOB_LOAD = 0.9                                     # the batch-cap lesson's rate: this share of the capacity
 
 
 def _two_digits(x: float) -> float:
@@ -47,8 +48,8 @@ def _two_digits(x: float) -> float:
 
 def suggested_targets(model: StepModel, prompt_tokens: float, output_tokens: float) -> dict:
     """TTFT and ITL targets for this server: TTFT_TARGET_TIMES × the unloaded TTFT (the prompt's prefill, whose
-    step emits the first token), ITL_TARGET_TIMES × one decode step of a lone request at its mean context (I + O/2), each to
-    two significant digits. Targets stated as a multiple of the unloaded latency keep the lesson's shape on any
+    step emits the first token), ITL_TARGET_TIMES × one decode step of a lone request at its mean context
+    (I + O/2), each to two significant digits. Targets stated as a multiple of the unloaded latency keep the lesson's shape on any
     hardware: met when the server is idle, missed once the queue and the batch grow; a fixed "15 ms" is never
     met on a laptop and always met on an H100."""
     I = max(1, int(round(check_positive("prompt tokens", prompt_tokens))))
@@ -59,7 +60,7 @@ def suggested_targets(model: StepModel, prompt_tokens: float, output_tokens: flo
                 unloaded_ttft_ms=unloaded_ttft, unloaded_itl_ms=itl)
 
 
-def suggested_rate(capacity: float, load: float = 0.9) -> float:
+def suggested_rate(capacity: float, load: float = KNOB_LOAD) -> float:
     """An arrival rate for the batch-cap lesson: `load` × the capacity at the lesson's default cap, to two
     significant digits; near capacity a small cap queues requests and a large one slows every stream, whatever
     the hardware (a fixed 50 requests/s is 10 times what a laptop serves)."""

@@ -154,6 +154,15 @@ def prompt_chain(step: StepFn, n, lam, load: "Load", iters: int = 16):
 TPOT_LAGS = 32           # steps after its prefill over which a request's decode steps remember its arrival
 
 
+def _shared(*arrays):
+    """Arrays a process-wide cache hands to every caller, made read-only: one caller's in-place edit would
+    otherwise change what every later session computes. One array comes back as itself, several as a tuple."""
+    for a in arrays:
+        if isinstance(a, np.ndarray):
+            a.setflags(write=False)
+    return arrays[0] if len(arrays) == 1 else arrays
+
+
 @lru_cache(maxsize=64)
 def decode_lag_weights(output: Lengths, lags: int = TPOT_LAGS) -> np.ndarray:
     """h(i) = E[1{O ≥ i} / (O − 1) | O ≥ 2], i = 2..lags+1: the weight of the i-th step after a request's arrival
@@ -162,7 +171,7 @@ def decode_lag_weights(output: Lengths, lags: int = TPOT_LAGS) -> np.ndarray:
     x, w = output._grid()
     x, w = x[x >= 2], w[x >= 2]
     i = np.arange(2, lags + 2, dtype=float)[:, None]
-    return np.sum((x[None] >= i) * w[None] / (x[None] - 1), axis=1) / max(float(w.sum()), 1e-300)
+    return _shared(np.sum((x[None] >= i) * w[None] / (x[None] - 1), axis=1) / max(float(w.sum()), 1e-300))
 
 
 def chain_tpot_excess(pi, tau_k, lam, output: Lengths):
@@ -249,7 +258,7 @@ def _decay_table(output: Lengths):
     x = np.round(x)                                   # whole lengths: μ^(O − 1) with μ < 0
     x, w = x[x >= 2], w[x >= 2] / max(float(w[x >= 2].sum()), 1e-300)
     m = DECAY_MU[:, None]
-    return DECAY_MU, np.sum(w * m * (1 - m ** (x - 1)) / ((1 - m) * (x - 1)), axis=-1)
+    return _shared(DECAY_MU, np.sum(w * m * (1 - m ** (x - 1)) / ((1 - m) * (x - 1)), axis=-1))
 
 
 def decode_decay(output: Lengths, mu):
@@ -732,7 +741,7 @@ def stream_backlog_table(prompt: Lengths, chunk: float):
     eta = prefill_wait_tail(rho, service_shape(prompt))[0] * unit / prompt.mean_tokens
     pa = stream_arrivals_pmf(rho * chunk / prompt.mean_tokens, prompt, unit, (STREAM_BODY + 2) * STREAM_UNITS)
     pi, L = stream_backlog_law(pa, eta)
-    return rho, pi, L, eta
+    return _shared(rho, pi, L, eta)
 
 
 def stream_backlog_at(prompt: Lengths, chunk: float, rho):

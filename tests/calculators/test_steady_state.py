@@ -679,3 +679,14 @@ def test_fixed_outputs_off_the_grid_agree_with_the_simulator(I, O, B, u):
     assert float(op["tpot_ms"]) == pytest.approx(float(np.nanmean(r.tpot)) * 1e3, rel=0.10)
     assert float(op["ttft_p50_ms"]) == pytest.approx(float(np.percentile(r.ttft, 50)) * 1e3, rel=0.10)
     assert float(op["ttft_p99_ms"]) == pytest.approx(float(np.percentile(r.ttft, 99)) * 1e3, rel=0.20)
+
+
+def test_the_process_wide_tables_are_read_only():
+    """decode_lag_weights, the decay table and the stream's backlog table are cached for the whole process (every
+    browser session and the planner share them): an in-place edit by one caller must fail, not change the others'."""
+    from calculators.serving.steady_state import _decay_table, decode_lag_weights, stream_backlog_table
+    arrays = [decode_lag_weights(Lengths.geometric(100)), *_decay_table(Lengths.fixed(50)),
+              *(a for a in stream_backlog_table(Lengths.fixed(500), 512.0) if isinstance(a, np.ndarray))]
+    for a in arrays:
+        with pytest.raises(ValueError, match="read-only"):
+            a[0] = 0
