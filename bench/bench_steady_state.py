@@ -1,10 +1,10 @@
 """The steady state of a loaded server (calculators/serving/steady_state.py) against its referee, the discrete-event
 simulator, over the whole grid of issue 26: prompt/output 1000/100, 500/500, 100/1000; batch caps 16, 256, 1024;
-whole prompts and chunks of 512; loads 10-95% of capacity (72 points). The referee is the mean of the seeded runs
-stored by bench/steady_state_referee.py (regenerate it after a change to the simulator): 4 to 64 per point, as many
-as its standard error asks for. Prints TPOT and TTFT p50/p99 of both, the model's error, the referee's standard
-error (spread of the point's seeds / √seeds, whatever their number) and how many points fall within 10% (TPOT,
-TTFT p50) and 20% (TTFT p99), per load.
+whole prompts and chunks of 512; loads 10-95% of capacity (72 points). The referee is pooled over the seeded runs
+stored by bench/steady_state_referee.py (regenerate it after a change to the simulator or to the capacity, which
+sets its rates): 8 to 64 per point, as many as its standard error asks for. Prints TPOT and TTFT p50/p99 of both,
+the model's error, the referee's standard error (a bootstrap over the point's seeds) and how many points fall
+within 10% (TPOT, TTFT p50) and 20% (TTFT p99), per load.
 
     python bench/bench_steady_state.py            # a second: the model against the stored referee
 """
@@ -14,27 +14,24 @@ import json
 import sys
 from pathlib import Path
 
-import numpy as np
-
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.steady_state_referee import GRID, MODEL, PATH, TOL, key, load_for, standard_error  # noqa: E402
+from bench.steady_state_referee import GRID, MODEL, PATH, TOL, key, load_for  # noqa: E402
 from calculators.serving.steady_state import operating_point, step_fn_for_model  # noqa: E402
 
 FIELDS = dict(tpot="tpot_ms", ttft_p50="ttft_p50_ms", ttft_p99="ttft_p99_ms")
 
 
 def compare() -> list[dict]:
-    points = json.loads(PATH.read_text())["points"]
+    stored = json.loads(PATH.read_text())
     rows = []
     for (I, O), B, chunk, u in GRID:
-        runs = points[key(I, O, B, chunk, u)]
+        runs, ref = stored["points"][key(I, O, B, chunk, u)], stored["referee"][key(I, O, B, chunk, u)]
         load = load_for(I, O, B, chunk)
         op = operating_point(step_fn_for_model(MODEL, load), runs[0]["rate"], load)
         row = dict(I=I, O=O, B=B, chunk=chunk, u=u, n=runs[0]["n"], seeds=len(runs))
         for f, m in FIELDS.items():
-            x = np.array([r[f] for r in runs])
-            row[f] = (float(x.mean()), float(op[m]), float(op[m]) / x.mean() - 1, standard_error(runs, f))
+            row[f] = (ref[f], float(op[m]), float(op[m]) / ref[f] - 1, ref["se"][f])
         row["good"] = all(abs(row[f][2]) <= TOL[f] for f in TOL)
         # the miss is inside the referee's own uncertainty: within tolerance + 2 standard errors
         row["noise"] = all(abs(row[f][2]) <= TOL[f] + 2 * row[f][3] for f in TOL)

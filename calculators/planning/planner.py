@@ -21,11 +21,12 @@ Bounds no load can beat screen the candidates first (a token gap is at least a o
 the p99 prompt's prefill alone); the candidates of the cheapest REFINED_LEVELS GPU counts per device then get the
 full steady state (the prompt chain), the rest keep the screening model (prompts per step drawn independently).
 MoE models are also tried with expert parallelism over each TP group (EP = TP), and with attention data-parallel
-and the experts over all the GPUs (attention TP t × DP d, EP = t·d: `calculators.planning.wide_ep`, costed with
-`serve_at`'s step; their rows have dp = d, every other row dp = 1). A prefix-cache hit rate h
+and the experts over an EP group (attention TP t × DP d, EP = t·d, one group or several side by side:
+`calculators.planning.wide_ep`, costed with `serve_at`'s step; their rows have dp = d per group and replicas =
+d × groups, every other row dp = 1). A prefix-cache hit rate h
 (Workload.prefix_hit_rate) leaves ceil(P·(1 − h)) new prompt tokens to prefill, attending over all P. FP4
 weights are tried only on devices with FP4 tensor cores. Not searched: context parallelism, speculative decoding,
-wide EP with pipeline parallelism or several EP groups side by side.
+wide EP with pipeline parallelism.
 """
 from __future__ import annotations
 
@@ -153,7 +154,8 @@ class PlanResult:
     def find(self, device: str, gpus: int, tp: int, pp: int, batch_cap: int, weight_dtype: str,
              kv_dtype: str, ep: int | None = None) -> list[dict]:
         """The candidates with exactly this layout (for an MoE model: without expert parallelism, with EP = TP
-        and, when TP < GPUs and PP = 1, with EP over all the GPUs; `ep` picks one), each with `why` and, when
+        and, when TP < GPUs and PP = 1, with EP over groups of the GPUs, one or several; `ep` picks one), each
+        with `why` and, when
         feasible, its `rank` among the feasible plans (1 = cheapest). [] when the layout is outside the search
         space."""
         col = self.columns
@@ -715,10 +717,13 @@ def _sentence(col: dict, i: int, wl: Workload) -> str:
 
 def layout_words(row: dict) -> str:
     """A plan's layout in a few words: "TP 8 PP 1", "TP 4 PP 1 EP 4" (experts over the TP group), "TP 1 × DP 8
-    attention, EP 8" (experts over all the GPUs)."""
+    attention, EP 8" (experts over all the GPUs), "2 × (TP 1 × DP 8 attention, EP 8)" (two EP groups side by
+    side)."""
     dp, ep = int(row.get("dp", 1)), int(row.get("ep", 1))
     if dp > 1:
-        return f"TP {row['tp']} × DP {dp} attention, EP {ep}"
+        groups = int(row.get("replicas", dp)) // dp
+        one = f"TP {row['tp']} × DP {dp} attention, EP {ep}"
+        return one if groups <= 1 else f"{groups} × ({one})"
     return f"TP {row['tp']} PP {row['pp']}" + (f" EP {ep}" if ep > 1 else "")
 
 

@@ -2,11 +2,13 @@
 experts spread over all the GPUs (DeepSeek-V3/R1 or Qwen3-235B on 8 GPUs as attention TP t × DP d, EP = t·d;
 SGLang `--attn-dp-size --ep-size`, vLLM `--data-parallel-size --enable-expert-parallel`).
 
-Candidates: for each GPU count g of the search space and each TP degree t < g dividing g, the layout
-`Mesh(tp=t, ep=g, gpus=g)`: d = g / t attention replicas (each with its own requests and KV cache, the request
-rate split evenly over them), the routed experts sharded over all g GPUs, attention, dense layers and shared
-experts replicated per replica and split t ways. Layouts `mesh_problem` refuses (EP not dividing the experts, TP
-not dividing the heads) are not tried. No pipeline parallelism.
+Candidates: for each GPU count g of the search space, each EP group size e of the search space's GPU counts
+dividing g, and each TP degree t < e dividing e, g / e groups side by side of the layout `Mesh(tp=t, ep=e,
+gpus=e)` (16 GPUs as two EP-8 server instances, or one EP-16): d = e / t attention replicas per group, g / t in
+all (each with its own requests and KV cache, the request rate split evenly over them), the routed experts of a
+group sharded over its e GPUs, attention, dense layers and shared experts replicated per replica and split t ways.
+Layouts `mesh_problem` refuses (EP not dividing the experts, TP not dividing the heads) are not tried. No pipeline
+parallelism.
 
 Each candidate is costed with `serve_at`'s step (`serve_at.step_terms`, `step_tables`, `mixed_step`: dispatch
 and combine all-to-alls, the busiest EP rank's expert imbalance, the experts the tokens of all d replicas
@@ -42,6 +44,14 @@ def wide_ep_layouts(config: ModelConfig, gpu_counts, tp_degrees) -> list[Mesh]:
             for m in [Mesh(tp=t, pp=1, ep=g, gpus=g)] if mesh_problem(config, m) is None]
 
 
+def wide_ep_groups(config: ModelConfig, gpu_counts, tp_degrees) -> list[tuple[Mesh, int]]:
+    """(one EP group's layout, how many groups) for every GPU count g: groups of e GPUs (e one of the GPU counts,
+    dividing g), each a `wide_ep_layouts` layout over its e GPUs."""
+    counts = sorted(set(gpu_counts))
+    return [(m, g // m.gpus) for g in counts for m in wide_ep_layouts(config, [e for e in counts if g % e == 0],
+                                                                      tp_degrees)]
+
+
 def wide_ep_candidates(config: ModelConfig, devices, wl, space, stack, eff_tab, usable_fraction, overheads,
                        embeddings_16bit: bool, links) -> dict:
     """The planner's raw columns (see `planner._rank`) for every wide-EP layout × device × weight and KV precision
@@ -68,7 +78,7 @@ def wide_ep_candidates(config: ModelConfig, devices, wl, space, stack, eff_tab, 
     for d, dev in enumerate(devices):
         if links[d] is None:
             continue
-        for m in wide_ep_layouts(c, space.gpu_counts, space.tp):
+        for m, k in wide_ep_groups(c, space.gpu_counts, space.tp):
             act = activations(m)
             # as tensor_parallel.per_gpu_memory: runtime overheads + DeepEP's all-to-all buffers
             over = overheads.total_bytes(m.communicating_gpus) + wide_ep_buffer_bytes(c, m.tp, m.ep)
@@ -78,7 +88,7 @@ def wide_ep_candidates(config: ModelConfig, devices, wl, space, stack, eff_tab, 
                     usable_fraction
                 tables = tables_for(links[d], m) if costed else None
                 for ki, kd in enumerate(space.kv_dtypes):
-                    groups.append(dict(di=d, mesh=m, wdi=wi, kdi=ki, w=w, act=act, over=over, peak=peak,
+                    groups.append(dict(di=d, mesh=m, k=k, wdi=wi, kdi=ki, w=w, act=act, over=over, peak=peak,
                                        kv=per_gpu_kv_bytes(c, m, mem_ctx, 1, kd), price=dev.price_usd_per_hour,
                                        terms=step_terms(c, dev, m, wd, kd, eff, ctx, wl.prompt_tokens) if costed
                                        else None, tables=tables))
@@ -89,13 +99,16 @@ def wide_ep_candidates(config: ModelConfig, devices, wl, space, stack, eff_tab, 
     def col(f, dtype=float):
         return np.array([f(x) for x in groups], dtype=dtype)[group_of] if groups else np.zeros(0, dtype=dtype)
     B = np.tile(caps, len(groups))
-    di, g, tp = col(lambda x: x["di"], int), col(lambda x: x["mesh"].gpus, int), col(lambda x: x["mesh"].tp, int)
+    di, tp = col(lambda x: x["di"], int), col(lambda x: x["mesh"].tp, int)
+    e = col(lambda x: x["mesh"].gpus, int)                      # one EP group's GPUs
+    g = e * col(lambda x: x["k"], int)                          # all the groups'
+
     w, kv, over = col(lambda x: x["w"]), col(lambda x: x["kv"]) * B, col(lambda x: x["over"])
     act = np.concatenate([x["act"] for x in groups]) if groups else np.zeros(0)
     usable = np.array([dv.memory_bytes for dv in devices], dtype=float)[di] * usable_fraction
     needed = w + kv + act + over
     costed = col(lambda x: x["terms"] is not None, bool)
-    out = dict(di=di, gpus=g, tp=tp, pp=np.ones(n, dtype=int), ep=g.copy(), dp=g // tp, replicas=g // tp,
+    out = dict(di=di, gpus=g, tp=tp, pp=np.ones(n, dtype=int), ep=e, dp=e // tp, replicas=g // tp,
                batch_cap=B.astype(int), wdi=col(lambda x: x["wdi"], int), kdi=col(lambda x: x["kdi"], int),
                per_gpu_weight_bytes=w, per_gpu_kv_bytes=kv, per_gpu_needed_bytes=needed, usable_bytes=usable,
                mesh_ok=np.ones(n, dtype=bool), peak=col(lambda x: x["peak"]),

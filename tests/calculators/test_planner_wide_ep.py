@@ -10,7 +10,7 @@ from calculators.cli import main
 from calculators.multi_gpu.tensor_parallel import Mesh, per_gpu_memory
 from calculators.planning.planner import SearchSpace, Workload, plan, plan_rows
 from calculators.planning.serve_at import serve_at
-from calculators.planning.wide_ep import wide_ep_layouts
+from calculators.planning.wide_ep import wide_ep_groups, wide_ep_layouts
 from specs.devices import load_device
 from specs.presets import load_preset
 
@@ -79,6 +79,39 @@ def test_the_layouts_tried_are_every_tp_below_the_gpus_that_splits_heads_and_exp
     got = [(m.gpus, m.tp) for m in wide_ep_layouts(q, counts, tps)]
     assert got == want and all(m.ep == m.gpus and m.pp == 1 for m in wide_ep_layouts(q, counts, tps))
     assert wide_ep_layouts(load_preset("llama-3-8b"), counts, tps) == []
+
+
+def test_ep_groups_side_by_side_are_every_group_size_among_the_counts_that_divides_the_gpus():
+    """A plain loop: g GPUs as g / e groups of e (e one of the counts, dividing g), each group a layout of e GPUs."""
+    q = load_preset("qwen3-235b-a22b")
+    counts, tps = (2, 4, 8, 16, 32), (1, 2, 4, 8)
+    want = sorted((g, e, t) for g in counts for e in counts if g % e == 0 for t in tps
+                  if (e, t) in {(m.gpus, m.tp) for m in wide_ep_layouts(q, (e,), tps)})
+    got = sorted((m.gpus * k, m.gpus, m.tp) for m, k in wide_ep_groups(q, counts, tps))
+    assert got == want
+    assert (32, 8, 1) in got and (32, 32, 1) in got          # four EP-8 groups, and one EP-32
+    assert wide_ep_groups(load_preset("llama-3-8b"), counts, tps) == []
+
+
+def test_two_ep_groups_are_two_of_the_one_group_layout_at_half_the_rate(r1_plan):
+    """16 H200s as two EP-8 groups: every figure is `serve_at`'s for one group of 8 GPUs at half the rate, the cost
+    is 16 GPUs', and the launch plan is the one-group command run twice."""
+    from calculators.planning.launch import plan_from_row
+    rows = [r for r in r1_plan.find(H200.name, 16, 1, 1, 256, "fp8", "fp8", ep=8)]
+    assert len(rows) == 1
+    r = rows[0]
+    assert r["replicas"] == 16 and r["dp"] == 8 and r["gpus"] == 16
+    s = serve_at(R1, H200, Mesh(tp=1, ep=8, gpus=8), RATE / 2, WL.prompt_lengths(), WL.output_lengths(), "fp8",
+                 "fp8", max_num_seqs=256, with_capacity=False)
+    for mine, theirs in (("itl_at_load_ms", "tpot_ms"), ("ttft_p99_ms", "ttft_p99_ms"),
+                         ("step_ms_at_load", "step_ms"), ("concurrency_per_replica", "in_flight_per_replica")):
+        assert r[mine] == pytest.approx(s[theirs], rel=0.01), mine
+    assert r["usd_per_million_tokens"] == pytest.approx(
+        16 * H200.price_usd_per_hour / (RATE * 2500 * 3600) * 1e6, rel=1e-12)
+    launch = plan_from_row(r, "deepseek-r1", 2500, 0.9)
+    assert launch["replicas"] == 2 and launch["dp"] == 8 and launch["ep"] == 8 and launch["gpus"] == 16
+    from calculators.planning.planner import layout_words
+    assert layout_words(r) == "2 × (TP 1 × DP 8 attention, EP 8)"
 
 
 def test_a_dense_model_gets_no_wide_ep_candidates():
