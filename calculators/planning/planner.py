@@ -155,9 +155,8 @@ class PlanResult:
              kv_dtype: str, ep: int | None = None) -> list[dict]:
         """The candidates with exactly this layout (for an MoE model: without expert parallelism, with EP = TP
         and, when TP < GPUs and PP = 1, with EP over groups of the GPUs, one or several; `ep` picks one), each
-        with `why` and, when
-        feasible, its `rank` among the feasible plans (1 = cheapest). [] when the layout is outside the search
-        space."""
+        with `why` and, when feasible, its `rank` among the feasible plans (1 = cheapest). [] when the layout is
+        outside the search space."""
         col = self.columns
         hit = np.flatnonzero((col["device"] == device) & (col["gpus"] == gpus) & (col["tp"] == tp)
                              & (col["pp"] == pp) & (col["batch_cap"] == batch_cap)
@@ -737,7 +736,8 @@ def plan_rows(res: PlanResult, top: int = 20) -> list[dict]:
 
 
 def rejected_rows(res: PlanResult, top: int = 50) -> list[dict]:
-    keep = ("device", "gpus", "tp", "pp", "ep", "dp", "batch_cap", "weight_dtype", "kv_dtype", "reason", "why")
+    keep = ("device", "gpus", "tp", "pp", "ep", "dp", "replicas", "batch_cap", "weight_dtype", "kv_dtype", "reason",
+            "why")
     return [{k: r[k] for k in keep} for r in res.rejected(top)]
 
 

@@ -129,6 +129,21 @@ def test_plan_json_shows_dp_and_ep(capsys):
     assert any(r["ep"] > r["tp"] for r in out["plans"])
 
 
+def test_plan_text_names_ep_groups_side_by_side_among_plans_and_rejects(capsys):
+    """At 40 requests/s DeepSeek-R1 needs 32 H200s; the text names a layout of several EP groups as such, in the
+    ranked plans and in the nearest rejects alike (a reject's words once dropped the groups)."""
+    code = main(["plan", "--model", "deepseek-r1", "--gpu", "h200", "--rate", "40", "--prompt-tokens", "2000",
+                 "--output-tokens", "500", "--ttft-ms", "3000", "--itl-ms", "100", "--top", "40", "--json"])
+    out = json.loads(capsys.readouterr().out)
+    assert code == 0
+    rows = out["plans"] + out["nearest_rejected"]
+    grouped = [r for r in rows if r["dp"] > 1 and r["replicas"] > r["dp"]]
+    assert grouped and any(r in out["nearest_rejected"] for r in grouped)
+    from calculators.planning.planner import layout_words
+    for r in grouped:
+        assert layout_words(r).startswith(f"{r['gpus'] // r['ep']} × (TP {r['tp']} × DP {r['dp']} attention")
+
+
 @pytest.mark.parametrize("argv,words", [
     (["--ep", "16", "--tp", "2", "--gpus", "8"], "choose EP among 1, 2, 4, 8"),
     (["--ep", "6", "--gpus", "8"], "choose EP among 1, 2, 4, 8, 16"),
