@@ -184,7 +184,8 @@ def _carried_over(arrivals, left):
 
 
 CARRY_MASS = 1e-6        # the share of steps past a chunk's prompts below which none are carried over
-CARRY_MIXING = 4         # power iterations × this where prompts carry over (64: within 0.5% of 200, 3% at 16)
+CARRY_MIXING = 4         # power iterations × this where prompts carry over, from the law without (at 85% of
+                         # the budget, 200-token prompts: the mean step 0.4% off a loop; 2×: 1.0%, 1×: 2.9%)
 TPOT_LAGS = 32           # steps after its prefill over which a request's decode steps remember its arrival
 
 
@@ -323,7 +324,10 @@ def mean_step(step: StepFn, n, p, load: "Load", lam=None, chain: bool = True):
         zero = np.zeros_like(n)
         t0, tc, tr = step(n, zero), step(n, zero + load.chunk), step(n, zero + rest)
         fill = np.minimum(p / load.chunk, 1.0)
+        # at least the fill that leaves the steps carrying prompts within all steps (p near the budget)
+        least = (prompts * (full + partial) - 1) / np.maximum(prompts * partial * (1 - rest / load.chunk), 1e-12)
         for _ in range(FILL_ITERATIONS):                        # fill = the time share of steps carrying prompts
+            fill = np.clip(fill, np.minimum(least, 1.0), 1.0)
             f_full = prompts * (full + partial * fill * rest / load.chunk)
             f_rest = prompts * partial * (1 - fill)
             mixed = (1 - f_full - f_rest) * t0 + f_full * tc + f_rest * tr
