@@ -163,7 +163,8 @@ def results(res, wl: Workload, config=None, stack=None, setup=None, devices=(), 
             c: st.column_config.NumberColumn(format="%.4g") for c in show.columns if show[c].dtype.kind == "f"},
             show={"device": None, "gpus": "GPUs", "tp": "TP", "pp": "PP", "batch_cap": "cap",
                   "weight_dtype": "weights", "kv_dtype": "KV", "ttft_p99_ms": "TTFT p99 ms",
-                  "itl_at_load_ms": "ITL ms", "usd_per_million_tokens": "$/1M", "binding": None})
+                  "itl_at_load_ms": "ITL ms", "usd_per_million_tokens": "$/1M", "binding": None, "ep": "EP",
+                  "dp": "DP"})
         st.download_button("Download plans (JSON)", json.dumps(rows, indent=2, default=float), "plans.json",
                            "application/json", key="plan.json", on_click="ignore")
         if config is not None:
@@ -173,7 +174,7 @@ def results(res, wl: Workload, config=None, stack=None, setup=None, devices=(), 
     df_with_download(counts, "rejections_by_reason")
     df_with_download(pd.DataFrame(rejected_rows(res, 40)), "nearest_rejected_plans",
                      show={"device": None, "gpus": "GPUs", "tp": "TP", "pp": "PP", "batch_cap": "cap",
-                           "weight_dtype": "weights", "reason": None, "why": None},
+                           "weight_dtype": "weights", "reason": None, "ep": "EP", "dp": "DP", "why": None},
                      column_config={"why": st.column_config.TextColumn(width="large")})   # long: cut, whole on hover
     st.caption("Nearest misses first (the smallest over-limit ratio). 'mesh' rows are layouts the model or the GPU "
                "count cannot take (TP not dividing the heads, TP × PP not dividing the GPUs).")

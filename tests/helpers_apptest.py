@@ -32,6 +32,8 @@ def errors(at: AppTest) -> list[str]:
 
 
 CODE = re.compile(r"\b00\d Details? \d+|\breference 00\d\b")      # a source named by its file number only
+# a Python expression left in braces (an f-string prefix forgotten on one line of a concatenated text), not LaTeX
+PLACEHOLDER = re.compile(r"(?<![\w\\^_}$])\{[A-Za-z_][\w.]*(\([^{}]*\)|\[[^{}]*\])?(:[^{}]*)?\}")
 
 
 def chart_specs(at: AppTest) -> list[dict]:
@@ -53,10 +55,13 @@ def page_text(at: AppTest) -> str:
 
 def walkthrough_problems(at: AppTest) -> list[str]:
     """What a class would notice first on a page (issue 18): an error, an exception, an empty chart, a source
-    named by a bare code ("003 Detail 18")."""
+    named by a bare code ("003 Detail 18"), a placeholder left unformatted ("{len(front)} plans")."""
     out = [f"error: {e}" for e in errors(at)] + [f"exception: {e.value}" for e in at.exception]
     out += [f"empty chart: {s.get('layout', {}).get('title')}" for s in chart_specs(at) if not drawn(s)]
-    return out + [f"source named by a code: {m.group(0)}" for m in CODE.finditer(page_text(at))]
+    text = page_text(at)
+    prose = re.sub(r"`[^`]*`", "", text)                 # code spans may show templates ("blocks.{l}.attn")
+    out += [f"unformatted placeholder: {m.group(0)}" for m in PLACEHOLDER.finditer(prose)]
+    return out + [f"source named by a code: {m.group(0)}" for m in CODE.finditer(text)]
 
 
 def press_main_button(at: AppTest) -> str | None:

@@ -70,7 +70,8 @@ def frontier_chart(res, metric: str = "ttft_p99_ms", chosen: dict | None = None)
     knee = front[len(front) // 2] if front else None
     st.caption(f"{len(idx):,} feasible plans drawn as {len(pts):,} points (plans within 2% in cost and latency on "
                f"the same device are one point)"
-               + (". The red star is the chosen plan" if chosen is not None else "") + ". The black line is the Pareto front: {len(front)} plans no other "
+               + (". The red star is the chosen plan" if chosen is not None else "")
+               + f". The black line is the Pareto front: {len(front)} plan{'s' if len(front) != 1 else ''} no other "
                "plan beats on both axes; everything above it pays more for no speed."
                + (f" A middle point of the front: {knee['gpus']}× {knee['device']} {layout_words(knee)} at "
                   f"{knee['lat']:.3g} ms for ${knee['cost']:.3g}." if knee else ""))

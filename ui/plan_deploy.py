@@ -58,7 +58,10 @@ def headline(best: dict, wl, config, stack, devices=()) -> None:
     c[1].metric("TP / PP / EP / DP", layout_words(best), help="tensor, pipeline, expert and data parallel degrees "
                 "inside one replica")
     c[2].metric("Weights / KV", f"{best['weight_dtype']} / {best['kv_dtype']}", help="weight and KV-cache precision")
-    c[3].metric("Replicas", f"{best['replicas']:,}", help="copies of the model, each serving its share of the rate")
+    copies = best["replicas"] // max(best.get("dp", 1), 1)       # wide EP: an instance holds dp attention replicas
+    c[3].metric("Replicas", f"{copies:,}", help="copies of the model (server instances), each serving its share of "
+                "the rate" + (f"; each runs attention in {best['dp']} data-parallel ranks" if best.get("dp", 1) > 1
+                              else ""))
     c = st.columns([1.6, 1.1, 1, 1])
     c[0].metric("Binding constraint", best["binding"], help=best["why"])
     c[1].metric("Batch cap", f"{best['batch_cap']:,}", help="max sequences in flight per replica (max_num_seqs)")
@@ -66,7 +69,7 @@ def headline(best: dict, wl, config, stack, devices=()) -> None:
                 "GPU, max_num_batched_tokens): the prefill budget the plan assumed")
     c[3].metric("$ per hour", "—" if cost["usd_per_hour"] is None else f"${cost['usd_per_hour']:,.2f}",
                 help=f"{best['gpus']} × the {best['device']} price per GPU-hour")
-    replicas = f"{best['replicas']} replica(s), " if best.get("dp", 1) == 1 else ""
+    replicas = f"{best['replicas']} replica(s), " if best.get("dp", 1) == 1 else ""    # layout_words names groups
     st.markdown(f"**{best['gpus']} × {best['device']}**: {plan_layout_words(best)}, {replicas}batch cap {best['batch_cap']}, weights {best['weight_dtype']}, KV "
                 f"{best['kv_dtype']}. It meets every target; the one it is closest to is **{best['binding']}** "
                 f"({best['worst_ratio']:.0%} of its limit).")

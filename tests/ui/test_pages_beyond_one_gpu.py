@@ -111,3 +111,5 @@ def test_capacity_planner_shows_a_wide_ep_plan_for_deepseek_r1_on_h200():
                         "plan.output": "500", "plan.out99": "500", "plan.ttft": "3000", "plan.itl": "150"})
     assert not at.exception and not texts(at.error)
     assert any("8 × H200" in m.value and "DP 8 attention, EP 8" in m.value for m in at.markdown)
+    # one server instance: its 8 attention ranks are not 8 copies of the model
+    assert [m.value for m in at.metric if m.label == "Replicas"] == ["1"]
