@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import streamlit as st
 
-from calculators.planning.planner import layout_words as plan_layout_words
+from calculators.planning.planner import layout_words as plan_layout_words, server_instances
 from calculators.planning.accuracy import band
 from calculators.planning.launch import launch_commands, plan_from_row
 from calculators.planning.plan_explain import (formula_markdown, max_batched_tokens, memory_and_cost, plan_formulas,
@@ -58,8 +58,7 @@ def headline(best: dict, wl, config, stack, devices=()) -> None:
     c[1].metric("TP / PP / EP / DP", layout_words(best), help="tensor, pipeline, expert and data parallel degrees "
                 "inside one replica")
     c[2].metric("Weights / KV", f"{best['weight_dtype']} / {best['kv_dtype']}", help="weight and KV-cache precision")
-    copies = best["replicas"] // max(best.get("dp", 1), 1)       # wide EP: an instance holds dp attention replicas
-    c[3].metric("Replicas", f"{copies:,}", help="copies of the model (server instances), each serving its share of "
+    c[3].metric("Replicas", f"{server_instances(best):,}", help="copies of the model (server instances), each serving its share of "
                 "the rate" + (f"; each runs attention in {best['dp']} data-parallel ranks" if best.get("dp", 1) > 1
                               else ""))
     c = st.columns([1.6, 1.1, 1, 1])

@@ -714,13 +714,19 @@ def _sentence(col: dict, i: int, wl: Workload) -> str:
     return "no hourly price for this device: enter one"
 
 
+def server_instances(row: dict) -> int:
+    """Server instances (copies of the model) a plan row runs: its replicas, where a wide-EP row counts attention
+    replicas, dp of them to an instance."""
+    return int(row.get("replicas", 1)) // max(int(row.get("dp", 1)), 1)
+
+
 def layout_words(row: dict) -> str:
     """A plan's layout in a few words: "TP 8 PP 1", "TP 4 PP 1 EP 4" (experts over the TP group), "TP 1 × DP 8
     attention, EP 8" (experts over all the GPUs), "2 × (TP 1 × DP 8 attention, EP 8)" (two EP groups side by
     side)."""
     dp, ep = int(row.get("dp", 1)), int(row.get("ep", 1))
     if dp > 1:
-        groups = int(row.get("replicas", dp)) // dp
+        groups = server_instances(row)
         one = f"TP {row['tp']} × DP {dp} attention, EP {ep}"
         return one if groups <= 1 else f"{groups} × ({one})"
     return f"TP {row['tp']} PP {row['pp']}" + (f" EP {ep}" if ep > 1 else "")
@@ -741,5 +747,5 @@ def rejected_rows(res: PlanResult, top: int = 50) -> list[dict]:
     return [{k: r[k] for k in keep} for r in res.rejected(top)]
 
 
-__all__ = ["Workload", "SearchSpace", "PlanResult", "plan", "plan_rows", "rejected_rows", "layout_words",
+__all__ = ["Workload", "SearchSpace", "PlanResult", "plan", "plan_rows", "rejected_rows", "layout_words", "server_instances",
            "CONSTRAINTS"]

@@ -313,12 +313,7 @@ def mean_step(step: StepFn, n, p, load: "Load", lam=None, chain: bool = True):
     step that carries a whole prompt is compute-bound while the steps between are memory-bound. Where a step
     carries many whole prompts (m > K/3), the law of large numbers: step(n, p)."""
     n, p = np.asarray(n, dtype=float), np.asarray(p, dtype=float)
-    k, w, m = prompt_packets(p, load.chunk, load.prompt.mean_tokens)
-    many = m > K_TERMS / 6
-    if chain and whole_prompts(load) and lam is not None:
-        pi, tau_k = prompt_chain(step, n, lam, load)
-        mixed = (pi * tau_k).sum(axis=-1)
-    elif not whole_prompts(load):                           # prompts cut into chunks: the token stream
+    if not whole_prompts(load):                             # prompts cut into chunks: the token stream
         full, partial, rest = last_chunk_packing(load.prompt, load.chunk)
         prompts = p / load.prompt.mean_tokens                   # prompts whose tokens a step carries, on average
         zero = np.zeros_like(n)
@@ -333,6 +328,11 @@ def mean_step(step: StepFn, n, p, load: "Load", lam=None, chain: bool = True):
             mixed = (1 - f_full - f_rest) * t0 + f_full * tc + f_rest * tr
             fill = np.minimum((f_full * tc + f_rest * tr) / mixed, 1.0)
         return mixed
+    k, w, m = prompt_packets(p, load.chunk, load.prompt.mean_tokens)
+    many = m > K_TERMS / 6
+    if chain and lam is not None:
+        pi, tau_k = prompt_chain(step, n, lam, load)
+        mixed = (pi * tau_k).sum(axis=-1)
     else:
         tok = np.minimum(load.chunk, k * load.prompt.mean_tokens)
         mixed = (w * step(n[None, ...] * np.ones_like(tok), tok * np.ones_like(n)[None, ...])).sum(axis=0)
@@ -1045,7 +1045,6 @@ def operating_point(step: StepFn, rate, load: Load, chain: bool = True, near_ste
     # a slot is held for the prefill steps and the O − 1 decode steps: its variability is the output's
     scv = load.output.scv * (load.output.mean_tokens / np.maximum(steps_per_req, 1e-12)) ** 2
     dispersion = context_dispersion(step, load, lam, lambda j: j * rows_per_held, p, step_at)
-    law = slot_wait_law(lam, steps_per_req, step_at, load.slots, held, scv, dispersion)
     beta = getattr(step, "ms_per_context_token", None)
     if beta is not None and load.output.kind == "geometric" and np.any(np.isfinite(np.asarray(load.slots, float))):
         # a full batch's rows are older than the stationary mix (`full_batch_age_excess`): its step reads more
@@ -1056,7 +1055,7 @@ def operating_point(step: StepFn, rate, load: Load, chain: bool = True, near_ste
         extra = np.where(np.isfinite(B), beta(Bf * rows_per_held, p) * Bf * rows_per_held * older, 0.0)
         base_at = step_at
         step_at = _last_answer_kept(lambda j: base_at(j) + np.where(np.asarray(j) >= Bf, extra, 0.0))
-        law = slot_wait_law(lam, steps_per_req, step_at, load.slots, held, scv, dispersion)
+    law = slot_wait_law(lam, steps_per_req, step_at, load.slots, held, scv, dispersion)
     uncapped = ~np.isfinite(np.asarray(load.slots, dtype=float) * np.ones_like(t))
     p_wait = np.where(uncapped, 0.0, law[0])
     mean_ms = np.where(uncapped | ~np.isfinite(law[1]), np.inf, law[1] * 1e3)

@@ -551,8 +551,8 @@ def test_one_whole_point_of_the_referee_is_the_simulators_pooled_answer():
     """One of the cheapest points (fewest seeds × requests × output tokens: the steps simulated; chosen by a fixed
     seed) simulated again from scratch: the same seeds, runs and pooled answer (the seed rule re-applied)."""
     def work(p):
-        return len(REFEREE[referee_key(p[0][0], p[0][1], *p[1:])]) * REFEREE[referee_key(p[0][0], p[0][1],
-                                                                                         *p[1:])][0]["n"] * p[0][1]
+        runs = REFEREE[referee_key(*p[0], *p[1:])]
+        return len(runs) * runs[0]["n"] * p[0][1]
     cheap = [p for p in REFEREE_GRID if work(p) == min(map(work, REFEREE_GRID))]
     (I, O), B, chunk, u = cheap[int(np.random.default_rng(26).integers(len(cheap)))]
     k = referee_key(I, O, B, chunk, u)
