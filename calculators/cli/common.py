@@ -84,3 +84,18 @@ def run_and_print(run, render, args, failed=lambda out: False) -> int:
     except BrokenPipeError:        # e.g. piped into `head`
         pass
     return 1 if failed(out) else 0
+
+
+def add_profile_arg(p: argparse.ArgumentParser) -> None:
+    """--profile: which measured kernels price the step (calculators.planning.measured_step.resolve_profile)."""
+    p.add_argument("--profile", default="auto",
+                   help="kernels measured on the device and stack that price each op of a step: 'auto' (the "
+                        "newest profile for this GPU and stack, if installed: ./dev.sh extras profiles), 'none' "
+                        "(the closed form with the stack's fitted efficiencies), or a profile name or file")
+
+
+def profile_of(args, device: Device, config: ModelConfig):
+    """(profile or None, the sentence saying what prices the step) for a command's --profile and --stack."""
+    from calculators.planning.measured_step import resolve_profile
+    from specs.stacks import load_stack
+    return resolve_profile(getattr(args, "profile", "auto"), device, load_stack(args.stack).key, config)

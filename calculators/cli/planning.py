@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import argparse
 
-from calculators.cli.common import Parser, dtype_arg, load_gpu, load_model, nonneg_float, positive_int, run_and_print
+from calculators.cli.common import (Parser, add_profile_arg, dtype_arg, load_gpu, load_model, nonneg_float, positive_int,
+                                    profile_of, run_and_print)
 from calculators.multi_gpu.tensor_parallel import Mesh
 from calculators.planning.accuracy import band
 from calculators.planning.throughput import max_throughput
@@ -44,6 +45,7 @@ def build_parser() -> argparse.ArgumentParser:
                    "(default: the stack's)")
     p.add_argument("--max-num-batched-tokens", type=positive_int, default=None,
                    help="scheduler cap on tokens per step (default: the stack's)")
+    add_profile_arg(p)
     p.add_argument("--json", action="store_true", help="print JSON instead of a table")
     return p
 
@@ -52,14 +54,15 @@ def run(args) -> dict:
     c, dev = load_model(args.model), load_gpu(args.gpu)
     mesh = Mesh(tp=args.tp, pp=args.pp, ep=args.ep, gpus=args.gpus)
     kd = args.kv_dtype or default_kv_dtype(args.weight_dtype)
+    profile, pricing = profile_of(args, dev, c)
     r = max_throughput(c, dev, mesh, args.prompt_tokens, args.output_tokens, args.weight_dtype, kd, args.stack,
                        args.gpu_memory_utilization, max_num_seqs=args.max_num_seqs,
-                       max_num_batched_tokens=args.max_num_batched_tokens)
+                       max_num_batched_tokens=args.max_num_batched_tokens, profile=profile)
     return dict(command="throughput", model=c.name, device=dev.name, tp=mesh.tp, pp=mesh.pp, ep=mesh.ep,
                 weight_dtype=args.weight_dtype, kv_dtype=kd, prompt_tokens=args.prompt_tokens,
-                output_tokens=args.output_tokens, **r,
+                output_tokens=args.output_tokens, **r, pricing=pricing,
                 accuracy=band("max_throughput", dev.vendor, compute_precision_for(args.weight_dtype),
-                              bool(c.num_experts)))
+                              bool(c.num_experts), measured=profile is not None))
 
 
 def render(out: dict) -> str:
@@ -69,6 +72,7 @@ def render(out: dict) -> str:
               "memory_ms", "compute_ms", "comm_ms", "overhead_ms"):
         lines.append(f"  {k:<22} {fmt_num(out[k], 4)}")
     lines.append(f"  binds                  {out['binds']}")
+    lines.append(f"  priced from            {out['pricing']}")
     lines.append(f"  accuracy               {out['accuracy']['text']}")
     lines.append("  batch caps             " + ", ".join(f"{k} {v:,}" for k, v in out["batch_caps"].items()))
     return "\n".join(lines)

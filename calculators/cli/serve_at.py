@@ -11,7 +11,8 @@ printed with exit status 0; bad input prints one line and exits with status 2.
 """
 from __future__ import annotations
 
-from calculators.cli.common import Parser, dtype_arg, load_gpu, load_model, nonneg_float, positive_int, run_and_print
+from calculators.cli.common import (Parser, add_profile_arg, dtype_arg, load_gpu, load_model, nonneg_float, positive_int,
+                                    profile_of, run_and_print)
 from calculators.multi_gpu.tensor_parallel import Mesh
 from calculators.planning.accuracy import band
 from calculators.planning.serve_at import serve_at
@@ -50,6 +51,7 @@ def build_parser():
     p.add_argument("--max-num-seqs", type=positive_int, default=None)
     p.add_argument("--max-num-batched-tokens", type=positive_int, default=None)
     p.add_argument("--no-chunked-prefill", action="store_true", help="whole prompts per step")
+    add_profile_arg(p)
     p.add_argument("--json", action="store_true")
     return p
 
@@ -87,12 +89,14 @@ def run(args) -> dict:
     I, O = workload_lengths(args)
     mesh = mesh_of(args)
     kd = args.kv_dtype or default_kv_dtype(args.weight_dtype)
+    profile, pricing = profile_of(args, dev, c)
     r = serve_at(c, dev, mesh, args.rate, I, O, args.weight_dtype, kd, args.stack,
                  max_num_seqs=args.max_num_seqs, max_num_batched_tokens=args.max_num_batched_tokens,
-                 chunked_prefill=not args.no_chunked_prefill)
+                 chunked_prefill=not args.no_chunked_prefill, profile=profile)
     return dict(command="serve-at", model=c.name, device=dev.name, tp=mesh.tp, pp=mesh.pp, ep=mesh.ep,
-                weight_dtype=args.weight_dtype, kv_dtype=kd, **r,
-                accuracy=band("under_rate", dev.vendor, compute_precision_for(args.weight_dtype), bool(c.num_experts)))
+                weight_dtype=args.weight_dtype, kv_dtype=kd, **r, pricing=pricing,
+                accuracy=band("under_rate", dev.vendor, compute_precision_for(args.weight_dtype), bool(c.num_experts),
+                              measured=profile is not None))
 
 
 def render(out: dict) -> str:
@@ -101,6 +105,7 @@ def render(out: dict) -> str:
              f"{out['output']}", f"  {out['verdict']}"]
     for k in SHOWN:
         lines.append(f"  {k:<24} {fmt_num(out[k], 4)}")
+    lines.append(f"  priced from              {out['pricing']}")
     lines.append(f"  accuracy                 {out['accuracy']['text']}")
     return "\n".join(lines)
 

@@ -11,17 +11,17 @@ import math
 
 from calculators import explain as ex
 from calculators.sizing.kv_cache import kv_bytes_per_token, kv_cache_bytes
-from calculators.sizing.latency import Efficiency, bandwidth_floor_ms, decode_step_bytes, generation_latency
+from calculators.sizing.latency import IDEAL, Efficiency, bandwidth_floor_ms, decode_step_bytes, generation_latency
 from calculators.sizing.memory import DEFAULT_GPU_MEMORY_UTILIZATION, max_batch, max_context, memory_budget
 from calculators.sizing.params import param_breakdown, weight_bytes
 from calculators.sizing.roofline import roofline
-from calculators.cli.common import Parser, dtype_arg, load_gpu, load_model, nonneg_float, positive_int, run_and_print
+from calculators.cli.common import (Parser, add_profile_arg, dtype_arg, load_gpu, load_model, nonneg_float, positive_int,
+                                    profile_of, run_and_print)
 from calculators.units import KV_DTYPES, WEIGHT_DTYPES, default_kv_dtype, fmt_bytes, fmt_count, \
     fmt_num
 from specs.devices import Device, list_devices
 from specs.model_config import ModelConfig, SpecError
 from specs.presets import list_presets
-from specs.stacks import load_stack
 
 COMMANDS = ("memory", "floor", "roofline", "latency", "plan")
 
@@ -45,6 +45,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="print JSON instead of a table")
     add_parallel_args(p)
     add_plan_args(p)
+    add_profile_arg(p)
     return p
 
 
@@ -112,17 +113,12 @@ def run(args) -> dict:
             out["usd_per_million_tokens_at_floor"] = dev.price_usd_per_hour / (B / floor * 1e3 * 3600) * 1e6
         formulas["bandwidth_floor_ms"] = ex.explain_decode_floor(c, dev, tokens, B, wd, kd).formula
     if args.command == "latency":
-        eff = Efficiency.for_stack(args.stack, dev, config=c)
-        g = generation_latency(c, dev, tokens, args.output_tokens, B, wd, kd, eff)
-        r, i = g["realistic"], g["ideal"]
-        out.update(output_tokens=args.output_tokens, ttft_ms=r["ttft_ms"], itl_ms=r["itl_ms"],
-                   total_ms=r["total_ms"], per_stream_tok_s=r["per_stream_tok_s"], total_tok_s=r["total_tok_s"],
-                   usd_per_million_tokens=r["usd_per_million_tokens"], ideal_ttft_ms=i["ttft_ms"],
-                   ideal_itl_ms=i["itl_ms"], ideal_total_ms=i["total_ms"], efficiency=g["efficiency"])
-        formulas["ttft_ms"] = ex.explain_prefill(c, dev, tokens, B, wd, kd, eff).formula
-        formulas["itl_ms"] = ex.explain_itl(c, dev, g["mean_context_tokens"], B, wd, kd, eff).formula
-        out["stack"] = load_stack(args.stack).name
-        formulas["total_ms"] = ex.explain_total_latency(r["ttft_ms"], r["itl_ms"], args.output_tokens).formula
+        out.update(latency_fields(args, c, dev, tokens, B, wd, kd))
+        formulas["ttft_ms"] = ("step(0 decode rows, batch × prompt tokens): the deployment's step "
+                               "(calculators.planning.step), priced from " + out["pricing"])
+        formulas["itl_ms"] = (f"step(batch decode rows at context {out['mean_context_tokens']:,}, 0 prompt tokens), "
+                              "the same step")
+        formulas["total_ms"] = ex.explain_total_latency(out["ttft_ms"], out["itl_ms"], args.output_tokens).formula
     if args.command == "roofline":
         new = tokens if args.phase == "prefill" else 1
         rf = roofline(c, dev, new, tokens, B, wd, kd)
@@ -133,30 +129,32 @@ def run(args) -> dict:
         formulas["ridge_flop_per_byte"] = ex.explain_ridge_point(dev, rf["precision"]).formula
     if args.command in ("memory", "floor", "latency"):
         out.update(parallel_fields(args, c, dev, tokens, B, wd, kd))
-    if args.command == "latency" and out.get("gpus", 1) > 1:
-        rename_single_gpu_fields(out, formulas, args.output_tokens)
     out["formulas"] = formulas
     return out
 
 
-SINGLE_GPU_FIELDS = ("ttft_ms", "itl_ms", "total_ms", "per_stream_tok_s", "total_tok_s", "usd_per_million_tokens",
-                     "ideal_ttft_ms", "ideal_itl_ms", "ideal_total_ms")
-
-
-def rename_single_gpu_fields(out: dict, formulas: dict, output_tokens: int) -> None:
-    """A multi-GPU layout: the one-GPU figures move under single_gpu_* names, and ttft_ms / itl_ms / total_ms /
-    total_tok_s are the layout's own (prefill and decode on the mesh, with its collectives)."""
-    for k in SINGLE_GPU_FIELDS:
-        if k in out:
-            out[f"single_gpu_{k}"] = out.pop(k)
-    for k in ("ttft_ms", "itl_ms", "total_ms"):
-        if k in formulas:
-            formulas[f"single_gpu_{k}"] = formulas.pop(k)
-    out["ttft_ms"] = out["parallel_prefill_ms"]
-    out["itl_ms"] = out["parallel_itl_ms"]
-    out["total_ms"] = out["ttft_ms"] + out["itl_ms"] * (output_tokens - 1)
-    out["total_tok_s"] = out["parallel_total_tok_s"]
-    formulas["total_ms"] = "ttft_ms + itl_ms × (output_tokens − 1), on the layout (parallel_prefill_ms, parallel_itl_ms)"
+def latency_fields(args, c: ModelConfig, dev: Device, tokens: int, B: int, wd: str, kd: str) -> dict:
+    """`latency`: TTFT, ITL and total on the layout's step (`request_latency`, the step `throughput`, `serve-at`
+    and `plan` use), priced from measured kernels where a profile covers this device and stack; the datasheet
+    roofline (ideal) beside it, and the measured error of this regime."""
+    from calculators.multi_gpu.tensor_parallel import Mesh
+    from calculators.planning.accuracy import band
+    from calculators.planning.request_latency import request_latency
+    from calculators.sizing.roofline import compute_precision_for
+    mesh = Mesh(tp=args.tp, pp=args.pp, ep=args.ep, gpus=args.gpus)
+    profile, pricing = profile_of(args, dev, c)
+    r = request_latency(c, dev, mesh, tokens, args.output_tokens, B, wd, kd, args.stack, profile=profile)
+    ideal = generation_latency(c, dev, tokens, args.output_tokens, B, wd, kd, IDEAL)["ideal"]
+    tps = r["total_tok_s"]
+    price = dev.price_usd_per_hour
+    return dict(output_tokens=args.output_tokens, ttft_ms=r["ttft_ms"], itl_ms=r["itl_ms"], total_ms=r["total_ms"],
+                per_stream_tok_s=r["per_stream_tok_s"], total_tok_s=tps,
+                usd_per_million_tokens=None if price is None else price * mesh.total_gpus / (tps * 3600) * 1e6,
+                ideal_ttft_ms=ideal["ttft_ms"] / mesh.tp, ideal_itl_ms=ideal["itl_ms"] / mesh.tp,
+                ideal_total_ms=ideal["total_ms"] / mesh.tp, mean_context_tokens=r["mean_context_tokens"],
+                efficiency=r["efficiency"], stack=r["stack"], pricing=pricing,
+                accuracy=band("static" if B > 1 else "batch1", dev.vendor, compute_precision_for(wd),
+                              bool(c.num_experts), measured=profile is not None)["text"])
 
 
 def parallel_fields(args, c: ModelConfig, dev: Device, tokens: int, B: int, wd: str, kd: str) -> dict:
@@ -185,9 +183,7 @@ def parallel_fields(args, c: ModelConfig, dev: Device, tokens: int, B: int, wd: 
     floor = decode_step_parallel(c, dev, mesh, tokens, B, wd, kd, embeddings_16bit=e16,      # IDEAL: the floor
                                  stack=args.stack)
     out.update(per_gpu_bandwidth_floor_ms=floor["memory_ms"],
-               allreduce_ms_per_token=dec["allreduce_ms_per_token"], allreduce_ms_prefill=pre["allreduce_ms_prefill"],
-               parallel_itl_ms=dec["itl_ms"], parallel_prefill_ms=pre["prefill_ms"],
-               parallel_total_tok_s=dec["total_tok_s"])
+               allreduce_ms_per_token=dec["allreduce_ms_per_token"], allreduce_ms_prefill=pre["allreduce_ms_prefill"])
     if args.command in ("floor", "latency"):
         out["fits_in_memory"] = mem["fits"]
     return out

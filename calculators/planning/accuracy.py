@@ -28,12 +28,15 @@ def _find(group: str, value: str) -> dict | None:
     return next((r for r in table() if r["split"] == "test" and r["group"] == group and r["value"] == value), None)
 
 
-def band(regime: str, vendor: str | None = None, precision: str | None = None, moe: bool | None = None) -> dict:
+def band(regime: str, vendor: str | None = None, precision: str | None = None, moe: bool | None = None,
+         measured: bool = False) -> dict:
     """The held-out error of `regime` (of its MoE or dense rows when `moe` is given and such rows exist), and
-    whether the vendor, the precision and an MoE model were validated at all."""
+    whether the vendor, the precision and an MoE model were validated at all. `measured`: the step was priced
+    from measured kernels (a device profile), whose errors are kept apart (groups "... (measured kernels)")."""
     kind = None if moe is None else ("MoE" if moe else "dense")
-    r = (_find("regime, dense/MoE", f"{regime}, {kind}") if kind else None) or _find("regime", regime)
-    words = REGIME_WORDS.get(regime, regime)
+    tag = " (measured kernels)" if measured else ""
+    r = (_find(f"regime, dense/MoE{tag}", f"{regime}, {kind}") if kind else None) or _find(f"regime{tag}", regime)
+    words = REGIME_WORDS.get(regime, regime) + (", measured kernels" if measured else "")
     if r is None:
         return dict(regime=regime, n=0, median_abs_error=None, worst_abs_error=None,
                     text=f"{words}: no held-out published row measures this regime; the figure is not validated")

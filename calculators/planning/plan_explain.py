@@ -19,7 +19,8 @@ from __future__ import annotations
 
 from calculators.explain import Explained, explain
 from calculators.multi_gpu.tensor_parallel import Mesh
-from calculators.planning.serve_at import decode_context, lengths_of, step_cost
+from calculators.planning.serve_at import decode_context, lengths_of
+from calculators.planning.step import step_cost
 from calculators.planning.throughput import batch_limits, deployment_defaults
 from specs.devices import Device
 from specs.model_config import ModelConfig
@@ -58,7 +59,7 @@ def memory_and_cost(row: dict, price_usd_per_hour: float | None) -> dict:
 
 def step_terms(config: ModelConfig, device: Device, mesh: Mesh, weight_dtype: str, kv_dtype: str | None,
                stack: Stack | str | None, prompt, output, n: float, p: float) -> dict:
-    """The deployment's mixed step at n decode rows and p prompt tokens (`serve_at.step_cost`), term by term,
+    """The deployment's mixed step at n decode rows and p prompt tokens (`step.step_cost`), term by term,
     with the efficiencies it ran at."""
     s = stack if isinstance(stack, Stack) else load_stack(stack)
     I, O = lengths_of(prompt, "prompt tokens"), lengths_of(output, "output tokens")
@@ -87,7 +88,7 @@ def plan_formulas(config: ModelConfig, device: Device, row: dict, wl, stack: Sta
                 "prompt tokens per step", lam=lam.value, E_I=prompt_new, tau=tau)
     t = step_terms(config, device, mesh, row["weight_dtype"], row["kv_dtype"], stack, wl.prompt_lengths(),
                    wl.output_lengths(), n.value, p.value)
-    src = "serve_at.step_cost"
+    src = "step.step_cost"
     bw = device.memory_bandwidth_bytes_per_s
     mem_w = explain("weights_memory_ms", "weight_bytes / (bandwidth * mbu) * 1000", "ms", src,
                     "the weights (the experts the tokens touch) read once, busiest GPU",

@@ -4,7 +4,7 @@ within its latency targets, ranked by $ per 1M tokens, each plan naming the cons
 Search space: device × GPU count × TP × PP × batch cap × weight precision × KV precision. Every candidate is
 evaluated at once with NumPy arrays, with the same formulas as `calculators.multi_gpu.tensor_parallel` for memory,
 decode at the cap and prefill (the tests check they agree), and the loaded server of
-`calculators.serving.steady_state` on the candidate's own mixed step (the step `serve_at.step_cost` and
+`calculators.serving.steady_state` on the candidate's own mixed step (the step `step.step_cost` and
 `throughput.step_time` compute one candidate at a time: the tests check the planner equals `serve_at`):
     per replica at λ = rate / replicas:  τ = step(λ·E[O−1]·τ decode rows, λ·E[I]·τ prompt tokens)
                                           (the stack's efficiency for the device's vendor and the weights' precision)
@@ -43,7 +43,8 @@ from calculators.sizing.params import bytes_per_param, expert_params, param_brea
 from calculators.sizing.roofline import forward_flops_split, gpu_time, step_peaks
 from calculators.multi_gpu.tensor_parallel import Mesh, mesh_problem
 from calculators.planning.screening import apply_bounds, no_steady_state, peak_or_nan, screened_steady_state
-from calculators.planning.serve_at import TOKEN_GRID, context_slope, decode_context
+from calculators.planning.serve_at import decode_context
+from calculators.planning.step import TOKEN_GRID, context_slope
 from calculators.serving.lengths import Lengths
 from calculators.units import check_fraction, check_int, check_positive
 from calculators.multi_gpu.collectives import allreduce_ms as collective_ms
@@ -500,7 +501,7 @@ def _comm_table(di, tp, links, stack: Stack, hidden: int):
 
 def _loaded(c: ModelConfig, wl: Workload, S: dict, devices, stack: Stack, viable, lam, B, a: dict) -> dict:
     """The steady state of every viable candidate at its per-replica rate (`calculators.serving.steady_state`),
-    on the candidate's mixed step (`_MixedStep`): the same cost as `serve_at.step_cost` with the planner's arrays.
+    on the candidate's mixed step (`_MixedStep`): the same cost as `step.step_cost` with the planner's arrays.
     Screened first with prompts per step drawn independently; the prompt chain is run on the candidates near the
     targets. Non-viable candidates get inf."""
     n_all = len(B)
@@ -560,7 +561,7 @@ def _columns(v: dict, idx) -> dict:
 class _MixedStep:
     """The mixed step of some candidates (one device), step(n decode rows, p prompt tokens) -> ms, with the
     planner's arrays: per-candidate constants `v` and the token-grid tables `shared` (`_token_tables`, the
-    all-reduce pairs flattened). The same cost as `serve_at.mixed_step`; arrays broadcast over the candidates.
+    all-reduce pairs flattened). The same cost as `step.mixed_step`; arrays broadcast over the candidates.
     Candidates of one layout (they differ only in their batch cap, which no step depends on) are asked the same
     (n, p) by the fixed point: the step is then computed once per layout (`distinct`)."""
 

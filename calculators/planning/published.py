@@ -7,7 +7,7 @@ Row modes:
   (`serve_at.finite_run_at` at an unbounded rate): N·O / makespan, the ramp while the batch fills and the drain of
   the last wave included; without it, `throughput.max_throughput`'s steady output tokens/s;
 - concurrency C (a closed loop of C users, AIPerf/genai-perf): ITL = one steady-state step with C sequences,
-  TTFT = the prompt's prefill, output tokens/s = C·O / (TTFT + (O − 1)·ITL), or the maximum throughput once C
+  TTFT = the prompt's prefill (the deployment's step at 0 decode rows, `request_latency`), output tokens/s = C·O / (TTFT + (O − 1)·ITL), or the maximum throughput once C
   exceeds the batch the deployment can hold;
 - static batch B (every sequence starts together): end-to-end = prefill of B prompts + (O − 1) decode steps at
   the mean context; output tokens/s = B·O / end-to-end.
@@ -30,7 +30,9 @@ from pathlib import Path
 
 from calculators import arch
 from calculators.sizing.latency import Efficiency
-from calculators.multi_gpu.tensor_parallel import Mesh, _link_for, decode_step_parallel, prefill_parallel
+from calculators.multi_gpu.tensor_parallel import Mesh, _link_for
+from calculators.planning.measured_step import resolve_profile
+from calculators.planning.request_latency import request_latency
 from calculators.planning.serve_at import finite_run_at, max_rate_under_slo, serve_at
 from calculators.planning.throughput import batch_limits, max_throughput, step_time
 from specs.devices import load_device
@@ -72,33 +74,38 @@ def _setup(row: dict, eff: Efficiency | None = None):
     return c, dev, mesh_of(row), stack, eff or Efficiency.for_stack(stack, dev, row["weights"], c)
 
 
-def _concurrency(row: dict, c, dev, mesh, stack, eff) -> float:
+def _prefill(row: dict, c, dev, mesh, stack, eff, profile, batch: int = 1) -> float:
+    """The row's prompt(s) alone: the deployment's step at 0 decode rows (`request_latency`)."""
+    I, O = int(row["prompt_tokens"]), int(row["output_tokens"])
+    return request_latency(c, dev, mesh, I, O, batch, row["weights"], row["kv"], stack, eff,
+                           profile=profile)["ttft_ms"]
+
+
+def _concurrency(row: dict, c, dev, mesh, stack, eff, profile=None) -> float:
     I, O, C = int(row["prompt_tokens"]), int(row["output_tokens"]), int(row["concurrency"])
     w, kv = row["weights"], row["kv"]
     lim = batch_limits(c, dev, mesh, I, O, w, kv, stack, stack.gpu_memory_utilization)
     if row["metric"] == "ttft_ms":
-        return prefill_parallel(c, dev, mesh, I, 1, w, kv, eff, stack=stack)["prefill_ms"]
+        return _prefill(row, c, dev, mesh, stack, eff, profile)
     if C > lim["batch"] * mesh.replicas and row["metric"] == "output_tok_s":
-        return max_throughput(c, dev, mesh, I, O, w, kv, stack, efficiency=eff)["output_tok_s"]
+        return max_throughput(c, dev, mesh, I, O, w, kv, stack, efficiency=eff, profile=profile)["output_tok_s"]
     per_replica = max(1, -(-C // mesh.replicas))
     itl = step_time(c, dev, mesh, min(per_replica, lim["batch"]), I, O, w, kv, eff, _link_for(dev, None),
-                    stack)["step_ms"]
+                    stack, profile=profile)["step_ms"]
     if row["metric"] == "itl_ms":
         return itl
-    ttft = prefill_parallel(c, dev, mesh, I, 1, w, kv, eff, stack=stack)["prefill_ms"]
+    ttft = _prefill(row, c, dev, mesh, stack, eff, profile)
     return C * O / (ttft + (O - 1) * itl) * 1e3
 
 
-def _static(row: dict, c, dev, mesh, stack, eff) -> float:
+def _static(row: dict, c, dev, mesh, stack, eff, profile=None) -> float:
     I, O, B = int(row["prompt_tokens"]), int(row["output_tokens"]), int(row["concurrency"])
-    w, kv = row["weights"], row["kv"]
-    pre = prefill_parallel(c, dev, mesh, I, B, w, kv, eff, stack=stack)["prefill_ms"]
-    dec = decode_step_parallel(c, dev, mesh, I + O // 2, B, w, kv, eff, stack=stack)["itl_ms"]
-    e2e = pre + (O - 1) * dec
+    r = request_latency(c, dev, mesh, I, O, B, row["weights"], row["kv"], stack, eff, profile=profile)
+    e2e = r["total_ms"]
     return e2e if row["metric"] == "e2e_ms" else B * O / e2e * 1e3
 
 
-def _server(row: dict, c, dev, mesh, stack, eff) -> float:
+def _server(row: dict, c, dev, mesh, stack, eff, profile=None) -> float:
     """MLPerf Server (limits given): the highest rate meeting them × mean output. A stated rate (an online
     benchmark of `requests` requests sent at a QPS): the steady state at the rate SENT where the deployment
     sustains it (the run's middle is that steady state); past capacity there is no steady state, and the run is
@@ -109,17 +116,19 @@ def _server(row: dict, c, dev, mesh, stack, eff) -> float:
     I, O = int(row["prompt_tokens"]), int(row["output_tokens"])
     if row.get("ttft_p99_ms") and row.get("tpot_p99_ms"):
         rate = max_rate_under_slo(c, dev, mesh, I, O, row["weights"], row["kv"], stack, eff,
-                                  ttft_p99_ms=float(row["ttft_p99_ms"]), tpot_ms=float(row["tpot_p99_ms"]))
+                                  ttft_p99_ms=float(row["ttft_p99_ms"]), tpot_ms=float(row["tpot_p99_ms"]),
+                                  profile=profile)
         return rate * O
     rate = float(row["rate_rps"])
     metric = row["metric"]
-    r = serve_at(c, dev, mesh, rate, I, O, row["weights"], row["kv"], stack, efficiency=eff)
+    r = serve_at(c, dev, mesh, rate, I, O, row["weights"], row["kv"], stack, efficiency=eff, profile=profile)
     if not r["stable"] and row.get("requests"):
-        f = finite_run_at(c, dev, mesh, rate, int(row["requests"]), I, O, row["weights"], row["kv"], stack, eff)
+        f = finite_run_at(c, dev, mesh, rate, int(row["requests"]), I, O, row["weights"], row["kv"], stack, eff,
+                          profile=profile)
         return {"itl_ms": f["itl_ms"], "ttft_ms": f["ttft_ms"], "output_tok_s": f["achieved_rps"] * O}[metric]
     if not r["stable"]:
         r = serve_at(c, dev, mesh, 0.99 * r["capacity_requests_per_s"], I, O, row["weights"], row["kv"], stack,
-                     efficiency=eff)
+                     efficiency=eff, profile=profile)
     if metric == "itl_ms":
         return r["tpot_ms"]
     if metric == "ttft_ms":
@@ -129,23 +138,26 @@ def _server(row: dict, c, dev, mesh, stack, eff) -> float:
     raise SpecError(f"a server row at a rate predicts itl_ms, ttft_ms or output_tok_s, not {metric!r}")
 
 
-def predict(row: dict, efficiency: Efficiency | None = None) -> float:
-    """The planner's figure for one row, in the row's unit, with the row's stack's defaults (or `efficiency`)."""
+def predict(row: dict, efficiency: Efficiency | None = None, profile=None) -> float:
+    """The planner's figure for one row, in the row's unit, with the row's stack's defaults (or `efficiency`),
+    its step priced by the closed form or, with `profile` ("auto", a name or a Profile), by measured kernels."""
     c, dev, mesh, stack, eff = _setup(row, efficiency)
+    if profile is not None:
+        profile, _ = resolve_profile(profile, dev, stack.key, c)
     mode = row["mode"]
     if mode == "offline" and row.get("requests"):
         f = finite_run_at(c, dev, mesh, math.inf, int(row["requests"]), int(row["prompt_tokens"]),
-                          int(row["output_tokens"]), row["weights"], row["kv"], stack, eff)
+                          int(row["output_tokens"]), row["weights"], row["kv"], stack, eff, profile=profile)
         return f["achieved_rps"] * int(row["output_tokens"])
     if mode == "offline":
         return max_throughput(c, dev, mesh, int(row["prompt_tokens"]), int(row["output_tokens"]), row["weights"],
-                              row["kv"], stack, efficiency=eff)["output_tok_s"]
+                              row["kv"], stack, efficiency=eff, profile=profile)["output_tok_s"]
     if mode == "concurrency":
-        return _concurrency(row, c, dev, mesh, stack, eff)
+        return _concurrency(row, c, dev, mesh, stack, eff, profile)
     if mode == "static":
-        return _static(row, c, dev, mesh, stack, eff)
+        return _static(row, c, dev, mesh, stack, eff, profile)
     if mode == "server":
-        return _server(row, c, dev, mesh, stack, eff)
+        return _server(row, c, dev, mesh, stack, eff, profile)
     raise SpecError(f"unknown mode {mode!r}: offline, concurrency, static or server")
 
 

@@ -24,13 +24,15 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
+
 from calculators import arch
-from calculators.sizing.latency import Efficiency, step_weight_bytes
-from calculators.sizing.roofline import forward_flops_split, gpu_time, step_peaks
-from calculators.multi_gpu.tensor_parallel import (Mesh, _comm_per_stage_ms, _expert_flops_extra, _link_for,
-                                                   _need_link, check_mesh, ep_tokens, expert_imbalance_for,
-                                                   max_batch_per_replica, per_gpu_kv_bytes, per_gpu_weight_bytes,
-                                                   stage_layers)
+from calculators.planning.step import pricing_words, step_cost
+from calculators.sizing.latency import Efficiency
+from calculators.sizing.roofline import gpu_time, step_peaks
+from calculators.multi_gpu.tensor_parallel import (Mesh, _link_for,
+                                                   _need_link, check_mesh, expert_imbalance_for,
+                                                   max_batch_per_replica)
 from calculators.units import check_fraction, check_int, default_kv_dtype
 from specs.devices import Device, Link
 from specs.model_config import ModelConfig, SpecError
@@ -68,46 +70,31 @@ def batch_limits(config: ModelConfig, device: Device, mesh: Mesh, prompt_tokens:
 
 def step_time(config: ModelConfig, device: Device, mesh: Mesh, batch: int, prompt_tokens: int, output_tokens: int,
               weight_dtype: str, kv_dtype: str, efficiency: Efficiency, link: Link | None, stack: Stack,
-              expert_imbalance: float | None = None) -> dict:
-    """One steady-state step of `batch` decode rows plus batch·I/O prompt tokens on the busiest GPU."""
+              expert_imbalance: float | None = None, profile=None) -> dict:
+    """One steady-state step of `batch` decode rows plus batch·I/O prompt tokens on the busiest GPU: the
+    deployment's step (`step.step_cost`, the one step model) at that mix, each microbatch holding ⌈batch / m⌉
+    rows at context I + O/2."""
     c, I, O = config, prompt_tokens, output_tokens
     m = min(batch, mesh.pp)
     rows = math.ceil(batch / m)
-    new_prompt_tokens = rows * I / O
-    mean_ctx = I + O // 2
-    share = stage_layers(c, mesh.pp) / c.num_layers
-    full = step_weight_bytes(c, weight_dtype, rows=1 << 30)
-    step_tokens = rows + new_prompt_tokens
-    imb = expert_imbalance_for(c, mesh, step_tokens, expert_imbalance)
-    touched = step_weight_bytes(c, weight_dtype, rows=max(1, math.ceil(ep_tokens(mesh, step_tokens))))
-    w = per_gpu_weight_bytes(c, mesh, weight_dtype) * touched / full
-    kv = per_gpu_kv_bytes(c, mesh, mean_ctx, rows, kv_dtype)
-    fd, fp = forward_flops_split(c, 1, mean_ctx, rows), forward_flops_split(c, I, I, 1)
-    flops = dict(weights=((fd["weights"] + fp["weights"] * rows / O) / mesh.tp
-                          + _expert_flops_extra(c, mesh, step_tokens, imb)) * share,
-                 attention=(fd["attention"] + fp["attention"] * rows / O) / mesh.tp * share)
+    step_tokens = rows + rows * I / O
+    cost = step_cost(c, device, mesh, weight_dtype, kv_dtype, efficiency, link, stack, I + O // 2, I,
+                     expert_imbalance, profile)
+    d = {k: float(np.asarray(v)) for k, v in cost.parts(rows * m, rows * m * I / O).items()}
     pk = step_peaks(device, weight_dtype, kv_dtype)
-    bw = device.memory_bandwidth_bytes_per_s * efficiency.decode_mbu
-    mfu = efficiency.mfu_at(step_tokens)
-    # a mixed step (decode rows + prompt chunks): weight GEMMs at the weights' peak, attention at its own, each on
-    # its own roofline (`roofline.gpu_time`)
-    mem_w, mem_kv = w / bw * 1e3, kv / bw * 1e3
-    comp_w = flops["weights"] / (pk["weights"] * mfu) * 1e3
-    comp_a = flops["attention"] / (pk["attention"] * mfu) * 1e3
-    mem_ms, comp_ms = mem_w + mem_kv, comp_w + comp_a
-    comm_ms = _comm_per_stage_ms(c, mesh, math.ceil(step_tokens), link, stack, imb)
-    stage_ms = float(efficiency.stage_ms(gpu_time(mem_w, comp_w, mem_kv, comp_a) + comm_ms, rows))
-    step_ms = max(m, mesh.pp) * stage_ms
-    bound = "compute" if comp_ms > mem_ms else "memory bandwidth"
-    if comm_ms > float(gpu_time(mem_w, comp_w, mem_kv, comp_a)):
+    gpu_roofline = float(gpu_time(d["weights_memory_ms"], d["gemm_compute_ms"], d["kv_memory_ms"],
+                                  d["attention_compute_ms"]))
+    bound = "compute" if d["compute_ms"] > d["memory_ms"] else "memory bandwidth"
+    if d["comm_ms"] > d.get("measured_gpu_ms", gpu_roofline):
         bound = "communication"
-    return dict(step_ms=step_ms, stage_ms=stage_ms, memory_ms=mem_ms, compute_ms=comp_ms, comm_ms=comm_ms,
-                weights_memory_ms=mem_w, kv_memory_ms=mem_kv, gemm_compute_ms=comp_w, attention_compute_ms=comp_a,
-                overlap_host=bool(efficiency.overlap_host),
-                overhead_ms=efficiency.overhead_ms(rows), fixed_ms=efficiency.step_overhead_ms,
-                sequences_ms=rows * efficiency.sequence_overhead_us / 1e3, bound=bound, precision=pk["precision"],
-                attention_precision=pk["attention_precision"], microbatches=m,
-                expert_imbalance=imb)
+    out = dict(step_ms=d["step_ms"], stage_ms=d["step_ms"] / d["passes"], overlap_host=bool(efficiency.overlap_host),
+               overhead_ms=efficiency.overhead_ms(rows), bound=bound, precision=pk["precision"],
+               attention_precision=pk["attention_precision"], microbatches=m,
+               expert_imbalance=expert_imbalance_for(c, mesh, step_tokens, expert_imbalance))
+    out.update({k: d[k] for k in ("memory_ms", "compute_ms", "comm_ms", "weights_memory_ms", "kv_memory_ms",
+                                  "gemm_compute_ms", "attention_compute_ms", "fixed_ms", "sequences_ms")})
+    out.update({k: v for k, v in d.items() if k.startswith(("measured_", "roofline_"))})
+    return out
 
 
 def deployment_defaults(device: Device, mesh: Mesh, weight_dtype: str, kv_dtype: str | None, stack: Stack,
@@ -129,7 +116,8 @@ def max_throughput(config: ModelConfig, device: Device, mesh: Mesh, prompt_token
                    weight_dtype: str = "bf16", kv_dtype: str | None = None, stack: Stack | str | None = None,
                    gpu_memory_utilization: float | None = None, efficiency: Efficiency | None = None,
                    link: Link | None = None, max_num_seqs: int | None = None,
-                   max_num_batched_tokens: int | None = None, expert_imbalance: float | None = None) -> dict:
+                   max_num_batched_tokens: int | None = None, expert_imbalance: float | None = None,
+                   profile=None) -> dict:
     """Output and total tokens/s of `mesh.total_gpus` GPUs with every request queued, as `stack` (vLLM when
     None) would serve it with its default limits; what binds the batch and what binds the step."""
     s = stack if isinstance(stack, Stack) else load_stack(stack)
@@ -147,7 +135,7 @@ def max_throughput(config: ModelConfig, device: Device, mesh: Mesh, prompt_token
                         f"with one sequence of {lim['reserved_context_tokens']:,} tokens at "
                         f"gpu_memory_utilization {gmu:g}: add GPUs (TP/PP) or use narrower weights")
     B = lim["batch"]
-    st = step_time(config, device, mesh, B, I, O, weight_dtype, kd, eff, lk, s, expert_imbalance)
+    st = step_time(config, device, mesh, B, I, O, weight_dtype, kd, eff, lk, s, expert_imbalance, profile)
     replica = B / st["step_ms"] * 1e3
     out = replica * mesh.replicas
     return dict(output_tok_s=out, total_tok_s=out * (I + O) / O, requests_per_s=out / O,
@@ -162,4 +150,6 @@ def max_throughput(config: ModelConfig, device: Device, mesh: Mesh, prompt_token
                 efficiency=dict(decode_mbu=eff.decode_mbu, decode_mfu=eff.decode_mfu,
                                 gemm_half_tokens=eff.gemm_half_tokens, step_overhead_ms=eff.step_overhead_ms),
                 binds=f"batch: {lim['binding']} ({B:,} sequences); step: {st['bound']}",
-                is_moe=arch.is_moe(config), expert_imbalance=st["expert_imbalance"])
+                is_moe=arch.is_moe(config), expert_imbalance=st["expert_imbalance"],
+                priced_from=pricing_words(profile),
+                **{k: st[k] for k in st if k.startswith(("measured_", "roofline_"))})

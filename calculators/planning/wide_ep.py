@@ -10,7 +10,7 @@ group sharded over its e GPUs, attention, dense layers and shared experts replic
 Layouts `mesh_problem` refuses (EP not dividing the experts, TP not dividing the heads) are not tried. No pipeline
 parallelism.
 
-Each candidate is costed with `serve_at`'s step (`serve_at.step_terms`, `step_tables`, `mixed_step`: dispatch
+Each candidate is costed with `serve_at`'s step (`step.step_terms`, `step_tables`, `mixed_step`: dispatch
 and combine all-to-alls, the busiest EP rank's expert imbalance, the experts the tokens of all d replicas
 touch), vectorised over the candidates of a device, and the steady state per replica at rate / d as the planner
 solves it (`planner.screened_steady_state`: screened, then `serve_at`'s prompt chain near the targets at the
@@ -32,7 +32,8 @@ from calculators.multi_gpu.deepep import wide_ep_buffer_bytes
 from calculators.multi_gpu.tensor_parallel import (Mesh, mesh_problem, per_gpu_activation_bytes, per_gpu_kv_bytes,
                                                    per_gpu_weight_bytes)
 from calculators.planning.screening import apply_bounds, no_steady_state, peak_or_nan, screened_steady_state
-from calculators.planning.serve_at import decode_context, mixed_step, step_tables, step_terms
+from calculators.planning.serve_at import decode_context
+from calculators.planning.step import mixed_step, step_tables, step_terms
 from specs.model_config import ModelConfig
 
 

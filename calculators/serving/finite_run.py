@@ -13,7 +13,7 @@ The run is followed in cohorts of whole requests: request i is sent at i / λ (t
 without its bunching); each step admits the requests waiting at its start up to the slot cap and the prompt-token
 budget (whole prompts), prefills them in that step (first token at its end: a request sent during a step waits for
 it to end), and a cohort decodes for O − 1 further steps and leaves. Each step costs step(n decode rows, p prompt
-tokens), the deployment's own mixed step (`serve_at.step_cost`), so at a rate the server sustains the run's middle
+tokens), the deployment's own mixed step (`step.step_cost`), so at a rate the server sustains the run's middle
 is the steady state's mean path. Steps that admit nobody repeat unchanged until a cohort leaves or a request
 arrives, and are taken together (`_quiet_steps`): the run costs one step call per event, not per token.
 An offline benchmark (every request queued at once, `trtllm-bench throughput`) is the same run at an unbounded

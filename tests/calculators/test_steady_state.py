@@ -16,7 +16,8 @@ import pytest
 from bench.steady_state_referee import GRID as REFEREE_GRID, PATH as REFEREE_PATH, key as referee_key, load_for, \
     pooled, pooled_standard_error, referee_point, simulate_point
 from calculators.multi_gpu.tensor_parallel import Mesh, _link_for
-from calculators.planning.serve_at import _replica, decode_context, serve_at, step_cost
+from calculators.planning.serve_at import _replica, decode_context, serve_at
+from calculators.planning.step import step_cost
 from calculators.planning.throughput import max_throughput, step_time
 from calculators.serving.batching import step_model_for
 from calculators.serving.lengths import Lengths, lognormal_sigma, preset

@@ -1,0 +1,264 @@
+"""A serving step priced op by op from a device profile (`calculators.sizing.measured_ops`): the ops one step of a
+deployment runs on its busiest GPU, each with its datasheet roofline and its measured time side by side.
+
+The ops of one layer, per GPU of a TP group of t (`layer_gemms`):
+    qkv projection   m × D  ·  D × (h_q + 2 h_kv)·d / t        o projection   m × h_q·d/t  ·  h_q·d/t × D
+    gate + up        m × D  ·  D × 2F/t                        down           m × F/t  ·  F/t × D
+    (an MoE layer: the routed experts as one fused MoE op over TP t/e × EP e, plus any shared expert's GEMMs)
+    attention        decode rows at their context; prompts of P tokens causally (per layer, heads / t)
+and once per step the LM head (m = the sequences that sample a token, V/t columns). m is the tokens the step
+carries. A step = Σ ops + the collectives + the stack's host work (`step.mixed_step`).
+
+What a profile cannot price yet falls back to the closed form, and `profile_support` says why: MLA (DeepSeek),
+linear attention layers (Qwen3-Next).
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from calculators import arch
+from calculators.multi_gpu.tensor_parallel import Mesh, stage_layers
+from calculators.sizing.measured_ops import (ACT_BYTES, Priced, decode_attention_ms, elementwise_ms, gemm_ms, moe_ms,
+                                             prefill_attention_ms)
+from specs.devices import Device
+from specs.model_config import ModelConfig, SpecError
+
+WEIGHT_FORMATS = {"bf16": "bf16", "fp16": "fp16", "fp8": "fp8", "fp8_block": "fp8_block", "fp4": "fp4",
+                  "int8": "int8", "int4": "int4", "fp32": "fp32"}
+
+
+def profile_support(config: ModelConfig) -> str | None:
+    """Why a profile cannot price this model's step (None if it can)."""
+    if arch.is_mla(config):
+        return f"{config.name} uses MLA, whose measured tables are not read yet"
+    if arch.kind_counts(config)[arch.LINEAR]:
+        return f"{config.name} has linear-attention layers, whose measured tables are not read yet"
+    return None
+
+
+def _ffn_gemms(config: ModelConfig, width: int, tp: int, count: float) -> list[tuple[str, int, int, float]]:
+    up = 2 * width if config.mlp == "swiglu" else width
+    return [("gate + up" if config.mlp == "swiglu" else "up", max(1, up // tp), config.hidden_size, count),
+            ("down", config.hidden_size, max(1, width // tp), count)]
+
+
+def layer_gemms(config: ModelConfig, mesh: Mesh) -> list[tuple[str, int, int, float]]:
+    """(name, n, k, layers) of the dense weight GEMMs on the busiest GPU's stage, per token row; the routed
+    experts are `moe_shape`'s."""
+    c, tp = config, mesh.tp
+    layers = stage_layers(c, mesh.pp)
+    share = layers / c.num_layers
+    kv = max(1, c.num_kv_heads // tp) * c.head_dim
+    q = arch.q_out_dim(c) // tp
+    out = [("qkv projection", q + 2 * kv, c.hidden_size, layers),
+           ("o projection", c.hidden_size, c.q_dim // tp, layers)]
+    moe_layers = arch.moe_layer_count(c) * share if arch.is_moe(c) else 0.0
+    dense_layers = layers - moe_layers
+    if dense_layers > 0:
+        out += _ffn_gemms(c, c.intermediate_size, tp, dense_layers)
+    if moe_layers:
+        shared = c.shared_expert_intermediate_size or (c.num_shared_experts or 0) * (c.moe_intermediate_size or 0)
+        if shared:
+            out += [(f"shared expert {n}", nn, k, cnt) for n, nn, k, cnt in _ffn_gemms(c, shared, tp, moe_layers)]
+        out.append(("router", c.num_experts, c.hidden_size, moe_layers))
+    return out
+
+
+def moe_shape(config: ModelConfig, mesh: Mesh) -> dict | None:
+    """The fused-MoE op's sizes on one GPU and the stage's MoE layers (None for a dense model)."""
+    c = config
+    if not arch.is_moe(c):
+        return None
+    ep = max(1, mesh.ep)
+    return dict(hidden=c.hidden_size, inter=c.moe_intermediate_size or c.intermediate_size, experts=c.num_experts,
+                topk=c.num_experts_per_tok, tp=max(1, mesh.tp // ep), ep=ep,
+                layers=arch.moe_layer_count(c) * stage_layers(c, mesh.pp) / c.num_layers)
+
+
+def attention_layers(config: ModelConfig, mesh: Mesh) -> list[tuple[int | None, float]]:
+    """(window or None, layers on the busiest stage) for each attention kind the stage runs."""
+    c = config
+    share = stage_layers(c, mesh.pp) / c.num_layers
+    counts = arch.kind_counts(c)
+    out = []
+    if counts[arch.FULL]:
+        out.append((None, counts[arch.FULL] * share))
+    if counts[arch.SLIDING]:
+        out.append((c.sliding_window, counts[arch.SLIDING] * share))
+    return out
+
+
+KERNELS_PER_LAYER = 4       # two fused residual-add + norm kernels, RoPE, the gate's activation
+KERNELS_PER_STEP = 2        # the final norm and the sampler
+
+
+def elementwise_bytes_per_token(config: ModelConfig, mesh: Mesh) -> float:
+    """Bytes the small kernels of one layer move per token on one GPU: two fused residual-add + norms (each
+    reads and writes the hidden state and the residual), RoPE over q and k, and the gate's activation (reads
+    gate and up, writes their product), all in 16 bits."""
+    c, tp = config, mesh.tp
+    ffn = (c.moe_intermediate_size or c.intermediate_size) * (c.num_experts_per_tok or 1) if arch.is_moe(c) \
+        else c.intermediate_size
+    qk = (arch.q_out_dim(c) + max(1, c.num_kv_heads // tp) * c.head_dim * tp) / tp
+    return (2 * 4 * c.hidden_size + 2 * qk + 3 * ffn / tp) * ACT_BYTES
+
+
+def _heads(config: ModelConfig, mesh: Mesh) -> tuple[int, int]:
+    return max(1, config.num_heads // mesh.tp), max(1, config.num_kv_heads // mesh.tp)
+
+
+def step_grid_tables(profile, config: ModelConfig, device: Device, mesh: Mesh, weight_dtype: str, kv_dtype: str,
+                     decode_ctx: float, prompt_len: float, grid: np.ndarray) -> dict:
+    """The measured parts of a step on a grid of tokens per microbatch, in ms on the busiest GPU:
+        gemm         every weight GEMM and the fused MoE at m = g tokens
+        decode_attn  attention of g decode rows at `decode_ctx` cached positions
+        prefill_attn attention of g prompt tokens as prompts of `prompt_len` (a chunk of g < P tokens alone)
+        lm_head      the LM head for g sequences
+    and their datasheet rooflines (`*_ideal`) and where any was extrapolated (`extrapolated`)."""
+    problem = profile_support(config)
+    if problem:
+        raise SpecError(problem)
+    wd = WEIGHT_FORMATS.get(str(weight_dtype), str(weight_dtype))
+    g = np.asarray(grid, dtype=float)
+    past = np.zeros_like(g, dtype=bool)
+    gemm, gemm_ideal = np.zeros_like(g), np.zeros_like(g)
+    for _, n, k, count in layer_gemms(config, mesh):
+        ideal, ms, ex = gemm_ms(profile, device, g, n, k, wd)
+        gemm += count * ms
+        gemm_ideal += count * ideal
+        past |= ex
+    moe = moe_shape(config, mesh)
+    if moe:
+        layers = moe.pop("layers")
+        ideal, ms, ex = moe_ms(profile, device, g, dtype=wd, **moe)
+        gemm += layers * ms
+        gemm_ideal += layers * ideal
+        past |= ex
+    h, kvh = _heads(config, mesh)
+    dec, dec_ideal, pre, pre_ideal = (np.zeros_like(g) for _ in range(4))
+    P = max(1.0, float(prompt_len))
+    for window, count in attention_layers(config, mesh):
+        ctx = min(decode_ctx, window) if window else decode_ctx
+        ideal, ms, ex = decode_attention_ms(profile, device, g, max(ctx, 1.0), h, kvh, config.head_dim, kv_dtype)
+        dec += count * ms
+        dec_ideal += count * ideal
+        past |= ex
+        whole = g >= P                                   # whole prompts: g / P of them at P tokens each
+        tok = np.where(whole, P, g)
+        batch = np.where(whole, g / P, 1.0)
+        p_ideal, p_ms = _prefill_rows(profile, device, tok, batch, h, kvh, config.head_dim, kv_dtype, window)
+        pre += count * p_ms
+        pre_ideal += count * p_ideal
+    vocab_n = max(1, config.vocab_size // mesh.tp)
+    head_dtype = wd if wd in ("bf16", "fp16") else "bf16"       # stacks keep the LM head in 16 bits
+    lm_ideal, lm, ex = gemm_ms(profile, device, g, vocab_n, config.hidden_size, head_dtype)
+    past |= ex
+    layers = stage_layers(config, mesh.pp)
+    small = elementwise_ms(profile, device, g * elementwise_bytes_per_token(config, mesh) * layers,
+                           KERNELS_PER_LAYER * layers + KERNELS_PER_STEP)
+    ew_ideal, ew = small if small is not None else (np.zeros_like(g), np.zeros_like(g))
+    return dict(elementwise=ew, elementwise_ideal=ew_ideal, gemm=gemm, gemm_ideal=gemm_ideal, decode_attn=dec, decode_attn_ideal=dec_ideal, prefill_attn=pre,
+                prefill_attn_ideal=pre_ideal, lm_head=lm, lm_head_ideal=lm_ideal, extrapolated=past)
+
+
+def _prefill_rows(profile, device, tokens, batch, heads, kv_heads, head_dim, kv_dtype, window):
+    """Prefill attention at each (tokens, batch) pair of the grid (the table is interpolated per distinct batch,
+    so the few distinct values are priced once each)."""
+    ideal, ms = np.zeros_like(tokens), np.zeros_like(tokens)
+    for b in np.unique(batch):
+        sel = batch == b
+        t = tokens[sel]
+        if window:
+            t_eff = np.minimum(t, window)
+            scale = t / t_eff
+        else:
+            t_eff, scale = t, 1.0
+        i, m, _ = prefill_attention_ms(profile, device, t_eff, heads, kv_heads, head_dim, kv_dtype, batch=float(b))
+        ideal[sel], ms[sel] = i * scale, m * scale
+    return ideal, ms
+
+
+def step_ops_table(profile, config: ModelConfig, device: Device, mesh: Mesh, weight_dtype: str, kv_dtype: str,
+                   decode_rows: int, context: float, prompt_tokens: int = 0, prompt_len: int | None = None
+                   ) -> list[dict]:
+    """Every op of one step (decode_rows rows at `context`, plus `prompt_tokens` prompt tokens in prompts of
+    `prompt_len`) on the busiest GPU: its shape, its roofline and measured ms for all the stage's layers, their
+    ratio, and whether it was extrapolated. What a page or the `ops` command shows beside the step."""
+    problem = profile_support(config)
+    if problem:
+        raise SpecError(problem)
+    wd = WEIGHT_FORMATS.get(str(weight_dtype), str(weight_dtype))
+    m = int(decode_rows) + int(prompt_tokens)
+    if m < 1:
+        raise SpecError("a step carries at least one token: give decode rows or prompt tokens")
+    rows = []
+
+    def add(name, shape, priced: Priced, count):
+        rows.append(dict(op=name, shape=shape, layers=count, ideal_ms=priced.ideal_ms * count,
+                         measured_ms=priced.ms * count, efficiency=priced.efficiency,
+                         extrapolated=priced.extrapolated, note=priced.note))
+    for name, n, k, count in layer_gemms(config, mesh):
+        add(name, f"{m:,} × {k:,} · {k:,} × {n:,} ({wd})", gemm_ms(profile, device, m, n, k, wd), count)
+    moe = moe_shape(config, mesh)
+    if moe:
+        layers = moe.pop("layers")
+        add("routed experts (fused MoE)",
+            f"{m:,} tokens, {moe['experts']} experts top-{moe['topk']}, {moe['hidden']:,} × {moe['inter']:,}, "
+            f"TP {moe['tp']} × EP {moe['ep']}", moe_ms(profile, device, m, dtype=wd, **moe), layers)
+    h, kvh = _heads(config, mesh)
+    for window, count in attention_layers(config, mesh):
+        tag = f" (window {window:,})" if window else ""
+        if decode_rows:
+            ctx = min(context, window) if window else context
+            add("decode attention" + tag, f"{decode_rows:,} rows × {ctx:,.0f} positions, {h} heads / {kvh} KV",
+                decode_attention_ms(profile, device, int(decode_rows), max(float(ctx), 1.0), h, kvh,
+                                    config.head_dim, kv_dtype), count)
+        if prompt_tokens:
+            P = int(prompt_len or prompt_tokens)
+            n_prompts = max(1.0, prompt_tokens / P)
+            tok = min(P, prompt_tokens)
+            add("prefill attention" + tag, f"{n_prompts:g} prompt(s) × {tok:,} tokens, {h} heads / {kvh} KV",
+                prefill_attention_ms(profile, device, float(min(tok, window) if window else tok), h, kvh,
+                                     config.head_dim, kv_dtype, batch=n_prompts), count)
+    sequences = int(decode_rows) + (math.ceil(prompt_tokens / (prompt_len or prompt_tokens)) if prompt_tokens else 0)
+    head_dtype = wd if wd in ("bf16", "fp16") else "bf16"
+    add("LM head", f"{sequences:,} × {config.hidden_size:,} · {config.hidden_size:,} × "
+        f"{max(1, config.vocab_size // mesh.tp):,}",
+        gemm_ms(profile, device, sequences, max(1, config.vocab_size // mesh.tp), config.hidden_size, head_dtype), 1)
+    layers = stage_layers(config, mesh.pp)
+    small = elementwise_ms(profile, device, m * elementwise_bytes_per_token(config, mesh) * layers,
+                           KERNELS_PER_LAYER * layers + KERNELS_PER_STEP)
+    if small is not None:
+        rows.append(dict(op="norms, RoPE, activation, sampling", shape=f"{m:,} tokens, "
+                         f"{KERNELS_PER_LAYER * layers + KERNELS_PER_STEP:,} kernels", layers=layers,
+                         ideal_ms=float(small[0]), measured_ms=float(small[1]),
+                         efficiency=float(small[0] / small[1]), extrapolated=False, note="memory-bound small kernels"))
+    return rows
+
+
+AUTO = "auto"
+
+
+def resolve_profile(profile, device: Device, stack_key: str, config: ModelConfig | None = None):
+    """The profile a command prices with, and a sentence saying which and why:
+        None or "none"   the closed form
+        "auto"           the newest profile measured on this device and stack, if one is installed or shipped
+        a name or path   that profile (`specs.profiles.load_profile`)
+        a Profile        itself
+    A model the profile cannot price (`profile_support`) falls back to the closed form, and the sentence says so."""
+    if profile is None or profile == "none":
+        return None, "closed form (asked for)"
+    from specs.profiles import load_profile, profile_for
+    if profile == AUTO:
+        found = profile_for(device.name, stack_key)
+        if found is None:
+            return None, f"closed form: no kernels measured on {device.name} with {stack_key} are installed"
+        profile = found
+    elif isinstance(profile, str):
+        profile = load_profile(profile)
+    problem = profile_support(config) if config is not None else None
+    if problem:
+        return None, f"closed form: {problem}"
+    return profile, f"measured kernels: {profile.name}"

@@ -1,0 +1,432 @@
+"""Operations priced from a device profile: each op's measured latency, interpolated in log space, with its
+datasheet roofline beside it and a mark where the shape lies past what was measured.
+
+A profile (`specs.profiles.Profile`) holds tables of measured milliseconds: weight GEMMs by (m, n, k, dtype),
+decode attention by (batch, context, heads, KV heads, head dim, KV dtype), prefill attention by (batch, tokens,
+prefix, ...), fused MoE by (tokens, hidden, inter, experts, top-k, TP, EP), all-reduce by (bytes, GPUs).
+For a shape between the measured ones this module interpolates the op's EFFICIENCY
+
+    efficiency = roofline ms / measured ms,    roofline ms = max(bytes / bandwidth, FLOPs / peak)  (datasheet)
+
+linearly in the logs of the sizes (one primary size, e.g. the GEMM's m, and the corners of the cell the other
+sizes fall in), then prices the op at roofline / efficiency. Efficiency moves slowly where latency moves fast
+(a GEMM's latency grows a thousandfold from m = 1 to m = 16,384, its efficiency a few times), so the
+interpolation is gentle, and past the table's edge the efficiency is held at the edge's value: the op is then
+extrapolated by the roofline, and `Priced.extrapolated` says so.
+"""
+from __future__ import annotations
+
+import itertools
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from calculators.units import bytes_per_element
+from specs.devices import Device, custom_device, load_device
+from specs.model_config import SpecError
+
+ACT_BYTES = 2.0          # activations enter and leave the GEMMs in 16 bits (bf16/fp16) on every stack profiled
+
+# the weight formats a table may hold, from narrowest to widest: a format not measured is priced by the next
+# wider one that was (block-scaled FP8 by per-tensor FP8, FP4 by FP8), and marked
+_WIDER = {"fp4": ("fp8_block", "fp8", "bf16"), "fp8_block": ("fp8", "bf16"), "fp8": ("fp8_block", "bf16"),
+          "int8": ("fp8", "bf16"), "int4": ("fp8", "bf16"), "fp16": ("bf16",), "bf16": ("fp16",),
+          "fp32": ("bf16",)}
+_PEAK_OF = {"fp8_block": "fp8", "int4": "int8"}
+
+
+@dataclass(frozen=True)
+class Priced:
+    """One op at one shape: its datasheet roofline and its measured (interpolated) time, in ms."""
+    op: str
+    ideal_ms: float
+    ms: float
+    extrapolated: bool      # some size lies past the measured table: its efficiency is the edge's
+    note: str = ""          # e.g. "fp4 priced as fp8 (not measured)"
+
+    @property
+    def efficiency(self) -> float:
+        """Roofline ÷ measured: the fraction of the datasheet this op reaches."""
+        return self.ideal_ms / self.ms if self.ms > 0 else 0.0
+
+
+def dtype_bytes(dtype: str) -> float:
+    """Bytes per element of a profile's dtype name (fp8_block counts as fp8; fp4 with its block scales)."""
+    d = str(dtype)
+    if d == "fp8_block":
+        return 1.0
+    if d == "fp4":
+        return 0.5 + 1 / 16           # NVFP4: one FP8 scale per 16 values
+    return bytes_per_element(d)
+
+
+def peak_flops(device: Device, dtype: str) -> float:
+    return device.peak(_PEAK_OF.get(dtype, dtype if dtype != "fp4" or "fp4" in device.peak_flops else "fp8"))
+
+
+# ------------------------------------------------------------------------------------------- rooflines
+def gemm_roofline_ms(device: Device, m, n: float, k: float, dtype: str):
+    """max(2mnk / peak, (m·k + m·n activations in 16 bits + k·n weights) / bandwidth), ms. Arrays in m."""
+    m = np.asarray(m, dtype=float)
+    flops = 2.0 * m * n * k
+    bytes_ = (m * k + m * n) * ACT_BYTES + k * n * dtype_bytes(dtype)
+    return np.maximum(flops / peak_flops(device, dtype), bytes_ / device.memory_bandwidth_bytes_per_s) * 1e3
+
+
+def decode_attention_roofline_ms(device: Device, batch, context: float, heads: float, kv_heads: float,
+                                 head_dim: float, kv_dtype: str, dtype: str = "bf16"):
+    """One layer's decode attention: every row reads its K and V (context × 2 × kv_heads × head_dim) and does
+    4 · heads · head_dim FLOPs per cached position (QKᵀ and P·V). Arrays in batch."""
+    b = np.asarray(batch, dtype=float)
+    bytes_ = b * context * 2 * kv_heads * head_dim * dtype_bytes(kv_dtype)
+    flops = 4.0 * b * heads * head_dim * context
+    return np.maximum(flops / peak_flops(device, dtype), bytes_ / device.memory_bandwidth_bytes_per_s) * 1e3
+
+
+def prefill_attention_roofline_ms(device: Device, batch, tokens: float, prefix: float, heads: float,
+                                  kv_heads: float, head_dim: float, kv_dtype: str, dtype: str = "bf16"):
+    """One layer's causal prefill attention of `tokens` new tokens after `prefix` cached ones, per sequence:
+    4 · heads · head_dim · tokens · (prefix + (tokens + 1)/2) FLOPs; Q, O and the K/V read once. Arrays in batch."""
+    b = np.asarray(batch, dtype=float)
+    flops = 4.0 * b * heads * head_dim * tokens * (prefix + (tokens + 1) / 2)
+    bytes_ = b * (tokens * 2 * heads * head_dim * ACT_BYTES
+                  + (tokens + prefix) * 2 * kv_heads * head_dim * dtype_bytes(kv_dtype))
+    return np.maximum(flops / peak_flops(device, dtype), bytes_ / device.memory_bandwidth_bytes_per_s) * 1e3
+
+
+def experts_hit(experts: float, topk: float, tokens):
+    """Expected distinct experts `tokens` tokens route to (top-k of E each, uniform): E·(1 − (1 − k/E)^t)."""
+    t = np.asarray(tokens, dtype=float)
+    return experts * (1.0 - (1.0 - topk / experts) ** t)
+
+
+def moe_roofline_ms(device: Device, tokens, hidden: float, inter: float, experts: float, topk: float,
+                    tp: float, ep: float, dtype: str):
+    """One MoE layer's experts on one GPU: the experts its share of tokens touches are read once (3 matrices of
+    hidden × inter/tp each) and 2 · 3 · hidden · inter/tp FLOPs per (token, expert) pair. Arrays in tokens."""
+    t = np.asarray(tokens, dtype=float)
+    per_expert = 3.0 * hidden * inter / tp
+    local = experts / ep
+    touched = np.minimum(local, experts_hit(experts, topk, t) / ep)
+    bytes_ = touched * per_expert * dtype_bytes(dtype) + t * hidden * ACT_BYTES * 2
+    flops = 2.0 * per_expert * t * topk / ep
+    return np.maximum(flops / peak_flops(device, dtype), bytes_ / device.memory_bandwidth_bytes_per_s) * 1e3
+
+
+def allreduce_roofline_ms(link_bytes_per_s: float, bytes_, gpus: float):
+    """A ring all-reduce's wire time: 2(n − 1)/n × the message over one direction of the link, ms."""
+    b = np.asarray(bytes_, dtype=float)
+    return b * 2 * (gpus - 1) / gpus / link_bytes_per_s * 1e3
+
+
+# ------------------------------------------------------------------------------------- interpolation
+@dataclass(frozen=True)
+class _Lines:
+    """A table cut into lines along its primary size: for each tuple of the other sizes, the sorted log primary
+    sizes and log efficiencies measured there."""
+    others: tuple[str, ...]
+    keys: np.ndarray             # [L, d] the other sizes of each line (log)
+    lines: tuple                 # L × (log primary [n], log efficiency [n])
+    axes: tuple                  # d × sorted unique log values of each other size
+    primary_range: tuple         # (min, max) log primary over the table
+
+
+def _build_lines(primary: np.ndarray, others: dict, log_eff: np.ndarray) -> _Lines:
+    names = tuple(others)
+    cols = np.stack([np.log(np.asarray(others[n], dtype=float)) for n in names], axis=1) if names else \
+        np.zeros((len(primary), 0))
+    lp = np.log(np.asarray(primary, dtype=float))
+    groups: dict[tuple, list[int]] = {}
+    for i, key in enumerate(map(tuple, np.round(cols, 9))):
+        groups.setdefault(key, []).append(i)
+    keys, lines = [], []
+    for key, idx in groups.items():
+        idx = np.asarray(idx)
+        order = np.argsort(lp[idx], kind="stable")
+        x, y = lp[idx][order], log_eff[idx][order]
+        ux, inv = np.unique(x, return_inverse=True)              # repeats of one size: their mean
+        uy = np.bincount(inv, weights=y) / np.bincount(inv)
+        keys.append(key)
+        lines.append((ux, uy))
+    keys_arr = np.asarray(keys, dtype=float).reshape(len(keys), len(names))
+    axes = tuple(np.unique(keys_arr[:, j]) for j in range(len(names)))
+    return _Lines(names, keys_arr, tuple(lines), axes, (float(lp.min()), float(lp.max())))
+
+
+def _bracket(axis: np.ndarray, v: float) -> tuple[list[tuple[float, float]], bool]:
+    """The one or two axis values around v with their linear weights, and whether v lies outside the axis."""
+    if v <= axis[0] or len(axis) == 1:
+        return [(axis[0], 1.0)], v < axis[0] - 1e-9 or (len(axis) == 1 and abs(v - axis[0]) > 1e-9)
+    if v >= axis[-1]:
+        return [(axis[-1], 1.0)], v > axis[-1] + 1e-9
+    j = int(np.searchsorted(axis, v))
+    lo, hi = axis[j - 1], axis[j]
+    f = (v - lo) / (hi - lo)
+    return [(lo, 1 - f), (hi, f)], False
+
+
+def interpolate(lines: _Lines, primary, others: dict) -> tuple[np.ndarray, np.ndarray]:
+    """Log efficiency at `primary` (array) and the other sizes (scalars), and whether each point is past the
+    table (an extrapolation). Multilinear in the logs over the corners of the cell the other sizes fall in that
+    were measured (their weights renormalised); the nearest measured line when none of them was."""
+    lp = np.log(np.maximum(np.asarray(primary, dtype=float), 1e-30))
+    outside = False
+    brackets = []
+    for j, name in enumerate(lines.others):
+        br, out = _bracket(lines.axes[j], math.log(max(float(others[name]), 1e-30)))
+        brackets.append(br)
+        outside |= out
+    index = {tuple(k): i for i, k in enumerate(np.round(lines.keys, 9))}
+    acc, wsum = np.zeros_like(lp), 0.0
+    for corner in itertools.product(*brackets) if brackets else [()]:
+        key = tuple(round(v, 9) for v, _ in corner)
+        w = float(np.prod([wt for _, wt in corner])) if corner else 1.0
+        i = index.get(key)
+        if i is None or w == 0.0:
+            continue
+        x, y = lines.lines[i]
+        acc += w * np.interp(lp, x, y)
+        wsum += w
+    if wsum == 0.0:                                      # no measured corner: the nearest line
+        target = np.array([math.log(max(float(others[n]), 1e-30)) for n in lines.others])
+        i = int(np.argmin(((lines.keys - target) ** 2).sum(axis=1)))
+        x, y = lines.lines[i]
+        acc, wsum, outside = np.interp(lp, x, y), 1.0, True
+    past = (lp < lines.primary_range[0] - 1e-9) | (lp > lines.primary_range[1] + 1e-9) | outside
+    return acc / wsum, past
+
+
+# ----------------------------------------------------------------------------------- profile readers
+_MEMO: dict = {}
+
+
+def _memo(fn):
+    """Cache a table's lines per profile object and the remaining arguments: a profile holds dicts (unhashable)
+    and is loaded once per process, so its identity is the key (the object is kept alive beside the value so an
+    id is never reused)."""
+    def wrapped(profile, *args):
+        key = (fn.__name__, id(profile), args)
+        hit = _MEMO.get(key)
+        if hit is None:
+            hit = _MEMO[key] = (profile, fn(profile, profile_device(profile), *args))
+        return hit[1]
+    wrapped.__name__ = fn.__name__
+    return wrapped
+
+
+def profile_device(profile) -> Device:
+    """The device a profile was measured on: the project's datasheet of that name, else the datasheet the profile
+    carries (a CPU, a device the project does not list). Efficiencies are taken against THIS device's roofline,
+    so a profile prices another device of its class at that device's roofline and the same efficiency."""
+    own = getattr(profile, "datasheet", None)
+    if isinstance(own, Device):
+        return own
+    try:
+        return load_device(profile.device)
+    except SpecError:
+        if not own:
+            raise
+    peaks = {k: float(v) / 1e12 for k, v in own["peak_flops"].items()}
+    return custom_device(profile.device, memory_gb=float(own.get("memory_bytes", 2 ** 30)) / 2 ** 30,
+                         bandwidth_gb_s=float(own["memory_bandwidth_bytes_per_s"]) / 1e9, peak_tflops=peaks,
+                         source=f"profile {profile.name}")
+
+
+def _table(profile, name: str) -> dict | None:
+    t = getattr(profile, "tables", {}).get(name)
+    return t if t and len(t.get("ms", ())) else None
+
+
+def _select(table: dict, **equal) -> np.ndarray:
+    keep = np.ones(len(table["ms"]), dtype=bool)
+    for col, v in equal.items():
+        if col in table:
+            keep &= np.asarray(table[col]).astype(str) == str(v)
+    return keep
+
+
+@_memo
+def _gemm_lines(profile, device: Device, dtype: str) -> _Lines | None:
+    t = _table(profile, "gemm")
+    if t is None:
+        return None
+    keep = _select(t, dtype=dtype)
+    if not keep.any():
+        return None
+    m, n, k, ms = (np.asarray(t[c], dtype=float)[keep] for c in ("m", "n", "k", "ms"))
+    ideal = np.array([gemm_roofline_ms(device, mi, ni, ki, dtype) for mi, ni, ki in zip(m, n, k)], dtype=float)
+    return _build_lines(m, dict(n=n, k=k), np.log(ideal / ms))
+
+
+def _fallback(builder, profile, dtype: str):
+    """The lines of `dtype`, or of the next wider format measured (with a note), or (None, note)."""
+    for d in (dtype, *_WIDER.get(dtype, ())):
+        lines = builder(profile, d)
+        if lines is not None:
+            return lines, d, "" if d == dtype else f"{dtype} priced as {d} (not measured)"
+    return None, None, f"no {dtype} measured"
+
+
+def gemm_ms(profile, device: Device, m, n: int, k: int, dtype: str = "bf16") -> Priced | list:
+    """A weight GEMM [m × k] · [k × n] at `dtype` weights: measured, interpolated (see the module docstring).
+    `m` may be an array: then the return value is (ideal ms, ms, extrapolated) arrays."""
+    lines, used, note = _fallback(_gemm_lines, profile, dtype)
+    ideal = gemm_roofline_ms(device, m, n, k, dtype)
+    if lines is None:
+        raise SpecError(f"profile {profile.name} has no GEMM table for {dtype}")
+    ideal_used = gemm_roofline_ms(device, m, n, k, used)
+    le, past = interpolate(lines, m, dict(n=n, k=k))
+    ms = ideal_used / np.exp(le)
+    return _priced("gemm", ideal, ms, past | bool(note), note, np.ndim(m))
+
+
+def _priced(op, ideal, ms, past, note, ndim):
+    if ndim == 0:
+        return Priced(op, float(ideal), float(ms), bool(np.asarray(past).any()), note)
+    return np.asarray(ideal, dtype=float), np.asarray(ms, dtype=float), np.asarray(past, dtype=bool)
+
+
+def _kv_dtype_name(kv_dtype: str) -> str:
+    return "fp8" if str(kv_dtype).startswith("fp8") else str(kv_dtype)
+
+
+@_memo
+def _decode_lines(profile, device: Device, kv_dtype: str, head_dim: int) -> _Lines | None:
+    t = _table(profile, "generation_attention")
+    if t is None:
+        return None
+    keep = _select(t, kv_dtype=kv_dtype, head_dim=head_dim, window=0)
+    if not keep.any():
+        keep = _select(t, kv_dtype=kv_dtype, window=0)          # another head size: the nearest is scaled
+    if not keep.any():
+        return None
+    b, ctx, h, kvh, hd, ms = (np.asarray(t[c], dtype=float)[keep]
+                              for c in ("batch", "context", "heads", "kv_heads", "head_dim", "ms"))
+    ideal = decode_attention_roofline_ms(device, b, ctx, h, kvh, hd, kv_dtype)
+    return _build_lines(b, dict(context=ctx, heads=h, kv_heads=kvh), np.log(ideal / ms))
+
+
+def decode_attention_ms(profile, device: Device, batch, context: float, heads: int, kv_heads: int,
+                        head_dim: int, kv_dtype: str = "bf16"):
+    """One layer's decode attention of `batch` rows at `context` cached positions each (per GPU: heads after TP).
+    `batch` may be an array (then arrays come back, as `gemm_ms`)."""
+    kd = _kv_dtype_name(kv_dtype)
+    lines = _decode_lines(profile, kd, int(head_dim))
+    note = ""
+    if lines is None and kd != "bf16":
+        lines, note = _decode_lines(profile, "bf16", int(head_dim)), f"KV {kd} priced as bf16"
+    if lines is None:
+        raise SpecError(f"profile {profile.name} has no decode attention table")
+    ideal = decode_attention_roofline_ms(device, batch, context, heads, kv_heads, head_dim, kd)
+    le, past = interpolate(lines, batch, dict(context=max(context, 1.0), heads=heads, kv_heads=kv_heads))
+    return _priced("decode attention", ideal, ideal / np.exp(le), past, note, np.ndim(batch))
+
+
+@_memo
+def _prefill_lines(profile, device: Device, kv_dtype: str, head_dim: int) -> _Lines | None:
+    t = _table(profile, "context_attention")
+    if t is None:
+        return None
+    keep = _select(t, kv_dtype=kv_dtype, head_dim=head_dim, window=0)
+    if not keep.any():
+        keep = _select(t, kv_dtype=kv_dtype, window=0)
+    if not keep.any():
+        return None
+    cols = ("batch", "tokens", "prefix", "heads", "kv_heads", "head_dim", "ms")
+    b, tok, pre, h, kvh, hd, ms = (np.asarray(t[c], dtype=float)[keep] if c in t else
+                                   np.zeros(int(keep.sum())) for c in cols)
+    ideal = prefill_attention_roofline_ms(device, b, tok, pre, h, kvh, hd, kv_dtype)
+    # the primary size is the tokens a sequence prefills; batch rides as another size
+    return _build_lines(tok, dict(batch=b, heads=h, kv_heads=kvh), np.log(ideal / ms))
+
+
+def prefill_attention_ms(profile, device: Device, tokens, heads: int, kv_heads: int, head_dim: int,
+                         kv_dtype: str = "bf16", batch: float = 1.0, prefix: float = 0.0):
+    """One layer's causal prefill attention of `batch` prompts of `tokens` each (per GPU: heads after TP).
+    Measured tables have no prefix: a prompt after `prefix` cached tokens is priced at the efficiency of its
+    own length. `tokens` may be an array."""
+    kd = _kv_dtype_name(kv_dtype)
+    lines = _prefill_lines(profile, kd, int(head_dim))
+    note = ""
+    if lines is None and kd != "bf16":
+        lines, note = _prefill_lines(profile, "bf16", int(head_dim)), f"KV {kd} priced as bf16"
+    if lines is None:
+        raise SpecError(f"profile {profile.name} has no prefill attention table")
+    ideal = prefill_attention_roofline_ms(device, batch, tokens, prefix, heads, kv_heads, head_dim, kd)
+    le, past = interpolate(lines, tokens, dict(batch=max(batch, 1.0), heads=heads, kv_heads=kv_heads))
+    return _priced("prefill attention", ideal, ideal / np.exp(le), past, note, np.ndim(tokens))
+
+
+@_memo
+def _moe_lines(profile, device: Device, dtype: str) -> _Lines | None:
+    t = _table(profile, "moe")
+    if t is None:
+        return None
+    keep = _select(t, dtype=dtype)
+    if "distribution" in t:
+        dist = np.asarray(t["distribution"]).astype(str)
+        for pref in ("uniform", "balanced"):
+            if (keep & (dist == pref)).any():
+                keep &= dist == pref
+                break
+    if not keep.any():
+        return None
+    cols = ("tokens", "hidden", "inter", "experts", "topk", "tp", "ep", "ms")
+    tok, hid, inter, e, k, tp, ep, ms = (np.asarray(t[c], dtype=float)[keep] for c in cols)
+    ideal = np.array([moe_roofline_ms(device, *row, dtype) for row in zip(tok, hid, inter, e, k, tp, ep)],
+                     dtype=float)
+    return _build_lines(tok, dict(hidden=hid, inter=inter, experts=e, topk=k, tp=tp, ep=ep), np.log(ideal / ms))
+
+
+def moe_ms(profile, device: Device, tokens, hidden: int, inter: int, experts: int, topk: int, tp: int = 1,
+           ep: int = 1, dtype: str = "bf16"):
+    """One MoE layer's routed experts (fused kernel) for `tokens` tokens, on one GPU of TP `tp` × EP `ep`.
+    `tokens` may be an array."""
+    lines, used, note = _fallback(_moe_lines, profile, dtype)
+    if lines is None:
+        raise SpecError(f"profile {profile.name} has no MoE table for {dtype}")
+    ideal = moe_roofline_ms(device, tokens, hidden, inter, experts, topk, tp, ep, dtype)
+    ideal_used = moe_roofline_ms(device, tokens, hidden, inter, experts, topk, tp, ep, used)
+    le, past = interpolate(lines, np.maximum(tokens, 1.0),
+                           dict(hidden=hidden, inter=inter, experts=experts, topk=topk, tp=tp, ep=ep))
+    return _priced("moe experts", ideal, ideal_used / np.exp(le), past | bool(note), note, np.ndim(tokens))
+
+
+@_memo
+def _allreduce_lines(profile, _device, gpus: int, link_bytes_per_s: float) -> _Lines | None:
+    t = _table(profile, "allreduce")
+    if t is None:
+        return None
+    keep = np.ones(len(t["ms"]), dtype=bool)
+    if "kind" in t:
+        kinds = np.asarray(t["kind"]).astype(str)
+        graph = np.char.find(kinds, "graph") >= 0
+        if graph.any():
+            keep &= graph
+    b, g, ms = (np.asarray(t[c], dtype=float)[keep] for c in ("bytes", "gpus", "ms"))
+    ideal = np.array([allreduce_roofline_ms(link_bytes_per_s, bi, gi) for bi, gi in zip(b, g)], dtype=float)
+    return _build_lines(b, dict(gpus=g), np.log(ideal / ms))
+
+
+def allreduce_ms(profile, link_bytes_per_s: float, bytes_, gpus: int):
+    """An all-reduce of `bytes_` (array allowed) over `gpus` GPUs, or None where the profile has no table."""
+    lines = _allreduce_lines(profile, int(gpus), float(link_bytes_per_s))
+    if lines is None or gpus < 2:
+        return None
+    ideal = allreduce_roofline_ms(link_bytes_per_s, bytes_, gpus)
+    le, past = interpolate(lines, np.maximum(bytes_, 1.0), dict(gpus=gpus))
+    return _priced("all-reduce", ideal, ideal / np.exp(le), past, "", np.ndim(bytes_))
+
+
+def elementwise_ms(profile, device: Device, bytes_, kernels: float):
+    """The step's memory-bound small kernels (norms, residual adds, RoPE, the gate's activation, sampling's
+    softmax): their bytes over the bandwidth these kernels reach, plus each kernel's fixed latency, from the
+    profile's `constants` (`elementwise_bandwidth_fraction`, `kernel_latency_ms`; measured by the profiler, or the
+    source's own figures). (ideal ms, ms); None where the profile has neither."""
+    k = getattr(profile, "constants", None) or {}
+    frac, lat = k.get("elementwise_bandwidth_fraction"), k.get("kernel_latency_ms")
+    if frac is None or lat is None:
+        return None
+    ideal = np.asarray(bytes_, dtype=float) / device.memory_bandwidth_bytes_per_s * 1e3
+    return ideal, ideal / float(frac) + kernels * float(lat)
