@@ -1,0 +1,138 @@
+"""The aiconfigurator-core adapter (specs/aiconfigurator_source.py) on small tables written here in the package's
+layout, with every expected value worked out by hand from those tables; then one check on the real package (skipped
+without it): the H200 vLLM profile exists and its numbers sit under the H200's datasheet."""
+import numpy as np
+import pytest
+
+from specs import aiconfigurator_source as aic
+from specs.model_config import SpecError
+
+COMMON = {"framework": "VLLM", "device": "NVIDIA H200"}
+
+
+def write(root, rel, rows):
+    """One parquet table at systems/data/<rel>, the columns aiconfigurator writes."""
+    pd = pytest.importorskip("pandas")
+    pytest.importorskip("pyarrow")
+    path = root / "systems" / "data" / rel
+    path.parent.mkdir(parents=True, exist_ok=True)
+    pd.DataFrame([{**COMMON, **r} for r in rows]).to_parquet(path)
+
+
+@pytest.fixture
+def fake_package(tmp_path):
+    """h200_sxm with vLLM 0.24.0 (GEMM, attention, custom all-reduce), MoE only in 0.20.0, attention also in a newer
+    0.25.0 that must not be used, and NCCL 2.26.2 (the version its yaml names) next to a newer 2.29.2."""
+    pytest.importorskip("yaml")
+    g = "h200_sxm"
+    write(tmp_path, f"{g}/gemm/vllm/0.24.0/gemm_perf.parquet", [
+        {"kernel_source": "torch.nn.functional.linear", "gemm_dtype": "bfloat16", "m": 8, "n": 4096, "k": 4096,
+         "latency": 0.0130},
+        {"kernel_source": "CutlassFp8BlockScaledMMKernel", "gemm_dtype": "fp8_block", "m": 8, "n": 4096,
+         "k": 4096, "latency": 0.0110},
+        {"kernel_source": "DeepGemmFp8BlockScaledMMKernel", "gemm_dtype": "fp8_block", "m": 8, "n": 4096,
+         "k": 4096, "latency": 0.0090}])
+    attn = {"kernel_source": "vllm_flash_attn_fa3", "num_heads": 32, "num_key_value_heads": 8, "head_dim": 128,
+            "beam_width": 1, "attn_dtype": "bfloat16", "kv_cache_dtype": "fp8", "window_size": 0}
+    write(tmp_path, f"{g}/attention/vllm/0.24.0/generation_attention_perf.parquet", [
+        {**attn, "batch_size": 32, "isl": 1, "step": 4095, "latency": 0.100},
+        {**attn, "batch_size": 32, "isl": 1, "step": 1023, "latency": 0.030}])
+    write(tmp_path, f"{g}/attention/vllm/0.24.0/context_attention_perf.parquet", [
+        {**attn, "batch_size": 2, "isl": 2048, "step": 0, "latency": 0.500},
+        {**attn, "batch_size": 2, "isl": 2048, "step": 0, "kernel_source": "vllm_flash_attn_fa4", "latency": 0.450},
+        {**attn, "batch_size": 2, "isl": 2048, "step": 0, "beam_width": 4, "latency": 0.100}])
+    write(tmp_path, f"{g}/attention/vllm/0.25.0/generation_attention_perf.parquet", [
+        {**attn, "batch_size": 32, "isl": 1, "step": 4095, "latency": 9.0}])
+    moe = {"kernel_source": "vllm_fp8moe_triton_tritonexperts", "moe_dtype": "fp8_block", "num_tokens": 64,
+           "hidden_size": 7168, "inter_size": 2048, "topk": 8, "num_experts": 256, "moe_tp_size": 1,
+           "moe_ep_size": 8}
+    write(tmp_path, f"{g}/moe/vllm/0.20.0/moe_perf.parquet", [
+        {**moe, "distribution": "balanced", "latency": 0.20}, {**moe, "distribution": "power_law_1.2",
+                                                                "latency": 0.26}])
+    write(tmp_path, f"{g}/comm/vllm/0.24.0/custom_allreduce_perf.parquet", [
+        {"kernel_source": "vLLM_custom_graph", "allreduce_dtype": "bfloat16", "num_gpus": 8, "message_size": 8192,
+         "latency": 0.0052, "backend": "vllm_graph"},
+        {"kernel_source": "vLLM_custom_eager", "allreduce_dtype": "bfloat16", "num_gpus": 8, "message_size": 8192,
+         "latency": 0.0200, "backend": "vllm_eager"}])
+    nccl = {"kernel_source": "NCCL", "num_gpus": 4, "message_size": 524288}
+    write(tmp_path, f"{g}/comm/nccl/2.26.2/nccl_perf.parquet", [
+        {**nccl, "op_name": "all_reduce", "nccl_dtype": "half", "latency": 0.018},
+        {**nccl, "op_name": "all_reduce", "nccl_dtype": "int8", "latency": 0.012},
+        {**nccl, "op_name": "all_gather", "nccl_dtype": "half", "latency": 0.009}])
+    write(tmp_path, f"{g}/comm/nccl/2.29.2/nccl_perf.parquet", [
+        {**nccl, "op_name": "all_reduce", "nccl_dtype": "half", "latency": 5.0}])
+    (tmp_path / "systems" / f"{g}.yaml").write_text(
+        "gpu:\n  mem_bw: 4800000000000\n  bfloat16_tc_flops: 989000000000000\nmisc:\n  nccl_version: '2.26.2'\n")
+    return tmp_path
+
+
+def rows(table, order):
+    """The table's rows as tuples of the named columns."""
+    return list(zip(*(table[c].tolist() for c in order)))
+
+
+def test_the_package_layout_lists_one_profile_per_gemm_table(fake_package):
+    assert aic.shipped(fake_package) == [("h200_sxm", "vllm", "0.24.0")]
+    assert aic.profile_name("h200_sxm", "vllm", "0.24.0", "0.12.0") == "h200-vllm-0.24.0@aiconfigurator-core-0.12.0"
+    assert aic.profile_name("a100_sxm", "trtllm", "1.0.0", "0.12.0").startswith("a100-sxm-80gb-trtllm-1.0.0@")
+    assert sorted(["1.3.0", "1.3.0rc20", "1.2.9", "1.3.0rc3"], key=aic.version_key) == \
+           ["1.2.9", "1.3.0rc3", "1.3.0rc20", "1.3.0"]
+
+
+def test_gemm_keeps_the_fastest_kernel_per_shape(fake_package):
+    p = aic.convert("h200_sxm", "vllm", "0.24.0", root=fake_package)
+    assert p.device == "H200" and p.stack == "vllm" and p.source["kind"] == "aiconfigurator-core"
+    assert rows(p.table("gemm"), ["dtype", "m", "n", "k", "kernel", "ms"]) == [
+        ("bf16", 8, 4096, 4096, "torch.nn.functional.linear", 0.0130),
+        ("fp8_block", 8, 4096, 4096, "DeepGemmFp8BlockScaledMMKernel", 0.0090)]
+
+
+def test_attention_lengths_decode_reads_isl_plus_step(fake_package):
+    p = aic.convert("h200_sxm", "vllm", "0.24.0", root=fake_package)
+    assert rows(p.table("generation_attention"), ["batch", "context", "heads", "kv_heads", "kv_dtype", "ms"]) == [
+        (32, 1024, 32, 8, "fp8", 0.030), (32, 4096, 32, 8, "fp8", 0.100)]      # 0.25.0's 9.0 ms is never used
+    assert rows(p.table("context_attention"), ["batch", "tokens", "prefix", "kernel", "ms"]) == [
+        (2, 2048, 0, "vllm_flash_attn_fa4", 0.450)]                            # beam-width-4 row dropped
+
+
+def test_moe_falls_back_to_an_older_version_and_keeps_every_distribution(fake_package):
+    p = aic.convert("h200_sxm", "vllm", "0.24.0", root=fake_package)
+    assert rows(p.table("moe"), ["tokens", "experts", "topk", "ep", "distribution", "ms"]) == [
+        (64, 256, 8, 8, "balanced", 0.20), (64, 256, 8, 8, "power_law_1.2", 0.26)]
+    assert "systems/data/h200_sxm/moe/vllm/0.20.0/moe_perf.parquet" in p.source["detail"]
+    assert "0.25.0" not in p.source["detail"]
+
+
+def test_allreduce_message_sizes_are_elements_times_the_dtype_size(fake_package):
+    p = aic.convert("h200_sxm", "vllm", "0.24.0", root=fake_package)
+    assert rows(p.table("allreduce"), ["dtype", "bytes", "gpus", "kind", "ms"]) == [
+        ("bf16", 16384, 8, "custom_eager", 0.0200), ("bf16", 16384, 8, "custom_graph", 0.0052),
+        ("fp16", 1048576, 4, "nccl", 0.018), ("int8", 524288, 4, "nccl", 0.012)]    # NCCL 2.26.2, as the yaml says
+    assert p.provenance["nccl"] == "2.26.2" and p.provenance["device"] == "NVIDIA H200"
+
+
+def test_a_missing_gemm_table_is_a_spec_error(fake_package):
+    with pytest.raises(SpecError, match="no GEMM table for h200_sxm/vllm/0.20.0"):
+        aic.convert("h200_sxm", "vllm", "0.20.0", root=fake_package)
+
+
+def test_the_real_h200_vllm_profile_sits_under_the_datasheet():
+    """aiconfigurator-core 0.12.0 as installed: a big bf16 GEMM reaches 40-100% of 989 TFLOP/s, and a decode
+    attention row reads its KV cache below 4.8 TB/s."""
+    if aic.package_dir() is None:
+        pytest.skip(f"{aic.PACKAGE} is not installed (pip install -r requirements-profiles.txt)")
+    pytest.importorskip("pyarrow")
+    from specs.profiles import available_profiles, profile_for
+    assert f"h200-vllm-0.24.0@{aic.PACKAGE}-{aic.package_version()}" in available_profiles()
+    p = profile_for("H200", "vllm", "0.24.0")
+    dev = p.device_spec()
+    g = p.table("gemm")
+    big = (g["dtype"] == "bf16") & (g["m"] == 8192) & (g["n"] == 8192) & (g["k"] == 8192)
+    mfu = 2 * 8192 ** 3 / (g["ms"][big][0] * 1e-3) / dev.peak("bf16")
+    assert 0.4 < mfu < 1.0
+    a = p.table("generation_attention")
+    row = np.flatnonzero((a["batch"] == 64) & (a["context"] == 4096) & (a["kv_heads"] == 8) & (a["head_dim"] == 128)
+                         & (a["kv_dtype"] == "bf16") & (a["window"] == 0))[0]
+    kv_bytes = 64 * 4096 * 2 * 8 * 128 * 2            # batch x context x (K and V) x kv heads x head dim x 2 bytes
+    bandwidth = kv_bytes / (a["ms"][row] * 1e-3)
+    assert 0.5 * dev.memory_bandwidth_bytes_per_s < bandwidth < dev.memory_bandwidth_bytes_per_s == 4.8e12
