@@ -106,32 +106,47 @@ def band_label(row: dict) -> str:
 
 def serving_table() -> None:
     """The data-centre serving rows with their predictions (`calculators.planning.published`), then the error by
-    split: the TEST rows (held out before any fit) are the accuracy; the fit rows are shown beside them."""
+    split: the TEST rows (held out before any fit) are the accuracy; the fit rows are shown beside them. Each row is
+    priced twice: by the closed form (the stacks' fitted efficiencies) and, where aiconfigurator-core's databases
+    are installed (requirements-profiles.txt), by kernels measured on its GPU and stack (the nearest profiled GPU's
+    for a GPU nothing measured); the error tables of both go to bench/published_accuracy.json."""
     from calculators.planning.published import compare_all, error_table
-    res = compare_all()
-    print("\n| split | regime | stack | model | GPUs | in / out | mode | metric | published | predicted | error | source |")
-    print("|---|---|---|---|---|---|---|---|---:|---:|---:|---|")
-    for r in res["rows"]:
-        mode = r["mode"] + (f" {r['concurrency']}" if r["concurrency"] else "") + \
-            (f" {r['rate_rps']} req/s" if r["mode"] == "server" and r["rate_rps"] else "")
-        par = f"{r['gpus']} × {load_device(r['device']).name} (TP {r['tp']}" + \
-            (f", EP {r['ep']}" if r["ep"] not in ("", "1") else "") + \
-            (f", DP {r['dp']}" if r.get("dp") not in (None, "", "1") else "") + ")"
-        print(f"| {r['split']} | {r['regime']} | {r['stack']} | {r['model']} {r['weights']} | {par} | "
-              f"{r['prompt_tokens']} / {r['output_tokens']} | {mode} | {r['metric']} | {float(r['published']):,.2f} | "
-              f"{r['predicted']:,.2f} | {100 * r['error']:+.0f}% | {r['url']} |")
-    print("\n| split | by | group | rows | median abs error | worst abs error |")
-    print("|---|---|---|---:|---:|---:|")
-    for e in error_table(res["rows"]):
-        print(f"| {e['split']} | {e['group']} | {e['value']} | {e['n']} | {100 * e['median_abs_error']:.1f}% | "
-              f"{100 * e['worst_abs_error']:.1f}% |")
-    write_accuracy(error_table(res["rows"]))
-    test = [abs(r["error"]) for r in res["rows"] if r["split"] == "test"]
-    fit_rows = [abs(r["error"]) for r in res["rows"] if r["split"] == "fit"]
-    print(f"\nTEST rows (held out): {len(test)} priced, median |error| {100 * statistics.median(test):.1f}%, worst "
-          f"{100 * max(test):.1f}%. Fit rows (the efficiencies were fitted on them, not an accuracy): "
-          f"{len(fit_rows)} priced, median {100 * statistics.median(fit_rows):.1f}%, worst {100 * max(fit_rows):.1f}%. "
-          f"{len(res['unpriced'])} rows not priced (no stated mean input length); docs/validation_table.md.")
+    from specs.aiconfigurator_source import package_dir
+    runs = [("closed form", compare_all())]
+    if package_dir():
+        runs.append(("measured kernels", compare_all(profile="auto")))
+    accuracy = []
+    for label, res in runs:
+        print(f"\n### {label}\n")
+        print("| split | regime | stack | model | GPUs | in / out | mode | metric | published | predicted | error | "
+              "priced from | source |")
+        print("|---|---|---|---|---|---|---|---|---:|---:|---:|---|---|")
+        for r in res["rows"]:
+            mode = r["mode"] + (f" {r['concurrency']}" if r["concurrency"] else "") + \
+                (f" {r['rate_rps']} req/s" if r["mode"] == "server" and r["rate_rps"] else "")
+            par = f"{r['gpus']} × {load_device(r['device']).name} (TP {r['tp']}" + \
+                (f", EP {r['ep']}" if r["ep"] not in ("", "1") else "") + \
+                (f", DP {r['dp']}" if r.get("dp") not in (None, "", "1") else "") + ")"
+            print(f"| {r['split']} | {r['regime']} | {r['stack']} | {r['model']} {r['weights']} | {par} | "
+                  f"{r['prompt_tokens']} / {r['output_tokens']} | {mode} | {r['metric']} | "
+                  f"{float(r['published']):,.2f} | {r['predicted']:,.2f} | {100 * r['error']:+.0f}% | "
+                  f"{r['pricing'].split(':')[0]} | {r['url']} |")
+        table = error_table(res["rows"])
+        print("\n| split | by | group | rows | median abs error | worst abs error |")
+        print("|---|---|---|---:|---:|---:|")
+        for e in table:
+            print(f"| {e['split']} | {e['group']} | {e['value']} | {e['n']} | {100 * e['median_abs_error']:.1f}% | "
+                  f"{100 * e['worst_abs_error']:.1f}% |")
+        tag = "" if label == "closed form" else f" ({label})"
+        accuracy += [dict(e, group=e["group"] + tag) for e in table]
+        test = [abs(r["error"]) for r in res["rows"] if r["split"] == "test"]
+        fit_rows = [abs(r["error"]) for r in res["rows"] if r["split"] == "fit"]
+        print(f"\n{label}: TEST rows (held out): {len(test)} priced, median |error| "
+              f"{100 * statistics.median(test):.1f}%, worst {100 * max(test):.1f}%. Fit rows (the host costs and "
+              f"efficiencies were fitted on them, not an accuracy): {len(fit_rows)} priced, median "
+              f"{100 * statistics.median(fit_rows):.1f}%, worst {100 * max(fit_rows):.1f}%. "
+              f"{len(res['unpriced'])} rows not priced (no stated mean input length); docs/validation_table.md.")
+    write_accuracy(accuracy)
 
 
 def write_accuracy(rows: list[dict]) -> None:

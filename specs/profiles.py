@@ -108,3 +108,20 @@ def profile_for(device: str, stack: str, version: str | None = None, directory: 
         if ok and (version is None or v == str(version)):
             found.append((aic.version_key(v), -order, name))
     return load_profile(max(found)[2], directory) if found else None
+
+
+def profiled_devices(stack: str, directory: Path | None = None) -> list[str]:
+    """The devices some profile measured on `stack`, read without loading any parquet (project files are read:
+    they are small)."""
+    stack = str(stack).lower()
+    out = []
+    for name in available_profiles(directory):
+        if name in _shipped():
+            gpu, framework, _ = _shipped()[name]
+            dev = aic.GPU_DEVICES[gpu]
+        else:
+            p = load_profile(name, directory)
+            dev, framework = p.device, p.stack
+        if framework == stack and dev not in out:
+            out.append(dev)
+    return out

@@ -34,6 +34,16 @@ def positive_int(s: str) -> int:
     return v
 
 
+def nonneg_int(s: str) -> int:
+    try:
+        v = int(s)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {s!r}") from None
+    if v < 0:
+        raise argparse.ArgumentTypeError(f"must be 0 or more, got {v}")
+    return v
+
+
 def dtype_arg(allowed):
     def parse(s: str) -> str:
         try:

@@ -11,16 +11,17 @@ from __future__ import annotations
 
 import argparse
 
-from calculators.cli.common import (Parser, add_profile_arg, dtype_arg, load_gpu, load_model, nonneg_float, positive_int,
-                                    profile_of, run_and_print)
+from calculators.cli.common import (Parser, add_profile_arg, dtype_arg, load_gpu, load_model, nonneg_float, nonneg_int,
+                                    positive_int, profile_of, run_and_print)
 from calculators.multi_gpu.tensor_parallel import Mesh
 from calculators.planning.accuracy import band
 from calculators.planning.throughput import max_throughput
 from calculators.sizing.roofline import compute_precision_for
 from calculators.units import KV_DTYPES, WEIGHT_DTYPES, default_kv_dtype, fmt_num
+from specs.model_config import SpecError
 from specs.stacks import list_stacks
 
-COMMANDS = ("throughput",)
+COMMANDS = ("throughput", "ops")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -78,5 +79,69 @@ def render(out: dict) -> str:
     return "\n".join(lines)
 
 
+def build_ops_parser() -> argparse.ArgumentParser:
+    p = Parser(prog="python -m calculators ops", description="Every op of one serving step, its datasheet roofline "
+               "beside its time measured on the GPU and stack (a device profile), and the step they add up to.")
+    p.add_argument("command", choices=("ops",))
+    p.add_argument("--model", required=True, help="preset name or a path to a Hugging Face config.json")
+    p.add_argument("--gpu", "--device", dest="gpu", required=True, help="device name from specs/devices.json")
+    p.add_argument("--tp", type=positive_int, default=1, help="tensor-parallel degree (default 1)")
+    p.add_argument("--ep", type=positive_int, default=1, help="expert-parallel degree, MoE only (default 1)")
+    p.add_argument("--weight-dtype", type=dtype_arg(WEIGHT_DTYPES), default="bf16")
+    p.add_argument("--kv-dtype", type=dtype_arg(KV_DTYPES), default=None, help="default: the weights' float format")
+    p.add_argument("--decode-rows", type=nonneg_int, default=1, help="sequences decoding one token (default 1)")
+    p.add_argument("--context", type=positive_int, default=1024, help="cached tokens each decode row reads")
+    p.add_argument("--prompt-tokens", type=nonneg_int, default=0, help="prompt tokens the step prefills")
+    p.add_argument("--prompt-len", type=positive_int, default=None, help="tokens per prompt (default: all one)")
+    p.add_argument("--stack", default=None, help=f"serving stack: {', '.join(list_stacks())} (default vllm)")
+    add_profile_arg(p)
+    p.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    return p
+
+
+def run_ops(args) -> dict:
+    from calculators.planning.measured_step import step_ops_table
+    from calculators.planning.step import step_cost
+    from calculators.planning.throughput import deployment_defaults
+    from specs.stacks import load_stack
+    c, dev = load_model(args.model), load_gpu(args.gpu)
+    mesh = Mesh(tp=args.tp, ep=args.ep)
+    s = load_stack(args.stack)
+    profile, pricing = profile_of(args, dev, c)
+    if profile is None:
+        raise SpecError(f"no op-by-op table without measured kernels ({pricing}); name a profile with --profile")
+    kd, _, eff, lk = deployment_defaults(dev, mesh, args.weight_dtype, args.kv_dtype, s, None, None, None, c)
+    plen = args.prompt_len or max(args.prompt_tokens, 1)
+    ops = step_ops_table(profile, c, dev, mesh, args.weight_dtype, kd, args.decode_rows, args.context,
+                         args.prompt_tokens, plen)
+    cost = step_cost(c, dev, mesh, args.weight_dtype, kd, eff, lk, s, args.context, plen, profile=profile)
+    parts = {k: float(v) for k, v in cost.parts(args.decode_rows, args.prompt_tokens).items()}
+    return dict(command="ops", model=c.name, device=dev.name, tp=mesh.tp, ep=mesh.ep, weight_dtype=args.weight_dtype,
+                kv_dtype=kd, decode_rows=args.decode_rows, context=args.context, prompt_tokens=args.prompt_tokens,
+                prompt_len=plen, stack=s.name, pricing=pricing, ops=ops,
+                ops_measured_ms=sum(o["measured_ms"] for o in ops), ops_roofline_ms=sum(o["ideal_ms"] for o in ops),
+                comm_ms=parts["comm_ms"], host_ms=parts["step_ms"] / parts["passes"] - parts["gpu_ms"],
+                step_ms=parts["step_ms"])
+
+
+def render_ops(out: dict) -> str:
+    lines = [f"ops: {out['model']} on {out['device']} (TP {out['tp']}, EP {out['ep']}), {out['stack']}, "
+             f"{out['decode_rows']:,} decode rows at {out['context']:,} tokens + {out['prompt_tokens']:,} prompt "
+             f"tokens", f"  priced from: {out['pricing']}",
+             f"  {'op':<34} {'shape':<58} {'roofline':>10} {'measured':>10} {'of datasheet':>12}"]
+    for o in out["ops"]:
+        mark = " (extrapolated)" if o["extrapolated"] else ""
+        lines.append(f"  {o['op']:<34} {o['shape'][:58]:<58} {fmt_num(o['ideal_ms'], 3) + ' ms':>10} "
+                     f"{fmt_num(o['measured_ms'], 3) + ' ms':>10} {100 * o['efficiency']:>11.0f}%{mark}")
+    lines.append(f"  {'all ops':<34} {'':<58} {fmt_num(out['ops_roofline_ms'], 3) + ' ms':>10} "
+                 f"{fmt_num(out['ops_measured_ms'], 3) + ' ms':>10} "
+                 f"{100 * out['ops_roofline_ms'] / out['ops_measured_ms']:>11.0f}%")
+    lines.append(f"  + collectives {fmt_num(out['comm_ms'], 3)} ms, host {fmt_num(out['host_ms'], 3)} ms "
+                 f"= step {fmt_num(out['step_ms'], 4)} ms")
+    return "\n".join(lines)
+
+
 def main(argv: list[str]) -> int:
+    if argv and argv[0] == "ops":
+        return run_and_print(run_ops, render_ops, build_ops_parser().parse_args(argv))
     return run_and_print(run, render, build_parser().parse_args(argv))

@@ -25,6 +25,18 @@ from calculators.sizing.measured_ops import (ACT_BYTES, Priced, decode_attention
 from specs.devices import Device
 from specs.model_config import ModelConfig, SpecError
 
+# the tokens per step at which the measured parts are tabulated: the powers of two and their 1.5× (the sizes
+# profiles measure) with the planner's log grid between them, so a measured size is read back exactly
+MEASURED_GRID = np.unique(np.concatenate([2.0 ** np.arange(21), 1.5 * 2.0 ** np.arange(20),
+                                          np.round(np.geomspace(1, 1 << 20, 97))]))
+MEASURED_LOG_GRID = np.log(MEASURED_GRID)
+
+
+def on_measured_grid(table, tokens):
+    """A MEASURED_GRID table read at `tokens` (≥ 1), linear in log tokens."""
+    return np.interp(np.log(np.maximum(tokens, 1.0)), MEASURED_LOG_GRID, table)
+
+
 WEIGHT_FORMATS = {"bf16": "bf16", "fp16": "fp16", "fp8": "fp8", "fp8_block": "fp8_block", "fp4": "fp4",
                   "int8": "int8", "int4": "int4", "fp32": "fp32"}
 
@@ -164,18 +176,22 @@ def step_grid_tables(profile, config: ModelConfig, device: Device, mesh: Mesh, w
 
 
 def _prefill_rows(profile, device, tokens, batch, heads, kv_heads, head_dim, kv_dtype, window):
-    """Prefill attention at each (tokens, batch) pair of the grid (the table is interpolated per distinct batch,
-    so the few distinct values are priced once each)."""
+    """Prefill attention at each (tokens, batch) pair of the grid: whole prompts (batch ≥ 1 at the prompt's
+    length, priced along the batch) and a chunk shorter than a prompt (batch 1, priced along its tokens); past a
+    sliding window a token attends to `window` keys, so it costs what a window-long prompt's tokens cost."""
     ideal, ms = np.zeros_like(tokens), np.zeros_like(tokens)
-    for b in np.unique(batch):
-        sel = batch == b
-        t = tokens[sel]
-        if window:
-            t_eff = np.minimum(t, window)
-            scale = t / t_eff
+    chunk = batch <= 1.0
+    for sel, by_batch in ((~chunk, True), (chunk, False)):
+        if not sel.any():
+            continue
+        t, b = tokens[sel], batch[sel]
+        t_eff = np.minimum(t, window) if window else t
+        scale = t / t_eff
+        if by_batch:
+            i, m, _ = prefill_attention_ms(profile, device, float(t_eff[0]), heads, kv_heads, head_dim, kv_dtype,
+                                           batch=b)
         else:
-            t_eff, scale = t, 1.0
-        i, m, _ = prefill_attention_ms(profile, device, t_eff, heads, kv_heads, head_dim, kv_dtype, batch=float(b))
+            i, m, _ = prefill_attention_ms(profile, device, t_eff, heads, kv_heads, head_dim, kv_dtype, batch=1.0)
         ideal[sel], ms[sel] = i * scale, m * scale
     return ideal, ms
 
@@ -241,24 +257,49 @@ def step_ops_table(profile, config: ModelConfig, device: Device, mesh: Mesh, wei
 AUTO = "auto"
 
 
+def nearest_profiled(device: Device, stack_key: str) -> Device | None:
+    """The profiled device (on this stack) whose datasheet is closest to `device`'s in log bandwidth and log BF16
+    peak, among devices of its kind (a GPU for a GPU); None when nothing is profiled."""
+    from specs.devices import load_device
+    from specs.profiles import profiled_devices
+    best, dist = None, math.inf
+    for name in profiled_devices(stack_key):
+        d = load_device(name)
+        if d.kind != device.kind:
+            continue
+        x = (math.log(d.memory_bandwidth_bytes_per_s / device.memory_bandwidth_bytes_per_s) ** 2
+             + math.log(d.peak("bf16") / device.peak("bf16")) ** 2)
+        if x < dist:
+            best, dist = d, x
+    return best
+
+
 def resolve_profile(profile, device: Device, stack_key: str, config: ModelConfig | None = None):
     """The profile a command prices with, and a sentence saying which and why:
         None or "none"   the closed form
-        "auto"           the newest profile measured on this device and stack, if one is installed or shipped
+        "auto"           the newest profile measured on this device and stack; for a device nothing measured,
+                         the nearest profiled device of its kind (its kernels' efficiencies at this device's
+                         datasheet roofline: `measured_ops.profile_device`); the closed form when nothing is
         a name or path   that profile (`specs.profiles.load_profile`)
         a Profile        itself
     A model the profile cannot price (`profile_support`) falls back to the closed form, and the sentence says so."""
     if profile is None or profile == "none":
         return None, "closed form (asked for)"
     from specs.profiles import load_profile, profile_for
+    note = ""
     if profile == AUTO:
         found = profile_for(device.name, stack_key)
         if found is None:
-            return None, f"closed form: no kernels measured on {device.name} with {stack_key} are installed"
+            near = nearest_profiled(device, stack_key)
+            if near is None:
+                return None, f"closed form: no kernels measured with {stack_key} are installed"
+            found = profile_for(near.name, stack_key)
+            note = (f" (nothing measured on {device.name}: the efficiencies of the nearest profiled device, "
+                    f"{near.name}, at {device.name}'s datasheet roofline)")
         profile = found
     elif isinstance(profile, str):
         profile = load_profile(profile)
     problem = profile_support(config) if config is not None else None
     if problem:
         return None, f"closed form: {problem}"
-    return profile, f"measured kernels: {profile.name}"
+    return profile, f"measured kernels: {profile.name}{note}"

@@ -37,13 +37,15 @@ import numpy as np
 
 from calculators import arch
 from calculators.sizing.kv_cache import kv_cache_bytes
-from calculators.sizing.latency import Efficiency, stage_with_host, step_weight_bytes
+from calculators.sizing.latency import Efficiency, gemm_mfu, stage_with_host, step_weight_bytes
 from calculators.sizing.memory import DEFAULT_GPU_MEMORY_UTILIZATION, RuntimeOverheads, ffn_width
 from calculators.sizing.params import bytes_per_param, expert_params, param_breakdown
 from calculators.sizing.roofline import forward_flops_split, gpu_time, step_peaks
 from calculators.multi_gpu.tensor_parallel import Mesh, mesh_problem
 from calculators.planning.screening import apply_bounds, no_steady_state, peak_or_nan, screened_steady_state
 from calculators.planning.serve_at import decode_context
+from calculators.planning.measured_step import resolve_profile
+from calculators.planning.planner_measured import gpu_ms as measured_gpu_ms, measured_layouts
 from calculators.planning.step import TOKEN_GRID, context_slope
 from calculators.serving.lengths import Lengths
 from calculators.units import check_fraction, check_int, check_positive
@@ -221,11 +223,13 @@ def _grid(devices, space: SearchSpace, c: ModelConfig):
 def plan(config: ModelConfig, devices: list[Device], workload: Workload, space: SearchSpace = SearchSpace(),
          efficiency: Efficiency | None = None, usable_fraction: float = DEFAULT_GPU_MEMORY_UTILIZATION,
          overheads: RuntimeOverheads = RuntimeOverheads(), embeddings_16bit: bool = True,
-         link: Link | None = None, stack: Stack | str | None = None) -> PlanResult:
+         link: Link | None = None, stack: Stack | str | None = None, profile=None) -> PlanResult:
     """Evaluate every candidate of `space` on `devices` for `workload`; feasible plans ranked by $/1M tokens at
     the load (then by ITL). The serving `stack` (vLLM when None) sets the all-reduce algorithm, and, unless
     `efficiency` is given, the efficiencies and the fixed step cost per device class. Bad input raises SpecError;
-    an empty result carries `no_plan_reason()`."""
+    an empty result carries `no_plan_reason()`. `profile` ("auto", a name or a Profile; None: the closed form):
+    candidates on a device with kernels measured on it and the stack are priced from them
+    (`planner_measured`), the rest by the closed form; the notes say which."""
     c, wl = config, workload.check()
     if not devices:
         raise SpecError("choose at least one device")
@@ -310,8 +314,7 @@ def plan(config: ModelConfig, devices: list[Device], workload: Workload, space: 
 
     def eff_of(field):                    # the stack's efficiency on each candidate's vendor and precision
         return np.array([[getattr(e, field) if e else np.nan for e in row] for row in eff_tab])[di, wdi]
-    mbu, mfu, pre_mfu, pre_mbu, half = (eff_of(f) for f in ("decode_mbu", "decode_mfu", "prefill_mfu", "prefill_mbu",
-                                                             "gemm_half_tokens"))
+    mbu, mfu, half = (eff_of(f) for f in ("decode_mbu", "decode_mfu", "gemm_half_tokens"))
     link_ok = has_link | (tp * pp == 1)
 
     def allreduce_ms(rows):
@@ -331,6 +334,16 @@ def plan(config: ModelConfig, devices: list[Device], workload: Workload, space: 
     def p2p(rows):
         return np.where(pp > 1, (a0 + a1 + rows * D * 2.0 / lbw) * 1e3, 0.0)
 
+    # ---- measured kernels where a device has a profile (the same tables as step.step_cost with it)
+    ctx_loaded = decode_context(wl.prompt_lengths(), wl.output_lengths())
+    profiles = [None] * len(devices)
+    if profile is not None:
+        for d, dv in enumerate(devices):
+            profiles[d], words = resolve_profile(profile, dv, stack.key, c)
+            notes.append(f"{dv.name}: priced from {words}")
+    meas = measured_layouts(profiles, c, devices, di, tp, pp, ep, wdi, kdi, space.weight_dtypes, space.kv_dtypes,
+                            ctx_loaded, wl.prompt_tokens, (wl.prompt_tokens, wl.p99_prompt))
+
     # ---- decode at the batch cap and at batch 1 (tensor_parallel.decode_step_parallel, vectorised)
     expert_flops_per_token = (c.num_experts_per_tok * 2 * expert_params(c) * arch.moe_layer_count(c)
                               if arch.is_moe(c) else 0.0)
@@ -349,23 +362,33 @@ def plan(config: ModelConfig, devices: list[Device], workload: Workload, space: 
         uniq, inv = np.unique(rows, return_inverse=True)
         ratio = np.array([S["read_ratio"][int(r)] for r in uniq])[inv.ravel()]
         mem_w, mem_kv = w_gpu * ratio / (bw * mbu) * 1e3, kv_seq * rows / (bw * mbu) * 1e3
-        comp_w = (dec_w * rows / tpf + extra_expert_flops(rows)) * share / (peak * mfu) * 1e3
-        comp_a = dec_a * rows / tpf * share / (peak_att * mfu) * 1e3
+        mfu_r = gemm_mfu(mfu, half, rows)                  # the step's MFU at its tokens (`step.mixed_step`)
+        comp_w = (dec_w * rows / tpf + extra_expert_flops(rows)) * share / (peak * mfu_r) * 1e3
+        comp_a = dec_a * rows / tpf * share / (peak_att * mfu_r) * 1e3
         mem, comp = mem_w + mem_kv, comp_w + comp_a
         comm = stage * layer_comm_ms(rows)
-        step = host(gpu_time(mem_w, comp_w, mem_kv, comp_a) + comm, rows)
+        gpu = gpu_time(mem_w, comp_w, mem_kv, comp_a)
+        if meas is not None:
+            gpu = np.where(meas["on"], measured_gpu_ms(meas, rows, 0.0, rows, wl.prompt_tokens), gpu)
+        step = host(gpu + comm, rows)
         return np.maximum(m, pp) * step + (pp - 1) * p2p(rows), mem, comp, comm
     itl, mem_ms, comp_ms, comm_ms = decode(Bf)
     itl_one = decode(np.ones_like(Bf))[0]
 
-    # ---- prefill of one prompt (tensor_parallel.prefill_parallel, vectorised), mean and p99 length
+    # ---- prefill of one prompt alone, mean and p99 length: the mixed step at 0 decode rows (`step.mixed_step`:
+    # the weights at the decode MBU, the FLOPs at the MFU of the prompt's tokens, no cached KV read)
     def prefill(P):
-        kv_p = np.array([kv_cache_bytes(c, P, 1, k) for k in space.kv_dtypes])[kdi] * share * kv_div
         f = S["prefill_flops"][P]
-        cm_w = (f["weights"] / tpf + extra_expert_flops(float(P))) * share / (peak * pre_mfu) * 1e3
-        cm_a = f["attention"] / tpf * share / (peak_att * pre_mfu) * 1e3
-        mm_w, mm_kv = w_gpu * S["read_ratio_prefill"][P] / (bw * pre_mbu) * 1e3, kv_p / (bw * pre_mbu) * 1e3
-        st = host(gpu_time(mm_w, cm_w, mm_kv, cm_a) + stage * layer_comm_ms(float(wl.new_prompt_tokens(P))), 1.0)
+        mfu_p = gemm_mfu(mfu, half, float(wl.new_prompt_tokens(P)))
+        cm_w = (f["weights"] / tpf + extra_expert_flops(float(P))) * share / (peak * mfu_p) * 1e3
+        cm_a = f["attention"] / tpf * share / (peak_att * mfu_p) * 1e3
+        mm_w, mm_kv = w_gpu * S["read_ratio_prefill"][P] / (bw * mbu) * 1e3, 0.0
+        gpu = gpu_time(mm_w, cm_w, mm_kv, cm_a)
+        if meas is not None:
+            new = float(wl.new_prompt_tokens(P))
+            ops = measured_gpu_ms(meas, 0.0, 0.0, new, wl.prompt_tokens)     # GEMMs, small kernels, LM head once
+            gpu = np.where(meas["on"], ops + meas["prompt_attn"][P], gpu)
+        st = host(gpu + stage * layer_comm_ms(float(wl.new_prompt_tokens(P))), 0.0)
         return ppf * st + (pp - 1) * p2p(float(wl.new_prompt_tokens(P))), cm_w + cm_a
     pre_mean, _ = prefill(wl.prompt_tokens)
     pre_p99, pre_comp = prefill(wl.p99_prompt)
@@ -382,7 +405,9 @@ def plan(config: ModelConfig, devices: list[Device], workload: Workload, space: 
         w_gpu=w_gpu, kv_row=kv_seq, share=share, peak_att=peak_att, tpf=tpf, pp=pp, peak=peak, bw=bw, mbu=mbu,
         mfu=mfu, half=half, overhead=overhead, seq_over=seq_over, overlap=overlap, di=di, ep=ep, gpus=g.astype(float),
         layout=layout,
-        comm_table=_comm_table(di, tp, links, stack, D), stage=stage, lbw=lbw, a01=a0 + a1))
+        comm_table=_comm_table(di, tp, links, stack, D), stage=stage, lbw=lbw, a01=a0 + a1,
+        meas_on=np.zeros(len(tp), dtype=bool) if meas is None else meas["on"],
+        meas_at=np.zeros(len(tp), dtype=np.intp) if meas is None else meas["at"]), meas)
     apply_bounds(ld, base, viable, slots_ok, itl_one, pre_p99)
     raw = dict(di=di, gpus=g, tp=tp, pp=pp, ep=ep, dp=np.ones_like(tp), replicas=replicas, batch_cap=B, wdi=wdi,
                kdi=kdi, per_gpu_weight_bytes=w_gpu, per_gpu_kv_bytes=kv_gpu, per_gpu_needed_bytes=needed,
@@ -499,7 +524,8 @@ def _comm_table(di, tp, links, stack: Stack, hidden: int):
     return inv.ravel(), tab
 
 
-def _loaded(c: ModelConfig, wl: Workload, S: dict, devices, stack: Stack, viable, lam, B, a: dict) -> dict:
+def _loaded(c: ModelConfig, wl: Workload, S: dict, devices, stack: Stack, viable, lam, B, a: dict,
+            meas: dict | None = None) -> dict:
     """The steady state of every viable candidate at its per-replica rate (`calculators.serving.steady_state`),
     on the candidate's mixed step (`_MixedStep`): the same cost as `step.step_cost` with the planner's arrays.
     Screened first with prompts per step drawn independently; the prompt chain is run on the candidates near the
@@ -515,7 +541,8 @@ def _loaded(c: ModelConfig, wl: Workload, S: dict, devices, stack: Stack, viable
     a_tok = S["prefill_flops"][wl.prompt_tokens]["attention"] / new_tok
     e_tok = (c.num_experts_per_tok * 2 * expert_params(c) * arch.moe_layer_count(c)) if arch.is_moe(c) else 0.0
     groups, comm_tab = a["comm_table"]
-    shared = dict(_token_tables(c, a["ep"][viable]), comm_flat=comm_tab.ravel(), ctx=ctx)
+    shared = dict(_token_tables(c, a["ep"][viable]), comm_flat=comm_tab.ravel(), ctx=ctx,
+                  meas=None if meas is None else dict(flat=meas["flat"]), prompt_len=float(wl.prompt_tokens))
     for d, dev in enumerate(devices):
         sel = np.flatnonzero(viable & (a["di"] == d))
         if not len(sel):
@@ -575,6 +602,7 @@ class _MixedStep:
         self.imbalance = {e: tab for e, tab in shared["imbalance"].items() if np.any(v["ep"] == e)}
         flat, width = shared["comm_flat"], len(shared["lg"])
         self.has_comm = bool(np.any(flat[v["comm_at"][:, None] + np.arange(width)])) if len(v["comm_at"]) else False
+        self.measured = shared.get("meas") is not None and bool(np.any(v["meas_on"]))
 
     def microbatch(self, n, p) -> tuple:
         """At (n, p), per microbatch: (microbatches m, rows, prompt tokens, tokens, log(tokens ≥ 1), the MFU at
@@ -631,6 +659,10 @@ class _MixedStep:
         comp_w /= mfu_t
         gpu_ms = np.maximum(mem_w, comp_w)
         gpu_ms += np.maximum(kv_ms, att_ms)
+        if self.measured:
+            at = np.broadcast_to(v["meas_at"], tok.shape)
+            gpu_ms = np.where(v["meas_on"], measured_gpu_ms(dict(at=at, flat=self.s["meas"]["flat"]), rows, pm, tok,
+                                                            self.s["prompt_len"]), gpu_ms)
         if self.has_comm:
             comm = self.comm_ms(lt)
             comm *= v["stage"]

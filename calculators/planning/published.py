@@ -172,15 +172,23 @@ def priced(row: dict) -> bool:
     return row["mode"] in PRICED_MODES and bool(row["prompt_tokens"]) and bool(row["output_tokens"])
 
 
-def compare_all(rows: list[dict] | None = None) -> dict:
-    """Every priced row with its prediction and error, the median and worst |error|, and the rows left unpriced."""
+def compare_all(rows: list[dict] | None = None, profile=None) -> dict:
+    """Every priced row with its prediction and error, the median and worst |error|, and the rows left unpriced.
+    `profile` ("auto"): each row priced from the kernels measured on its device and stack where a profile exists
+    (`measured_step.resolve_profile`; the row's `pricing` says which)."""
     out, unpriced = [], []
     for r in rows if rows is not None else load_rows():
         if not priced(r):
             unpriced.append(r)
             continue
-        p = predict(r)
-        out.append(dict(r, predicted=p, error=speed_error(r, p)))
+        pricing = "closed form"
+        if profile is not None:
+            c, dev, _, stack, _ = _setup(r)
+            prof, pricing = resolve_profile(profile, dev, stack.key, c)
+        else:
+            prof = None
+        p = predict(r, profile=prof if prof is not None else None)
+        out.append(dict(r, predicted=p, error=speed_error(r, p), pricing=pricing))
     errs = [abs(r["error"]) for r in out]
     return dict(rows=out, unpriced=unpriced, median_abs_error=statistics.median(errs) if errs else None,
                 worst_abs_error=max(errs) if errs else None)

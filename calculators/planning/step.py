@@ -19,7 +19,7 @@ import math
 import numpy as np
 
 from calculators import arch
-from calculators.planning.measured_step import step_grid_tables
+from calculators.planning.measured_step import MEASURED_GRID, on_measured_grid, step_grid_tables
 from calculators.sizing.latency import Efficiency, gemm_mfu, stage_with_host, step_weight_bytes
 from calculators.sizing.roofline import forward_flops_split, gpu_time, step_peaks
 from calculators.multi_gpu.tensor_parallel import (Mesh, _comm_per_stage_ms, _expert_flops_extra,
@@ -155,7 +155,7 @@ def mixed_step(terms: dict, tables: dict):
 
 
 def measured_parts(grid: dict, rows, prompt_tokens, tokens, prompt_len: float) -> dict:
-    """A microbatch's GPU work from measured kernels (`measured_step.step_grid_tables` on TOKEN_GRID): the weight
+    """A microbatch's GPU work from measured kernels (`measured_step.step_grid_tables` on MEASURED_GRID): the weight
     GEMMs and experts at all its tokens, decode attention at its rows, prefill attention at its prompt tokens,
     the LM head at the sequences that sample, the small kernels; each beside its datasheet roofline."""
     has_rows, has_prompt = rows > 0, prompt_tokens > 0
@@ -165,7 +165,7 @@ def measured_parts(grid: dict, rows, prompt_tokens, tokens, prompt_len: float) -
                         ("prefill_attn", prompt_tokens, has_prompt), ("lm_head", np.maximum(sequences, 1.0), None),
                         ("elementwise", tokens, None)):
         for suffix in ("", "_ideal"):
-            v = on_grid(grid[key + suffix], at)
+            v = on_measured_grid(grid[key + suffix], at)
             out[f"measured_{key}{suffix}_ms"] = v if on is None else np.where(on, v, 0.0)
     out["measured_gpu_ms"] = sum(out[f"measured_{k}_ms"] for k in ("gemm", "decode_attn", "prefill_attn", "lm_head",
                                                                   "elementwise"))
@@ -197,7 +197,7 @@ def step_cost(config: ModelConfig, device: Device, mesh: Mesh, weight_dtype: str
     tables = step_tables(config, mesh, link, stack, weight_dtype, expert_imbalance)
     if profile is not None:
         tables["measured"] = step_grid_tables(profile, config, device, mesh, weight_dtype, kv_dtype, decode_ctx,
-                                              prompt_len, TOKEN_GRID)
+                                              prompt_len, MEASURED_GRID)
         tables["prompt_len"] = max(1.0, float(prompt_len))
     return mixed_step(step_terms(config, device, mesh, weight_dtype, kv_dtype, efficiency, decode_ctx, prompt_len),
                       tables)

@@ -25,6 +25,7 @@ import numpy as np
 from calculators.units import bytes_per_element
 from specs.devices import Device, custom_device, load_device
 from specs.model_config import SpecError
+from specs.small_kernels import small_kernel_constants
 
 ACT_BYTES = 2.0          # activations enter and leave the GEMMs in 16 bits (bf16/fp16) on every stack profiled
 
@@ -324,7 +325,7 @@ def decode_attention_ms(profile, device: Device, batch, context: float, heads: i
 
 
 @_memo
-def _prefill_lines(profile, device: Device, kv_dtype: str, head_dim: int) -> _Lines | None:
+def _prefill_lines(profile, device: Device, kv_dtype: str, head_dim: int, primary: str = "tokens") -> _Lines | None:
     t = _table(profile, "context_attention")
     if t is None:
         return None
@@ -337,25 +338,32 @@ def _prefill_lines(profile, device: Device, kv_dtype: str, head_dim: int) -> _Li
     b, tok, pre, h, kvh, hd, ms = (np.asarray(t[c], dtype=float)[keep] if c in t else
                                    np.zeros(int(keep.sum())) for c in cols)
     ideal = prefill_attention_roofline_ms(device, b, tok, pre, h, kvh, hd, kv_dtype)
-    # the primary size is the tokens a sequence prefills; batch rides as another size
+    # the primary size is the tokens a sequence prefills (batch another size), or the batch (tokens another)
+    if primary == "batch":
+        return _build_lines(b, dict(tokens=tok, heads=h, kv_heads=kvh), np.log(ideal / ms))
     return _build_lines(tok, dict(batch=b, heads=h, kv_heads=kvh), np.log(ideal / ms))
 
 
 def prefill_attention_ms(profile, device: Device, tokens, heads: int, kv_heads: int, head_dim: int,
-                         kv_dtype: str = "bf16", batch: float = 1.0, prefix: float = 0.0):
+                         kv_dtype: str = "bf16", batch=1.0, prefix: float = 0.0):
     """One layer's causal prefill attention of `batch` prompts of `tokens` each (per GPU: heads after TP).
     Measured tables have no prefix: a prompt after `prefix` cached tokens is priced at the efficiency of its
-    own length. `tokens` may be an array."""
+    own length. Either `tokens` or `batch` may be an array (then arrays come back, as `gemm_ms`)."""
     kd = _kv_dtype_name(kv_dtype)
-    lines = _prefill_lines(profile, kd, int(head_dim))
+    primary = "batch" if np.ndim(batch) else "tokens"
+    lines = _prefill_lines(profile, kd, int(head_dim), primary)
     note = ""
     if lines is None and kd != "bf16":
-        lines, note = _prefill_lines(profile, "bf16", int(head_dim)), f"KV {kd} priced as bf16"
+        lines, note = _prefill_lines(profile, "bf16", int(head_dim), primary), f"KV {kd} priced as bf16"
     if lines is None:
         raise SpecError(f"profile {profile.name} has no prefill attention table")
     ideal = prefill_attention_roofline_ms(device, batch, tokens, prefix, heads, kv_heads, head_dim, kd)
-    le, past = interpolate(lines, tokens, dict(batch=max(batch, 1.0), heads=heads, kv_heads=kv_heads))
-    return _priced("prefill attention", ideal, ideal / np.exp(le), past, note, np.ndim(tokens))
+    if primary == "batch":
+        le, past = interpolate(lines, np.maximum(batch, 1.0), dict(tokens=float(tokens), heads=heads,
+                                                                   kv_heads=kv_heads))
+    else:
+        le, past = interpolate(lines, tokens, dict(batch=max(float(batch), 1.0), heads=heads, kv_heads=kv_heads))
+    return _priced("prefill attention", ideal, ideal / np.exp(le), past, note, np.ndim(tokens) or np.ndim(batch))
 
 
 @_memo
@@ -422,11 +430,14 @@ def allreduce_ms(profile, link_bytes_per_s: float, bytes_, gpus: int):
 def elementwise_ms(profile, device: Device, bytes_, kernels: float):
     """The step's memory-bound small kernels (norms, residual adds, RoPE, the gate's activation, sampling's
     softmax): their bytes over the bandwidth these kernels reach, plus each kernel's fixed latency, from the
-    profile's `constants` (`elementwise_bandwidth_fraction`, `kernel_latency_ms`; measured by the profiler, or the
-    source's own figures). (ideal ms, ms); None where the profile has neither."""
-    k = getattr(profile, "constants", None) or {}
-    frac, lat = k.get("elementwise_bandwidth_fraction"), k.get("kernel_latency_ms")
-    if frac is None or lat is None:
+    profile's source (`specs.small_kernels`: aiconfigurator-core's own per-GPU figures, or the profiler's launch
+    table). (ideal ms, ms); None where the profile says neither."""
+    key = ("small kernels", id(profile))
+    if key not in _MEMO:
+        _MEMO[key] = (profile, small_kernel_constants(profile))
+    k = _MEMO[key][1]
+    if not k:
         return None
+    frac, lat = k["elementwise_bandwidth_fraction"], k["kernel_latency_ms"]
     ideal = np.asarray(bytes_, dtype=float) / device.memory_bandwidth_bytes_per_s * 1e3
     return ideal, ideal / float(frac) + kernels * float(lat)

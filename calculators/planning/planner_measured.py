@@ -1,0 +1,89 @@
+"""The planner's candidates priced from measured kernels: for every distinct (device, TP, PP, EP, weights, KV)
+of a search whose device has a profile, the step's measured parts on MEASURED_GRID (`measured_step.step_grid_tables`),
+flattened into one array with each candidate's offset, so the vectorised search reads them as it reads its
+collectives (`planner._MixedStep`). The same tables as `step.step_cost` with that profile, so a plan's step
+equals `serve-at`'s on the same layout.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from calculators.multi_gpu.tensor_parallel import Mesh, mesh_problem
+from calculators.planning.measured_step import (MEASURED_GRID, MEASURED_LOG_GRID, attention_layers, profile_support,
+                                                step_grid_tables)
+from calculators.sizing.measured_ops import prefill_attention_ms
+from specs.model_config import ModelConfig, SpecError
+
+PARTS = ("gemm", "decode_attn", "prefill_attn", "lm_head", "elementwise")
+
+
+def prompt_attention_ms(profile, config: ModelConfig, device, mesh: Mesh, kv_dtype: str, prompt_tokens: int) -> float:
+    """One prompt of `prompt_tokens` alone: its causal attention in every layer of the busiest stage, measured."""
+    h, kvh = max(1, config.num_heads // mesh.tp), max(1, config.num_kv_heads // mesh.tp)
+    total = 0.0
+    for window, count in attention_layers(config, mesh):
+        t = min(prompt_tokens, window) if window else prompt_tokens
+        total += count * prefill_attention_ms(profile, device, float(t), h, kvh, config.head_dim, kv_dtype).ms * \
+            prompt_tokens / t
+    return total
+
+
+def measured_layouts(profiles: list, config: ModelConfig, devices, di, tp, pp, ep, wdi, kdi, weight_dtypes,
+                     kv_dtypes, decode_ctx: float, prompt_len: float, prompt_lens: tuple) -> dict | None:
+    """Per candidate: whether measured kernels price it (`on`), its offset into the flat tables (`at`), the flat
+    tables of PARTS on TOKEN_GRID, and each prompt length's attention alone (`prompt_attn[P]`, per candidate).
+    None when no candidate's device has a profile or the model is not one a profile can price."""
+    if profile_support(config) is not None or not any(p is not None for p in profiles):
+        return None
+    n = len(di)
+    on, at = np.zeros(n, dtype=bool), np.zeros(n, dtype=np.intp)
+    flat = {k: [] for k in PARTS}
+    prompt_attn = {P: np.zeros(n) for P in prompt_lens}
+    width = len(MEASURED_GRID)
+    keys = np.stack([di, tp, pp, ep, wdi, kdi], axis=1)
+    uniq, inv = np.unique(keys, axis=0, return_inverse=True)
+    inv = inv.ravel()
+    for u, (d, t, q, e, w, k) in enumerate(uniq):
+        prof = profiles[int(d)]
+        mesh = Mesh(tp=int(t), pp=int(q), ep=int(e), gpus=int(t * q))
+        if prof is None or mesh_problem(config, mesh) is not None:
+            continue
+        try:
+            g = step_grid_tables(prof, config, devices[int(d)], mesh, weight_dtypes[int(w)], kv_dtypes[int(k)],
+                                 decode_ctx, prompt_len, MEASURED_GRID)
+            pa = {P: prompt_attention_ms(prof, config, devices[int(d)], mesh, kv_dtypes[int(k)], P)
+                  for P in prompt_lens}
+        except SpecError:                        # a format the profile has no table for: the closed form prices it
+            continue
+        sel = inv == u
+        on[sel] = True
+        at[sel] = len(flat["gemm"]) * width
+        for key in PARTS:
+            flat[key].append(g[key])
+        for P in prompt_lens:
+            prompt_attn[P][sel] = pa[P]
+    if not on.any():
+        return None
+    return dict(on=on, at=at, flat={k: np.concatenate(v) for k, v in flat.items()}, prompt_attn=prompt_attn)
+
+
+def read(flat: np.ndarray, at: np.ndarray, tokens) -> np.ndarray:
+    """A candidate's table (starting at `at` in `flat`) at `tokens` (≥ 1), linear in log tokens."""
+    pos = np.interp(np.log(np.maximum(tokens, 1.0)), MEASURED_LOG_GRID, np.arange(len(MEASURED_LOG_GRID), dtype=float))
+    i0 = np.minimum(pos.astype(np.intp), len(MEASURED_LOG_GRID) - 2)
+    f = pos - i0
+    i0 = i0 + at
+    return flat.take(i0) * (1 - f) + flat.take(i0 + 1) * f
+
+
+def gpu_ms(m: dict, rows, prompt_tokens, tokens, prompt_len: float, idx=None) -> np.ndarray:
+    """The measured GPU work of a microbatch (`step.measured_parts`, read from the flat tables) for candidates
+    `idx` (all when None): GEMMs at its tokens, decode attention at its rows, prefill attention at its prompt
+    tokens, the LM head at the sequences that sample, the small kernels."""
+    at = m["at"] if idx is None else m["at"][idx]
+    rows, prompt_tokens, tokens = (np.asarray(x, dtype=float) for x in (rows, prompt_tokens, tokens))
+    f = m["flat"]
+    out = read(f["gemm"], at, tokens) + read(f["elementwise"], at, tokens)
+    out = out + np.where(rows > 0, read(f["decode_attn"], at, rows), 0.0)
+    out = out + np.where(prompt_tokens > 0, read(f["prefill_attn"], at, prompt_tokens), 0.0)
+    return out + read(f["lm_head"], at, np.maximum(rows + prompt_tokens / prompt_len, 1.0))
