@@ -91,10 +91,16 @@ def _versions(data: Path, gpu: str, family: str, framework: str, filename: str) 
     return sorted((d.name for d in base.iterdir() if (d / filename).is_file()), key=version_key)
 
 
+def readers_installed() -> bool:
+    """Whether the libraries that read the package's files are here (its own dependencies)."""
+    return all(importlib.util.find_spec(m) is not None for m in ("pyarrow", "pandas", "yaml"))
+
+
 def shipped(root: Path | None = None) -> list[tuple[str, str, str]]:
-    """(gpu id, framework, version) of every profile the package can give for a device the project knows."""
+    """(gpu id, framework, version) of every profile the package can give for a device the project knows; none
+    when the package or the libraries that read it are missing."""
     root = root or package_dir()
-    if root is None or not (root / "systems" / "data").is_dir():
+    if root is None or not (root / "systems" / "data").is_dir() or not readers_installed():
         return []
     data = root / "systems" / "data"
     return [(gpu, fw, v) for gpu in GPU_DEVICES for fw in FRAMEWORKS
@@ -139,7 +145,8 @@ def _gemm(df):
 def _attention(df, generation: bool):
     df = df[df.beam_width == 1] if "beam_width" in df else df
     out = df.assign(dtype=_dtype(df.attn_dtype), kv_dtype=_dtype(df.kv_cache_dtype), batch=df.batch_size,
-                    heads=df.num_heads, kv_heads=df.num_key_value_heads, window=df.window_size,
+                    heads=df.num_heads, kv_heads=df.num_key_value_heads,
+                    window=df.window_size if "window_size" in df else 0,     # older tables: full attention only
                     kernel=df.kernel_source, ms=df.latency)
     lengths = ["context"] if generation else ["tokens", "prefix"]
     out = out.assign(context=df.isl + df.step) if generation else out.assign(tokens=df.isl, prefix=df.step)
@@ -207,6 +214,14 @@ _TABLES = {
 }
 
 
+def _converted(conv, frames: list, path: Path):
+    """conv(*frames), with a column the converter needs and the file lacks as one SpecError naming the file."""
+    try:
+        return conv(*frames)
+    except (KeyError, AttributeError) as e:
+        raise SpecError(f"{path}: not the columns this adapter reads ({e})") from None
+
+
 def _yaml(path: Path) -> dict:
     if not path.is_file():
         return {}
@@ -249,8 +264,9 @@ def _meta(path: Path) -> dict:
 def convert(gpu: str, framework: str, version: str, root: Path | None = None) -> Profile:
     """The profile of one (gpu id, framework, version) the package ships, e.g. ('h200_sxm', 'vllm', '0.24.0')."""
     root = root or package_dir()
-    if root is None:
-        raise SpecError(f"{PACKAGE} is not installed: pip install -r requirements-profiles.txt")
+    if root is None or not readers_installed():
+        raise SpecError(f"{PACKAGE} and the libraries that read it (pyarrow, pandas, PyYAML) are needed: "
+                        "pip install -r requirements-profiles.txt")
     data = root / "systems" / "data"
     if _pick(data, gpu, "gemm", framework, "gemm_perf.parquet", version) != \
             data / gpu / "gemm" / framework / version / "gemm_perf.parquet":
@@ -262,13 +278,14 @@ def convert(gpu: str, framework: str, version: str, root: Path | None = None) ->
             path = _pick(data, gpu, family, framework, filename, version)
             if path is not None:
                 df = _read(path)
-                tables[table], measured_on = conv(df), measured_on | set(df.device.astype(str))
+                tables[table] = _converted(conv, [df], path)
+                measured_on |= set(df.device.astype(str)) if "device" in df else set()
                 files.append(path)
                 break
     custom = _pick(data, gpu, "comm", framework, "custom_allreduce_perf.parquet", version)
     nccl = _nccl_file(data, gpu, system)
     if custom or nccl:
-        tables["allreduce"] = _allreduce(custom and _read(custom), nccl and _read(nccl))
+        tables["allreduce"] = _converted(_allreduce, [custom and _read(custom), nccl and _read(nccl)], custom or nccl)
         files += [p for p in (custom, nccl) if p]
     rel = [str(p.relative_to(root)) for p in files]
     pkg = package_version() or "unknown"

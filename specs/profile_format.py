@@ -100,9 +100,12 @@ def resolve_device(device: str, datasheet: dict, where: str) -> Device:
                         "specs/devices.json knows, or add datasheet.memory_bandwidth_bytes_per_s (a positive number) "
                         "and datasheet.peak_flops {precision: FLOP/s}")
     memory = datasheet.get("memory_bytes")
+    try:
+        peaks = {precision_name(k): float(v) for k, v in peaks.items()}
+    except SpecError as e:
+        raise SpecError(f"{where}: datasheet.peak_flops: {e}") from None
     return Device(name=device, memory_bytes=float(memory) if _positive(memory) else 0.0,
-                  memory_bandwidth_bytes_per_s=float(bw),
-                  peak_flops={precision_name(k): float(v) for k, v in peaks.items()}, kind="custom",
+                  memory_bandwidth_bytes_per_s=float(bw), peak_flops=peaks, kind="custom",
                   source=f"the datasheet in profile {where}")
 
 

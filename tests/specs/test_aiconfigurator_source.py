@@ -111,9 +111,13 @@ def test_allreduce_message_sizes_are_elements_times_the_dtype_size(fake_package)
     assert p.provenance["nccl"] == "2.26.2" and p.provenance["device"] == "NVIDIA H200"
 
 
-def test_a_missing_gemm_table_is_a_spec_error(fake_package):
+def test_a_missing_gemm_table_or_reader_is_a_spec_error(fake_package, monkeypatch):
     with pytest.raises(SpecError, match="no GEMM table for h200_sxm/vllm/0.20.0"):
         aic.convert("h200_sxm", "vllm", "0.20.0", root=fake_package)
+    monkeypatch.setattr(aic, "readers_installed", lambda: False)
+    assert aic.shipped(fake_package) == []
+    with pytest.raises(SpecError, match="pip install -r requirements-profiles.txt"):
+        aic.convert("h200_sxm", "vllm", "0.24.0", root=fake_package)
 
 
 def test_the_real_h200_vllm_profile_sits_under_the_datasheet():
@@ -136,3 +140,19 @@ def test_the_real_h200_vllm_profile_sits_under_the_datasheet():
     kv_bytes = 64 * 4096 * 2 * 8 * 128 * 2            # batch x context x (K and V) x kv heads x head dim x 2 bytes
     bandwidth = kv_bytes / (a["ms"][row] * 1e-3)
     assert 0.5 * dev.memory_bandwidth_bytes_per_s < bandwidth < dev.memory_bandwidth_bytes_per_s == 4.8e12
+
+
+def test_older_tables_without_a_window_are_full_attention_and_a_missing_column_is_named(tmp_path):
+    pytest.importorskip("yaml")
+    gemm = {"kernel_source": "torch_flow", "gemm_dtype": "bfloat16", "m": 1, "n": 128, "latency": 0.01}
+    write(tmp_path, "a100_sxm/gemm/trtllm/1.0.0/gemm_perf.parquet", [{**gemm, "k": 128}])
+    write(tmp_path, "a100_sxm/attention/trtllm/1.0.0/generation_attention_perf.parquet", [
+        {"kernel_source": "torch_flow", "batch_size": 4, "isl": 1, "step": 511, "num_heads": 8,
+         "num_key_value_heads": 8, "head_dim": 64, "beam_width": 1, "attn_dtype": "bfloat16",
+         "kv_cache_dtype": "bfloat16", "latency": 0.02}])
+    p = aic.convert("a100_sxm", "trtllm", "1.0.0", root=tmp_path)
+    assert p.device == "A100 SXM 80GB"
+    assert rows(p.table("generation_attention"), ["batch", "context", "window", "ms"]) == [(4, 512, 0, 0.02)]
+    write(tmp_path, "a100_sxm/gemm/trtllm/1.1.0/gemm_perf.parquet", [gemm])
+    with pytest.raises(SpecError, match=r"1.1.0/gemm_perf.parquet: not the columns this adapter reads"):
+        aic.convert("a100_sxm", "trtllm", "1.1.0", root=tmp_path)

@@ -99,6 +99,10 @@ def broken(case):
     if case == "unknown device":
         doc["device"] = "Lab GPU X1"
         return doc, r"unknown device 'Lab GPU X1' and no usable datasheet"
+    if case == "datasheet precision":
+        doc["device"], doc["datasheet"] = "Lab GPU X1", {"memory_bandwidth_bytes_per_s": 1e12,
+                                                         "peak_flops": {"fp9": 1e14}}
+        return doc, r"datasheet.peak_flops: unknown precision 'fp9'"
     if case == "format tag":
         doc["format"] = "inference-lab/profile-0"
         return doc, r"format tag is 'inference-lab/profile-0', expected 'inference-lab/profile-1'"
@@ -117,8 +121,9 @@ def broken(case):
     raise AssertionError(case)
 
 
-@pytest.mark.parametrize("case", ["ragged", "negative ms", "zero ms", "unknown device", "format tag", "missing key",
-                                  "missing column", "text in a number column", "source kind"])
+@pytest.mark.parametrize("case", ["ragged", "negative ms", "zero ms", "unknown device", "datasheet precision",
+                                  "format tag", "missing key", "missing column", "text in a number column",
+                                  "source kind"])
 def test_a_malformed_profile_is_one_spec_error_naming_the_file(tmp_path, case):
     doc, message = broken(case)
     path = write_doc(tmp_path / "bad.json", doc)
