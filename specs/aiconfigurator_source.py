@@ -3,25 +3,31 @@
 Source: the PyPI wheel `aiconfigurator-core` (Apache-2.0; pinned 0.12.0 in requirements-profiles.txt;
 https://github.com/ai-dynamo/aiconfigurator). Its files stay in the installed package and are read from there:
 `systems/data/<gpu>/<family>/<framework>/<version>/<op>_perf.parquet`, one row per measured shape, latency in ms,
-and `systems/<gpu>.yaml` (its datasheet). pandas and pyarrow are imported here only, inside the functions, so the
-project runs without them and without the package.
+`systems/<gpu>.yaml` (its datasheet, kept in the profile's provenance) and each folder's collection_meta.yaml
+(how and when it was collected). pyarrow and PyYAML are imported here only, inside the functions, so the project
+runs without them and without the package.
 
 One profile per (GPU, framework, version) that has a GEMM table, for the GPUs the project knows (`GPU_DEVICES`).
 Every other table comes from the same version, or else the newest older version that has it (the package's own
 backward-fill rule; never a newer one); `source["detail"]` lists the file behind each table.
 
+Kernels: one row per shape, its kernel named in column `kernel`. Most shapes were measured with one kernel, the one
+the framework dispatches to for that shape (vLLM's fp8_block GEMMs split between DeepGEMM, CUTLASS and FlashInfer by
+shape). Where several measured the same shape, attention keeps the framework's default kernel on that GPU generation
+when the package records one (systems/attention_lane_defaults.yaml: SGLang 0.5.14 runs triton on SM100, not the
+faster trtllm_mha it also measured), and every other case keeps the fastest.
+
 How each table maps (`_TABLES`; latency -> ms everywhere; dtypes through `_DTYPES`, bfloat16 -> bf16):
-- gemm <- gemm/gemm_perf: gemm_dtype, m, n, k. Several kernels measure some shapes (vLLM's fp8_block:
-  CUTLASS, DeepGEMM, FlashInfer); the FASTEST per shape is kept, its name in column `kernel`.
+- gemm <- gemm/gemm_perf: gemm_dtype, m, n, k.
 - context_attention <- attention/context_attention_perf: attn_dtype, kv_cache_dtype, batch_size, isl -> tokens,
-  step -> prefix (0 in every shipped table), num_heads, num_key_value_heads, head_dim, window_size; fastest kernel
-  per shape (vLLM ships FA3 and FA4 rows). Rows with beam_width != 1 are dropped.
+  step -> prefix (0 in every shipped table), num_heads, num_key_value_heads, head_dim, window_size (0 where an
+  older table has none). Rows with beam_width != 1 are dropped.
 - generation_attention <- attention/generation_attention_perf: context = isl + step. The tables store isl = 1 and
   step = 2^j - 1, so context = 2^j KV positions: the package's own table view (`sdk/engine_table_view.py`,
   `_generation_attention_data`) keys its last level by isl + step, and latency grows with it.
 - moe <- moe/moe_perf: moe_dtype, num_tokens, hidden_size, inter_size, num_experts, topk, moe_tp_size, moe_ep_size,
   distribution. Every distribution is kept ("balanced", "power_law_1.01", "power_law_1.2": the router's skew);
-  a consumer without a reason to choose reads "balanced". Fastest kernel per shape and distribution.
+  a consumer without a reason to choose reads "balanced".
 - allreduce <- comm/custom_allreduce_perf (the stack's own kernels) + comm/nccl/<v>/nccl_perf (op all_reduce; the
   NCCL version the GPU's yaml names, else the newest). message_size counts ELEMENTS, so bytes = message_size x the
   dtype's size: the package factors it as tokens x hidden elements (`sdk/perf_database.py` `_factor_message_size`),
@@ -131,10 +137,10 @@ def _dtype(s):
     return s.astype(str).str.lower().map(lambda x: _DTYPES.get(x, x))
 
 
-def _fastest(df, keys: list[str]):
-    """One row per shape: the fastest kernel's, its name in `kernel`."""
-    df = df.sort_values("ms", kind="stable")
-    return df.drop_duplicates(keys, keep="first").sort_values(keys, kind="stable")
+def _fastest(df, keys: list[str], prefer: str | None = None):
+    """One row per shape: the `prefer`red kernel's where it measured the shape, else the fastest kernel's."""
+    df = df.assign(_other=df.kernel != prefer).sort_values(["_other", "ms"], kind="stable")
+    return df.drop_duplicates(keys, keep="first").sort_values(keys, kind="stable").drop(columns="_other")
 
 
 def _gemm(df):
@@ -142,7 +148,7 @@ def _gemm(df):
     return _fastest(out, ["dtype", "m", "n", "k"])[["dtype", "m", "n", "k", "kernel", "ms"]]
 
 
-def _attention(df, generation: bool):
+def _attention(df, generation: bool, prefer: str | None = None):
     df = df[df.beam_width == 1] if "beam_width" in df else df
     out = df.assign(dtype=_dtype(df.attn_dtype), kv_dtype=_dtype(df.kv_cache_dtype), batch=df.batch_size,
                     heads=df.num_heads, kv_heads=df.num_key_value_heads,
@@ -151,7 +157,7 @@ def _attention(df, generation: bool):
     lengths = ["context"] if generation else ["tokens", "prefix"]
     out = out.assign(context=df.isl + df.step) if generation else out.assign(tokens=df.isl, prefix=df.step)
     keys = ["dtype", "kv_dtype", "batch", *lengths, "heads", "kv_heads", "head_dim", "window"]
-    return _fastest(out, keys)[keys + ["kernel", "ms"]]
+    return _fastest(out, keys, prefer)[keys + ["kernel", "ms"]]
 
 
 def _moe(df):
@@ -203,8 +209,8 @@ def _moe_a2a(df):
 # table -> (family, file, converter); the MLA tables list the kernel file first, the module file second
 _TABLES = {
     "gemm": [("gemm", "gemm_perf.parquet", _gemm)],
-    "context_attention": [("attention", "context_attention_perf.parquet", lambda d: _attention(d, False))],
-    "generation_attention": [("attention", "generation_attention_perf.parquet", lambda d: _attention(d, True))],
+    "context_attention": [("attention", "context_attention_perf.parquet", lambda d, k: _attention(d, False, k))],
+    "generation_attention": [("attention", "generation_attention_perf.parquet", lambda d, k: _attention(d, True, k))],
     "moe": [("moe", "moe_perf.parquet", _moe)],
     "mla_context": [("mla", "context_mla_perf.parquet", lambda d: _mla(d, False, "kernel")),
                     ("mla", "mla_context_module_perf.parquet", lambda d: _mla(d, False, "module"))],
@@ -244,6 +250,14 @@ def _datasheet(system: dict) -> dict:
     return {**out, "peak_flops": peaks} if peaks else out
 
 
+def _default_attention_kernel(root: Path, framework: str, version: str, system: dict) -> str | None:
+    """The attention kernel the framework runs by default on this GPU generation, where the package records one
+    (systems/attention_lane_defaults.yaml: SGLang 0.5.14 runs fa3 on SM90, triton on SM100/103); None otherwise."""
+    lanes = (_yaml(root / "systems" / "attention_lane_defaults.yaml").get(framework) or {}).get(version) or {}
+    lane = lanes.get((system.get("gpu") or {}).get("sm_version"))
+    return None if lane in (None, "default") else str(lane)
+
+
 def _nccl_file(data: Path, gpu: str, system: dict) -> Path | None:
     versions = _versions(data, gpu, "comm", "nccl", "nccl_perf.parquet")
     named = str((system.get("misc") or {}).get("nccl_version", ""))
@@ -272,13 +286,14 @@ def convert(gpu: str, framework: str, version: str, root: Path | None = None) ->
             data / gpu / "gemm" / framework / version / "gemm_perf.parquet":
         raise SpecError(f"{PACKAGE} has no GEMM table for {gpu}/{framework}/{version}")
     system = _yaml(root / "systems" / f"{gpu}.yaml")
+    lane = _default_attention_kernel(root, framework, version, system)
     tables, files, measured_on = {}, [], set()
     for table, options in _TABLES.items():
         for family, filename, conv in options:
             path = _pick(data, gpu, family, framework, filename, version)
             if path is not None:
                 df = _read(path)
-                tables[table] = _converted(conv, [df], path)
+                tables[table] = _converted(conv, [df, lane] if family == "attention" else [df], path)
                 measured_on |= set(df.device.astype(str)) if "device" in df else set()
                 files.append(path)
                 break

@@ -169,7 +169,8 @@ def tables_from_columns(tables: dict, where: str) -> dict:
             raise SpecError(f"{at} is ragged: column lengths differ ({lengths})")
         if not lengths["ms"]:
             raise SpecError(f"{at} has no rows")
-        out[name] = {c: _frozen(_column(list(v), c, at)) for c, v in cols.items()}
+        out[name] = {c: _frozen(_column(v.tolist() if isinstance(v, np.ndarray) else list(v), c, at))
+                     for c, v in cols.items()}
     if not out:
         raise SpecError(f"{where}: no table this version reads (expected some of: {', '.join(TABLE_COLUMNS)})")
     return out
@@ -239,9 +240,12 @@ def read_profile_file(path: Path) -> Profile:
 
 
 def write_profile_file(p: Profile, path: Path) -> Path:
-    """Write `p` as JSON (gzip-compressed when the name ends in .gz); returns the path."""
+    """Write `p` as JSON (gzip-compressed when the name ends in .gz); returns the path. The document is checked as
+    a reader would check it first, so a file this writes always loads."""
     path = Path(path)
-    text = json.dumps(profile_to_doc(p), separators=(",", ":"), allow_nan=False)
+    doc = profile_to_doc(p)
+    profile_from_doc(doc, f"profile {p.name!r} (not written to {path})")
+    text = json.dumps(doc, separators=(",", ":"))
     data = text.encode("utf-8")
     path.write_bytes(gzip.compress(data, mtime=0) if path.name.endswith(".gz") else data)
     return path

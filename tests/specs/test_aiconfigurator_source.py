@@ -156,3 +156,24 @@ def test_older_tables_without_a_window_are_full_attention_and_a_missing_column_i
     write(tmp_path, "a100_sxm/gemm/trtllm/1.1.0/gemm_perf.parquet", [gemm])
     with pytest.raises(SpecError, match=r"1.1.0/gemm_perf.parquet: not the columns this adapter reads"):
         aic.convert("a100_sxm", "trtllm", "1.1.0", root=tmp_path)
+
+
+def test_attention_keeps_the_framework_default_kernel_where_the_package_names_one(tmp_path):
+    """SGLang 0.5.14 runs triton attention on SM100 (systems/attention_lane_defaults.yaml), so a faster
+    trtllm_mha row of the same shape is not what it serves with; a shape only trtllm_mha measured keeps that."""
+    pytest.importorskip("yaml")
+    write(tmp_path, "b200_sxm/gemm/sglang/0.5.14/gemm_perf.parquet", [
+        {"kernel_source": "sglang_torch_linear", "gemm_dtype": "bfloat16", "m": 1, "n": 128, "k": 128,
+         "latency": 0.01}])
+    attn = {"isl": 1, "num_heads": 32, "num_key_value_heads": 8, "head_dim": 128, "beam_width": 1,
+            "attn_dtype": "bfloat16", "kv_cache_dtype": "bfloat16", "window_size": 0}
+    write(tmp_path, "b200_sxm/attention/sglang/0.5.14/generation_attention_perf.parquet", [
+        {**attn, "batch_size": 8, "step": 1023, "kernel_source": "triton", "latency": 0.040},
+        {**attn, "batch_size": 8, "step": 1023, "kernel_source": "trtllm_mha", "latency": 0.030},
+        {**attn, "batch_size": 16, "step": 1023, "kernel_source": "trtllm_mha", "latency": 0.050}])
+    (tmp_path / "systems" / "b200_sxm.yaml").write_text("gpu:\n  sm_version: 100\n")
+    (tmp_path / "systems" / "attention_lane_defaults.yaml").write_text(
+        "sglang:\n  \"0.5.14\":\n    90: fa3\n    100: triton\nvllm:\n  \"0.24.0\":\n    100: default\n")
+    p = aic.convert("b200_sxm", "sglang", "0.5.14", root=tmp_path)
+    assert rows(p.table("generation_attention"), ["batch", "context", "kernel", "ms"]) == [
+        (8, 1024, "triton", 0.040), (16, 1024, "trtllm_mha", 0.050)]
