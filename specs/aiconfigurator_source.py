@@ -4,8 +4,8 @@ Source: the PyPI wheel `aiconfigurator-core` (Apache-2.0; pinned 0.12.0 in requi
 https://github.com/ai-dynamo/aiconfigurator). Its files stay in the installed package and are read from there:
 `systems/data/<gpu>/<family>/<framework>/<version>/<op>_perf.parquet`, one row per measured shape, latency in ms,
 `systems/<gpu>.yaml` (its datasheet, kept in the profile's provenance) and each folder's collection_meta.yaml
-(how and when it was collected). pyarrow and PyYAML are imported here only, inside the functions, so the project
-runs without them and without the package.
+(how and when it was collected). pyarrow, pandas and PyYAML are imported here only, inside the functions, so the
+project runs without them and without the package.
 
 One profile per (GPU, framework, version) that has a GEMM table, for the GPUs the project knows (`GPU_DEVICES`).
 Every other table comes from the same version, or else the newest older version that has it (the package's own
