@@ -7,14 +7,15 @@ column says so. Two sources write the same format: the adapter of aiconfigurator
 
 Tables and the columns each must have (extra columns are allowed and kept, e.g. `kernel`):
 
-| table | one row is | required columns |
-|---|---|---|
-| gemm | one weight GEMM, [m, k] x [k, n] | dtype, m, n, k, ms |
-| context_attention | prefill of `batch` sequences of `tokens` new tokens after `prefix` cached ones | dtype, kv_dtype, batch, tokens, prefix, heads, kv_heads, head_dim, window, ms |
-| generation_attention | one decode step of `batch` sequences each reading `context` KV positions | dtype, kv_dtype, batch, context, heads, kv_heads, head_dim, window, ms |
-| moe | one MoE layer's grouped GEMMs over `tokens` tokens | dtype, tokens, hidden, inter, experts, topk, tp, ep, distribution, ms |
-| allreduce | one all-reduce of `bytes` bytes across `gpus` GPUs with algorithm family `kind` | dtype, bytes, gpus, kind, ms |
-| mla_context, mla_generation, moe_a2a | optional: the source's own columns (see the adapter) | ms |
+- gemm: one weight GEMM, [m, k] x [k, n]: dtype, m, n, k, ms
+- context_attention: prefill of `batch` sequences of `tokens` new tokens after `prefix` cached ones: dtype,
+  kv_dtype, batch, tokens, prefix, heads, kv_heads, head_dim, window, ms
+- generation_attention: one decode step of `batch` sequences each reading `context` KV positions: dtype, kv_dtype,
+  batch, context, heads, kv_heads, head_dim, window, ms
+- moe: one MoE layer's grouped GEMMs over `tokens` tokens: dtype, tokens, hidden, inter, experts, topk, tp, ep,
+  distribution, ms
+- allreduce: one all-reduce of `bytes` bytes across `gpus` GPUs, algorithm family `kind`: dtype, bytes, gpus, kind, ms
+- mla_context, mla_generation, moe_a2a (optional): the source's own columns (see the adapter) and ms
 
 `window` 0 means full attention. `dtype` strings are the project's precision names where one exists (bf16, fp16,
 fp32, fp8, fp4, int8) and the source's name otherwise (fp8_block, int4_wo, w4a16_mxfp4, ...).
