@@ -3,25 +3,31 @@
 Source: the PyPI wheel `aiconfigurator-core` (Apache-2.0; pinned 0.12.0 in requirements-profiles.txt;
 https://github.com/ai-dynamo/aiconfigurator). Its files stay in the installed package and are read from there:
 `systems/data/<gpu>/<family>/<framework>/<version>/<op>_perf.parquet`, one row per measured shape, latency in ms,
-and `systems/<gpu>.yaml` (its datasheet). pandas and pyarrow are imported here only, inside the functions, so the
+`systems/<gpu>.yaml` (its datasheet, kept in the profile's provenance) and each folder's collection_meta.yaml
+(how and when it was collected). pyarrow, pandas and PyYAML are imported here only, inside the functions, so the
 project runs without them and without the package.
 
 One profile per (GPU, framework, version) that has a GEMM table, for the GPUs the project knows (`GPU_DEVICES`).
 Every other table comes from the same version, or else the newest older version that has it (the package's own
 backward-fill rule; never a newer one); `source["detail"]` lists the file behind each table.
 
+Kernels: one row per shape, its kernel named in column `kernel`. Most shapes were measured with one kernel, the one
+the framework dispatches to for that shape (vLLM's fp8_block GEMMs split between DeepGEMM, CUTLASS and FlashInfer by
+shape). Where several measured the same shape, attention keeps the framework's default kernel on that GPU generation
+when the package records one (systems/attention_lane_defaults.yaml: SGLang 0.5.14 runs triton on SM100, not the
+faster trtllm_mha it also measured), and every other case keeps the fastest.
+
 How each table maps (`_TABLES`; latency -> ms everywhere; dtypes through `_DTYPES`, bfloat16 -> bf16):
-- gemm <- gemm/gemm_perf: gemm_dtype, m, n, k. Several kernels measure some shapes (vLLM's fp8_block:
-  CUTLASS, DeepGEMM, FlashInfer); the FASTEST per shape is kept, its name in column `kernel`.
+- gemm <- gemm/gemm_perf: gemm_dtype, m, n, k.
 - context_attention <- attention/context_attention_perf: attn_dtype, kv_cache_dtype, batch_size, isl -> tokens,
-  step -> prefix (0 in every shipped table), num_heads, num_key_value_heads, head_dim, window_size; fastest kernel
-  per shape (vLLM ships FA3 and FA4 rows). Rows with beam_width != 1 are dropped.
+  step -> prefix (0 in every shipped table), num_heads, num_key_value_heads, head_dim, window_size (0 where an
+  older table has none). Rows with beam_width != 1 are dropped.
 - generation_attention <- attention/generation_attention_perf: context = isl + step. The tables store isl = 1 and
   step = 2^j - 1, so context = 2^j KV positions: the package's own table view (`sdk/engine_table_view.py`,
   `_generation_attention_data`) keys its last level by isl + step, and latency grows with it.
 - moe <- moe/moe_perf: moe_dtype, num_tokens, hidden_size, inter_size, num_experts, topk, moe_tp_size, moe_ep_size,
   distribution. Every distribution is kept ("balanced", "power_law_1.01", "power_law_1.2": the router's skew);
-  a consumer without a reason to choose reads "balanced". Fastest kernel per shape and distribution.
+  a consumer without a reason to choose reads "balanced".
 - allreduce <- comm/custom_allreduce_perf (the stack's own kernels) + comm/nccl/<v>/nccl_perf (op all_reduce; the
   NCCL version the GPU's yaml names, else the newest). message_size counts ELEMENTS, so bytes = message_size x the
   dtype's size: the package factors it as tokens x hidden elements (`sdk/perf_database.py` `_factor_message_size`),
@@ -91,10 +97,16 @@ def _versions(data: Path, gpu: str, family: str, framework: str, filename: str) 
     return sorted((d.name for d in base.iterdir() if (d / filename).is_file()), key=version_key)
 
 
+def readers_installed() -> bool:
+    """Whether the libraries that read the package's files are here (its own dependencies)."""
+    return all(importlib.util.find_spec(m) is not None for m in ("pyarrow", "pandas", "yaml"))
+
+
 def shipped(root: Path | None = None) -> list[tuple[str, str, str]]:
-    """(gpu id, framework, version) of every profile the package can give for a device the project knows."""
+    """(gpu id, framework, version) of every profile the package can give for a device the project knows; none
+    when the package or the libraries that read it are missing."""
     root = root or package_dir()
-    if root is None or not (root / "systems" / "data").is_dir():
+    if root is None or not (root / "systems" / "data").is_dir() or not readers_installed():
         return []
     data = root / "systems" / "data"
     return [(gpu, fw, v) for gpu in GPU_DEVICES for fw in FRAMEWORKS
@@ -125,10 +137,10 @@ def _dtype(s):
     return s.astype(str).str.lower().map(lambda x: _DTYPES.get(x, x))
 
 
-def _fastest(df, keys: list[str]):
-    """One row per shape: the fastest kernel's, its name in `kernel`."""
-    df = df.sort_values("ms", kind="stable")
-    return df.drop_duplicates(keys, keep="first").sort_values(keys, kind="stable")
+def _fastest(df, keys: list[str], prefer: str | None = None):
+    """One row per shape: the `prefer`red kernel's where it measured the shape, else the fastest kernel's."""
+    df = df.assign(_other=df.kernel != prefer).sort_values(["_other", "ms"], kind="stable")
+    return df.drop_duplicates(keys, keep="first").sort_values(keys, kind="stable").drop(columns="_other")
 
 
 def _gemm(df):
@@ -136,15 +148,16 @@ def _gemm(df):
     return _fastest(out, ["dtype", "m", "n", "k"])[["dtype", "m", "n", "k", "kernel", "ms"]]
 
 
-def _attention(df, generation: bool):
+def _attention(df, generation: bool, prefer: str | None = None):
     df = df[df.beam_width == 1] if "beam_width" in df else df
     out = df.assign(dtype=_dtype(df.attn_dtype), kv_dtype=_dtype(df.kv_cache_dtype), batch=df.batch_size,
-                    heads=df.num_heads, kv_heads=df.num_key_value_heads, window=df.window_size,
+                    heads=df.num_heads, kv_heads=df.num_key_value_heads,
+                    window=df.window_size if "window_size" in df else 0,     # older tables: full attention only
                     kernel=df.kernel_source, ms=df.latency)
     lengths = ["context"] if generation else ["tokens", "prefix"]
     out = out.assign(context=df.isl + df.step) if generation else out.assign(tokens=df.isl, prefix=df.step)
     keys = ["dtype", "kv_dtype", "batch", *lengths, "heads", "kv_heads", "head_dim", "window"]
-    return _fastest(out, keys)[keys + ["kernel", "ms"]]
+    return _fastest(out, keys, prefer)[keys + ["kernel", "ms"]]
 
 
 def _moe(df):
@@ -196,8 +209,8 @@ def _moe_a2a(df):
 # table -> (family, file, converter); the MLA tables list the kernel file first, the module file second
 _TABLES = {
     "gemm": [("gemm", "gemm_perf.parquet", _gemm)],
-    "context_attention": [("attention", "context_attention_perf.parquet", lambda d: _attention(d, False))],
-    "generation_attention": [("attention", "generation_attention_perf.parquet", lambda d: _attention(d, True))],
+    "context_attention": [("attention", "context_attention_perf.parquet", lambda d, k: _attention(d, False, k))],
+    "generation_attention": [("attention", "generation_attention_perf.parquet", lambda d, k: _attention(d, True, k))],
     "moe": [("moe", "moe_perf.parquet", _moe)],
     "mla_context": [("mla", "context_mla_perf.parquet", lambda d: _mla(d, False, "kernel")),
                     ("mla", "mla_context_module_perf.parquet", lambda d: _mla(d, False, "module"))],
@@ -205,6 +218,14 @@ _TABLES = {
                        ("mla", "mla_generation_module_perf.parquet", lambda d: _mla(d, True, "module"))],
     "moe_a2a": [("comm", "moe_a2a_perf.parquet", _moe_a2a)],
 }
+
+
+def _converted(conv, frames: list, path: Path):
+    """conv(*frames), with a column the converter needs and the file lacks as one SpecError naming the file."""
+    try:
+        return conv(*frames)
+    except (KeyError, AttributeError) as e:
+        raise SpecError(f"{path}: not the columns this adapter reads ({e})") from None
 
 
 def _yaml(path: Path) -> dict:
@@ -229,6 +250,14 @@ def _datasheet(system: dict) -> dict:
     return {**out, "peak_flops": peaks} if peaks else out
 
 
+def _default_attention_kernel(root: Path, framework: str, version: str, system: dict) -> str | None:
+    """The attention kernel the framework runs by default on this GPU generation, where the package records one
+    (systems/attention_lane_defaults.yaml: SGLang 0.5.14 runs fa3 on SM90, triton on SM100/103); None otherwise."""
+    lanes = (_yaml(root / "systems" / "attention_lane_defaults.yaml").get(framework) or {}).get(version) or {}
+    lane = lanes.get((system.get("gpu") or {}).get("sm_version"))
+    return None if lane in (None, "default") else str(lane)
+
+
 def _nccl_file(data: Path, gpu: str, system: dict) -> Path | None:
     versions = _versions(data, gpu, "comm", "nccl", "nccl_perf.parquet")
     named = str((system.get("misc") or {}).get("nccl_version", ""))
@@ -249,26 +278,29 @@ def _meta(path: Path) -> dict:
 def convert(gpu: str, framework: str, version: str, root: Path | None = None) -> Profile:
     """The profile of one (gpu id, framework, version) the package ships, e.g. ('h200_sxm', 'vllm', '0.24.0')."""
     root = root or package_dir()
-    if root is None:
-        raise SpecError(f"{PACKAGE} is not installed: pip install -r requirements-profiles.txt")
+    if root is None or not readers_installed():
+        raise SpecError(f"{PACKAGE} and the libraries that read it (pyarrow, pandas, PyYAML) are needed: "
+                        "pip install -r requirements-profiles.txt")
     data = root / "systems" / "data"
     if _pick(data, gpu, "gemm", framework, "gemm_perf.parquet", version) != \
             data / gpu / "gemm" / framework / version / "gemm_perf.parquet":
         raise SpecError(f"{PACKAGE} has no GEMM table for {gpu}/{framework}/{version}")
     system = _yaml(root / "systems" / f"{gpu}.yaml")
+    lane = _default_attention_kernel(root, framework, version, system)
     tables, files, measured_on = {}, [], set()
     for table, options in _TABLES.items():
         for family, filename, conv in options:
             path = _pick(data, gpu, family, framework, filename, version)
             if path is not None:
                 df = _read(path)
-                tables[table], measured_on = conv(df), measured_on | set(df.device.astype(str))
+                tables[table] = _converted(conv, [df, lane] if family == "attention" else [df], path)
+                measured_on |= set(df.device.astype(str)) if "device" in df else set()
                 files.append(path)
                 break
     custom = _pick(data, gpu, "comm", framework, "custom_allreduce_perf.parquet", version)
     nccl = _nccl_file(data, gpu, system)
     if custom or nccl:
-        tables["allreduce"] = _allreduce(custom and _read(custom), nccl and _read(nccl))
+        tables["allreduce"] = _converted(_allreduce, [custom and _read(custom), nccl and _read(nccl)], custom or nccl)
         files += [p for p in (custom, nccl) if p]
     rel = [str(p.relative_to(root)) for p in files]
     pkg = package_version() or "unknown"

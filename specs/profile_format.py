@@ -7,14 +7,15 @@ column says so. Two sources write the same format: the adapter of aiconfigurator
 
 Tables and the columns each must have (extra columns are allowed and kept, e.g. `kernel`):
 
-| table | one row is | required columns |
-|---|---|---|
-| gemm | one weight GEMM, [m, k] x [k, n] | dtype, m, n, k, ms |
-| context_attention | prefill of `batch` sequences of `tokens` new tokens after `prefix` cached ones | dtype, kv_dtype, batch, tokens, prefix, heads, kv_heads, head_dim, window, ms |
-| generation_attention | one decode step of `batch` sequences each reading `context` KV positions | dtype, kv_dtype, batch, context, heads, kv_heads, head_dim, window, ms |
-| moe | one MoE layer's grouped GEMMs over `tokens` tokens | dtype, tokens, hidden, inter, experts, topk, tp, ep, distribution, ms |
-| allreduce | one all-reduce of `bytes` bytes across `gpus` GPUs with algorithm family `kind` | dtype, bytes, gpus, kind, ms |
-| mla_context, mla_generation, moe_a2a | optional: the source's own columns (see the adapter) | ms |
+- gemm: one weight GEMM, [m, k] x [k, n]: dtype, m, n, k, ms
+- context_attention: prefill of `batch` sequences of `tokens` new tokens after `prefix` cached ones: dtype,
+  kv_dtype, batch, tokens, prefix, heads, kv_heads, head_dim, window, ms
+- generation_attention: one decode step of `batch` sequences each reading `context` KV positions: dtype, kv_dtype,
+  batch, context, heads, kv_heads, head_dim, window, ms
+- moe: one MoE layer's grouped GEMMs over `tokens` tokens: dtype, tokens, hidden, inter, experts, topk, tp, ep,
+  distribution, ms
+- allreduce: one all-reduce of `bytes` bytes across `gpus` GPUs, algorithm family `kind`: dtype, bytes, gpus, kind, ms
+- mla_context, mla_generation, moe_a2a (optional): the source's own columns (see the adapter) and ms
 
 `window` 0 means full attention. `dtype` strings are the project's precision names where one exists (bf16, fp16,
 fp32, fp8, fp4, int8) and the source's name otherwise (fp8_block, int4_wo, w4a16_mxfp4, ...).
@@ -100,9 +101,12 @@ def resolve_device(device: str, datasheet: dict, where: str) -> Device:
                         "specs/devices.json knows, or add datasheet.memory_bandwidth_bytes_per_s (a positive number) "
                         "and datasheet.peak_flops {precision: FLOP/s}")
     memory = datasheet.get("memory_bytes")
+    try:
+        peaks = {precision_name(k): float(v) for k, v in peaks.items()}
+    except SpecError as e:
+        raise SpecError(f"{where}: datasheet.peak_flops: {e}") from None
     return Device(name=device, memory_bytes=float(memory) if _positive(memory) else 0.0,
-                  memory_bandwidth_bytes_per_s=float(bw),
-                  peak_flops={precision_name(k): float(v) for k, v in peaks.items()}, kind="custom",
+                  memory_bandwidth_bytes_per_s=float(bw), peak_flops=peaks, kind="custom",
                   source=f"the datasheet in profile {where}")
 
 
@@ -166,7 +170,8 @@ def tables_from_columns(tables: dict, where: str) -> dict:
             raise SpecError(f"{at} is ragged: column lengths differ ({lengths})")
         if not lengths["ms"]:
             raise SpecError(f"{at} has no rows")
-        out[name] = {c: _frozen(_column(list(v), c, at)) for c, v in cols.items()}
+        out[name] = {c: _frozen(_column(v.tolist() if isinstance(v, np.ndarray) else list(v), c, at))
+                     for c, v in cols.items()}
     if not out:
         raise SpecError(f"{where}: no table this version reads (expected some of: {', '.join(TABLE_COLUMNS)})")
     return out
@@ -236,9 +241,12 @@ def read_profile_file(path: Path) -> Profile:
 
 
 def write_profile_file(p: Profile, path: Path) -> Path:
-    """Write `p` as JSON (gzip-compressed when the name ends in .gz); returns the path."""
+    """Write `p` as JSON (gzip-compressed when the name ends in .gz); returns the path. The document is checked as
+    a reader would check it first, so a file this writes always loads."""
     path = Path(path)
-    text = json.dumps(profile_to_doc(p), separators=(",", ":"), allow_nan=False)
+    doc = profile_to_doc(p)
+    profile_from_doc(doc, f"profile {p.name!r} (not written to {path})")
+    text = json.dumps(doc, separators=(",", ":"))
     data = text.encode("utf-8")
     path.write_bytes(gzip.compress(data, mtime=0) if path.name.endswith(".gz") else data)
     return path

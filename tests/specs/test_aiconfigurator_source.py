@@ -111,9 +111,13 @@ def test_allreduce_message_sizes_are_elements_times_the_dtype_size(fake_package)
     assert p.provenance["nccl"] == "2.26.2" and p.provenance["device"] == "NVIDIA H200"
 
 
-def test_a_missing_gemm_table_is_a_spec_error(fake_package):
+def test_a_missing_gemm_table_or_reader_is_a_spec_error(fake_package, monkeypatch):
     with pytest.raises(SpecError, match="no GEMM table for h200_sxm/vllm/0.20.0"):
         aic.convert("h200_sxm", "vllm", "0.20.0", root=fake_package)
+    monkeypatch.setattr(aic, "readers_installed", lambda: False)
+    assert aic.shipped(fake_package) == []
+    with pytest.raises(SpecError, match="pip install -r requirements-profiles.txt"):
+        aic.convert("h200_sxm", "vllm", "0.24.0", root=fake_package)
 
 
 def test_the_real_h200_vllm_profile_sits_under_the_datasheet():
@@ -136,3 +140,40 @@ def test_the_real_h200_vllm_profile_sits_under_the_datasheet():
     kv_bytes = 64 * 4096 * 2 * 8 * 128 * 2            # batch x context x (K and V) x kv heads x head dim x 2 bytes
     bandwidth = kv_bytes / (a["ms"][row] * 1e-3)
     assert 0.5 * dev.memory_bandwidth_bytes_per_s < bandwidth < dev.memory_bandwidth_bytes_per_s == 4.8e12
+
+
+def test_older_tables_without_a_window_are_full_attention_and_a_missing_column_is_named(tmp_path):
+    pytest.importorskip("yaml")
+    gemm = {"kernel_source": "torch_flow", "gemm_dtype": "bfloat16", "m": 1, "n": 128, "latency": 0.01}
+    write(tmp_path, "a100_sxm/gemm/trtllm/1.0.0/gemm_perf.parquet", [{**gemm, "k": 128}])
+    write(tmp_path, "a100_sxm/attention/trtllm/1.0.0/generation_attention_perf.parquet", [
+        {"kernel_source": "torch_flow", "batch_size": 4, "isl": 1, "step": 511, "num_heads": 8,
+         "num_key_value_heads": 8, "head_dim": 64, "beam_width": 1, "attn_dtype": "bfloat16",
+         "kv_cache_dtype": "bfloat16", "latency": 0.02}])
+    p = aic.convert("a100_sxm", "trtllm", "1.0.0", root=tmp_path)
+    assert p.device == "A100 SXM 80GB"
+    assert rows(p.table("generation_attention"), ["batch", "context", "window", "ms"]) == [(4, 512, 0, 0.02)]
+    write(tmp_path, "a100_sxm/gemm/trtllm/1.1.0/gemm_perf.parquet", [gemm])
+    with pytest.raises(SpecError, match=r"1.1.0/gemm_perf.parquet: not the columns this adapter reads"):
+        aic.convert("a100_sxm", "trtllm", "1.1.0", root=tmp_path)
+
+
+def test_attention_keeps_the_framework_default_kernel_where_the_package_names_one(tmp_path):
+    """SGLang 0.5.14 runs triton attention on SM100 (systems/attention_lane_defaults.yaml), so a faster
+    trtllm_mha row of the same shape is not what it serves with; a shape only trtllm_mha measured keeps that."""
+    pytest.importorskip("yaml")
+    write(tmp_path, "b200_sxm/gemm/sglang/0.5.14/gemm_perf.parquet", [
+        {"kernel_source": "sglang_torch_linear", "gemm_dtype": "bfloat16", "m": 1, "n": 128, "k": 128,
+         "latency": 0.01}])
+    attn = {"isl": 1, "num_heads": 32, "num_key_value_heads": 8, "head_dim": 128, "beam_width": 1,
+            "attn_dtype": "bfloat16", "kv_cache_dtype": "bfloat16", "window_size": 0}
+    write(tmp_path, "b200_sxm/attention/sglang/0.5.14/generation_attention_perf.parquet", [
+        {**attn, "batch_size": 8, "step": 1023, "kernel_source": "triton", "latency": 0.040},
+        {**attn, "batch_size": 8, "step": 1023, "kernel_source": "trtllm_mha", "latency": 0.030},
+        {**attn, "batch_size": 16, "step": 1023, "kernel_source": "trtllm_mha", "latency": 0.050}])
+    (tmp_path / "systems" / "b200_sxm.yaml").write_text("gpu:\n  sm_version: 100\n")
+    (tmp_path / "systems" / "attention_lane_defaults.yaml").write_text(
+        "sglang:\n  \"0.5.14\":\n    90: fa3\n    100: triton\nvllm:\n  \"0.24.0\":\n    100: default\n")
+    p = aic.convert("b200_sxm", "sglang", "0.5.14", root=tmp_path)
+    assert rows(p.table("generation_attention"), ["batch", "context", "kernel", "ms"]) == [
+        (8, 1024, "triton", 0.040), (16, 1024, "trtllm_mha", 0.050)]

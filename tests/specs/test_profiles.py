@@ -15,7 +15,7 @@ from specs.profiles import available_profiles, load_profile, profile_for, save_p
 
 def small_profile(version="0.24.0", device="H200", name=None, datasheet=None) -> Profile:
     tables = tables_from_columns({
-        "gemm": {"dtype": ["bf16", "bf16", "fp8"], "m": [1, 8192, 1], "n": [4096] * 3, "k": [4096] * 3,
+        "gemm": {"dtype": ["bf16", "bf16", "fp8"], "m": np.array([1, 8192, 1]), "n": [4096] * 3, "k": [4096] * 3,
                  "ms": [0.0126, 0.3818, 0.0080]},
         "generation_attention": {"dtype": ["bf16"], "kv_dtype": ["fp8"], "batch": [32], "context": [4096],
                                  "heads": [64], "kv_heads": [8], "head_dim": [128], "window": [0], "ms": [0.103]},
@@ -99,6 +99,10 @@ def broken(case):
     if case == "unknown device":
         doc["device"] = "Lab GPU X1"
         return doc, r"unknown device 'Lab GPU X1' and no usable datasheet"
+    if case == "datasheet precision":
+        doc["device"], doc["datasheet"] = "Lab GPU X1", {"memory_bandwidth_bytes_per_s": 1e12,
+                                                         "peak_flops": {"fp9": 1e14}}
+        return doc, r"datasheet.peak_flops: unknown precision 'fp9'"
     if case == "format tag":
         doc["format"] = "inference-lab/profile-0"
         return doc, r"format tag is 'inference-lab/profile-0', expected 'inference-lab/profile-1'"
@@ -117,8 +121,9 @@ def broken(case):
     raise AssertionError(case)
 
 
-@pytest.mark.parametrize("case", ["ragged", "negative ms", "zero ms", "unknown device", "format tag", "missing key",
-                                  "missing column", "text in a number column", "source kind"])
+@pytest.mark.parametrize("case", ["ragged", "negative ms", "zero ms", "unknown device", "datasheet precision",
+                                  "format tag", "missing key", "missing column", "text in a number column",
+                                  "source kind"])
 def test_a_malformed_profile_is_one_spec_error_naming_the_file(tmp_path, case):
     doc, message = broken(case)
     path = write_doc(tmp_path / "bad.json", doc)
@@ -147,6 +152,11 @@ def test_nan_latency_and_truncated_files_are_spec_errors(tmp_path):
         load_profile(tmp_path / "absent.json")
     with pytest.raises(SpecError, match="must end in .json or .json.gz"):
         save_profile(small_profile(), tmp_path / "p.txt")
+    odd = small_profile()
+    odd.tables["gemm"] = {**odd.tables["gemm"], "ms": np.array([0.01, -1.0, 0.02])}
+    with pytest.raises(SpecError, match=r"not written to .*odd.json.*latency ms must be positive"):
+        save_profile(odd, tmp_path / "odd.json")
+    assert not (tmp_path / "odd.json").exists()
 
 
 def test_an_unknown_table_is_ignored_with_a_warning(tmp_path):
