@@ -12,6 +12,7 @@ fraction of the datasheet roof the measurement reached (achieved MBU for decode,
 
     python bench/bench_published.py            # prints two Markdown tables
     python bench/bench_published.py --fit    # refits the stacks' efficiencies on the FIT rows only (specs/stacks.json)
+    python bench/bench_published.py --fit-measured [STACK ...]   # refits the host work under measured kernels
 
 The second table is data-centre serving (bench/published_serving.csv: TensorRT-LLM, NVIDIA NIM and vLLM figures at
 concurrency 1-250, TP 1-8, EP 8, maximum throughput), each predicted with the default settings of the stack its
@@ -167,9 +168,23 @@ def fit() -> None:
         write_fit(key, g)
 
 
+def fit_measured() -> None:
+    """Refit each stack's host work under measured kernels on its FIT rows only (`published.fit_measured_host`)."""
+    from calculators.planning.published import fit_measured_host, load_rows, write_measured_host
+    stacks = sys.argv[2:] or sorted({r["stack"] for r in load_rows()})
+    for key in stacks:
+        g = fit_measured_host(key)
+        print(f"{key}: {len(g['rows'])} fit rows, median |error| {100 * g['median']:.1f}%, worst "
+              f"{100 * g['worst']:.1f}%, {g['host']}", flush=True)
+        write_measured_host(key, g)
+
+
 def main() -> None:
     if len(sys.argv) > 1 and sys.argv[1] == "--fit":
         fit()
+        return
+    if len(sys.argv) > 1 and sys.argv[1] == "--fit-measured":
+        fit_measured()
         return
     rows = load_rows()
     print("| device | model, settings | phase | unit | published | predicted ideal | predicted realistic | "

@@ -342,7 +342,10 @@ def plan(config: ModelConfig, devices: list[Device], workload: Workload, space: 
             profiles[d], words = resolve_profile(profile, dv, stack.key, c)
             notes.append(f"{dv.name}: priced from {words}")
     meas = measured_layouts(profiles, c, devices, di, tp, pp, ep, wdi, kdi, space.weight_dtypes, space.kv_dtypes,
-                            ctx_loaded, wl.prompt_tokens, (wl.prompt_tokens, wl.p99_prompt))
+                            ctx_loaded, wl.prompt_tokens, (wl.prompt_tokens, wl.p99_prompt), stack)
+    if meas is not None:                  # the host's work that goes with measured kernels (`host` reads these)
+        overhead = np.where(np.isnan(meas["step_overhead_ms"]), overhead, meas["step_overhead_ms"])
+        seq_over = np.where(np.isnan(meas["sequence_overhead_ms"]), seq_over, meas["sequence_overhead_ms"])
 
     # ---- decode at the batch cap and at batch 1 (tensor_parallel.decode_step_parallel, vectorised)
     expert_flops_per_token = (c.num_experts_per_tok * 2 * expert_params(c) * arch.moe_layer_count(c)

@@ -11,6 +11,8 @@ import numpy as np
 from calculators.multi_gpu.tensor_parallel import Mesh, mesh_problem
 from calculators.planning.measured_step import (MEASURED_GRID, MEASURED_LOG_GRID, attention_layers, profile_support,
                                                 step_grid_tables)
+from calculators.planning.step import measured_efficiency
+from calculators.sizing.latency import Efficiency
 from calculators.sizing.measured_ops import prefill_attention_ms
 from specs.model_config import ModelConfig, SpecError
 
@@ -29,16 +31,19 @@ def prompt_attention_ms(profile, config: ModelConfig, device, mesh: Mesh, kv_dty
 
 
 def measured_layouts(profiles: list, config: ModelConfig, devices, di, tp, pp, ep, wdi, kdi, weight_dtypes,
-                     kv_dtypes, decode_ctx: float, prompt_len: float, prompt_lens: tuple) -> dict | None:
+                     kv_dtypes, decode_ctx: float, prompt_len: float, prompt_lens: tuple, stack) -> dict | None:
     """Per candidate: whether measured kernels price it (`on`), its offset into the flat tables (`at`), the flat
-    tables of PARTS on TOKEN_GRID, and each prompt length's attention alone (`prompt_attn[P]`, per candidate).
-    None when no candidate's device has a profile or the model is not one a profile can price."""
+    tables of PARTS on MEASURED_GRID, each prompt length's attention alone (`prompt_attn[P]`), and the host's
+    work per step that goes with measured kernels (`step_overhead_ms`, `sequence_overhead_ms`:
+    `step.measured_efficiency`). None when no candidate's device has a profile or the model is not one a profile
+    can price."""
     if profile_support(config) is not None or not any(p is not None for p in profiles):
         return None
     n = len(di)
     on, at = np.zeros(n, dtype=bool), np.zeros(n, dtype=np.intp)
     flat = {k: [] for k in PARTS}
     prompt_attn = {P: np.zeros(n) for P in prompt_lens}
+    host_step, host_seq = np.full(n, np.nan), np.full(n, np.nan)
     width = len(MEASURED_GRID)
     keys = np.stack([di, tp, pp, ep, wdi, kdi], axis=1)
     uniq, inv = np.unique(keys, axis=0, return_inverse=True)
@@ -56,15 +61,19 @@ def measured_layouts(profiles: list, config: ModelConfig, devices, di, tp, pp, e
         except SpecError:                        # a format the profile has no table for: the closed form prices it
             continue
         sel = inv == u
+        eff, scale = measured_efficiency(Efficiency(), stack, prof, devices[int(d)])
         on[sel] = True
         at[sel] = len(flat["gemm"]) * width
         for key in PARTS:
-            flat[key].append(g[key])
+            flat[key].append(g[key] * scale)
         for P in prompt_lens:
-            prompt_attn[P][sel] = pa[P]
+            prompt_attn[P][sel] = pa[P] * scale
+        if stack.measured_host(devices[int(d)].vendor) is not None:
+            host_step[sel], host_seq[sel] = eff.step_overhead_ms, eff.sequence_overhead_us / 1e3
     if not on.any():
         return None
-    return dict(on=on, at=at, flat={k: np.concatenate(v) for k, v in flat.items()}, prompt_attn=prompt_attn)
+    return dict(on=on, at=at, flat={k: np.concatenate(v) for k, v in flat.items()}, prompt_attn=prompt_attn,
+                step_overhead_ms=host_step, sequence_overhead_ms=host_seq)
 
 
 def read(flat: np.ndarray, at: np.ndarray, tokens) -> np.ndarray:

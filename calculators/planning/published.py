@@ -325,3 +325,70 @@ def write_fit(key: tuple, g: dict, path: Path | None = None) -> None:
     import specs.stacks as stacks_module
     stacks_module._doc.cache_clear()
     load_stack.cache_clear()
+
+
+# ------------------------------------------------------------- the host's work under measured kernels (fit rows only)
+HOST_GRID = {"step_overhead_ms": (0.0, 0.25, 0.5, 1.0, 2.0, 4.0), "sequence_overhead_us": (0.0, 4.0, 8.0, 16.0, 32.0),
+             "borrowed_scale": (1.0, 1.25, 1.5, 1.75, 2.0, 2.5)}
+
+
+def _with_host(stack_key: str, host: dict):
+    """Set a candidate `measured_host` in the loaded stacks document (in memory; `fit_measured_host` restores it)."""
+    from specs.stacks import _doc
+    _doc()["stacks"][stack_key]["measured_host"] = host
+
+
+def fit_measured_host(stack_key: str, rows: list[dict] | None = None, sweeps: int = 2) -> dict:
+    """The host's work per step that, with each row's GPU priced from kernels measured on it (or on the nearest
+    profiled device, scaled by `borrowed_scale` per vendor), best fits the stack's FIT rows (coordinate search over
+    HOST_GRID, mean |log error|). Test rows never enter. Returns the fitted entry, its rows' ids and errors."""
+    from specs.stacks import _doc
+    rows = rows if rows is not None else load_rows()
+    part = [r for r in rows if r["split"] == "fit" and priced(r) and r["stack"] == stack_key]
+    if not part:
+        raise SpecError(f"no fit rows for {stack_key}")
+    saved = _doc()["stacks"][stack_key].get("measured_host")
+    vendors = sorted({r["vendor"] for r in part if resolve_profile("auto", load_device(r["device"]), stack_key,
+                                                                    load_preset(r["model"]))[0] is not None
+                      and resolve_profile("auto", load_device(r["device"]), stack_key,
+                                          load_preset(r["model"]))[0].device != load_device(r["device"]).name})
+    best = dict(step_overhead_ms=0.5, sequence_overhead_us=4.0, borrowed_scale={v: 1.0 for v in vendors})
+
+    def loss(h):
+        _with_host(stack_key, h)
+        return sum(abs(math.log1p(speed_error(r, predict(r, profile="auto")))) for r in part) / len(part)
+    try:
+        best_loss = loss(best)
+        for _ in range(sweeps):
+            for field, values in HOST_GRID.items():
+                targets = [(field, None)] if field != "borrowed_scale" else [(field, v) for v in vendors]
+                for f, vendor in targets:
+                    for v in values:
+                        cand = dict(best, borrowed_scale=dict(best["borrowed_scale"]))
+                        if vendor is None:
+                            cand[f] = v
+                        else:
+                            cand["borrowed_scale"][vendor] = v
+                        c_loss = loss(cand)
+                        if c_loss < best_loss - 1e-12:
+                            best, best_loss = cand, c_loss
+        _with_host(stack_key, best)
+        errs = [abs(speed_error(r, predict(r, profile="auto"))) for r in part]
+    finally:
+        _with_host(stack_key, saved)
+    return dict(host=best, rows=[row_id(r, rows) for r in part], median=statistics.median(errs), worst=max(errs))
+
+
+def write_measured_host(stack_key: str, g: dict, path: Path | None = None) -> None:
+    """Write one stack's fitted `measured_host` into specs/stacks.json with its fit rows and errors."""
+    import json
+    from specs.stacks import STACKS_FILE
+    path = path or STACKS_FILE
+    doc = json.loads(Path(path).read_text(encoding="utf-8"))
+    doc["stacks"][stack_key]["measured_host"] = dict(
+        g["host"], fitted_on=g["rows"],
+        source=(f"fitted by bench/bench_published.py --fit-measured on the {len(g['rows'])} split=fit rows of "
+                f"bench/published_serving.csv in fitted_on, each row's GPU priced from kernels measured on it "
+                f"(aiconfigurator-core 0.12.0; the nearest profiled GPU for one nothing measured, scaled by "
+                f"borrowed_scale): median |error| {100 * g['median']:.1f}%, worst {100 * g['worst']:.1f}%"))
+    Path(path).write_text(json.dumps(doc, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")

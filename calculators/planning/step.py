@@ -15,6 +15,7 @@ rooflines kept beside them (`measured_parts`); the collectives and the host's co
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 import numpy as np
 
@@ -186,6 +187,26 @@ def context_slope(passes, microbatches, kv_binds, kv_ms_per_position, attention_
     return np.where(hidden, 0.0, passes / microbatches * per)
 
 
+MEASURED_PARTS = ("gemm", "decode_attn", "prefill_attn", "lm_head", "elementwise")
+
+
+def borrowed(profile, device: Device) -> bool:
+    """Whether `profile` was measured on another device than `device` (the nearest profiled one)."""
+    return profile.device != device.name
+
+
+def measured_efficiency(efficiency: Efficiency, stack: Stack, profile, device: Device) -> tuple:
+    """With measured kernels the host's work per step is the stack's `measured_host` fit (the fitted MBU and MFU
+    are not used), and a borrowed profile's GPU time is scaled by the fit's factor for the device's vendor:
+    (efficiency, scale). The efficiency as given where the stack has no such fit."""
+    host = stack.measured_host(device.vendor)
+    if host is None:
+        return efficiency, 1.0
+    e = replace(efficiency, step_overhead_ms=host["step_overhead_ms"],
+                sequence_overhead_us=host["sequence_overhead_us"])
+    return e, host["borrowed_scale"] if borrowed(profile, device) else 1.0
+
+
 def step_cost(config: ModelConfig, device: Device, mesh: Mesh, weight_dtype: str, kv_dtype: str,
               efficiency: Efficiency, link: Link | None, stack: Stack, decode_ctx: float, prompt_len: float,
               expert_imbalance: float | None = None, profile=None):
@@ -196,8 +217,10 @@ def step_cost(config: ModelConfig, device: Device, mesh: Mesh, weight_dtype: str
     (`measured_step.step_grid_tables`); the collectives and the host's work stay as above."""
     tables = step_tables(config, mesh, link, stack, weight_dtype, expert_imbalance)
     if profile is not None:
-        tables["measured"] = step_grid_tables(profile, config, device, mesh, weight_dtype, kv_dtype, decode_ctx,
-                                              prompt_len, MEASURED_GRID)
+        grid = step_grid_tables(profile, config, device, mesh, weight_dtype, kv_dtype, decode_ctx, prompt_len,
+                                MEASURED_GRID)
+        efficiency, scale = measured_efficiency(efficiency, stack, profile, device)
+        tables["measured"] = {k: (v * scale if k in MEASURED_PARTS else v) for k, v in grid.items()}
         tables["prompt_len"] = max(1.0, float(prompt_len))
     return mixed_step(step_terms(config, device, mesh, weight_dtype, kv_dtype, efficiency, decode_ctx, prompt_len),
                       tables)
