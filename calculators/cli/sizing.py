@@ -200,18 +200,21 @@ def run_plan(args) -> dict:
                itl_ms=args.itl_ms)
     try:
         wl = Workload(args.rate, prompt, args.output_tokens, args.ttft_ms, args.itl_ms, args.prompt_p99).check()
+        profile = None if args.profile == "none" else args.profile
         res = plan(c, devices, wl, SearchSpace(), usable_fraction=args.gpu_memory_utilization,
-                   embeddings_16bit=not args.quantize_embeddings, stack=args.stack)
+                   embeddings_16bit=not args.quantize_embeddings, stack=args.stack, profile=profile)
     except SpecError as e:
         out.update(candidates=0, plans=[], no_feasible_plan=f"no feasible plan: {e}")
         return out
     out.update(candidates=res.n_candidates, plans=plan_rows(res, args.top), rejected_by_reason=res.reasons,
-               nearest_rejected=rejected_rows(res, 5), no_feasible_plan=res.no_plan_reason())
+               nearest_rejected=rejected_rows(res, 5), no_feasible_plan=res.no_plan_reason(),
+               pricing=[n for n in res.notes if "priced from" in n] or ["closed form (asked for)"])
     from calculators.planning.accuracy import band
     from calculators.sizing.roofline import compute_precision_for
     for r in out["plans"]:                # each figure with the held-out error of its regime (a rate: under_rate)
+        measured = any(n.startswith(f"{r['device']}: priced from measured") for n in out["pricing"])
         r["accuracy"] = band("under_rate", next(d.vendor for d in devices if d.name == r["device"]),
-                             compute_precision_for(r["weight_dtype"]), bool(c.num_experts))
+                             compute_precision_for(r["weight_dtype"]), bool(c.num_experts), measured=measured)
     if getattr(args, "launch", False) and out["plans"]:
         out["launch"] = launch_for_plan(out["plans"][0], args.model, (args.prompt_p99 or prompt) + args.output_tokens,
                                         args.gpu_memory_utilization)
@@ -234,6 +237,7 @@ def render_plan(out: dict) -> str:
              f"output {out['output_tokens']:,}, TTFT p99 <= {out['ttft_p99_ms']:g} ms, ITL <= {out['itl_ms']:g} ms"]
     if out["no_feasible_plan"]:
         lines.append(f"  {out['no_feasible_plan']}")
+    lines += [f"  {n}" for n in out.get("pricing", [])]
     for i, r in enumerate(out["plans"], 1):
         lines.append(f"  {i:>2}. {r['gpus']} × {r['device']} {layout_words(r)} batch<= {r['batch_cap']} "
                      f"{r['weight_dtype']}/{r['kv_dtype']} KV: ${r['usd_per_million_input_tokens']:.3f}/1M input, "

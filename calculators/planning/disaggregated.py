@@ -14,10 +14,10 @@ from __future__ import annotations
 
 import math
 
-from calculators.multi_gpu.tensor_parallel import (Mesh, check_mesh, decode_step_parallel, max_batch_per_replica,
-                                                   prefill_parallel)
+from calculators.multi_gpu.tensor_parallel import Mesh, check_mesh, max_batch_per_replica
+from calculators.planning.measured_step import resolve_profile
+from calculators.planning.request_latency import request_latency
 from calculators.sizing.kv_cache import kv_cache_bytes
-from calculators.sizing.latency import Efficiency
 from calculators.units import check_fraction, check_int, check_positive, default_kv_dtype
 from specs.devices import Device, Link, load_link
 from specs.model_config import ModelConfig, SpecError
@@ -37,8 +37,10 @@ def size_disaggregated(config: ModelConfig, prefill_device: Device, prefill_mesh
                        decode_mesh: Mesh, requests_per_s: float, prompt_tokens: int, output_tokens: int,
                        itl_target_ms: float, weight_dtype: str = "bf16", kv_dtype: str | None = None,
                        handoff_link: Link | str = "ib_ndr", max_utilisation: float = 0.8, stack=None,
-                       batch_limit: int = 1024) -> dict:
-    """GPUs of each pool, TTFT and ITL, and $ per hour, for `requests_per_s` requests of P in / O out."""
+                       batch_limit: int = 1024, profile=None) -> dict:
+    """GPUs of each pool, TTFT and ITL, and $ per hour, for `requests_per_s` requests of P in / O out. Prefill and
+    decode are the deployment's step (`request_latency`, what `latency`, `serve-at` and `plan` price the same work
+    with), from measured kernels on each pool's device where `profile` ("auto", a name or a Profile) finds them."""
     rate = check_positive("request rate (requests/s)", requests_per_s, limit=1e7)
     P, O = check_int("prompt tokens", prompt_tokens), check_int("output tokens", output_tokens)
     itl_target = check_positive("ITL target (ms)", itl_target_ms)
@@ -48,22 +50,23 @@ def size_disaggregated(config: ModelConfig, prefill_device: Device, prefill_mesh
     s = load_stack(stack) if not hasattr(stack, "key") else stack
     link = load_link(handoff_link) if isinstance(handoff_link, str) else handoff_link
 
-    pre = prefill_parallel(config, prefill_device, prefill_mesh, P, 1, weight_dtype, kd,
-                           Efficiency.for_stack(s, prefill_device, config=config), stack=s)["prefill_ms"]
+    prof_p = resolve_profile(profile, prefill_device, s.key, config)[0] if profile is not None else None
+    prof_d = resolve_profile(profile, decode_device, s.key, config)[0] if profile is not None else None
+    pre = request_latency(config, prefill_device, prefill_mesh, P, O, 1, weight_dtype, kd, s,
+                          profile=prof_p)["ttft_ms"]
     n_pre = math.ceil(rate * pre / 1e3 / rho_max)
     rho = rate * pre / 1e3 / n_pre
     wait = max(0.0, math.log(100 * rho)) * pre / (1 - rho) if rho > 0 else 0.0
     hand = kv_handoff_ms(config, P, kd, link, prefill_mesh.gpus_per_replica)
 
-    eff_d = Efficiency.for_stack(s, decode_device, config=config)
     b_mem = max_batch_per_replica(config, decode_device, decode_mesh, P + O, weight_dtype, kd, limit=batch_limit)
     if b_mem == 0:
         raise SpecError(f"{config.name} does not fit on the decode instance ({decode_mesh.gpus_per_replica} × "
                         f"{decode_device.name}) with one sequence of {P + O:,} tokens")
 
     def itl(b):
-        return decode_step_parallel(config, decode_device, decode_mesh, P + O // 2, b, weight_dtype, kd, eff_d,
-                                    stack=s)["itl_ms"]
+        return request_latency(config, decode_device, decode_mesh, P, O, b, weight_dtype, kd, s,
+                               profile=prof_d)["itl_ms"]
     if itl(1) > itl_target:
         raise SpecError(f"the decode instance cannot meet an ITL of {itl_target:g} ms even with one sequence "
                         f"({itl(1):.1f} ms): more TP or a faster device")

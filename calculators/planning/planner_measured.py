@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from calculators.multi_gpu.tensor_parallel import Mesh, mesh_problem
+from calculators.multi_gpu.tensor_parallel import Mesh, mesh_problem, stage_layers
 from calculators.planning.measured_step import (MEASURED_GRID, MEASURED_LOG_GRID, attention_layers, profile_support,
                                                 step_grid_tables)
 from calculators.planning.step import measured_efficiency
@@ -54,12 +54,13 @@ def measured_layouts(profiles: list, config: ModelConfig, devices, di, tp, pp, e
         if prof is None or mesh_problem(config, mesh) is not None:
             continue
         try:
-            g = step_grid_tables(prof, config, devices[int(d)], mesh, weight_dtypes[int(w)], kv_dtypes[int(k)],
-                                 decode_ctx, prompt_len, MEASURED_GRID)
-            pa = {P: prompt_attention_ms(prof, config, devices[int(d)], mesh, kv_dtypes[int(k)], P)
-                  for P in prompt_lens}
+            g, pa = _one_stage(prof, config, devices[int(d)], int(t), int(e), weight_dtypes[int(w)],
+                               kv_dtypes[int(k)], decode_ctx, prompt_len, prompt_lens)
         except SpecError:                        # a format the profile has no table for: the closed form prices it
             continue
+        layers = stage_layers(config, int(q)) / config.num_layers      # a pipeline stage runs its share of them
+        g = {key: (v if key == "lm_head" else v * layers) for key, v in g.items()}
+        pa = {P: v * layers for P, v in pa.items()}
         sel = inv == u
         eff, scale = measured_efficiency(Efficiency(), stack, prof, devices[int(d)])
         on[sel] = True
@@ -74,6 +75,26 @@ def measured_layouts(profiles: list, config: ModelConfig, devices, di, tp, pp, e
         return None
     return dict(on=on, at=at, flat={k: np.concatenate(v) for k, v in flat.items()}, prompt_attn=prompt_attn,
                 step_overhead_ms=host_step, sequence_overhead_ms=host_seq)
+
+
+_STAGES: dict = {}
+
+
+def _one_stage(profile, config: ModelConfig, device, tp: int, ep: int, weight_dtype: str, kv_dtype: str,
+               decode_ctx: float, prompt_len: float, prompt_lens: tuple):
+    """The measured tables of a whole model (PP 1) at TP `tp` × EP `ep`, and each prompt length's attention,
+    computed once per process for the same question (a search asks it for every PP and batch cap, and a page
+    asks the same search again)."""
+    key = (id(profile), config.name, config.num_layers, config.hidden_size, device.name, tp, ep, weight_dtype,
+           kv_dtype, round(decode_ctx, 3), round(prompt_len, 3), tuple(prompt_lens))
+    hit = _STAGES.get(key)
+    if hit is None:
+        mesh = Mesh(tp=tp, ep=ep, gpus=tp)
+        g = step_grid_tables(profile, config, device, mesh, weight_dtype, kv_dtype, decode_ctx, prompt_len,
+                             MEASURED_GRID)
+        pa = {P: prompt_attention_ms(profile, config, device, mesh, kv_dtype, P) for P in prompt_lens}
+        hit = _STAGES[key] = (profile, g, pa)
+    return hit[1], hit[2]
 
 
 def read(flat: np.ndarray, at: np.ndarray, tokens) -> np.ndarray:

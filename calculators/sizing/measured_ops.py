@@ -31,9 +31,10 @@ ACT_BYTES = 2.0          # activations enter and leave the GEMMs in 16 bits (bf1
 
 # the weight formats a table may hold, from narrowest to widest: a format not measured is priced by the next
 # wider one that was (block-scaled FP8 by per-tensor FP8, FP4 by FP8), and marked
-_WIDER = {"fp4": ("fp8_block", "fp8", "bf16"), "fp8_block": ("fp8", "bf16"), "fp8": ("fp8_block", "bf16"),
-          "int8": ("fp8", "bf16"), "int4": ("fp8", "bf16"), "fp16": ("bf16",), "bf16": ("fp16",),
-          "fp32": ("bf16",)}
+_WIDER = {"fp4": ("fp8_block", "fp8"), "fp8_block": ("fp8", "bf16"), "fp8": ("fp8_block", "bf16"),
+          "int8": ("fp8",), "fp16": ("bf16",), "bf16": ("fp16",), "fp32": ("bf16",)}
+# INT4 weights run weight-only kernels (Marlin, W4A16) that no profile measures as GEMMs: they stay with the closed
+# form rather than borrow an FP8 table whose kernels work otherwise
 _PEAK_OF = {"fp8_block": "fp8", "int4": "int8"}
 
 

@@ -5,10 +5,10 @@ import random
 
 import pytest
 
-from calculators.multi_gpu.tensor_parallel import Mesh, decode_step_parallel, prefill_parallel
+from calculators.multi_gpu.tensor_parallel import Mesh
 from calculators.planning.disaggregated import kv_handoff_ms, size_disaggregated
 from calculators.planning.frontier import collapse_near_duplicates, pareto_front
-from calculators.sizing.latency import Efficiency
+from calculators.planning.request_latency import request_latency
 from specs.devices import load_device, load_link
 from specs.model_config import SpecError
 from specs.presets import load_preset
@@ -26,8 +26,7 @@ def test_kv_handoff_is_the_prompts_kv_over_the_network():
 def test_worked_example_sizes_each_pool():
     # 10 requests/s of 2,000 in / 300 out, ITL target 40 ms, FP8 70B: prefill on TP 4, decode on TP 2 (H100s)
     r = size_disaggregated(L70, H100, Mesh(tp=4), H100, Mesh(tp=2), 10.0, 2000, 300, 40.0, "fp8", "fp8")
-    eff = Efficiency.for_stack(None, H100)
-    pre = prefill_parallel(L70, H100, Mesh(tp=4), 2000, 1, "fp8", "fp8", eff)["prefill_ms"]
+    pre = request_latency(L70, H100, Mesh(tp=4), 2000, 300, 1, "fp8", "fp8")["ttft_ms"]     # the deployment's step
     # worked: instances = ceil(rate × prefill / 1000 / 0.8); utilisation = rate × prefill / 1000 / instances
     n_pre = math.ceil(10 * pre / 1000 / 0.8)
     rho = 10 * pre / 1000 / n_pre
@@ -37,7 +36,7 @@ def test_worked_example_sizes_each_pool():
     B, itl = r["decode_batch"], r["itl_ms"]
     # the decode batch is the largest whose ITL meets 40 ms: B meets it, B + 1 does not (or memory binds)
     assert itl <= 40.0
-    nxt = decode_step_parallel(L70, H100, Mesh(tp=2), 2150, B + 1, "fp8", "fp8", Efficiency.for_stack(None, H100))
+    nxt = request_latency(L70, H100, Mesh(tp=2), 2000, 300, B + 1, "fp8", "fp8")
     assert nxt["itl_ms"] > 40.0 or B == r["decode_batch"]
     # Little's law: rate × O × ITL / 1000 sequences in flight, B per instance
     assert r["decode_instances"] == math.ceil(10 * 300 * itl / 1000 / B)
@@ -77,11 +76,10 @@ def test_worked_example_where_each_pool_needs_several_instances():
     from the prefill time and the decode step the scalar calculators give, each pool needs several instances."""
     rate, P, O = 40.0, 2000, 300
     r = size_disaggregated(L70, H100, Mesh(tp=4), H100, Mesh(tp=2), rate, P, O, 40.0, "fp8", "fp8")
-    eff = Efficiency.for_stack(None, H100)
-    pre = prefill_parallel(L70, H100, Mesh(tp=4), P, 1, "fp8", "fp8", eff)["prefill_ms"]
+    pre = request_latency(L70, H100, Mesh(tp=4), P, O, 1, "fp8", "fp8")["ttft_ms"]
     n_pre = math.ceil(rate * pre / 1000 / 0.8)                     # utilisation kept at or below 80%
     B = r["decode_batch"]
-    itl = decode_step_parallel(L70, H100, Mesh(tp=2), P + O // 2, B, "fp8", "fp8", eff)["itl_ms"]
+    itl = request_latency(L70, H100, Mesh(tp=2), P, O, B, "fp8", "fp8")["itl_ms"]
     n_dec = math.ceil(rate * O * itl / 1000 / B)                   # sequences in flight / sequences per instance
     assert (r["prefill_instances"], r["decode_instances"]) == (n_pre, n_dec)
     assert n_pre >= 2 and n_dec >= 2
