@@ -46,6 +46,9 @@ class NumpyBackend:
     def sync(self) -> None:
         pass
 
+    def release(self) -> None:
+        pass
+
     def memory_bytes(self) -> float:
         return float(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
 

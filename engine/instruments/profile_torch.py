@@ -89,6 +89,11 @@ class TorchBackend:
         if self.cuda:
             self.torch.cuda.synchronize(self.device)
 
+    def release(self) -> None:
+        """Give a measured shape's memory back (the next shape may need tens of GB in one piece)."""
+        if self.cuda:
+            self.torch.cuda.empty_cache()
+
     def memory_bytes(self) -> float:
         if self.cuda:
             return float(self.torch.cuda.mem_get_info(self.device)[0])

@@ -13,6 +13,7 @@ started. What was not measured is counted in the profile's provenance (`partial`
 from __future__ import annotations
 
 import time
+from functools import partial
 from typing import Callable
 
 from engine.instruments.profile_file import cores, host, profile_document, slug, utc_now
@@ -95,6 +96,17 @@ def plan(backend, grid: dict[str, list[tuple]], bandwidth: float, peaks: dict[st
     return out
 
 
+def time_shape(backend, make: Callable[[], Callable[[], object]], budget_s: float, clock: Clock) -> float:
+    """ms per call of the op `make()` builds; its operands are given back afterwards, measured or not."""
+    fn = None
+    try:
+        fn = make()
+        return median_seconds(fn, budget_s, clock=clock, sync=backend.sync).seconds * 1e3
+    finally:
+        del fn
+        backend.release()
+
+
 def measure_tables(backend, planned: dict[str, list], budget: Budget, *, clock: Clock = time.perf_counter,
                    progress: Progress | None = None, cap_s: float = SHAPE_CAP_S) -> dict:
     """Time every planned shape the budget allows. Returns {"rows": {table: [(*key, ms)]}, "not_measured",
@@ -120,11 +132,9 @@ def measure_tables(backend, planned: dict[str, list], budget: Budget, *, clock: 
                 continue
             ms = None
             try:
-                fn = launch[key[0]] if table == "launch" else make_op(backend, table, key)
-                timing = median_seconds(fn, shape_budget(left, len(shapes) - i, cap_s), clock=clock, sync=backend.sync)
-                ms = timing.seconds * 1e3
+                make = (lambda: launch[key[0]]) if table == "launch" else partial(make_op, backend, table, key)
+                ms = time_shape(backend, make, shape_budget(left, len(shapes) - i, cap_s), clock)
                 rows[table].append((*key, ms))
-                del fn
             except KeyboardInterrupt:
                 stopped = "interrupted"
                 not_measured[table] += 1

@@ -138,6 +138,9 @@ class FakeBackend:
     def sync(self):
         pass
 
+    def release(self):
+        pass
+
     def peaks(self, budget_s):
         self.clock.advance(budget_s)
         return 1e12, {"fp32": 1e9}
@@ -284,3 +287,15 @@ def test_the_command_line_spells_out_every_choice():
     args = _parser().parse_args(["profile", "--backend", "torch", "--budget-s", "420", "--full"])
     assert command_line(args) == "python -m engine profile --backend torch --device cuda --budget-s 420 --full"
     assert slug("CPU: AMD EPYC (2 cores)") == "cpu-amd-epyc-2-cores"
+
+
+# ============================================================================================ the GPU step script
+def test_step_grid_keeps_the_shapes_a_server_could_hold_in_memory():
+    """Llama-3-70B in FP8 on an H200 (143 GB): 70.6 GB of weights leave room for about 156k tokens of bf16 K/V
+    (320 KiB a token), so batch 16 at 4k fits and batch 64 at 4k does not; one 128k sequence does."""
+    from tools.gpu_step_profile import LLAMA_70B, step_grid
+    assert LLAMA_70B.weight_bytes(1) == pytest.approx(70.55e9, rel=1e-3)
+    assert LLAMA_70B.kv_bytes_per_token() == 327680
+    shapes = {(phase, b, ctx) for phase, b, t, ctx in step_grid(LLAMA_70B, "fp8", 143e9)}
+    assert ("decode", 16, 4096) in shapes and ("decode", 64, 4096) not in shapes
+    assert ("decode", 1, 131072) in shapes and ("prefill", 1, 32768) in shapes
