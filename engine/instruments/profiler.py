@@ -156,6 +156,11 @@ def best_rates(rows: list[tuple]) -> dict[str, float]:
     return out
 
 
+def best_bandwidth(rows: list[tuple]) -> float:
+    """The highest bytes/s any GEMM row moved (its operands come from memory: see COLD_BYTES), 0 without rows."""
+    return max((gemm_bytes(m, n, k, ELEMENT_BYTES[d]) / (ms / 1e3) for d, m, n, k, ms in rows), default=0.0)
+
+
 # ============================================================================================ the whole run
 def numpy_backend():
     from engine.instruments.profile_numpy import NumpyBackend
@@ -203,8 +208,9 @@ def run_profile(backend, *, budget_s: float = 60.0, quick: bool = True, grid: di
             dtypes = ("bf16", "fp8") if quick else ("bf16", "fp16", "fp8")
             grid = gpu_grid(quick, GPU_ATTENTION_MEMORY * backend.memory_bytes(), dtypes)
     result = measure_tables(backend, plan(backend, grid, bandwidth, peaks), budget, clock=clock, progress=progress)
-    for dtype, rate in best_rates(result["rows"]["gemm"]).items():
+    for dtype, rate in best_rates(result["rows"]["gemm"]).items():     # the peaks: the best seen anywhere
         peaks[dtype] = max(peaks.get(dtype, 0.0), rate)
+    bandwidth = max(bandwidth, best_bandwidth(result["rows"]["gemm"]))
     measured = {"memory_bandwidth_bytes_per_s": round(bandwidth), "peak_flops": {k: round(v) for k, v in peaks.items()}}
     device = backend.device_name()
     partial = result["stopped"] is not None or any(result["not_measured"].values())

@@ -14,7 +14,7 @@ from engine.instruments.profile_file import COLUMNS, FORMAT, slug, write_profile
 from engine.instruments.profile_numpy import NumpyBackend, attention_pass
 from engine.instruments.profile_timer import Budget, copies_for, cycling, median_seconds
 from engine.instruments.profile_torch import datasheet_name
-from engine.instruments.profiler import (attention_flops, best_rates, gemm_flops, measure_tables, plan,
+from engine.instruments.profiler import (attention_flops, best_bandwidth, best_rates, gemm_flops, measure_tables, plan,
                                          run_profile, shape_cost)
 from engine.model import forward, ops
 from specs.presets import load_preset
@@ -209,9 +209,10 @@ def test_prefill_flops_count_the_full_rectangle_like_the_engine():
     assert shape_cost("context_attention", ("fp32", "fp32", 1, 256, 512, 9, 3, 64, 0))[0] == theirs
 
 
-def test_best_rates_is_the_fastest_gemm_per_dtype():
-    rows = [("fp32", 1024, 1024, 1024, 20.0), ("fp32", 2048, 2048, 2048, 100.0), ("bf16", 1, 2, 3, 1.0)]
+def test_the_peaks_are_the_best_any_gemm_row_reached():
+    rows = [("fp32", 1024, 1024, 1024, 20.0), ("fp32", 2048, 2048, 2048, 100.0), ("fp32", 1, 4096, 1024, 1.0)]
     assert best_rates(rows)["fp32"] == pytest.approx(2 * 2048 ** 3 / 0.1)
+    assert best_bandwidth(rows) == pytest.approx(4 * (4096 * 1024 + 1024 + 4096) / 1e-3)    # the matvec
 
 
 # ============================================================================================ the op measured
@@ -262,7 +263,7 @@ def test_the_written_profile_has_the_exact_format(tmp_path):
                           "peak_flops", "source", "provenance", "tables"]
     assert back["format"] == FORMAT and back["name"] == "cpu-test-2c" and back["stack"] == "numpy"
     assert back["source"] == {"kind": "profiler", "version": "0.1.0", "detail": "python -m engine profile"}
-    assert back["peak_flops"]["fp32"] > 0 and back["memory_bandwidth_bytes_per_s"] == 1e12
+    assert back["peak_flops"]["fp32"] > 0 and back["memory_bandwidth_bytes_per_s"] == 1e12     # the probe's
     prov = back["provenance"]
     for key in ("device_name", "cpu_model", "driver", "libraries", "date", "host", "threads", "duration_s",
                 "partial", "not_measured"):
