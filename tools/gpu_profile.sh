@@ -2,13 +2,14 @@
 # The prepared GPU check of issue 36: profile a CUDA GPU through torch and time whole Llama-shaped steps on it,
 # in under 8 minutes, everything written under $OUT (the device tool brings $OUT back).
 #
-#   bash tools/gpu_profile.sh                 # on the GPU machine: 330 s op profile + 90 s of whole steps
+#   bash tools/gpu_profile.sh                 # on the GPU machine: 310 s op profile + 90 s of whole steps
 #   bash tools/gpu_profile.sh --dry-run       # here, on the CPU with torch installed: tiny shapes, about a minute
 #
 # PYTHON picks the interpreter (default python3: on the lent H200 machine the one that holds PyTorch).
-# Budgets: PROFILE_S (default 330) for `python -m engine profile --backend torch --device cuda --full`,
-# STEPS_S (default 90) for tools/gpu_step_profile.py; add about 30 s of start-up (torch import, CUDA init) and
-# each command's overrun past its budget (one shape at most): about 7.5 minutes in all.
+# Budgets: PROFILE_S (default 310) for `python -m engine profile --backend torch --device cuda --full`,
+# STEPS_S (default 90) for tools/gpu_step_profile.py, plus start-up (torch import, CUDA init) and each command's
+# overrun past its budget (one shape at most): about 7 minutes. Each command is sent SIGINT 20 s (15 s) past its
+# budget, which still writes what it measured (marked partial), and killed 10 s later: under 8 minutes at worst.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PYTHON=${PYTHON:-python3}
@@ -31,8 +32,8 @@ from engine.instruments.profiler import default_name, torch_backend
 print(default_name(torch_backend("cuda")))
 EOF
 )
-timeout $(( ${PROFILE_S:-330} + 60 )) "$PYTHON" -m engine profile --backend torch --device cuda --full \
-  --budget-s "${PROFILE_S:-330}" --out "$OUT/$NAME.json.gz" 2>&1 | tee "$OUT/profile.log" || true
-timeout $(( ${STEPS_S:-90} + 45 )) "$PYTHON" tools/gpu_step_profile.py --budget-s "${STEPS_S:-90}" \
+timeout -s INT -k 10 $(( ${PROFILE_S:-310} + 20 )) "$PYTHON" -m engine profile --backend torch --device cuda \
+  --full --budget-s "${PROFILE_S:-310}" --out "$OUT/$NAME.json.gz" 2>&1 | tee "$OUT/profile.log" || true
+timeout -s INT -k 10 $(( ${STEPS_S:-90} + 15 )) "$PYTHON" tools/gpu_step_profile.py --budget-s "${STEPS_S:-90}" \
   --out "$OUT/$NAME-steps.json.gz" 2>&1 | tee "$OUT/steps.log" || true
 ls -la "$OUT"

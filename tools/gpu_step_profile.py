@@ -58,7 +58,7 @@ class Shape:
 
 LLAMA_8B = Shape("llama-3.1-8b", 4096, 32, 8, 128, 14336, 128256, 32)
 LLAMA_70B = Shape("llama-3-70b", 8192, 64, 8, 128, 28672, 128256, 80)
-TINY = Shape("tiny", 256, 4, 2, 64, 512, 1024, 2)
+TINY = Shape("tiny", 256, 4, 2, 64, 512, 1024, LAYERS_TIMED)
 PLANS = {  # model: dtypes (70B in bf16 is 141 GB of weights: it does not fit one H200, so FP8 only)
     LLAMA_8B: ("bf16", "fp8"), LLAMA_70B: ("fp8",)}
 
@@ -162,14 +162,17 @@ def run(args) -> dict:
     grids = [[(s, d, g) for g in step_grid(s, d, backend.memory_bytes(), args.dry_run)]
              for s, ds in plans.items() for d in ds]
     todo = [grid[j] for j in range(max(map(len, grids))) for grid in grids if j < len(grid)]   # round robin
-    rows, errors, skipped = [], [], 0
+    rows, errors, skipped, stopped = [], [], 0, None
     for i, (shape, dtype, (phase, b, t, ctx)) in enumerate(todo):
-        if budget.left() <= 0:
+        if stopped or budget.left() <= 0:
             skipped += 1
             continue
         try:
             layer_ms, head_ms = time_step(torch, backend.device, shape, dtype, phase, b, t, ctx,
                                           min(3.0, budget.left() / (len(todo) - i)), backend.graphed)
+        except KeyboardInterrupt:                                                    # Ctrl-C, or timeout -s INT:
+            stopped, skipped = "interrupted", skipped + 1                            # keep what was measured
+            continue
         except (RuntimeError, MemoryError) as e:                                     # out of memory, a refused shape
             errors.append(f"{shape.name} {dtype} {phase} b={b} t={t} ctx={ctx}: {type(e).__name__}: {str(e)[:160]}")
             continue
@@ -182,7 +185,7 @@ def run(args) -> dict:
               f"tokens {t} context {ctx}: step {step_ms:.3f} ms", file=sys.stderr, flush=True)
     device = backend.device_name()
     provenance = {**backend.provenance(), "date": utc_now(), "host": host(), "duration_s": round(budget.elapsed(), 1),
-                  "budget_s": args.budget_s, "partial": bool(skipped), "not_measured": {"step": skipped} if skipped
+                  "budget_s": args.budget_s, "partial": bool(skipped), "stopped": stopped, "not_measured": {"step": skipped} if skipped
                   else {}, "errors": errors[:10], "layers_timed": LAYERS_TIMED,
                   "method": "LAYERS_TIMED distinct random-weight layers timed back to back, scaled by the layer "
                             "count, plus the final norm and LM head; median of >= 3 samples after a warm-up"}

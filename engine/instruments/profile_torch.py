@@ -26,8 +26,10 @@ ELEMENT_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2, "fp8": 1}
 
 
 def datasheet_name(gpu_name: str) -> str | None:
-    """The devices.json name of a GPU as CUDA names it ('NVIDIA H200' -> 'H200'), None when unknown."""
-    for candidate in (gpu_name, gpu_name.replace("NVIDIA", "").strip(), gpu_name.split()[-1] if gpu_name else ""):
+    """The devices.json name of a GPU as CUDA names it ('NVIDIA H200' -> 'H200', 'NVIDIA H100 80GB HBM3' ->
+    'H100 SXM' by its first word), None when unknown."""
+    bare = gpu_name.replace("NVIDIA", "").strip()
+    for candidate in (gpu_name, bare, bare.split()[0] if bare else ""):
         try:
             return load_device(candidate).name
         except SpecError:

@@ -240,7 +240,9 @@ def test_numpy_ops_have_the_shapes_asked_for():
 
 def test_gpu_names_map_to_datasheet_names():
     assert datasheet_name("NVIDIA H200") == "H200"
-    assert datasheet_name("NVIDIA H100 80GB HBM3") is None or datasheet_name("NVIDIA H100 80GB HBM3")
+    assert datasheet_name("NVIDIA H100 80GB HBM3") == "H100 SXM"
+    assert datasheet_name("NVIDIA H100 PCIe") == "H100 PCIe"
+    assert datasheet_name("NVIDIA A100-SXM4-80GB") == "A100 SXM 80GB"
     assert datasheet_name("Mystery Accelerator 9000") is None
 
 
