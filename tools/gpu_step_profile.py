@@ -12,8 +12,8 @@ residual, RMSNorm, fused gate/up GEMM, SiLU·up, down GEMM and residual. fp8: we
 quantised per tensor (torch._scaled_mm), K/V in bf16. Decode steps are replayed from a CUDA graph when capture
 works. Shapes whose whole-model K/V would not fit beside the weights are left out (a server could not run them).
 
-Writes an `inference-lab/profile-1` file whose one table, `step`, has columns
-model, dtype, phase, batch, tokens, context, layers, layers_timed, ms (the whole step), layer_ms, lm_head_ms.
+Writes an `inference-lab/profile-1` file whose one table, `step`, has columns model, dtype, phase, batch, tokens,
+context, layers, layers_timed, layer_ms (the timed layers), lm_head_ms, ms (the whole step).
 """
 from __future__ import annotations
 
@@ -27,12 +27,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from engine.instruments.profile_file import host, profile_document, utc_now, write_profile  # noqa: E402
+from engine.instruments.profile_file import host, profile_document, round_ms, utc_now, write_profile  # noqa: E402
 from engine.instruments.profile_timer import Budget, median_seconds  # noqa: E402
 
 LAYERS_TIMED = 4
-STEP_COLUMNS = ["model", "dtype", "phase", "batch", "tokens", "context", "layers", "layers_timed", "ms",
-                "layer_ms", "lm_head_ms"]
 MEMORY_SHARE = 0.85       # of the device memory a server would give weights + K/V
 
 
@@ -180,7 +178,8 @@ def run(args) -> dict:
             if device_kind == "cuda":
                 torch.cuda.empty_cache()
         step_ms = layer_ms * shape.layers / LAYERS_TIMED + head_ms
-        rows.append((shape.name, dtype, phase, b, t, ctx, shape.layers, LAYERS_TIMED, step_ms, layer_ms, head_ms))
+        rows.append((shape.name, dtype, phase, b, t, ctx, shape.layers, LAYERS_TIMED, round_ms(layer_ms),
+                     round_ms(head_ms), step_ms))
         print(f"[{i + 1}/{len(todo)}] {budget.elapsed():6.1f} s {shape.name} {dtype} {phase} batch {b} "
               f"tokens {t} context {ctx}: step {step_ms:.3f} ms", file=sys.stderr, flush=True)
     device = backend.device_name()
@@ -192,9 +191,7 @@ def run(args) -> dict:
     name = "dry-run-steps" if args.dry_run else f"{device.lower().replace(' ', '-')}-steps"
     doc = profile_document(name=name, device=device, stack="torch", stack_version=backend.stack_version,
                            detail="python tools/gpu_step_profile.py " + " ".join(sys.argv[1:]),
-                           provenance=provenance, tables={})
-    doc["tables"]["step"] = {"columns": STEP_COLUMNS,
-                             "rows": [[*r[:8], *(float(f"{v:.5g}") for v in r[8:])] for r in rows]}
+                           provenance=provenance, tables={"step": rows})
     return doc
 
 

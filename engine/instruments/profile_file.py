@@ -30,6 +30,8 @@ COLUMNS = {
     "allreduce": ["dtype", "bytes", "gpus", "kind", "ms"],
     "moe": ["dtype", "tokens", "hidden", "inter", "experts", "topk", "tp", "ep", "distribution", "ms"],
     "launch": ["kind", "ms"],        # the fixed cost of a tiny op (dispatch or kernel launch): a step's floor
+    "step": ["model", "dtype", "phase", "batch", "tokens", "context", "layers", "layers_timed", "layer_ms",
+             "lm_head_ms", "ms"],    # whole forward steps (tools/gpu_step_profile.py): what the ops should sum to
 }
 MS_DIGITS = 5                       # significant digits kept of each latency
 
