@@ -22,7 +22,7 @@ GPU_MODELS = ("llama-3.1-8b", "llama-3-70b")
 CPU_SQUARES = (512, 1024, 2048)
 GPU_SQUARES = (4096, 8192, 16384)
 LM_HEAD_MAX_ROWS = 256     # the LM head runs for the one position per sequence whose logits are needed
-DECODE_ROWS_MAX_BYTES = 0.1e9      # CPU: at most this many K/V bytes in one decode-attention shape
+CPU_DECODE_MAX_KV_BYTES = 0.1e9      # CPU: at most this many K/V bytes in one decode-attention shape
 
 
 def powers_of_two(first: int, last: int, between: bool = False) -> list[int]:
@@ -116,7 +116,7 @@ def cpu_grid(quick: bool) -> dict[str, list[tuple]]:
     return {
         "gemm": list(gemm_rows(("fp32",), CPU_MODELS, CPU_SQUARES[1:] if quick else CPU_SQUARES, m_values)),
         "generation_attention": list(generation_rows("fp32", heads, powers_of_two(1, 16 if quick else 64),
-                                                     contexts, DECODE_ROWS_MAX_BYTES, 4)),
+                                                     contexts, CPU_DECODE_MAX_KV_BYTES, 4)),
         "context_attention": list(context_rows("fp32", heads, [1] if quick else [1, 4], powers_of_two(16, 2048),
                                                [0, 1024] if quick else [0, 512, 2048], 4096)),
     }

@@ -6,8 +6,8 @@ a busy machine adds outliers on one side only. An operation much faster than the
 `calls` times per sample, so each sample lasts about `sample_s`. `sync` waits for a device to finish (a GPU's
 queue; nothing for NumPy); the clock is injectable, so the budget logic is tested without timing anything.
 
-`Budget` is the overall deadline: tables get shares of what is left, and an operation whose first call alone is
-predicted (by the roofline, from the measured peaks) to overrun what its table has left is not started.
+`Budget` is the overall deadline: tables get shares of what is left, and an operation whose warm-up and three
+samples are predicted (by the roofline, from the measured peaks) to overrun what its table has left is not started.
 """
 from __future__ import annotations
 

@@ -54,7 +54,7 @@ def test_cpu_quick_grid_covers_every_m_for_the_models_matrices_and_stops_the_lm_
     for key in g["generation_attention"]:
         dtype, kv_dtype, b, s, h, kv, d, window = key
         assert (dtype, kv_dtype, h, kv, d, window) == ("fp32", "fp32", 9, 3, 64, 0)
-        assert grid.kv_bytes(b, s, kv, d, 4) <= grid.DECODE_ROWS_MAX_BYTES
+        assert grid.kv_bytes(b, s, kv, d, 4) <= grid.CPU_DECODE_MAX_KV_BYTES
     assert (1, 8192) in {(k[2], k[3]) for k in g["generation_attention"]}
     assert {len(k) for k in g["context_attention"]} == {len(COLUMNS["context_attention"]) - 1}
     assert all(b * (p + t) <= 4096 for _, _, b, t, p, *_ in g["context_attention"])
