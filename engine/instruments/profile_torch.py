@@ -2,10 +2,11 @@
 
 GEMM is `F.linear(x, W)` in bf16/fp16 and, in fp8 (e4m3), `torch._scaled_mm` with per-tensor scales where the
 device runs it. Attention is `F.scaled_dot_product_attention` with grouped K/V heads (`enable_gqa`): causal for a
-prompt without prefix, the lower-right causal mask after one (chunked prefill), no mask for decode. On CUDA a
-decode shape is captured in a CUDA graph and replayed (as vLLM and SGLang run decode), when capture works; which
-way it was timed is in the profile's provenance. Operands are cycled through enough copies (COLD_BYTES, above
-the L2 of current GPUs) that each call reads them from HBM.
+prompt without prefix, the lower-right causal mask after one (chunked prefill), no mask for decode. Operands come
+in enough copies (COLD_BYTES, above the L2 of current GPUs) that each call reads them from HBM. On CUDA one call
+per copy is captured, back to back, in one CUDA graph (as vLLM and SGLang replay decode steps), so a small op is
+timed without the CPU's launch overhead; a row is the replay's time divided by its calls (`ops_per_call`). Where
+capture fails the calls run eagerly; the counts of each are in the profile's provenance (`cuda_graphs`).
 
 torch is imported when a backend is made, so the project imports this module without it.
 """
@@ -50,7 +51,7 @@ class TorchBackend:
         self.cuda = self.device.type == "cuda"
         self.stack_version = torch.__version__
         self.generator = torch.Generator(device=self.device).manual_seed(seed)
-        self.graphs = {"captured": 0, "eager": 0}
+        self.graphs = {"captured": 0, "eager": 0}     # shapes timed from a graph replay / eagerly (CUDA)
         self.fp8 = self._probe_fp8()
 
     # ------------------------------------------------------------------ where
@@ -81,7 +82,7 @@ class TorchBackend:
                 "driver": self.driver(),
                 "libraries": {"numpy": np.__version__, "blas": blas_libraries(), "torch": t.__version__,
                               "cuda": t.version.cuda, "cudnn": cudnn},
-                "threads": t.get_num_threads(), "decode_timing": dict(self.graphs),
+                "threads": t.get_num_threads(), "cuda_graphs": dict(self.graphs),
                 "fp8_gemm": "torch._scaled_mm, e4m3, per-tensor scales, bf16 out" if self.fp8 else None}
 
     def supports(self, dtype: str) -> bool:
@@ -146,7 +147,7 @@ class TorchBackend:
         x = self._rand(m, k, dtype=dtype)
         weights = [self._rand(n, k, dtype=dtype) for _ in range(copies_for(ELEMENT_BYTES[dtype] * n * k, COLD_BYTES))]
         op = self._scaled_mm if dtype == "fp8" else self.F.linear
-        return cycling([partial(op, x, w) for w in weights])
+        return self.grouped([partial(op, x, w) for w in weights])
 
     def _sdpa(self, q, k, v, tokens: int, prefix: int):
         F = self.F
@@ -164,22 +165,32 @@ class TorchBackend:
         kv_bytes = 2.0 * ELEMENT_BYTES[dtype] * batch * kv_heads * S * head_dim
         caches = [(self._rand(batch, kv_heads, S, head_dim, dtype=dtype),
                    self._rand(batch, kv_heads, S, head_dim, dtype=dtype))
-                  for _ in range(copies_for(kv_bytes, COLD_BYTES, most=8))]
+                  for _ in range(copies_for(kv_bytes, COLD_BYTES, most=32))]
         return [partial(self._sdpa, q, K, V, tokens, prefix) for K, V in caches]
 
     def context_attention(self, dtype, batch, tokens, prefix, heads, kv_heads, head_dim) -> Callable[[], object]:
-        return cycling(self._attention(dtype, batch, tokens, prefix, heads, kv_heads, head_dim))
+        return self.grouped(self._attention(dtype, batch, tokens, prefix, heads, kv_heads, head_dim))
 
     def generation_attention(self, dtype, batch, context, heads, kv_heads, head_dim) -> Callable[[], object]:
-        calls = self._attention(dtype, batch, 1, context - 1, heads, kv_heads, head_dim)
-        return cycling([self.graphed(c) for c in calls])
+        return self.grouped(self._attention(dtype, batch, 1, context - 1, heads, kv_heads, head_dim))
+
+    def grouped(self, calls: list[Callable[[], object]]) -> Callable[[], object]:
+        """On CUDA: every call once, back to back, replayed from one CUDA graph; `ops_per_call` = len(calls).
+        Elsewhere: the calls in turn, one per call (a CPU has no launch overhead to hide)."""
+        if not self.cuda:
+            return cycling(calls)
+        replay = self.graphed(lambda: [c() for c in calls])
+
+        def run() -> None:
+            replay()
+        run.ops_per_call = len(calls)
+        return run
 
     def graphed(self, fn: Callable[[], object]) -> Callable[[], object]:
         """fn captured in a CUDA graph (replay launches all its kernels at once), or fn itself where capture
         fails or there is no CUDA; counted in provenance `decode_timing`."""
         t = self.torch
         if not self.cuda:
-            self.graphs["eager"] += 1
             return fn
         try:
             stream = t.cuda.Stream(self.device)

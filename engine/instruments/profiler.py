@@ -97,11 +97,13 @@ def plan(backend, grid: dict[str, list[tuple]], bandwidth: float, peaks: dict[st
 
 
 def time_shape(backend, make: Callable[[], Callable[[], object]], budget_s: float, clock: Clock) -> float:
-    """ms per call of the op `make()` builds; its operands are given back afterwards, measured or not."""
+    """ms per op of the callable `make()` builds (a callable may run several ops: its `ops_per_call`); its operands
+    are given back afterwards, measured or not."""
     fn = None
     try:
         fn = make()
-        return median_seconds(fn, budget_s, clock=clock, sync=backend.sync).seconds * 1e3
+        seconds = median_seconds(fn, budget_s, clock=clock, sync=backend.sync).seconds
+        return seconds * 1e3 / getattr(fn, "ops_per_call", 1)
     finally:
         del fn
         backend.release()

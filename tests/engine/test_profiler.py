@@ -15,7 +15,7 @@ from engine.instruments.profile_numpy import NumpyBackend, attention_pass
 from engine.instruments.profile_timer import Budget, copies_for, cycling, median_seconds
 from engine.instruments.profile_torch import datasheet_name
 from engine.instruments.profiler import (attention_flops, best_bandwidth, best_rates, gemm_flops, measure_tables, plan,
-                                         run_profile, shape_cost)
+                                         run_profile, shape_cost, time_shape)
 from engine.model import forward, ops
 from specs.presets import load_preset
 
@@ -190,6 +190,16 @@ def test_ctrl_c_keeps_what_was_measured():
     assert out["not_measured"]["context_attention"] == 1 and not out["rows"]["context_attention"]
 
 
+def test_a_callable_running_several_ops_reports_the_time_of_one():
+    """On a GPU one graph replay runs the op once per operand copy: the row is the replay's time / its calls."""
+    clock = FakeClock()
+
+    def replay():
+        clock.advance(4 * 0.002)
+    replay.ops_per_call = 4
+    assert time_shape(FakeBackend(clock), lambda: replay, 0.1, clock) == pytest.approx(2.0)
+
+
 # ============================================================================================ FLOPs behind the rows
 def test_a_layers_products_and_attention_add_up_to_the_roofline_count():
     """SmolLM2, batch 4 decoding at context 1000: the grid's matrices at M = 4 rows plus decode attention over
@@ -252,6 +262,11 @@ def test_torch_ops_dry_run_on_cpu():
     b = TorchBackend("cpu")
     assert tuple(b.gemm("bf16", 2, 32, 16)().shape) == (2, 32)
     assert tuple(b.context_attention("bf16", 1, 4, 4, 4, 2, 8)().shape) == (1, 4, 4, 8)
+    calls = []
+    b.cuda, b.graphed = True, lambda fn: fn                      # as on CUDA, capture aside: all calls per replay
+    run = b.grouped([lambda i=i: calls.append(i) for i in range(3)])
+    run()
+    assert calls == [0, 1, 2] and run.ops_per_call == 3
 
 
 # ============================================================================================ the file
