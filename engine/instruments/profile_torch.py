@@ -209,7 +209,9 @@ class TorchBackend:
             return fn
 
     def launch(self) -> dict[str, Callable[[], object]]:
-        """A tiny elementwise op (16 numbers): what one kernel launch (or, on CPU, one dispatch) costs."""
+        """A tiny elementwise op (16 numbers): what one eager launch (on CPU, one dispatch) costs, and on CUDA what
+        one kernel costs inside a graph replay (64 of them back to back)."""
         a, b = self._rand(16), self._rand(16)
         out = self.torch.empty_like(a)
-        return {"torch_tiny_add": partial(self.torch.add, a, b, out=out)}
+        add = partial(self.torch.add, a, b, out=out)
+        return {"torch_tiny_add": add, **({"cuda_graph_tiny_add": self.grouped([add] * 64)} if self.cuda else {})}
