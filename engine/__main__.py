@@ -1,6 +1,8 @@
 """Command line: `python -m engine generate --model SOURCE --prompt TEXT --max-new-tokens N [--json]`,
 `python -m engine serve [--model SOURCE] [--port 8000]` (the OpenAI-compatible server, `server/serve_cli.py`) and
-`python -m engine export-hf OUT_DIR [--model SOURCE]` (a Hugging Face folder vLLM loads).
+`python -m engine export-hf OUT_DIR [--model SOURCE]` (a Hugging Face folder vLLM loads) and
+`python -m engine profile [--backend numpy|torch] [--device cpu|cuda] [--budget-s 60] [--out PATH]` (a device
+profile of this machine, `engine/instruments/profile_cli.py`).
 
 Streams the reply as it is generated; `--json` prints one object with token ids, text, TTFT, per-token latency
 and KV-cache bytes instead. A problem the user can fix prints one line on stderr and exits with status 2.
@@ -34,6 +36,8 @@ def _parser() -> argparse.ArgumentParser:
     e = sub.add_parser("export-hf", help="write the model as a Hugging Face folder (for vLLM, transformers)")
     e.add_argument("out_dir", help="folder to write config.json, model.safetensors and the tokenizer files into")
     e.add_argument("--model", default=None, help="the model to export (default: the bundled SmolLM2)")
+    from engine.instruments.profile_cli import add_arguments as add_profile_arguments
+    add_profile_arguments(sub.add_parser("profile", help="measure this machine op by op: a device profile"))
     return p
 
 
@@ -104,6 +108,9 @@ def main(argv: list[str] | None = None) -> int:
             return run(args)
         if args.command == "export-hf":
             return _export_hf(args)
+        if args.command == "profile":
+            from engine.instruments.profile_cli import run as profile
+            return profile(args)
         return _generate(args)
     except SpecError as e:                      # ModelError is a SpecError: a problem the user can fix
         print(f"\nerror: {e}", file=sys.stderr)

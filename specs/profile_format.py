@@ -60,6 +60,7 @@ TABLE_COLUMNS = {
     "mla_context": ("ms",),
     "mla_generation": ("ms",),
     "moe_a2a": ("ms",),
+    "launch": ("kind", "ms"),        # the profiler's floor of a tiny op (dispatch or kernel launch)
 }
 NUMBER_COLUMNS = frozenset(c for cols in TABLE_COLUMNS.values() for c in cols) - TEXT_COLUMNS
 
