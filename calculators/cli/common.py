@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import sys
 from pathlib import Path
 
@@ -96,12 +97,17 @@ def run_and_print(run, render, args, failed=lambda out: False) -> int:
     return 1 if failed(out) else 0
 
 
+PROFILE_ENV = "INFERENCE_LAB_PROFILE"
+
+
 def add_profile_arg(p: argparse.ArgumentParser) -> None:
     """--profile: which measured kernels price the step (calculators.planning.measured_step.resolve_profile)."""
-    p.add_argument("--profile", default="auto",
+    p.add_argument("--profile", default=os.environ.get(PROFILE_ENV, "auto"),
                    help="kernels measured on the device and stack that price each op of a step: 'auto' (the "
-                        "newest profile for this GPU and stack, if installed: ./dev.sh extras profiles), 'none' "
-                        "(the closed form with the stack's fitted efficiencies), or a profile name or file")
+                        "newest profile for this GPU and stack where one is installed: pip install -r "
+                        "requirements-profiles.txt; the nearest profiled GPU's for one nothing measured), 'none' "
+                        f"(the closed form with the stack's fitted efficiencies), or a profile name or file; "
+                        f"default: ${PROFILE_ENV} or auto")
 
 
 def profile_of(args, device: Device, config: ModelConfig):

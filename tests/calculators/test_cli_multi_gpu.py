@@ -14,23 +14,25 @@ def run(capsys, *argv):
 
 @pytest.mark.parametrize("command", ["memory", "floor", "latency"])
 def test_parallel_json_fields(capsys, command):
-    code, out, err = run(capsys, command, "--model", "llama-3-70b", "--gpu", "h100", "--tokens", "8192", "--batch",
-                         "32", "--weight-dtype", "fp8", "--kv-dtype", "fp8", "--gpus", "8", "--tp", "8", "--json")
+    tokens = 8000 if command == "latency" else 8192        # a request's prompt + 192 output tokens fit the window
+    code, out, err = run(capsys, command, "--model", "llama-3-70b", "--gpu", "h100", "--tokens", str(tokens),
+                         "--output-tokens", "192", "--batch", "32", "--weight-dtype", "fp8", "--kv-dtype", "fp8",
+                         "--gpus", "8", "--tp", "8", "--json")
     d = json.loads(out)
     assert code == 0 and err == ""
     for key in ("per_gpu_weight_bytes", "per_gpu_kv_bytes", "fits", "allreduce_ms_per_token", "allreduce_ms_prefill"):
         assert key in d
-    # 8 KV heads over TP 8: one head per GPU; 32 sequences × 8,192 tokens × 80 layers × 2 × 128 × 1 B
-    assert d["per_gpu_kv_bytes"] == 32 * 8192 * 80 * 2 * 128
+    # 8 KV heads over TP 8: one head per GPU; 32 sequences × `tokens` tokens × 80 layers × 2 × 128 × 1 B
+    assert d["per_gpu_kv_bytes"] == 32 * tokens * 80 * 2 * 128
     assert d["fits"] is True and d["gpus"] == 8 and d["replicas"] == 1 and d["max_batch_per_replica"] >= 32
     # 160 all-reduces of a [32, 8,192] bf16 activation = 512 KiB: vLLM (the default stack) runs its two-shot kernel
     # above 256 KiB on 8 GPUs: 2 × 4.5 µs + 2 × 7/8 × 524,288 B / 450 GB/s per direction
     two_shot = 2 * 4.5e-3 + 2 * 7 / 8 * 32 * 8192 * 2 / 450e9 * 1e3
     assert d["allreduce_ms_per_token"] == pytest.approx(160 * two_shot)
     # plain NCCL picks its ring here: alpha 6.6 + 14 × 0.6 µs, the same bytes on the wire
-    code, out, err = run(capsys, command, "--model", "llama-3-70b", "--gpu", "h100", "--tokens", "8192", "--batch",
-                         "32", "--weight-dtype", "fp8", "--kv-dtype", "fp8", "--gpus", "8", "--tp", "8", "--json",
-                         "--stack", "nccl")
+    code, out, err = run(capsys, command, "--model", "llama-3-70b", "--gpu", "h100", "--tokens", str(tokens),
+                         "--output-tokens", "192", "--batch", "32", "--weight-dtype", "fp8", "--kv-dtype", "fp8",
+                         "--gpus", "8", "--tp", "8", "--json", "--stack", "nccl")
     ring = (6.6 + 14 * 0.6) * 1e-3 + 2 * 7 / 8 * 32 * 8192 * 2 / 450e9 * 1e3
     assert json.loads(out)["allreduce_ms_per_token"] == pytest.approx(160 * ring)
 
@@ -50,7 +52,8 @@ def test_floor_per_gpu_is_the_busiest_gpus_bytes_over_bandwidth(capsys):
 
 
 def test_data_parallel_replicas_and_one_gpu_default(capsys):
-    code, out, _ = run(capsys, "latency", "--model", "tinyllama", "--gpus", "4", "--tp", "2", "--json")
+    code, out, _ = run(capsys, "latency", "--model", "tinyllama", "--gpus", "4", "--tp", "2", "--tokens", "1000",
+                       "--json")
     d = json.loads(out)
     assert code == 0 and d["replicas"] == 2 and d["tp"] == 2
     code, out, _ = run(capsys, "memory", "--model", "tinyllama", "--json")

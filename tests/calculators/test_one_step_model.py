@@ -109,3 +109,13 @@ def test_a_profile_of_an_unknown_device_or_a_truncated_file_is_one_clear_message
     code = cli(["latency", "--model", "llama-3-8b", "--gpu", "h100", "--profile", "no-such-profile"])
     err = capsys.readouterr().err
     assert code == 2 and "unknown profile 'no-such-profile'" in err
+
+
+def test_a_request_past_the_context_window_is_one_clear_message(capsys):
+    """TinyLlama's window is 2,048 tokens: a 2,048-token prompt has no room for 200 more."""
+    code = cli(["latency", "--model", "tinyllama", "--gpu", "h100", "--tokens", "2048", "--output-tokens", "200",
+                "--profile", "none"])
+    err = capsys.readouterr().err
+    assert code == 2 and "2,248 tokens exceeds TinyLlama-1.1B's context window of 2,048" in err
+    assert cli(["latency", "--model", "tinyllama", "--gpu", "h100", "--tokens", "1848", "--output-tokens", "200",
+                "--profile", "none"]) == 0
