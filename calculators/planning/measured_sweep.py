@@ -65,12 +65,18 @@ class SweepLevel:
             check_positive(k, getattr(self, k))
 
     @property
+    def in_flight(self) -> float:
+        """Requests in flight on average, by Little's law: requests/s × mean end-to-end (below c at a concurrency
+        c when the client leaves gaps between one request's end and the next one's send)."""
+        return self.output_tok_s / self.output_tokens * self.e2e_ms / 1e3
+
+    @property
     def mean_batch(self) -> int:
-        """Requests in flight: c, or requests/s × mean end-to-end for a rate (Little's law)."""
+        """The batch the step model runs at: c (each request decodes beside c − 1 others while it runs), or Little's
+        law rounded for a rate."""
         if self.mode == "concurrency":
             return max(1, min(int(self.level), self.requests))
-        req_s = self.output_tok_s / self.output_tokens
-        return max(1, round(req_s * self.e2e_ms / 1e3))
+        return max(1, round(self.in_flight))
 
 
 def level_from_summary(row: dict) -> SweepLevel:
@@ -257,7 +263,8 @@ def compare_sweep(config: ModelConfig, device: Device, levels: list[SweepLevel],
         before = predict_level(config, device, lv, weight_dtype, kv_dtype, eff, overhead_ms, server_max_batch)
         after = predict_level(config, device, lv, weight_dtype, kv_dtype, fitted, fit["overhead_ms"],
                               server_max_batch)
-        row = dict(mode=lv.mode, level=lv.level, batch=lv.mean_batch, prompt_tokens=lv.prompt_tokens,
+        row = dict(mode=lv.mode, level=lv.level, batch=lv.mean_batch, in_flight=lv.in_flight,
+                   prompt_tokens=lv.prompt_tokens,
                    output_tokens=lv.output_tokens)
         for m in METRICS:
             row[f"measured_{m}"] = getattr(lv, m)
