@@ -205,7 +205,8 @@ def knobs_to_fit(levels: list[SweepLevel]) -> tuple[tuple[str, ...], str | None]
     if len(loads) >= 2:
         return tuple(KNOB_NAMES), None
     why = ("one run" if len(levels) == 1 else f"{len(levels)} runs at one load (batch {levels[0].mean_batch}, "
-           f"{round(levels[0].prompt_tokens)} prompt tokens)") if levels else "no run"
+           f"{levels[0].in_flight:.2f} requests in flight by Little's law, {round(levels[0].prompt_tokens)} prompt "
+           "tokens)") if levels else "no run"
     return ("decode_mbu", "prefill_mfu"), (f"{why} gives two equations (mean TTFT and ITL) for three knobs: decode "
                                            "MBU and prefill MFU are fitted, the overhead per step is held at its "
                                            "default. Import runs at another concurrency or prompt length to fit it.")
