@@ -265,8 +265,7 @@ def compare_sweep(config: ModelConfig, device: Device, levels: list[SweepLevel],
         after = predict_level(config, device, lv, weight_dtype, kv_dtype, fitted, fit["overhead_ms"],
                               server_max_batch)
         row = dict(mode=lv.mode, level=lv.level, batch=lv.mean_batch, in_flight=lv.in_flight,
-                   prompt_tokens=lv.prompt_tokens,
-                   output_tokens=lv.output_tokens)
+                   prompt_tokens=lv.prompt_tokens, output_tokens=lv.output_tokens)
         for m in METRICS:
             row[f"measured_{m}"] = getattr(lv, m)
             row[f"predicted_{m}"] = before[m]
