@@ -14,7 +14,7 @@ from helpers_http import InProcessServer
 from helpers_models import tiny
 from server.worker import EngineWorker
 
-PREFILL_S = 0.25            # every forward pass sleeps this long first: prefill time a dashboard must not see
+PREFILL_S = 0.5             # every forward pass sleeps this long first: prefill time a dashboard must not see
 WAIT_S = (0.3, 0.4)         # the test holds each request this long before the step that admits it
 
 
@@ -66,5 +66,5 @@ def test_queue_time_is_the_wait_before_scheduling_not_the_ttft():
         srv.stop()
     assert len(replies) == 2
     known_wait = (admitted[0] - sent[0]) + (admitted[1] - sent[1])  # A: held 0.3 s; B: A's hold + step + 0.4 s
-    assert queue_sum == pytest.approx(known_wait, abs=0.08)
-    assert ttft_sum - queue_sum == pytest.approx(2 * PREFILL_S, abs=0.08)     # each prefill is not queueing
+    assert queue_sum == pytest.approx(known_wait, abs=0.2)
+    assert ttft_sum - queue_sum == pytest.approx(2 * PREFILL_S, abs=0.2)     # each prefill is not queueing
