@@ -2,7 +2,9 @@
 `python -m engine serve [--model SOURCE] [--port 8000]` (the OpenAI-compatible server, `server/serve_cli.py`) and
 `python -m engine export-hf OUT_DIR [--model SOURCE]` (a Hugging Face folder vLLM loads) and
 `python -m engine profile [--backend numpy|torch] [--device cpu|cuda] [--budget-s 60] [--out PATH]` (a device
-profile of this machine, `engine/instruments/profile_cli.py`).
+profile of this machine, `engine/instruments/profile_cli.py`) and
+`python -m engine export-tokenizer OUT_DIR [--model SOURCE]` (the same folder without the weights: the tokenizer a
+load tester such as guidellm, `vllm bench serve` or AIPerf loads offline).
 
 Streams the reply as it is generated; `--json` prints one object with token ids, text, TTFT, per-token latency
 and KV-cache bytes instead. A problem the user can fix prints one line on stderr and exits with status 2.
@@ -38,15 +40,23 @@ def _parser() -> argparse.ArgumentParser:
     e.add_argument("--model", default=None, help="the model to export (default: the bundled SmolLM2)")
     from engine.instruments.profile_cli import add_arguments as add_profile_arguments
     add_profile_arguments(sub.add_parser("profile", help="measure this machine op by op: a device profile"))
+    t = sub.add_parser("export-tokenizer", help="write the model's tokenizer (and config.json, no weights) as a "
+                       "Hugging Face folder, for a load tester's --tokenizer")
+    t.add_argument("out_dir", help="folder to write config.json and the tokenizer files into")
+    t.add_argument("--model", default=None, help="the model whose tokenizer to export (default: the bundled SmolLM2)")
     return p
 
 
 def _export_hf(args) -> int:
     from engine import load_model
-    from engine.load.hf_export import export_hf
+    from engine.load.hf_export import export_hf, export_tokenizer
     model = load_model(args.model)
-    out = export_hf(model, args.out_dir)
-    print(f"wrote {model.name} (float32) to {out}")
+    if args.command == "export-tokenizer":
+        out = export_tokenizer(model, args.out_dir)
+        print(f"wrote {model.name}'s tokenizer (no weights) to {out}")
+    else:
+        out = export_hf(model, args.out_dir)
+        print(f"wrote {model.name} (float32) to {out}")
     return 0
 
 
@@ -106,7 +116,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "serve":
             from server.serve_cli import run
             return run(args)
-        if args.command == "export-hf":
+        if args.command in ("export-hf", "export-tokenizer"):
             return _export_hf(args)
         if args.command == "profile":
             from engine.instruments.profile_cli import run as profile

@@ -180,8 +180,14 @@ class TokenStream:
         self.served.metrics.request_finished(
             reason=FINISH.get(self.finish_reason or "", "abort"), prompt_tokens=len(self.prompt_ids),
             generated=len(self.token_ids), e2e_s=end - self.arrived,
-            queue_s=(self.first_token_at or end) - self.arrived,
+            queue_s=self._queue_s(end),
             prefix_hit_tokens=int(self.handle.request.prefix_cached_tokens) if self.handle is not None else 0)
+
+    def _queue_s(self, end: float) -> float:
+        """vLLM's queue time: from arrival to the moment the scheduler first admits the request (not its first
+        token: the prefill after admission is not waiting). A request that never ran waited until it ended."""
+        scheduled = self.handle.request.scheduled_at if self.handle is not None else self.arrived
+        return max(0.0, (end if scheduled is None else scheduled) - self.arrived)
 
     def logprob(self, k: int) -> tuple[float, tuple]:
         """(log p, top alternatives) of generated token k (the worker recorded them before handing it out)."""

@@ -92,7 +92,8 @@ def runs_table(runs: list[tuple[str, LoadTestRecord]]) -> pd.DataFrame:
     """One row per run: what ran it and at what load."""
     return pd.DataFrame([{"run": f"run {i}", "file": label, "tool": TOOL_NAMES[r.tool], "version": r.tool_version or "",
                           "load": load_words(r.mode, r.level) if r.mode else "not in the file",
-                          "completed": r.completed, "prompt tokens (mean)": r.mean_prompt_tokens,
+                          "completed": r.completed, "in flight (Little's law)": r.mean_batch,
+                          "prompt tokens (mean)": r.mean_prompt_tokens,
                           "output tokens (mean)": r.mean_output_tokens} for i, (label, r) in enumerate(runs, 1)])
 
 
@@ -149,7 +150,9 @@ def definitions() -> None:
     """This app's metric definitions (`metric_definitions.METRIC_DEFINITIONS`), every import normalised to them."""
     st.markdown("Every figure above is in this app's definitions (what `python -m server.loadgen` measures): " +
                 "; ".join(f"**{DEFINITION_NAMES[k]}** = {v}" for k, v in METRIC_DEFINITIONS.items()) + ". "
-                "Percentiles p50/p90/p99 interpolate linearly; an empty cell is a figure the file does not carry. "
+                "Percentiles p50/p90/p99 are each tool's own (guidellm's the nearest rank, recomputed as guidellm does; "
+                "vLLM's a linear interpolation): the figures the tool printed. An empty cell is a figure the file "
+                "does not carry. "
                 "How each tool's own figures were converted:")
 
 

@@ -19,10 +19,14 @@ What each tool writes and how it maps (read in each tool's code, versions named;
   --use-server-token-count. The CSV has no load level.
 - guidellm (benchmarks JSON): `time_per_output_token_ms` = (last token − request start)/output tokens, first
   token IN (not our TPOT); `inter_token_latency_ms` = (last − first token)/(output − 1), a per-request mean
-  weighted by output − 1 (our TPOT when lengths are equal); throughputs are rate distributions over time. Our
-  figures are recomputed from the per-request timings the report keeps (request_start, first/last token
-  iteration, token counts); ITL percentiles are not recoverable (no per-chunk times), its mean is
-  Σ(last − first)/Σ(iterations − 1), the mean gap.
+  weighted by output − 1 (our TPOT when lengths are equal); throughputs are rate distributions over time.
+  TTFT, TPOT (= its ITL) and E2E (request end − request start) are recomputed from the per-request timings the
+  report keeps by guidellm's own statistics (`guidellm_stats_ms`: a weighted mean, percentiles the nearest rank
+  on the cumulative weights), so they are what guidellm printed; throughputs are ours (first send -> last end).
+  ITL percentiles are not recoverable (no per-chunk times), its mean is Σ(last − first)/Σ(iterations − 1).
+
+Percentiles are each tool's own: vLLM's (np.percentile, linear interpolation: vllm/benchmarks/serve.py), SGLang's
+and AIPerf's are copied as the file writes them; guidellm's (the nearest rank) are recomputed as above.
 
 Bad input (not JSON/CSV, a truncated file, a file from another tool, a run that completed nothing) raises one
 SpecError naming what was expected.
@@ -34,6 +38,8 @@ import io
 import json
 import math
 from dataclasses import dataclass, field
+
+import numpy as np
 
 from calculators.planning.calibration import Measurement
 from calculators.planning.measured_sweep import SweepLevel
@@ -262,20 +268,29 @@ def _guidellm_benchmark(b: dict, version: str | None) -> LoadTestRecord:
         out = _num((r.get("output_metrics") or {}).get("total_tokens")) or _num(t.get("token_iterations"))
         if None in (start, first, last, out):
             continue
+        end = _num(t.get("request_end"))
         rows.append((start, first, last, out, _num((r.get("input_metrics") or {}).get("total_tokens")) or 0.0,
-                     _num(t.get("token_iterations")) or out))
+                     _num(t.get("token_iterations")) or out, last if end is None else end))
     if not rows:
         raise SpecError("the guidellm report keeps no completed request with its timings (was the run empty, or "
                         "saved with a request sample size of 0?)")
-    sent, first, last, out, prompt, iters = (list(x) for x in zip(*rows))
+    sent, first, last, out, prompt, iters, end = (list(x) for x in zip(*rows))
     s = summarise_requests(sent, first, last, out, prompt)
     m = {k: s[k] for k in METRIC_KEYS}
     gaps = sum(i - 1 for i in iters if i > 1)
     m["itl_mean_ms"] = sum(b_ - a for a, b_, i in zip(first, last, iters) if i > 1) / gaps * 1e3 if gaps else None
+    tpot = [((b_ - a) / (n - 1), n - 1) for a, b_, n in zip(first, last, out) if n > 1]
+    for name, values, weights in (("ttft", [f - s_ for s_, f in zip(sent, first)], None),
+                                  ("tpot", [v for v, _ in tpot], [w for _, w in tpot]),
+                                  ("e2e", [e - s_ for s_, e in zip(sent, end)], None)):
+        for k, v in guidellm_stats_ms(values, weights).items():
+            m[f"{name}_{k}_ms"] = v
     totals = ((((b.get("metrics") or {}).get("request_totals")) or {}))
-    notes = ["recomputed from the per-request timings in the report in our definitions; guidellm's own "
-             "'TPOT' counts the first token in and its 'ITL' is our TPOT",
-             "ITL percentiles are not in a guidellm report (no per-chunk times); the ITL mean is the mean chunk gap"]
+    notes = ["TTFT, TPOT and E2E as guidellm computes and prints them (its 'ITL' is our TPOT, weighted by output − "
+             "1 tokens; E2E to the request's end; percentiles the nearest rank on the cumulative weights, not "
+             "NumPy's interpolation); guidellm's own 'TPOT' counts the first token in and is not used",
+             "ITL percentiles are not in a guidellm report (no per-chunk times); the ITL mean is the mean chunk gap; "
+             "throughputs are ours (over first send -> last end)"]
     if isinstance(totals, dict) and _num(totals.get("successful")) not in (None, float(len(rows))):
         notes.append(f"the report keeps {len(rows)} of {int(_num(totals.get('successful')))} completed requests "
                      "(sampled): figures are from those")
@@ -283,6 +298,26 @@ def _guidellm_benchmark(b: dict, version: str | None) -> LoadTestRecord:
     return LoadTestRecord(tool="guidellm", tool_version=version, mode=mode, level=level, completed=n,
                           mean_prompt_tokens=sum(prompt) / n, mean_output_tokens=sum(out) / n, metrics=m,
                           notes=tuple(notes))
+
+
+def guidellm_stats_ms(values_s, weights=None) -> dict:
+    """{'mean', 'p50', 'p90', 'p99'} in ms by guidellm's definition (guidellm 0.8.1, schemas/base/statistics.py
+    DistributionSummary.from_values and Percentiles.from_pdf): values sorted, equal values merged, weights
+    normalised to probabilities; the mean is weighted; percentile q is the first value whose cumulative
+    probability (a float cumulative sum, as guidellm's) reaches q: a nearest rank, never an interpolation."""
+    v = np.asarray(values_s, dtype=float) * 1e3
+    w = np.ones_like(v) if weights is None else np.asarray(weights, dtype=float)
+    keep = w > 0
+    if not keep.any():
+        return dict(mean=None, **{f"p{q}": None for q in PERCENTILES})
+    vals, inverse = np.unique(v[keep], return_inverse=True)
+    wsum = np.zeros_like(vals)
+    np.add.at(wsum, inverse, w[keep])
+    prob = wsum / wsum.sum()
+    cdf = np.cumsum(prob)
+    pick = {f"p{q}": float(vals[min(int(np.searchsorted(cdf, q / 100, side="left")), len(vals) - 1)])
+            for q in PERCENTILES}
+    return dict(mean=float(np.sum(vals * prob)), **pick)
 
 
 def _guidellm(d: dict) -> list[LoadTestRecord]:
@@ -295,23 +330,33 @@ def _guidellm(d: dict) -> list[LoadTestRecord]:
 
 # ------------------------------------------------------------------------------------------------- entry
 def _parse_json_documents(text: str) -> list:
-    """One JSON document, or JSON lines (SGLang appends one line per run); Infinity/NaN as Python reads them."""
+    """One JSON document, or JSON lines (SGLang appends one line per run); Infinity/NaN as Python reads them. A
+    file is read as JSON lines only when its first line is a whole document on its own (a pretty-printed file cut
+    short is one broken document, not a broken line 1)."""
     s = text.strip()
     try:
         return [json.loads(s)]
     except json.JSONDecodeError as whole:
         lines = [ln for ln in s.splitlines() if ln.strip()]
-        if len(lines) > 1:
+        if len(lines) > 1 and _is_json(lines[0]):
             docs = []
             for i, ln in enumerate(lines, 1):
                 try:
                     docs.append(json.loads(ln))
                 except json.JSONDecodeError as e:
-                    raise SpecError(f"line {i} of the JSON lines file is not valid JSON ({e.msg}): is the file "
-                                    "truncated?") from None
+                    raise SpecError(f"line {i} of the JSON lines file is not valid JSON ({e.msg}, column "
+                                    f"{e.colno}): is the file truncated?") from None
             return docs
-        raise SpecError(f"not valid JSON ({whole.msg} at line {whole.lineno}, column {whole.colno}): is the file "
+        raise SpecError(f"not valid JSON ({whole.msg}: line {whole.lineno}, column {whole.colno}): is the file "
                         "truncated?") from None
+
+
+def _is_json(line: str) -> bool:
+    try:
+        json.loads(line)
+    except json.JSONDecodeError:
+        return False
+    return True
 
 
 def detect_tool(doc) -> str:

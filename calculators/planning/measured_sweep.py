@@ -65,12 +65,18 @@ class SweepLevel:
             check_positive(k, getattr(self, k))
 
     @property
+    def in_flight(self) -> float:
+        """Requests in flight on average, by Little's law: requests/s × mean end-to-end (below c at a concurrency
+        c when the client leaves gaps between one request's end and the next one's send)."""
+        return self.output_tok_s / self.output_tokens * self.e2e_ms / 1e3
+
+    @property
     def mean_batch(self) -> int:
-        """Requests in flight: c, or requests/s × mean end-to-end for a rate (Little's law)."""
+        """The batch the step model runs at: c (each request decodes beside c − 1 others while it runs), or Little's
+        law rounded for a rate."""
         if self.mode == "concurrency":
             return max(1, min(int(self.level), self.requests))
-        req_s = self.output_tok_s / self.output_tokens
-        return max(1, round(req_s * self.e2e_ms / 1e3))
+        return max(1, round(self.in_flight))
 
 
 def level_from_summary(row: dict) -> SweepLevel:
@@ -199,7 +205,8 @@ def knobs_to_fit(levels: list[SweepLevel]) -> tuple[tuple[str, ...], str | None]
     if len(loads) >= 2:
         return tuple(KNOB_NAMES), None
     why = ("one run" if len(levels) == 1 else f"{len(levels)} runs at one load (batch {levels[0].mean_batch}, "
-           f"{round(levels[0].prompt_tokens)} prompt tokens)") if levels else "no run"
+           f"{levels[0].in_flight:.2f} requests in flight by Little's law, {round(levels[0].prompt_tokens)} prompt "
+           "tokens)") if levels else "no run"
     return ("decode_mbu", "prefill_mfu"), (f"{why} gives two equations (mean TTFT and ITL) for three knobs: decode "
                                            "MBU and prefill MFU are fitted, the overhead per step is held at its "
                                            "default. Import runs at another concurrency or prompt length to fit it.")
@@ -257,8 +264,8 @@ def compare_sweep(config: ModelConfig, device: Device, levels: list[SweepLevel],
         before = predict_level(config, device, lv, weight_dtype, kv_dtype, eff, overhead_ms, server_max_batch)
         after = predict_level(config, device, lv, weight_dtype, kv_dtype, fitted, fit["overhead_ms"],
                               server_max_batch)
-        row = dict(mode=lv.mode, level=lv.level, batch=lv.mean_batch, prompt_tokens=lv.prompt_tokens,
-                   output_tokens=lv.output_tokens)
+        row = dict(mode=lv.mode, level=lv.level, batch=lv.mean_batch, in_flight=lv.in_flight,
+                   prompt_tokens=lv.prompt_tokens, output_tokens=lv.output_tokens)
         for m in METRICS:
             row[f"measured_{m}"] = getattr(lv, m)
             row[f"predicted_{m}"] = before[m]

@@ -16,7 +16,7 @@ from specs.model_config import SpecError
 from specs.stacks import Stack
 
 if TYPE_CHECKING:
-    from calculators.planning.planner import Workload
+    from calculators.planning.plan_workload import Workload
 
 REFINED_LEVELS = 3        # GPU counts per device whose plans get the full steady state (the ranks a reader sees)
 

@@ -50,7 +50,17 @@ def step_tables(config: ModelConfig, mesh: Mesh, link: Link | None, stack: Stack
     imb = [expert_imbalance_for(c, mesh, t, expert_imbalance) for t in g]
     extra = np.array([_expert_flops_extra(c, mesh, t, i) * share for t, i in zip(g, imb)])
     comm = np.array([_comm_per_stage_ms(c, mesh, int(math.ceil(t)), link, stack, i) for t, i in zip(g, imb)])
-    return dict(ratio=ratio, extra=extra, comm=comm)
+    return dict(ratio=ratio, extra=extra, comm=comm, p2p=p2p_ms(c, mesh, link, g))
+
+
+def p2p_ms(config: ModelConfig, mesh: Mesh, link: Link | None, tokens) -> np.ndarray:
+    """A pipeline's sends between its stages for a microbatch of `tokens`: (pp − 1) × (the link's alpha + the
+    [tokens, D] 16-bit activation over its bandwidth), in ms; 0 without pipeline parallelism."""
+    t = np.asarray(tokens, dtype=float)
+    if mesh.pp == 1 or link is None:
+        return np.zeros_like(t)
+    return (mesh.pp - 1) * (link.alpha_base_s + link.alpha_per_hop_s + t * config.hidden_size * 2.0 /
+                            link.bytes_per_s) * 1e3
 
 
 def step_terms(config: ModelConfig, device: Device, mesh: Mesh, weight_dtype: str, kv_dtype: str,
@@ -138,7 +148,8 @@ def mixed_step(terms: dict, tables: dict):
                     memory_ms=mem_w + mem_kv, compute_ms=comp_w + comp_a, comm_ms=comm,
                     fixed_ms=fixed * np.ones_like(rows),
                     sequences_ms=per_seq, gpu_ms=gpu, overlap_host=np.asarray(t["overlap_host"]) > 0, microbatches=m,
-                    passes=passes, step_ms=passes * stage, **measured)
+                    passes=passes, p2p_ms=on_grid(tb["p2p"], tok) if "p2p" in tb else 0.0,
+                    step_ms=passes * stage + (on_grid(tb["p2p"], tok) if "p2p" in tb else 0.0), **measured)
 
     def step(n, p):
         return parts(n, p)["step_ms"]

@@ -121,7 +121,7 @@ def wide_ep_candidates(config: ModelConfig, devices, wl, space, stack, eff_tab, 
         """One vectorised step over the candidates `idx` (the last axis of n and p runs over them)."""
         gs = [groups[i] for i in group_of[idx]]
         return mixed_step({k: np.array([x["terms"][k] for x in gs], dtype=float) for k in gs[0]["terms"]},
-                          {k: np.stack([x["tables"][k] for x in gs]) for k in ("ratio", "extra", "comm")})
+                          {k: np.stack([x["tables"][k] for x in gs]) for k in ("ratio", "extra", "comm", "p2p")})
     figures = {k: np.full(n, np.inf) for k in ("itl_ms", "decode_memory_ms", "decode_compute_ms", "decode_comm_ms",
                                                "prefill_ms", "prefill_p99_ms", "itl_one")}
     for d in range(len(devices)):                # each candidate's step alone: decode at the cap and at 1, prefill

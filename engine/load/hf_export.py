@@ -58,20 +58,28 @@ def tokenizer_config_dict(tokenizer, context: int) -> dict:
     return cfg
 
 
-def export_hf(model, out_dir: str | Path) -> Path:
-    """Write `model` as a float32 Hugging Face folder in `out_dir` (created; files of the same names replaced).
-    A server that wants bfloat16 casts at load (vLLM: `--dtype bfloat16`)."""
+def export_tokenizer(model, out_dir: str | Path) -> Path:
+    """Write every file of the Hugging Face folder but the weights (config.json, tokenizer.json,
+    tokenizer_config.json, generation_config.json; about 3.5 MB for SmolLM2): what a load tester (guidellm,
+    `vllm bench serve`, AIPerf) loads with AutoTokenizer to count tokens, offline, against the engine server."""
     if model.tokenizer is None:
         raise ModelError(f"{model.name} has no tokenizer; a Hugging Face folder needs tokenizer.json")
     out = Path(out_dir).expanduser()
     out.mkdir(parents=True, exist_ok=True)
     tok = model.tokenizer
     (out / "config.json").write_text(json.dumps(hf_config_dict(model), indent=2) + "\n", encoding="utf-8")
-    write_safetensors(out / "model.safetensors", model.to_hf_tensors())
     tok.backend.save(str(out / "tokenizer.json"))
     tcfg = tokenizer_config_dict(tok, model.config.max_position_embeddings)
     (out / "tokenizer_config.json").write_text(json.dumps(tcfg, indent=2) + "\n", encoding="utf-8")
     eos = list(tok.eos_token_ids) or list(model.config.eos_token_ids)
     gen = {"bos_token_id": tok.bos_token_id, "eos_token_id": eos[0] if len(eos) == 1 else eos}
     (out / "generation_config.json").write_text(json.dumps(gen, indent=2) + "\n", encoding="utf-8")
+    return out
+
+
+def export_hf(model, out_dir: str | Path) -> Path:
+    """Write `model` as a float32 Hugging Face folder in `out_dir` (created; files of the same names replaced).
+    A server that wants bfloat16 casts at load (vLLM: `--dtype bfloat16`)."""
+    out = export_tokenizer(model, out_dir)
+    write_safetensors(out / "model.safetensors", model.to_hf_tensors())
     return out

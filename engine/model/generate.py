@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Iterator, Sequence
+from typing import Iterator, Sequence
 
 import numpy as np
 
@@ -11,11 +11,9 @@ from engine.model.hooks import Hooks
 from engine.model.kv_cache import KVCache
 from engine.model.sampling import check_sampling, sample
 from engine.model.stopping import check_max_new_tokens, eos_ids, finish_reason
-from engine.model.token_loop import check_controls, run_tokens
+from engine.model.token_loop import LoopModel, check_controls, run_tokens
 from engine.model.trace import Trace
 
-if TYPE_CHECKING:
-    from engine.model.model import Model
 
 
 @dataclass
@@ -29,7 +27,7 @@ class Generated:
     finish_reason: str | None = None   # "eos" | "length" | "context" on the last token
 
 
-def generate(model: "Model", prompt: str | Sequence[int], max_new_tokens: int = 64, temperature: float = 0.0,
+def generate(model: LoopModel, prompt: str | Sequence[int], max_new_tokens: int = 64, temperature: float = 0.0,
              top_k: int = 0, top_p: float = 1.0, seed: int | None = None, stop_at_eos: bool = True,
              chunk_size: int | None = None, hooks: Hooks | None = None, trace: Trace | None = None,
              stop=None, on_progress=None) -> Iterator[Generated]:
@@ -59,7 +57,7 @@ def generate(model: "Model", prompt: str | Sequence[int], max_new_tokens: int = 
                       kv_cache_bytes=s.cache.bytes_used(), finish_reason=s.finish_reason) for s in steps)
 
 
-def generate_batch(model: "Model", prompts: Sequence[Sequence[int]], max_new_tokens: int = 16,
+def generate_batch(model: LoopModel, prompts: Sequence[Sequence[int]], max_new_tokens: int = 16,
                    temperature: float = 0.0, top_k: int = 0, top_p: float = 1.0,
                    seed: int | Sequence[int] | None = None, stop_at_eos: bool = True,
                    with_finish_reasons: bool = False):

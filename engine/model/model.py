@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Callable, Iterator, Mapping, Sequence
+from typing import Callable, Iterator, Mapping, Sequence
 
 import numpy as np
 
@@ -17,13 +17,11 @@ from engine import threads as blas_threads
 from engine.model import ops
 from engine.errors import ModelError
 from engine.model.forward import Pass, block, embed, lm_head
+from engine.model.generate import Generated, generate
 from engine.model.hooks import Hooks
 from engine.model.kv_cache import KVCache
 from engine.model.trace import Trace
 from specs.model_config import ModelConfig
-
-if TYPE_CHECKING:
-    from engine.model.generate import Generated
 
 Progress = Callable[[float, str], None]
 
@@ -386,7 +384,6 @@ class Model:
                  chunk_size: int | None = None, hooks: Hooks | None = None, trace: Trace | None = None,
                  stop=None, on_progress=None) -> Iterator[Generated]:
         """Stream tokens one by one (see `engine.model.generate.generate`)."""
-        from engine.model.generate import generate
         return generate(self, prompt, max_new_tokens=max_new_tokens, temperature=temperature, top_k=top_k,
                         top_p=top_p, seed=seed, stop_at_eos=stop_at_eos, chunk_size=chunk_size, hooks=hooks,
                         trace=trace, stop=stop, on_progress=on_progress)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Callable, Iterator, Sequence
+from typing import Any, Callable, Iterator, Protocol, Sequence
 
 import numpy as np
 
@@ -19,9 +19,24 @@ from engine.model.kv_cache import KVCache
 from engine.model.sampling import sample_with_prob
 from engine.model.stopping import FinishReason, eos_ids, finish_reason
 from engine.model.trace import Trace
+from specs.model_config import ModelConfig
 
-if TYPE_CHECKING:
-    from engine.model.model import Model
+
+class LoopModel(Protocol):
+    """What the generation loops use of a model (`engine.model.model.Model` is one): its config, tokenizer (or
+    None), a forward pass over a cache, and prompt checks. A protocol, so that the loops need not import the Model
+    class, whose `generate` method calls them."""
+    config: ModelConfig
+    tokenizer: Any
+
+    def forward(self, tokens: np.ndarray, cache: KVCache, n_valid: Sequence[int] | None = None,
+                all_logits: bool = False, trace: Trace | None = None, hooks: Hooks | None = None) -> np.ndarray: ...
+
+    def new_cache(self, batch: int = 1, capacity: int | None = None, window_extra: int = 0) -> KVCache: ...
+
+    def encode_prompt(self, prompt: str | Sequence[int]) -> list[int]: ...
+
+    def check_prompt(self, ids: Sequence[int]) -> None: ...
 
 Progress = Callable[[int, int, str], None]          # on_progress(done_tokens, total_tokens, phase)
 HooksFor = Callable[[str, bool], "Hooks | None"]    # hooks_for(phase, last_prefill_chunk) -> hooks of one pass
@@ -49,7 +64,7 @@ def check_controls(stop, on_progress, chunk_size) -> None:
         raise ModelError(f"chunk_size must be a whole number ≥ 1 (or None for one chunk), got {chunk_size!r}")
 
 
-def run_tokens(model: "Model", ids: Sequence[int], max_new: int, temperature: float, top_k: int, top_p: float,
+def run_tokens(model: LoopModel, ids: Sequence[int], max_new: int, temperature: float, top_k: int, top_p: float,
                seed: int | None, stop_at_eos: bool = True, chunk_size: int | None = None,
                trace: Trace | None = None, hooks_for: HooksFor | None = None, stop=None,
                on_progress: Progress | None = None,

@@ -246,6 +246,8 @@ class Scheduler:
                 break
             self.waiting.pop(0)
             req.status = Status.PREFILL
+            if req.scheduled_at is None:             # a preempted request re-admitted keeps its first wait
+                req.scheduled_at = time.perf_counter()
             self.running.append(req)
             admitted.append(req.request_id)
         return admitted

@@ -37,6 +37,7 @@ class Request:
     prefix_cached_tokens: int = 0     # prompt tokens served from the prefix cache (not recomputed)
     preemptions: int = 0
     submitted_at: float = field(default_factory=time.perf_counter)
+    scheduled_at: float | None = None  # first admitted into the batch: the end of its wait (vLLM's queue time)
     first_token_at: float | None = None
     finished_at: float | None = None
     itl_s: list[float] = field(default_factory=list)

@@ -61,6 +61,22 @@ def test_pareto_front_equals_brute_force_dominance():
     assert front == brute
 
 
+def test_a_plan_that_ties_on_one_axis_and_is_worse_on_the_other_is_dropped():
+    """Ties are common (plans priced per whole GPU share a cost; a latency floor is shared): a plan as cheap as
+    another but slower, or as fast but dearer, is dominated. Named cases, then a grid of small integers (every
+    value tied many times, no two plans equal on both) against the brute-force dominance loop."""
+    pts = [dict(cost=2.0, ttft=100.0), dict(cost=2.0, ttft=150.0),        # same cost, slower: dropped
+           dict(cost=3.0, ttft=100.0),                                     # same latency, dearer: dropped
+           dict(cost=1.0, ttft=300.0)]
+    assert pareto_front(pts, "ttft", "cost") == [pts[0], pts[3]]
+    rng = random.Random(2)
+    grid = list({(rng.randint(1, 6), rng.randint(1, 6)) for _ in range(60)})
+    pts = [dict(cost=float(c), ttft=float(t)) for c, t in grid]
+    front = pareto_front(pts, "ttft", "cost")
+    brute = sorted((p for p in pts if not _dominated(p, pts, "ttft", "cost")), key=lambda p: p["ttft"])
+    assert front == brute
+
+
 def test_near_duplicates_collapse_to_the_smallest_deployment():
     pts = [dict(cost=1.000, ttft=100.0, device="H100", gpus=8, batch_cap=64),
            dict(cost=1.005, ttft=100.5, device="H100", gpus=4, batch_cap=64),

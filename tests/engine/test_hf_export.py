@@ -48,3 +48,20 @@ def test_a_model_without_a_tokenizer_is_refused(tmp_path):
     model = load_model(tmp_path / "m.gguf")
     with pytest.raises(ModelError, match="tokenizer"):
         export_hf(model, tmp_path / "x")
+
+
+def test_export_tokenizer_writes_the_folder_without_weights(tmp_path, default_model, capsys):
+    """`python -m engine export-tokenizer`: what a load tester loads with AutoTokenizer offline (guidellm,
+    `vllm bench serve`, AIPerf), a few MB instead of the 538 MB float32 folder; the same ids and chat template."""
+    from engine.__main__ import main
+    from engine.load.tokenizer import Tokenizer
+    assert main(["export-tokenizer", str(tmp_path / "tok")]) == 0
+    folder = tmp_path / "tok"
+    names = sorted(p.name for p in folder.iterdir())
+    assert names == ["config.json", "generation_config.json", "tokenizer.json", "tokenizer_config.json"]
+    assert sum(p.stat().st_size for p in folder.iterdir()) < 5e6
+    back = Tokenizer.from_hf_folder(folder)
+    text = "Once upon a time, 12 foxes"
+    assert back.encode(text) == default_model.tokenizer.encode(text)
+    assert back.apply_chat_template(MESSAGES) == default_model.tokenizer.apply_chat_template(MESSAGES)
+    assert "no weights" in capsys.readouterr().out
