@@ -41,6 +41,9 @@ def test_every_fitted_efficiency_names_only_fit_rows():
         for e in st.get("efficiency_by", []):
             assert e["fitted_on"], e["when"]
             named += e["fitted_on"]
+        if "measured_host" in st:                    # the host's work under measured kernels: fit rows too
+            assert st["measured_host"]["fitted_on"]
+            named += st["measured_host"]["fitted_on"]
     assert named
     for i in named:
         assert ROWS[i - 1]["split"] == "fit", f"row {i} is a test row"
