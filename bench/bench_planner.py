@@ -55,6 +55,27 @@ def main() -> None:
           f"(${res.ranked(1)[0]['usd_per_million_tokens']:.3f} per 1M tokens)" if len(res.feasible_order) else
           res.no_plan_reason())
 
+    measured(model, devices, wl, min(times))
+
+
+def measured(model, devices, wl, closed_best: float) -> None:
+    """The same search with every candidate on a profiled GPU priced from measured kernels (aiconfigurator-core,
+    when installed): the first call loads the profiles (once per process), the next are timed like the above."""
+    from specs.aiconfigurator_source import package_dir, readers_installed
+    if package_dir() is None or not readers_installed():
+        print("measured kernels: aiconfigurator-core is not installed (pip install -r requirements-profiles.txt)")
+        return
+    t = time.perf_counter()
+    plan(model, devices, wl, profile="auto")
+    first = time.perf_counter() - t
+    times = []
+    for _ in range(5):
+        t = time.perf_counter()
+        res = plan(model, devices, wl, profile="auto")
+        times.append(time.perf_counter() - t)
+    print(f"measured kernels: first call {first:.1f} s (loads {len(devices)} profiles), then {min(times) * 1e3:.1f} ms "
+          f"(best of 5) = {min(times) / closed_best:.2f}x the closed form; {len(res.feasible_order):,} feasible")
+
 
 if __name__ == "__main__":
     main()
