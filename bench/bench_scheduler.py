@@ -4,6 +4,7 @@
     python bench/bench_scheduler.py --quick    # a small random shape, for a smoke run
     python bench/bench_scheduler.py --json out.json --threads 1    # numbers to a file; one BLAS thread
     python bench/bench_scheduler.py --batching-only    # [1] and [1b] only: the streams' gain and its ceiling
+    python bench/bench_scheduler.py --batching-only --streams 1,8,16 --prompt-tokens 256    # longer contexts
 
 1. Continuous batching: 1/2/4/8/16/32 concurrent greedy streams through `engine.Scheduler`, each count decoding
    side by side with one stream (`paired_streams_run`: steps taken in turn, each pair met the same moment of the
@@ -44,13 +45,13 @@ TARGET_STREAMS = (8, 16)   # where the scheduler's gain should reach TARGET_SHAR
 TARGET_SHARE = 0.9
 
 
-def bench_streams(model: Model, streams: list[int], new_tokens: int, rounds: int) -> list[dict]:
+def bench_streams(model: Model, streams: list[int], new_tokens: int, rounds: int, prompt_len: int = 8) -> list[dict]:
     """`batching_run`: every stream count in every round, each ratio from runs made side by side (median and range
     over rounds)."""
     alone = list(model.generate(random_prompts(model, 1, 8)[0], max_new_tokens=new_tokens, stop_at_eos=False))
     print(f"  model.generate, 1 stream (no scheduler): decode {1 / np.mean([t.seconds for t in alone[1:]]):7.1f} "
           "tok/s", flush=True)
-    rows = batching_run(model, streams, prompt_len=8, new_tokens=new_tokens, rounds=rounds)
+    rows = batching_run(model, streams, prompt_len=prompt_len, new_tokens=new_tokens, rounds=rounds)
     for r in rows:
         print(f"  {r['streams']:>3} streams: decode {r['decode_tokens_per_s']:7.1f} tok/s  (step "
               f"{r['decode_step_ms']:7.1f} ms)  x{r['gain']:5.2f} vs 1 stream (rounds {r['gain_min']:.2f}-"
@@ -118,6 +119,8 @@ def main() -> None:
                     help="BLAS threads: a number, or auto (default: engine.threads sizes them to the free cores)")
     ap.add_argument("--rounds", type=int, default=5, help="interleaved rounds of the stream sweep (median reported)")
     ap.add_argument("--batching-only", action="store_true", help="only [1] and [1b]: the streams and the ceiling")
+    ap.add_argument("--streams", help="stream counts of [1], comma-separated, starting at 1 (default 1,2,4,8,16,32)")
+    ap.add_argument("--prompt-tokens", type=int, default=8, help="prompt tokens of each stream in [1] (default 8)")
     args = ap.parse_args()
     if args.threads != "auto":
         if not args.threads.isdigit() or int(args.threads) < 1:
@@ -134,7 +137,9 @@ def main() -> None:
     print(f"{model.name}; {os.cpu_count()} cores; load average {os.getloadavg()[0]:.1f} (shared machine: noisy)")
     out = {"model": model.name, "load_average_start": os.getloadavg()[0]}
     print("\n[1] continuous batching, greedy streams")
-    out["streams"] = bench_streams(model, streams, new_tokens, args.rounds)
+    if args.streams:
+        streams = [int(n) for n in args.streams.split(",")]
+    out["streams"] = bench_streams(model, streams, new_tokens, args.rounds, args.prompt_tokens)
     if args.batching_only:
         streams_done(out, args.json)
         return

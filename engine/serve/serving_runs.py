@@ -65,21 +65,34 @@ def _sweep(model: Model, mats: list, inputs: list, forms: list) -> list[float]:
     return times
 
 
-def plain_products_run(model: Model, rows: int, pairs: int = 3) -> dict:
+def _inputs(mats: list, rows: int) -> list[np.ndarray]:
+    rng = np.random.default_rng(rows)
+    return [rng.standard_normal((rows, m.shape[1]), dtype=np.float32) for m in mats]
+
+
+def fastest_forms(model: Model, rows: int) -> list:
+    """Per matrix of `weight_matrices`, its faster form of `_product_forms` at `rows` rows (each form swept twice,
+    the second sweep timed)."""
+    mats = weight_matrices(model)
+    candidates = _product_forms(rows)
+    if len(candidates) == 1:
+        return list(candidates) * len(mats)
+    x = _inputs(mats, rows)
+    timed = [[_sweep(model, mats, x, [f] * len(mats)) for _ in range(2)][1] for f in candidates]
+    return [candidates[int(np.argmin(t))] for t in zip(*timed)]
+
+
+def plain_products_run(model: Model, rows: int, pairs: int = 3, forms: list | None = None) -> dict:
     """One decode step's weight products and nothing else, in plain NumPy (not the engine's own `ops`, so no
     choice of the engine moves it), for `rows` rows against one row: what a step would cost with no attention, no
-    scheduler and no per-sequence work. Each matrix of `weight_matrices` takes its faster form of
-    `_product_forms` (timed once each after a warm-up); then `pairs` sweeps of one row and of `rows` rows, side by
-    side in alternating order, each pair giving
+    scheduler and no per-sequence work. Each matrix of `weight_matrices` takes its faster form (`forms`, from
+    `fastest_forms` unless given); then `pairs` sweeps of one row and of `rows` rows, side by side in alternating
+    order, each pair giving
         ceiling = rows · t(1) / t(rows),
     the most batching can gain on this machine's BLAS (median over pairs, with its range)."""
     mats = weight_matrices(model)
-    rng = np.random.default_rng(rows)
-    inputs = {n: [rng.standard_normal((n, m.shape[1]), dtype=np.float32) for m in mats] for n in {1, rows}}
-    candidates = _product_forms(rows)
-    timed = [[_sweep(model, mats, inputs[rows], [f] * len(mats)) for _ in range(2)][1] for f in candidates]
-    forms = {1: list(_product_forms(1)) * len(mats),
-             rows: [candidates[int(np.argmin(t))] for t in zip(*timed)]}           # per matrix: the faster form
+    inputs = {n: _inputs(mats, n) for n in {1, rows}}
+    forms = {1: fastest_forms(model, 1), rows: forms or fastest_forms(model, rows)}
     seconds: dict[int, list[float]] = {1: [], rows: []}
     for k in range(pairs):
         for n in ((1, rows) if k % 2 == 0 else (rows, 1)):
@@ -159,11 +172,12 @@ def batching_run(model: Model, counts: Sequence[int], prompt_len: int = 8, new_t
     if not counts or counts[0] != 1:
         raise ModelError("the stream counts must start at 1 (every gain is measured against one stream)")
     runs: dict[int, list[tuple[dict, dict]]] = {n: [] for n in counts[1:]}
+    forms = {n: fastest_forms(model, n) for n in counts[1:]}
     ones = []
     for _ in range(rounds or BATCHING_ROUNDS):
         for n in counts[1:]:
             runs[n].append((paired_streams_run(model, n, prompt_len=prompt_len, new_tokens=new_tokens),
-                            plain_products_run(model, n)))
+                            plain_products_run(model, n, forms=forms[n])))
         if len(counts) == 1:
             ones.append(streams_run(model, 1, prompt_len=prompt_len, new_tokens=new_tokens))
     ones += [dict(decode_tokens_per_s=pair["one_tokens_per_s"], decode_step_ms=pair["one_step_ms"])

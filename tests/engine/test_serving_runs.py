@@ -105,8 +105,9 @@ def test_batching_run_reports_the_median_of_each_rounds_ratios(monkeypatch):
     gains, ceilings = [1.5, 1.8, 0.6], [2.0, 1.8, 1.0]
     monkeypatch.setattr(sr, "paired_streams_run", lambda model, n, **kw: dict(
         gain=gains.pop(0), decode_tokens_per_s=20.0, decode_step_ms=100.0, one_tokens_per_s=10.0, one_step_ms=100.0))
-    monkeypatch.setattr(sr, "plain_products_run", lambda model, n: dict(
+    monkeypatch.setattr(sr, "plain_products_run", lambda model, n, forms: dict(
         ceiling=ceilings.pop(0), products_ms=20.0, one_row_ms=10.0))
+    monkeypatch.setattr(sr, "fastest_forms", lambda model, n: [])
     monkeypatch.setattr(sr, "weight_matrices", lambda model: [np.zeros((10, 10))])
     rows = sr.batching_run(None, [1, 2], rounds=3)
     assert rows[1]["gain"] == 1.5 and (rows[1]["gain_min"], rows[1]["gain_max"]) == (0.6, 1.8)
