@@ -64,8 +64,9 @@ def bench_streams(model: Model, streams: list[int], new_tokens: int, rounds: int
               f"{r['share_min']:.0%}-{r['share_max']:.0%})", flush=True)
     for r in rows:
         if r["streams"] in TARGET_STREAMS:
+            verdict = "PASS" if r["share"] >= TARGET_SHARE else "FAIL"
             print(f"  {r['streams']} streams: gain x{r['gain']:.2f} of a ceiling x{r['ceiling']:.2f} = "
-                  f"{r['share']:.0%} (target >= {TARGET_SHARE:.0%}: {'PASS' if r['share'] >= TARGET_SHARE else 'FAIL'})")
+                  f"{r['share']:.0%} (target >= {TARGET_SHARE:.0%}: {verdict})")
     return rows
 
 

@@ -157,8 +157,8 @@ def measured(model, slot) -> None:
                    line=dict(color="#54a24b", dash="dash")),
     ])
     bits = next(model.weight_matrices()).dtype.itemsize * 8                      # the engine's weights: fp32
-    fig.update_layout(title=f"{model.config.name} (fp{bits}): gain from batching on this machine", xaxis_title="streams",
-                      yaxis_title="× one stream", height=420, xaxis=dict(type="category"))
+    fig.update_layout(title=f"{model.config.name} (fp{bits}): gain from batching on this machine",
+                      xaxis_title="streams", yaxis_title="× one stream", height=420, xaxis=dict(type="category"))
     st.plotly_chart(chart_style(fig))
     st.markdown(measured_words(rows, notice is not None))
     df_with_download(df, "batching_measured", show={

@@ -226,8 +226,9 @@ def test_pool_bytes_formula_matches_the_arrays_the_cache_allocates():
 
 def test_the_mirror_reads_exactly_what_a_gather_reads(model, monkeypatch):
     """Rows that continue keep their gathered K/V between passes (the mirror); every read equals a fresh gather of
-    the pool, bit for bit (every slot a row holds), through running out of room (MIRROR_ROOM 3: a new gather every few tokens), block
-    boundaries, ragged rows, a rebind in another order (a new gather) and rows sharing a table (no mirror)."""
+    the pool, bit for bit in every slot a row holds, through running out of room (MIRROR_ROOM 3: a new gather every
+    few tokens), block boundaries, ragged rows, a rebind in another order (a new gather) and rows sharing a table
+    (no mirror)."""
     import engine.serve.paged_cache as pc
     monkeypatch.setattr(pc, "MIRROR_ROOM", 3)
     cache = paged(model, num_blocks=64, block_size=4, batch=2)

@@ -7,7 +7,6 @@ import re
 from pathlib import Path
 
 from helpers_apptest import chart_specs, errors, page_text, run_script
-from ui.batching_claims import measured_words, theory_words  # noqa: F401  (the page's sentences come from here)
 
 ROOT = Path(__file__).resolve().parents[2]
 PAGE = str(ROOT / "pages" / "31_Batching.py")
