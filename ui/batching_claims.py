@@ -119,7 +119,7 @@ def measured_words(rows: list[dict], busy: bool) -> str:
     if last["share"] >= NEAR_CEILING:
         out += (f"The weight products alone, in plain NumPy, allow {ceiling} at {n} rows on this machine, and the "
                 f"scheduler reached **{last['share']:.0%}** of that: "
-                + ("all this CPU allows. " if last["share"] >= 1 else "nearly all this CPU allows. "))
+                + ("as much as this CPU's products allow. " if last["share"] >= 1 else "nearly all this CPU allows. "))
     else:
         out += (f"The weight products alone, in plain NumPy, allow {ceiling} at {n} rows, and the scheduler "
                 f"reached only **{last['share']:.0%}** of that: "
