@@ -2,7 +2,8 @@
 and the engine's measured tokens/s for 1, 2, 4, ... streams decoding together.
 
 Numbers: `calculators.serving.batching` (batch_curve, kv_critical_batch, compute_critical_batch, explain_*),
-`engine.serve.serving_runs.batching_run` (measured: the scheduler's tokens/s and the weight products alone).
+`engine.serve.serving_runs.batching_run` (measured: the scheduler's tokens/s and the weight products alone in plain
+NumPy, the ceiling). Every sentence stating a result comes from `ui.batching_claims`, from the numbers beside it.
 """
 from __future__ import annotations
 
@@ -25,10 +26,15 @@ from ui import df_with_download, formula_expander, int_field, model_picker, setu
 from ui.serving import measured_run, step_model_inputs
 from ui.charts import style as chart_style
 from ui.predict import prediction_box
-from ui.narration import batching_words, busy_notice, ceiling_label, spread
+from ui.batching_claims import batch_text, ceiling_label, measured_words, theory_words
+from ui.narration import busy_notice, spread
+from ui.world import CLASS, current_world
 
 TABLE_BATCHES = (1, 8, 32, 128)
 PREDICT_STREAMS = 8               # the question: speed-up of this many streams over one
+# The measured default: streams and lengths where the weight read dominates a step on a 2-core laptop (16 short
+# streams reach 4-5× one stream there, about all its BLAS allows), in about 20 s on a quiet machine.
+DEFAULT_STREAMS, DEFAULT_TOKENS, DEFAULT_PROMPT = 16, 8, 8
 
 
 def batch_points(largest: int) -> list[int]:
@@ -41,10 +47,10 @@ def theory(model, context: int, largest: int) -> None:
     rows = batch_curve(model, context, batch_points(largest))
     b_kv, b_c = kv_critical_batch(model, context), compute_critical_batch(model, context)
     c = st.columns(3)
-    c[0].metric("KV read = weight read at batch", "never" if math.isinf(b_kv) else fmt_num(b_kv, 4),
-                help="Beyond this batch the sequences' KV caches cost more bandwidth than the weights.")
-    c[1].metric("Compute-bound from batch", "never" if math.isinf(b_c) else fmt_num(b_c, 4),
-                help="Beyond this batch a decode step's FLOPs take longer than its memory traffic.")
+    c[0].metric("KV read ≥ weight read from batch", batch_text(b_kv),
+                help="From this batch on the sequences' KV caches cost more bandwidth than the weights.")
+    c[1].metric("Compute-bound from batch", batch_text(b_c),
+                help="From this batch on a decode step's FLOPs take longer than its memory traffic.")
     c[2].metric(f"Throughput gain, batch {rows[-1]['batch']:,} vs 1",
                 f"{fmt_num(rows[-1]['gain_vs_first'], 3)}×",
                 help=f"each stream slows from {fmt_num(rows[0]['itl_ms'], 3)} to {fmt_num(rows[-1]['itl_ms'], 3)} "
@@ -56,9 +62,9 @@ def theory(model, context: int, largest: int) -> None:
     fig.add_trace(go.Scatter(x=df["batch"], y=df["itl_ms"], name="ITL per stream (ms)", mode="lines+markers",
                              line=dict(width=3, color="#e45756", dash="dot")), secondary_y=True)
     top = float(df["total_tok_s"].max())
-    for b, label, color in ((b_kv, "KV read = weight read", "#9d755d"), (b_c, "compute-bound from here", "#54a24b")):
+    for b, label, color in ((b_kv, "KV read ≥ weight read", "#9d755d"), (b_c, "compute-bound", "#54a24b")):
         if not math.isinf(b) and b <= largest:
-            fig.add_trace(go.Scatter(x=[b, b], y=[0, top], mode="lines", name=f"{label} (batch {fmt_num(b, 4)})",
+            fig.add_trace(go.Scatter(x=[b, b], y=[0, top], mode="lines", name=f"{label} from batch {batch_text(b)}",
                                      line=dict(dash="dash", color=color, width=2)), secondary_y=False)
     fig.update_xaxes(type="log", title="batch (sequences decoding together)")
     fig.update_yaxes(title="tokens/s, all streams", secondary_y=False)
@@ -66,6 +72,7 @@ def theory(model, context: int, largest: int) -> None:
     fig.update_layout(height=460, title=f"{model.name}, {context:,} tokens of context each",
                       legend=dict(orientation="h", y=-0.25), margin=dict(l=10, r=10, t=60, b=10))
     st.plotly_chart(chart_style(fig))
+    st.markdown(theory_words(rows, b_kv, b_c))
     formula_expander("The arithmetic", "\n\n".join(
         f"**{e.name}** `{e.symbolic}`\n\n{e.formula}  \n_{e.source}_" for e in (
             explain_batch_step(model, 32, context), explain_kv_critical_batch(model, context),
@@ -75,8 +82,7 @@ def theory(model, context: int, largest: int) -> None:
                           "KV read (GB)": df["kv_read_bytes"] / GB, "memory time (ms)": df["memory_ms"],
                           "compute time (ms)": df["compute_ms"], "step (ms)": df["step_ms"], "bound": df["bound"],
                           "tokens/s all streams": df["total_tok_s"], "tokens/s per stream": df["per_stream_tok_s"]})
-    df_with_download(table, "batching_curve", column_config={
-        k: st.column_config.NumberColumn(format="%.4g") for k in table.columns if k not in ("batch", "bound")}, show={
+    df_with_download(table, "batching_curve", show={
         "batch": None, "step (ms)": None, "bound": None, "tokens/s all streams": "tokens/s, all",
         "tokens/s per stream": "tokens/s, each", "memory time (ms)": "memory (ms)", "compute time (ms)": "compute (ms)",
         "KV read (GB)": None, "weights (GB)": None})
@@ -97,19 +103,20 @@ def theory(model, context: int, largest: int) -> None:
                    "by the step rounded to 0.01 ms, so its tokens/s differ from these by under 0.4%.")
     st.caption("Ideal step model: the device's bandwidth and peak FLOP/s (datasheet, or this machine as measured), "
                "weights read once per step, every sequence at the same context. Real servers reach 50-70% of "
-               "datasheet bandwidth, so absolute times are optimistic; "
-               "the shape (flat ITL, linear throughput until the critical batch) is what carries over.")
+               "datasheet bandwidth, so absolute times are optimistic; the shape (where ITL stays flat and "
+               "throughput climbs, and where that ends) is what carries over.")
 
 
 def measured(model, slot) -> None:
     st.subheader("Measured on the engine")
-    st.markdown("The engine's scheduler decodes several identical greedy requests in one forward pass per step, "
-                "reading the weights once for all of them. Next to it, the same step's weight products alone "
-                "(no attention, no scheduler): on a quiet machine, the most batching can give here.")
+    st.markdown("The engine's scheduler decodes several greedy requests in one forward pass per step, reading the "
+                "weights once for all of them; each stream count runs side by side with one stream, step by step, "
+                "so a busy moment slows both. Beside it, the ceiling: the same step's weight products alone in "
+                "plain NumPy (no attention, no scheduler), the most batching can give on this CPU.")
     c = st.columns(3)
-    largest = int_field("Most streams", 4, 1, 32, key="batching.streams", where=c[0])
-    new = int_field("Tokens per stream", 4, 2, 64, key="batching.new", where=c[1])
-    plen = int_field("Prompt tokens", 8, 1, 256, key="batching.plen", where=c[2])
+    largest = int_field("Most streams", DEFAULT_STREAMS, 1, 32, key="batching.streams", where=c[0])
+    new = int_field("Tokens per stream", DEFAULT_TOKENS, 2, 64, key="batching.new", where=c[1])
+    plen = int_field("Prompt tokens", DEFAULT_PROMPT, 1, 256, key="batching.plen", where=c[2])
     if None in (largest, new, plen):
         return
     out = measured_run(
@@ -129,11 +136,19 @@ def measured(model, slot) -> None:
                                                       for r in rows))
     if notice:
         st.warning(notice, icon=":material/warning:")
+    last = rows[-1]
+    c = st.columns(3)
+    c[0].metric(f"Scheduler, {last['streams']:,} streams", f"{fmt_num(last['gain'], 3)}× one stream",
+                help="Decode tokens/s of all streams ÷ one stream's, measured side by side (median of rounds).")
+    c[1].metric(f"Ceiling, {last['streams']:,} rows", f"{fmt_num(last['ceiling'], 3)}× one row",
+                help="The step's weight products alone in plain NumPy: n rows against one row, n · t(1) / t(n).")
+    c[2].metric("Share of the ceiling", f"{last['share']:.0%}",
+                help="Scheduler gain ÷ ceiling, round by round (median).")
     df = pd.DataFrame(rows)
     x = df["streams"].astype(str)
     fig = go.Figure([
         go.Bar(x=x, y=df["gain"], name="measured: scheduler tokens/s ÷ one stream's", marker_color="#4c78a8",
-               text=[f"{g:.2f}×" for g in df["gain"]], textposition="outside",
+               text=[f"{fmt_num(g, 3)}×" for g in df["gain"]], textposition="outside",
                error_y=dict(type="data", symmetric=False, array=df["gain_max"] - df["gain"],
                             arrayminus=df["gain"] - df["gain_min"])),
         go.Scatter(x=x, y=df["ceiling"], name=ceiling_label(rows), mode="lines+markers",
@@ -141,15 +156,15 @@ def measured(model, slot) -> None:
         go.Scatter(x=x, y=df["streams"], name="ideal: n streams, n×", mode="lines",
                    line=dict(color="#54a24b", dash="dash")),
     ])
-    fig.update_layout(title=f"{model.config.name}: gain from batching on this machine", xaxis_title="streams",
-                      yaxis_title="× one stream", height=420, xaxis=dict(type="category"))
+    bits = next(model.weight_matrices()).dtype.itemsize * 8                      # the engine's weights: fp32
+    fig.update_layout(title=f"{model.config.name} (fp{bits}): gain from batching on this machine",
+                      xaxis_title="streams", yaxis_title="× one stream", height=420, xaxis=dict(type="category"))
     st.plotly_chart(chart_style(fig))
-    st.markdown(batching_words(rows, notice is not None))
-    df_with_download(df, "batching_measured", column_config={
-        k: st.column_config.NumberColumn(format="%.4g") for k in df.columns if k != "streams"}, show={
-        "streams": None, "gain": None, "ceiling": None, "gain_min": "gain min", "gain_max": "gain max",
-        "decode_tokens_per_s": "tokens/s", "decode_step_ms": "step (ms)", "weight_products_ms": "products (ms)",
-        "products_gflop_s": "GFLOP/s"})
+    st.markdown(measured_words(rows, notice is not None))
+    df_with_download(df, "batching_measured", show={
+        "streams": None, "gain": None, "ceiling": None, "share": "share of ceiling", "gain_min": "gain min",
+        "gain_max": "gain max", "decode_tokens_per_s": "tokens/s", "decode_step_ms": "step (ms)",
+        "weight_products_ms": "products (ms)", "products_gflop_s": "GFLOP/s"})
 
 
 def main() -> None:
@@ -157,15 +172,17 @@ def main() -> None:
     st.title("Batching")
     st.markdown(
         "A decode step streams every weight from memory to produce one token per sequence. Put several "
-        "sequences in the same step and they share that weight read: the step grows only by their own KV "
-        "caches, so total throughput climbs almost in proportion while each user waits barely longer per token. "
-        "The free ride ends where the KV traffic (or the arithmetic) catches up with the weight read.")
+        "sequences in the same step and they share that weight read: as long as the weight read dominates the "
+        "step, total throughput climbs with the batch while each user waits barely longer per token. That ends "
+        "where the KV traffic, or the arithmetic, catches up with the weight read. The step model below says "
+        "where that is for the device you pick; the engine measures it on this machine.")
     slot = prediction_box("batching.speedup_8")
     model = step_model_inputs()
     if model is not None:
         c = st.columns(2)
         context = int_field("Context per sequence (tokens)", 300, 0, 10_000_000, key="batching.context", where=c[0])
-        largest = int_field("Largest batch", 1024, 1, 1_000_000, key="batching.largest", where=c[1])
+        largest = int_field("Largest batch", 64 if current_world() == CLASS else 1024, 1, 1_000_000,
+                            key="batching.largest", where=c[1])          # a CPU is compute-bound long before 1,024
         if None not in (context, largest):
             try:
                 theory(model, context, largest)

@@ -203,40 +203,6 @@ def chunk_measured_words(whole: dict, chunked: dict, chunk: int, busy: bool) -> 
     return out
 
 
-def batching_bound_holds(rows: list[dict]) -> bool:
-    """Whether the weight products' gain was an upper bound of every measured gain in this run."""
-    return all(r["gain"] <= r["ceiling"] for r in rows)
-
-
-def batching_words(rows: list[dict], busy: bool) -> str:
-    """What the batching measurement shows, true of these numbers; it calls the weight products' gain a ceiling
-    only when no measured gain went above it."""
-    last, one = rows[-1], rows[0]
-    if last["streams"] <= 1:
-        return "Measure more than one stream to see a gain."
-    out = (f"With **{last['streams']} streams** the scheduler made **{last['gain']:.2f}×** one stream's tokens/s "
-           f"(repeats from {last.get('gain_min', last['gain']):.2f}× to {last.get('gain_max', last['gain']):.2f}×). ")
-    if batching_bound_holds(rows):
-        out += (f"The weight products alone allow **{last['ceiling']:.2f}×** here, and no measured gain went above "
-                "them: they are this run's ceiling. ")
-    else:
-        over = [r for r in rows if r["gain"] > r["ceiling"]]
-        out += (f"The weight products alone, timed separately, gave {last['ceiling']:.2f}×, yet the scheduler "
-                f"measured more at {', '.join(str(r['streams']) for r in over)} streams: in this run they are "
-                "**not a ceiling**, since the two timings met different moments of the machine."
-                + (_busy_reason(True) if busy else " Press again to see whether it holds.") + " ")
-    out += (f"NumPy's BLAS multiplied {last['streams']} rows at {last['products_gflop_s']:.1f} GFLOP/s but one row "
-            f"at {one['products_gflop_s']:.1f} GFLOP/s: the weights are read once, yet a few rows are multiplied "
-            "far below this CPU's peak, so the step grows with the batch. On a GPU a small batch is memory-bound "
-            "(the step's time is the weight read), and the gain follows the dashed line much longer.")
-    return out
-
-
-def ceiling_label(rows: list[dict]) -> str:
-    return ("ceiling: weight products alone" if batching_bound_holds(rows)
-            else "weight products alone (not a bound in this run)")
-
-
 def beat_words(itl_ms, busy: bool) -> str:
     """Whether the decode steps of one run came at a steady beat, from their own times."""
     itl = np.asarray(itl_ms, float)

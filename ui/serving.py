@@ -37,7 +37,8 @@ def step_model_inputs() -> StepModel | None:
     if chosen is None:
         return None
     config, device = chosen
-    wd = choice_field("Weight precision", WEIGHT_DTYPES, "fp16", key="serving.wd", where=st.sidebar)
+    default = "fp32" if device.kind == "measured" else "fp16"   # this machine runs the engine, in float32
+    wd = choice_field("Weight precision", WEIGHT_DTYPES, default, key=f"serving.wd.{default}", where=st.sidebar)
     try:
         m = step_model_for(config, device, wd)
     except SpecError as e:

@@ -7,6 +7,13 @@ i mod B; the sequence's block table maps the logical block to a physical block o
 It offers the same calls as the contiguous `KVCache` (`batch`, `lengths`, `check_room`, `write`, `read`,
 `advance`), so `Model.forward` runs on it unchanged: `read` gathers each row's blocks back into the
 [B, h_kv, S, d] layout attention expects.
+
+Gathering every row's whole context in every layer of every step copies as many bytes as attention then reads
+(16 rows of 256 tokens: 200 MB a step for SmolLM2, 15% of the step). So the gathered rows are kept between passes
+(the mirror): while the same rows continue (the same block tables, each row's length where the last pass left it)
+a pass writes its new K/V to the pool and to the mirror, and reads the mirror. Any other binding gathers afresh.
+The pool stays the one source of truth: the mirror holds the same numbers, and is dropped, never trusted, when in
+doubt (rows that share a table, a mirror over MIRROR_BYTES, a row past its room).
 """
 from __future__ import annotations
 
@@ -14,6 +21,9 @@ import numpy as np
 
 from engine.serve.block_manager import BlockManager, OutOfBlocks
 from engine.errors import ModelError
+
+MIRROR_BYTES = 512 * 2 ** 20   # K and V of every layer's mirror together, at most (else every read gathers)
+MIRROR_ROOM = 64               # positions a mirror keeps past the longest row, so it lasts that many decode steps
 
 
 class PagedKVCache:
@@ -32,6 +42,7 @@ class PagedKVCache:
         self.lengths = np.zeros(batch, np.int64)
         self._gather: np.ndarray | None = None      # [B, nb] physical block of each row's logical blocks
         self._slots_for: tuple | None = None        # (n_valid bytes, slots): the same for every layer of a pass
+        self._mirror: list | None = None            # per layer: (K, V) [B, h_kv, room, d] of these rows, or None
 
     @classmethod
     def for_model(cls, model, num_blocks: int, block_size: int = 16, batch: int = 1, prefix_caching: bool = False,
@@ -50,9 +61,14 @@ class PagedKVCache:
         return len(self.tables)
 
     def bind(self, tables: list[list[int]], lengths) -> None:
-        """Make `tables` (shared lists: blocks allocated here show up in the caller's tables) this pass's rows."""
-        self.tables = tables
-        self.lengths = np.asarray(lengths, np.int64).copy()
+        """Make `tables` (shared lists: blocks allocated here show up in the caller's tables) this pass's rows.
+        The same tables at the lengths the last pass left them keep the mirror; anything else drops it."""
+        lengths = np.asarray(lengths, np.int64).copy()
+        same = (len(tables) == len(self.tables) and all(a is b for a, b in zip(tables, self.tables))
+                and np.array_equal(lengths, self.lengths))
+        self.tables, self.lengths = tables, lengths
+        if not same:
+            self._mirror = None
         self._forget()
 
     def bytes_per_block(self) -> int:
@@ -76,6 +92,7 @@ class PagedKVCache:
         for t in self.tables:
             self.blocks.release_all(t)
         self.lengths[:] = 0
+        self._mirror = None
         self._forget()
 
     # ------------------------------------------------------------------------------------ cache protocol
@@ -113,22 +130,53 @@ class PagedKVCache:
         rows, steps, blocks, offsets = self._slots(n_valid)
         self.k[layer][blocks, :, offsets] = k_new[rows, :, steps]          # [N, h_kv, d]
         self.v[layer][blocks, :, offsets] = v_new[rows, :, steps]
+        mirror = self._mirror[layer] if self._mirror is not None else None
+        if mirror is not None:                                               # the same K/V, row by row
+            pos = self.lengths[rows] + steps
+            if pos.max() < mirror[0].shape[2]:
+                mirror[0][rows, :, pos] = k_new[rows, :, steps]
+                mirror[1][rows, :, pos] = v_new[rows, :, steps]
+            else:
+                self._mirror[layer] = None                                   # out of room: gather again
 
     def read(self, layer: int, n_keys: int) -> tuple[np.ndarray, np.ndarray]:
         """Gather positions [0, n_keys) of every row through its block table.   -> [B, h_kv, n_keys, d] each
         Slots past a row's length hold stale or zero values; the forward pass masks them out."""
+        room = self._mirror_room(n_keys)
+        if room is None:
+            k, v = self._gathered(layer, n_keys)
+            return k[:, :, :n_keys], v[:, :, :n_keys]
+        if self._mirror is None:
+            self._mirror = [None] * len(self.k)
+        if self._mirror[layer] is None or self._mirror[layer][0].shape[2] < n_keys:
+            self._mirror[layer] = self._gathered(layer, room)
+        k, v = self._mirror[layer]
+        return k[:, :, :n_keys], v[:, :, :n_keys]                           # [B, h_kv, S, d] views
+
+    def _gathered(self, layer: int, n_keys: int) -> tuple[np.ndarray, np.ndarray]:
+        """Every row's blocks holding positions [0, n_keys), in attention's layout.   -> [B, h_kv, nb·bs, d] each"""
         g = self._gather_table(n_keys)                                       # [B, nb]
         B, nb = g.shape
         h_kv, d = self.k[layer].shape[1], self.k[layer].shape[3]
         heads = np.arange(h_kv)[None, :, None]                               # [1, h_kv, 1]
-        out = []
-        for pool in (self.k[layer], self.v[layer]):
-            # ONE copy, already in attention's order: index (row, head, logical block) -> [B, h_kv, nb, bs, d].
-            # (pool[g] and then a transpose copies twice, the second time strided: for 8 rows x 32 blocks of
-            # SmolLM2's 3 x 16 x 64 that measured 4.1 ms against 0.10 ms for this one gather.)
-            x = pool[g[:, None, :], heads].reshape(B, h_kv, nb * self.block_size, d)
-            out.append(x[:, :, :n_keys])                                     # [B, h_kv, S, d]
-        return out[0], out[1]
+        # ONE copy, already in attention's order: index (row, head, logical block) -> [B, h_kv, nb, bs, d].
+        # (pool[g] and then a transpose copies twice, the second time strided: for 8 rows x 32 blocks of
+        # SmolLM2's 3 x 16 x 64 that measured 4.1 ms against 0.10 ms for this one gather.)
+        return tuple(pool[g[:, None, :], heads].reshape(B, h_kv, nb * self.block_size, d)
+                     for pool in (self.k[layer], self.v[layer]))
+
+    def _mirror_room(self, n_keys: int) -> int | None:
+        """Positions a new mirror keeps per row (n_keys + MIRROR_ROOM, in whole blocks), or None where these rows
+        may not have one: two rows share a table (a long prompt cut into rows: each row reads what the others
+        wrote this pass), or the mirror would pass MIRROR_BYTES."""
+        if len({id(t) for t in self.tables}) < len(self.tables):
+            return None
+        bs = self.block_size
+        room = -(-min(n_keys + MIRROR_ROOM, max(self.max_positions, n_keys)) // bs) * bs
+        k0 = self.k[0]
+        if 2 * len(self.k) * self.batch * k0.shape[1] * room * k0.shape[3] * k0.itemsize > MIRROR_BYTES:
+            return None
+        return room
 
     def advance(self, n_valid: np.ndarray) -> None:
         self.lengths += np.asarray(n_valid, np.int64)

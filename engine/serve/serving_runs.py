@@ -3,12 +3,12 @@ Scheduler (nothing shared between callers), runs a small workload and returns me
 
 - `requests_run`: given prompts, all at once, greedy, EOS ignored -> tokens/s with prefill, decode tokens/s.
 - `streams_run`: N concurrent greedy streams of random prompts -> decode tokens/s (weights read once per step).
-- `batching_run`: `streams_run` and `weight_products_run` at 1, 2, 4 ... streams, each as a gain over one.
+- `batching_run`: `streams_run` and `plain_products_run` at 1, 2, 4 ... streams, each as a gain over one.
 - `chunked_prefill_run`: a long prompt arrives while others decode -> the decoders' inter-token latency.
 - `prefix_cache_run`: the same system prompt twice -> prefill tokens and TTFT of the second request.
 - `speculative_run`: plain greedy vs speculative decoding on the same prompt -> α, draft cost, speedup.
-- `weight_products_run`: one decode step's weight products alone for N rows -> the most any scheduler can gain
-  from batching on this machine's BLAS.
+- `plain_products_run`: one decode step's weight products alone for N rows, in plain NumPy -> the most any
+  scheduler can gain from batching on this machine's BLAS.
 """
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ from typing import Sequence
 
 import numpy as np
 
-from engine.model import ops
+from engine import threads as blas_threads
 from engine.errors import ModelError
 from engine.model.model import Model
 from engine.serve.scheduler import Scheduler, StepReport
@@ -45,22 +45,63 @@ def weight_matrices(model: Model) -> list[np.ndarray]:
     return [m for lw in w.layers for m in (lw.wqkv, lw.wo, lw.w_gate_up, lw.w_down)] + [w.lm_head]
 
 
-def weight_products_run(model: Model, rows: int, repeats: int = 3) -> dict:
-    """One decode step's weight products and nothing else, for `rows` sequences, through the engine's own
-    `ops.matmul_t` (median of `repeats` after a warm-up): what a step would cost with zero scheduling overhead
-    and free attention. rows · t(1) / t(rows) bounds the tokens/s gain of batching on this machine's BLAS."""
-    mats = weight_matrices(model)
-    rng = np.random.default_rng(rows)
-    inputs = [rng.standard_normal((rows, 1, m.shape[1]), dtype=np.float32) for m in mats]
+def _product_forms(rows: int) -> tuple:
+    """Plain NumPy's ways to write a row block x [rows, in] times a weight matrix W [out, in]: one row, a matvec;
+    more rows, x @ Wᵀ and W @ xᵀ (BLAS is faster one way or the other depending on how W lies in memory)."""
+    if rows == 1:
+        return (lambda W, x: W @ x[0],)
+    return (lambda W, x: x @ W.T, lambda W, x: W @ x.T)
+
+
+def _sweep(model: Model, mats: list, inputs: list, forms: list) -> list[float]:
+    """Every matrix times its input once, in a step's order (so each comes from memory, as in a step), with the BLAS
+    threads the engine would use for a pass of that many rows.   -> seconds per matrix"""
+    blas_threads.tick(inputs[0].shape[0], model.weight_matrices)
     times = []
-    for _ in range(repeats + 1):
+    for m, x, form in zip(mats, inputs, forms):
         t0 = time.perf_counter()
-        for m, x in zip(mats, inputs):
-            ops.matmul_t(x, m)
+        form(m, x)
         times.append(time.perf_counter() - t0)
-    seconds = float(np.median(times[1:]))
+    return times
+
+
+def _inputs(mats: list, rows: int) -> list[np.ndarray]:
+    rng = np.random.default_rng(rows)
+    return [rng.standard_normal((rows, m.shape[1]), dtype=np.float32) for m in mats]
+
+
+def fastest_forms(model: Model, rows: int) -> list:
+    """Per matrix of `weight_matrices`, its faster form of `_product_forms` at `rows` rows (each form swept twice,
+    the second sweep timed)."""
+    mats = weight_matrices(model)
+    candidates = _product_forms(rows)
+    if len(candidates) == 1:
+        return list(candidates) * len(mats)
+    x = _inputs(mats, rows)
+    timed = [[_sweep(model, mats, x, [f] * len(mats)) for _ in range(2)][1] for f in candidates]
+    return [candidates[int(np.argmin(t))] for t in zip(*timed)]
+
+
+def plain_products_run(model: Model, rows: int, pairs: int = 3, forms: list | None = None) -> dict:
+    """One decode step's weight products and nothing else, in plain NumPy (not the engine's own `ops`, so no
+    choice of the engine moves it), for `rows` rows against one row: what a step would cost with no attention, no
+    scheduler and no per-sequence work. Each matrix of `weight_matrices` takes its faster form (`forms`, from
+    `fastest_forms` unless given); then `pairs` sweeps of one row and of `rows` rows, side by side in alternating
+    order, each pair giving
+        ceiling = rows · t(1) / t(rows),
+    the most batching can gain on this machine's BLAS (median over pairs, with its range)."""
+    mats = weight_matrices(model)
+    inputs = {n: _inputs(mats, n) for n in {1, rows}}
+    forms = {1: fastest_forms(model, 1), rows: forms or fastest_forms(model, rows)}
+    seconds: dict[int, list[float]] = {1: [], rows: []}
+    for k in range(pairs):
+        for n in ((1, rows) if k % 2 == 0 else (rows, 1)):
+            seconds[n].append(sum(_sweep(model, mats, inputs[n], forms[n])))
+    ms = 1e3 * float(np.median(seconds[rows]))
     flops = 2.0 * rows * sum(m.size for m in mats)
-    return dict(rows=rows, products_ms=1e3 * seconds, flops=flops, gflop_s=flops / seconds / 1e9)
+    return dict(rows=rows, products_ms=ms, one_row_ms=1e3 * float(np.median(seconds[1])), flops=flops,
+                gflop_s=flops / ms / 1e6, threads=blas_threads.status().threads,
+                **_median_and_range("ceiling", [rows * t1 / tn for t1, tn in zip(seconds[1], seconds[rows])]))
 
 
 def requests_run(model: Model, prompts: Sequence[Sequence[int]], new_tokens: int) -> dict:
@@ -85,37 +126,80 @@ def streams_run(model: Model, streams: int, prompt_len: int = 8, new_tokens: int
     return requests_run(model, random_prompts(model, streams, prompt_len, seed=streams), new_tokens)
 
 
-BATCHING_ROUNDS = 3   # `batching_run` measures every stream count this many times, rounds interleaved (median)
+BATCHING_ROUNDS = 3   # `batching_run` measures every stream count this many times (median of the rounds' ratios)
+
+
+def paired_streams_run(model: Model, streams: int, prompt_len: int = 8, new_tokens: int = 8) -> dict:
+    """One stream and `streams` streams decoding side by side: two Schedulers (random prompts of `prompt_len`
+    tokens, `new_tokens` greedy tokens each), stepped in turn, the order flipped every step. Each decode-only step
+    of the many is paired with the one's step next to it, which met the same moment of the machine:
+        gain = streams · t_step(1) / t_step(streams), the median over pairs (with its range).
+    -> gain, gain_min, gain_max, and each side's decode tokens/s and step time (medians)."""
+    sides = {n: Scheduler(model, block_size=16, max_batch=n) for n in (1, streams)}
+    for n, s in sides.items():
+        for p in random_prompts(model, n, prompt_len, seed=n):
+            s.submit(p, max_new_tokens=new_tokens, stop_at_eos=False)
+    steps: dict[int, list[float]] = {1: [], streams: []}
+    k = 0
+    while any(s.has_work for s in sides.values()):
+        for n in ((1, streams) if k % 2 == 0 else (streams, 1)):
+            if sides[n].has_work:
+                r = sides[n].step()
+                if r.decoded and not r.prefilled:
+                    steps[n].append(r.seconds)
+        k += 1
+    pairs = list(zip(steps[1], steps[streams]))
+    if not pairs:
+        raise ModelError("no decode step to measure: ask for at least 2 new tokens")
+    one, many = (float(np.median(steps[n])) for n in (1, streams))
+    return dict(streams=streams, decode_tokens_per_s=streams / many, decode_step_ms=1e3 * many,
+                one_tokens_per_s=1 / one, one_step_ms=1e3 * one,
+                **_median_and_range("gain", [streams * t1 / tn for t1, tn in pairs]))
 
 
 def batching_run(model: Model, counts: Sequence[int], prompt_len: int = 8, new_tokens: int = 8,
                  rounds: int | None = None) -> list[dict]:
-    """At each stream count n (the first must be 1): the scheduler's decode tokens/s (`streams_run`) and the
-    step's weight products alone (`weight_products_run`), each as a gain over one stream:
+    """At each stream count n (the first must be 1): the scheduler's decode tokens/s against one stream's, step by
+    step (`paired_streams_run`), and the step's weight products alone in plain NumPy at n rows against one row
+    (`plain_products_run`):
         gain    = tokens/s(n) / tokens/s(1)              measured through the scheduler
         ceiling = n · t_products(1) / t_products(n)      the most batching can give on this machine's BLAS
-    Every count is measured once per round, rounds interleaved (a busy second on a shared machine slows all counts
-    alike); each ratio pairs a round with the same round's one stream, and the median over rounds is reported."""
+        share   = gain / ceiling                         how much of that the scheduler reached
+    A busy second on a shared machine slows whatever runs in it, so every ratio pairs runs made side by side, and
+    the products of a round come right after its streams; each count is measured in every round, and the median
+    over rounds is reported with the range."""
     counts = [int(n) for n in counts]
     if not counts or counts[0] != 1:
         raise ModelError("the stream counts must start at 1 (every gain is measured against one stream)")
-    runs: dict[int, list[dict]] = {n: [] for n in counts}
-    products: dict[int, list[dict]] = {n: [] for n in counts}
+    runs: dict[int, list[tuple[dict, dict]]] = {n: [] for n in counts[1:]}
+    forms = {n: fastest_forms(model, n) for n in counts[1:]}
+    ones = []
     for _ in range(rounds or BATCHING_ROUNDS):
-        for n in counts:
-            runs[n].append(streams_run(model, n, prompt_len=prompt_len, new_tokens=new_tokens))
-            products[n].append(weight_products_run(model, n, repeats=1))
-    rows = []
-    for n in counts:
-        ms = float(np.median([w["products_ms"] for w in products[n]]))
+        for n in counts[1:]:
+            runs[n].append((paired_streams_run(model, n, prompt_len=prompt_len, new_tokens=new_tokens),
+                            plain_products_run(model, n, forms=forms[n])))
+        if len(counts) == 1:
+            ones.append(streams_run(model, 1, prompt_len=prompt_len, new_tokens=new_tokens))
+    ones += [dict(decode_tokens_per_s=pair["one_tokens_per_s"], decode_step_ms=pair["one_step_ms"])
+             for rs in runs.values() for pair, _ in rs]
+    rows = [dict(streams=1, decode_tokens_per_s=float(np.median([r["decode_tokens_per_s"] for r in ones])),
+                 decode_step_ms=float(np.median([r["decode_step_ms"] for r in ones])),
+                 **{k: 1.0 for k in ("gain", "gain_min", "gain_max", "ceiling", "ceiling_min", "ceiling_max",
+                                     "share", "share_min", "share_max")})]
+    for n in counts[1:]:
+        gains = [pair["gain"] for pair, _ in runs[n]]
+        ceilings = [products["ceiling"] for _, products in runs[n]]
         rows.append(dict(
-            streams=n, decode_tokens_per_s=float(np.median([r["decode_tokens_per_s"] for r in runs[n]])),
-            decode_step_ms=float(np.median([r["decode_step_ms"] for r in runs[n]])),
-            weight_products_ms=ms, products_gflop_s=products[n][0]["flops"] / ms / 1e6,
-            **_median_and_range("gain", [r["decode_tokens_per_s"] / one["decode_tokens_per_s"]
-                                         for one, r in zip(runs[counts[0]], runs[n])]),
-            ceiling=float(np.median([n * one["products_ms"] / w["products_ms"]
-                                     for one, w in zip(products[counts[0]], products[n])]))))
+            streams=n, decode_tokens_per_s=float(np.median([pair["decode_tokens_per_s"] for pair, _ in runs[n]])),
+            decode_step_ms=float(np.median([pair["decode_step_ms"] for pair, _ in runs[n]])),
+            **_median_and_range("gain", gains), **_median_and_range("ceiling", ceilings),
+            **_median_and_range("share", [g / c for g, c in zip(gains, ceilings)])))
+    flops_per_row = 2.0 * sum(m.size for m in weight_matrices(model))
+    one_row = [p["one_row_ms"] for rs in runs.values() for _, p in rs]
+    for r in rows:                                                   # the products' own time and speed
+        n = r["streams"]
+        ms = float(np.median((one_row if n == 1 else [p["products_ms"] for _, p in runs[n]]) or [np.nan]))
+        r["weight_products_ms"], r["products_gflop_s"] = ms, n * flops_per_row / ms / 1e6
     return rows
 
 

@@ -222,3 +222,56 @@ def test_pool_bytes_formula_matches_the_arrays_the_cache_allocates():
     cache = PagedKVCache.for_model(Model.random(cfg, seed=0), num_blocks=7, block_size=5)
     allocated = sum(a.nbytes for a in (*cache.k, *cache.v))
     assert pool_bytes(cfg, 5, 7) == allocated == 7 * cache.bytes_per_block()
+
+
+def test_the_mirror_reads_exactly_what_a_gather_reads(model, monkeypatch):
+    """Rows that continue keep their gathered K/V between passes (the mirror); every read equals a fresh gather of
+    the pool, bit for bit in every slot a row holds, through running out of room (MIRROR_ROOM 3: a new gather every
+    few tokens), block boundaries, ragged rows, a rebind in another order (a new gather) and rows sharing a table
+    (no mirror)."""
+    import engine.serve.paged_cache as pc
+    monkeypatch.setattr(pc, "MIRROR_ROOM", 3)
+    cache = paged(model, num_blocks=64, block_size=4, batch=2)
+    a, b = prompt(5, seed=1), prompt(2, seed=2)
+    model.forward(np.array([a, b + [0] * 3]), cache, n_valid=np.array([5, 2]))
+
+    def check(rows_mirrored: bool):
+        n = int(cache.lengths.max())
+        for layer in range(model.config.num_layers):
+            k, v = cache.read(layer, n)
+            gk, gv = cache._gathered(layer, n)
+            assert k.shape == v.shape == gk[:, :, :n].shape
+            for row, length in enumerate(cache.lengths):              # slots past a row's length are masked
+                assert np.array_equal(k[row, :, :length], gk[row, :, :length])
+                assert np.array_equal(v[row, :, :length], gv[row, :, :length])
+        assert (cache._mirror is not None) == rows_mirrored
+
+    check(True)
+    for i in range(9):                                               # decode both rows, across blocks and room
+        model.forward(np.array([[10 + i], [20 + i]]), cache)
+        check(True)
+    cache.bind(cache.tables[::-1], cache.lengths[::-1])               # another order: gathered afresh
+    assert cache._mirror is None
+    model.forward(np.array([[7], [8]]), cache)
+    check(True)
+    shared = cache.tables[0]
+    cache.bind([shared, shared], [int(cache.lengths[0])] * 2)        # one request cut into two rows: no mirror
+    assert cache._mirror_room(4) is None
+    monkeypatch.setattr(pc, "MIRROR_BYTES", 0)                       # over the budget: no mirror either
+    cache.bind(cache.tables[:1], cache.lengths[:1])
+    assert cache._mirror_room(4) is None
+
+
+def test_decoding_through_the_mirror_equals_decoding_without_it(model, monkeypatch):
+    """The same scheduler run with the mirror and with every read gathered: identical logits, bit for bit."""
+    import engine.serve.paged_cache as pc
+    from engine import Scheduler
+    runs = []
+    for budget in (pc.MIRROR_BYTES, 0):
+        monkeypatch.setattr(pc, "MIRROR_BYTES", budget)
+        s = Scheduler(model, block_size=4, max_batch=3)
+        reqs = [s.submit(prompt(3 + 4 * i, seed=i), max_new_tokens=12, stop_at_eos=False, logprobs=2)
+                for i in range(3)]
+        s.run()
+        runs.append([(r.token_ids, r.token_logprobs) for r in reqs])
+    assert runs[0] == runs[1]

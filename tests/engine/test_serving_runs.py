@@ -1,4 +1,5 @@
 """The measured runs the serving lessons show: counts that can be checked by hand, on a tiny random model."""
+import numpy as np
 import pytest
 
 from engine import Model, ModelError
@@ -48,43 +49,69 @@ def test_requests_run_gives_each_prompt_its_own_greedy_tokens(model):
 
 
 @pytest.mark.parametrize("tied", [False, True])
-def test_weight_products_run_multiplies_every_matrix_of_a_decode_step(tied):
+def test_plain_products_run_multiplies_every_matrix_of_a_decode_step(tied):
     """Its FLOP count (2 · rows · Σ matrix sizes, from the engine's own arrays) against the roofline calculator's
     decode step at context 1 less its attention (QKᵀ and P·V: 4 · d · h_q per layer and row), an independent
     per-op formula: equal to the FLOP."""
     from calculators.sizing.roofline import forward_flops
-    from engine.serve.serving_runs import weight_products_run
+    from engine.serve.serving_runs import plain_products_run
     cfg = tiny(num_layers=3, max_position_embeddings=256, tie_word_embeddings=tied)
     m = Model.random(cfg, seed=0)
     for rows in (1, 4):
-        r = weight_products_run(m, rows, repeats=1)
+        r = plain_products_run(m, rows, pairs=1)
         attention = rows * 4 * cfg.head_dim * cfg.num_heads * cfg.num_layers
         assert r["flops"] == forward_flops(cfg, 1, 1, batch=rows) - attention
-        assert r["products_ms"] > 0 and r["gflop_s"] > 0
+        assert r["products_ms"] > 0 and r["gflop_s"] > 0 and r["ceiling"] > 0
+
+
+def test_plain_products_forms_compute_the_same_product():
+    """Both ways of writing the product give x · Wᵀ, whichever the ceiling times as faster."""
+    from engine.serve.serving_runs import _product_forms
+    rng = np.random.default_rng(0)
+    W, x = rng.standard_normal((7, 5)), rng.standard_normal((3, 5))
+    (one,) = _product_forms(1)
+    np.testing.assert_allclose(one(W, x[:1]), (x[:1] @ W.T)[0])
+    a, b = _product_forms(3)
+    np.testing.assert_allclose(a(W, x), b(W, x).T)
+
+
+def test_paired_streams_run_pairs_each_decode_step_with_one_streams(model):
+    from engine.serve.serving_runs import paired_streams_run
+    r = paired_streams_run(model, 3, prompt_len=3, new_tokens=4)
+    assert r["streams"] == 3 and r["gain_min"] <= r["gain"] <= r["gain_max"]
+    assert r["decode_tokens_per_s"] == pytest.approx(3e3 / r["decode_step_ms"])
+    assert r["one_tokens_per_s"] == pytest.approx(1e3 / r["one_step_ms"])
+    with pytest.raises(ModelError, match="decode"):
+        paired_streams_run(model, 2, prompt_len=3, new_tokens=1)
 
 
 def test_batching_run_measures_every_gain_against_one_stream(model):
     from engine.serve.serving_runs import batching_run
     with pytest.raises(ModelError, match="start at 1"):
         batching_run(model, [2, 4])
-    rows = batching_run(model, [1, 2], prompt_len=3, new_tokens=2)
+    rows = batching_run(model, [1, 2], prompt_len=3, new_tokens=2, rounds=1)
     assert [r["streams"] for r in rows] == [1, 2]
-    assert rows[0]["gain"] == rows[0]["ceiling"] == 1.0
+    assert rows[0]["gain"] == rows[0]["ceiling"] == rows[0]["share"] == 1.0
     assert rows[1]["gain"] > 0 and rows[1]["ceiling"] > 0 and rows[1]["weight_products_ms"] > 0
+    assert rows[1]["share"] == pytest.approx(rows[1]["gain"] / rows[1]["ceiling"])
 
 
-def test_batching_run_gains_are_medians_of_each_rounds_ratio(monkeypatch):
-    """A slow round slows 1 row and n rows alike; every ratio pairs them round by round. Scripted times: rounds
-    (1 row, 2 rows) = (10, 10), (30, 30), (10, 20) ms -> ratios 2, 2, 1 -> median 2 (the ratio of the medians,
-    2·10/20 = 1, would blame the machine's slow second on batching). Tokens/s likewise: (10, 15), (5, 7.5), (10, 5)
-    -> gains 1.5, 1.5, 0.5 -> 1.5, where the ratio of the medians would say 7.5 / 10 = 0.75."""
+def test_batching_run_reports_the_median_of_each_rounds_ratios(monkeypatch):
+    """A slow round slows one stream and n streams alike, so each round's gain and ceiling pair runs made side by
+    side, and the share divides a round's gain by the same round's ceiling. Scripted rounds at 2 streams: gains
+    1.5, 1.8, 0.6, ceilings 2.0, 1.8, 1.0 -> gain 1.5 (range 0.6-1.8), ceiling 1.8, shares 0.75, 1.0, 0.6 ->
+    0.75 (not 1.5 / 1.8 = 0.83, which would pair a gain with another round's ceiling)."""
     import engine.serve.serving_runs as sr
-    products = {1: [10.0, 30.0, 10.0], 2: [10.0, 30.0, 20.0]}
-    speeds = {1: [10.0, 5.0, 10.0], 2: [15.0, 7.5, 5.0]}
-    monkeypatch.setattr(sr, "weight_products_run", lambda model, n, repeats=3: dict(
-        products_ms=products[n].pop(0), flops=2.0 * n))
-    monkeypatch.setattr(sr, "streams_run", lambda model, n, **kw: dict(
-        decode_tokens_per_s=speeds[n].pop(0), decode_step_ms=100.0))
+    gains, ceilings = [1.5, 1.8, 0.6], [2.0, 1.8, 1.0]
+    monkeypatch.setattr(sr, "paired_streams_run", lambda model, n, **kw: dict(
+        gain=gains.pop(0), decode_tokens_per_s=20.0, decode_step_ms=100.0, one_tokens_per_s=10.0, one_step_ms=100.0))
+    monkeypatch.setattr(sr, "plain_products_run", lambda model, n, forms: dict(
+        ceiling=ceilings.pop(0), products_ms=20.0, one_row_ms=10.0))
+    monkeypatch.setattr(sr, "fastest_forms", lambda model, n: [])
+    monkeypatch.setattr(sr, "weight_matrices", lambda model: [np.zeros((10, 10))])
     rows = sr.batching_run(None, [1, 2], rounds=3)
-    assert rows[1]["ceiling"] == 2.0 and rows[1]["weight_products_ms"] == 20.0
-    assert rows[1]["gain"] == 1.5 and rows[1]["decode_tokens_per_s"] == 7.5
+    assert rows[1]["gain"] == 1.5 and (rows[1]["gain_min"], rows[1]["gain_max"]) == (0.6, 1.8)
+    assert rows[1]["ceiling"] == 1.8 and rows[1]["share"] == 0.75
+    assert rows[0]["decode_tokens_per_s"] == 10.0 and rows[0]["weight_products_ms"] == 10.0
+    assert rows[1]["weight_products_ms"] == 20.0
+    assert rows[1]["products_gflop_s"] == pytest.approx(2 * 2 * 100 / 20 / 1e6)
