@@ -20,9 +20,9 @@ from specs.model_config import SpecError
 from specs.presets import list_presets, load_preset
 from ui import df_with_download, int_field, setup_page, show_error
 from ui.charts import figure, style
-from ui.measured_kernels import (COLORS, EXTRAPOLATED_NOTE, NONE_INSTALLED, bytes_text,
-                                 cached_profile, count_text, curve_traces, default_profile, log_axis, ops_frame,
-                                 profile_caption, profile_names, profiled_here, stack_label)
+from ui.measured_kernels import (COLORS, EXTRAPOLATED_NOTE, NONE_INSTALLED, bytes_text, cached_profile, count_text,
+                                 curve_traces, default_profile, log_axis, ops_frame, profile_caption, profile_names,
+                                 profiled_here, ridge_marks, stack_label)
 from ui.model_source import choice_field, table_height
 
 DEFAULT_MODEL = "Llama-3.1-8B"
@@ -31,12 +31,13 @@ OPS_SHOWN = {"op": None, "% of datasheet": None, "roofline (ms)": None, "measure
              "shape": None, "note": None, "layers": None}
 
 
-def chart(curves, x_label: str, text, every: int, title: str, y_title: str) -> dict:
+def chart(curves, x_label: str, text, every: int, title: str, y_title: str, **layout) -> dict:
     traces = [t for i, c in enumerate(curves)
               for t in curve_traces(c, COLORS[i % len(COLORS)], x_label, [text(v) for v in c.x])]
+    top = max(105.0, 5 + max(100 * float(c.efficiency.max()) for c in curves))     # from zero: no zoomed noise
     return style(figure(*traces, title=title, height=420, xaxis=dict(title=x_label, **log_axis(curves[0].x, text,
                                                                                                every)),
-                        yaxis=dict(title=y_title, rangemode="tozero")))
+                        yaxis=dict(title=y_title, range=[0, top]), **layout))
 
 
 def sidebar(names: list[str]):
@@ -79,7 +80,6 @@ def main() -> None:
     if problem:
         st.info(f"{problem}: the planner prices it by the closed form. Pick another model in the sidebar.")
         return
-    st.caption(EXTRAPOLATED_NOTE)
 
     st.subheader(f"Weight GEMMs of {config.name} (TP {tp}) by tokens per step")
     try:
@@ -89,12 +89,12 @@ def main() -> None:
         return
     st.plotly_chart(chart(gemms, "tokens per step (m)", count_text, 2,
                           f"GEMM efficiency on {device.name}, {stack_label(profile)}",
-                          "% of the datasheet"))
+                          "% of the datasheet", **ridge_marks(gemms[0])))
     st.markdown(gemm_caption(gemms[0]))
     notes = sorted({f"{c.label}: {c.note}" for c in gemms if c.note})
     st.caption("Each GEMM is [m × k] · [k × n] on one GPU: " + "; ".join(f"{c.label} {c.shape}" for c in gemms)
                + ". Below the ridge (few tokens) the roofline is the weights' bytes over the bandwidth; above it, "
-                 "the FLOPs over peak." + (" " + "; ".join(notes) + "." if notes else ""))
+                 "the FLOPs over peak." + (" " + "; ".join(notes) + "." if notes else "") + " " + EXTRAPOLATED_NOTE)
 
     st.subheader("Decode attention by context")
     try:
@@ -136,7 +136,8 @@ def main() -> None:
         show_error(e)
         return
     df = ops_frame(ops)
-    df_with_download(df, "measured_kernels_step", height=table_height(len(df)), show=OPS_SHOWN)
+    df_with_download(df, "measured_kernels_step", height=table_height(len(df)), show=OPS_SHOWN,
+                     column_config={"% of datasheet": st.column_config.NumberColumn(format="%.0f%%")})
     st.caption(f"On one GPU of TP {tp}: each op's time summed over its layers. Communication and the stack's host "
                "work come on top (the Capacity planner adds them).")
 

@@ -150,3 +150,20 @@ def ops_frame(rows: list[dict]) -> pd.DataFrame:
              "measured (ms)": df["measured (ms)"].sum(), "extrapolated": bool(df["extrapolated"].any()), "note": ""}
     total["% of datasheet"] = 100 * total["roofline (ms)"] / total["measured (ms)"]
     return pd.concat([df, pd.DataFrame([total])], ignore_index=True)
+
+
+def ridge_marks(curve) -> dict:
+    """A dotted vertical line where `curve`'s roofline turns from its bytes term to its FLOP term (between the
+    last bandwidth-bound and the first compute-bound point drawn, halfway in log), labelled on both sides; {}
+    where it does not turn in the range drawn. Layout keys for a log x axis (a shape there is placed by the size
+    itself, an annotation by its log10)."""
+    cb = np.asarray(curve.compute_bound, dtype=bool)
+    if cb.all() or not cb.any():
+        return {}
+    i = int(np.argmax(cb))
+    at = (np.log10(curve.x[i - 1]) + np.log10(curve.x[i])) / 2
+    line = dict(type="line", xref="x", yref="paper", x0=10 ** at, x1=10 ** at, y0=0, y1=1,
+                line=dict(color="#555", width=2, dash="dot"))
+    notes = [dict(xref="x", yref="paper", x=at, y=0.04, text=t, showarrow=False, xanchor=a, xshift=s)
+             for t, a, s in (("← % of bandwidth", "right", -6), ("% of peak FLOP/s →", "left", 6))]
+    return dict(shapes=[line], annotations=notes)

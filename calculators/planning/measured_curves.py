@@ -116,7 +116,8 @@ def allreduce_curves(profile, device: Device, gpus=ALLREDUCE_GPUS, sizes=MESSAGE
 
 # ------------------------------------------------------------------------------------------- sentences
 def pct(x: float) -> str:
-    return f"{100 * x:.0f}%"
+    """0.56 -> "56%", 0.004 -> "0.4%" (a small share keeps a digit instead of reading "0%")."""
+    return f"{100 * x:.0f}%" if 100 * x >= 0.95 else f"{100 * x:.1g}%"
 
 
 def tokens_text(n: float) -> str:
@@ -171,6 +172,9 @@ def attention_caption(curves: list[Curve]) -> str:
                 "the kernel's fixed cost, not streaming"
     else:
         text += f"; even {small.label} at {small.x[0]:,.0f} positions reaches {pct(e0)}"
+    if e > 1.0:
+        text += ". Above 100% is faster than the datasheet's memory bandwidth allows: the KV cache was read from " \
+                "on-chip cache (L2), or the table was measured on terms the roofline does not assume"
     return text + "."
 
 

@@ -52,6 +52,13 @@ def test_attention_caption_contrasts_a_small_step_only_when_it_is_under_half_the
     assert "at batch 1 and 1,024 positions only 6%" in text
     close = curve([0.6, 0.7], [0, 0], x=[1024, 8192], label="batch 1")
     assert "even batch 1 at 1,024 positions reaches 60%" in attention_caption([close, big])
+    assert "Above 100%" not in text
+    tiny = curve([0.004, 0.4], [0, 0], x=[1024, 8192], label="batch 1")
+    cached = curve([0.9, 2.06], [0, 0], x=[1024, 16384], label="batch 256")
+    text = attention_caption([tiny, cached])
+    assert "at 206% of the datasheet bandwidth" in text and "only 0.4%" in text
+    assert text.endswith("Above 100% is faster than the datasheet's memory bandwidth allows: the KV cache was read "
+                         "from on-chip cache (L2), or the table was measured on terms the roofline does not assume.")
 
 
 def test_allreduce_caption_says_latency_then_the_share_of_the_ring_bound():

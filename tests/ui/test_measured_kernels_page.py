@@ -4,6 +4,7 @@ under them, the step's op table with a CSV; what it says with no profile install
 price; and the helpers it draws with (ticks that read "1k" and "16 MiB", the op table's total row)."""
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 import ui.measured_kernels as mk
@@ -65,6 +66,16 @@ def test_tick_labels_read_as_sizes_not_digits():
     assert [mk.count_text(v) for v in (1, 4, 1024, 16384, 131072, 1536)] == ["1", "4", "1k", "16k", "128k", "1,536"]
     assert [mk.bytes_text(v) for v in (256, 1024, 16 << 20, 1 << 30)] == ["256 B", "1 KiB", "16 MiB", "1 GiB"]
     assert mk.log_axis([1, 2, 4, 8], mk.count_text) == dict(type="log", tickvals=[1, 4], ticktext=["1", "4"])
+
+
+def test_the_ridge_line_stands_between_the_last_bandwidth_bound_and_the_first_compute_bound_point():
+    from calculators.planning.measured_curves import Curve
+    x = np.array([1.0, 16, 256, 4096])
+    turns = Curve("qkv", x, x, x, np.zeros(4, bool), np.array([False, False, True, True]))
+    marks = mk.ridge_marks(turns)
+    assert marks["shapes"][0]["x0"] == pytest.approx(64)                   # halfway (in log) from 16 to 256
+    assert marks["annotations"][0]["x"] == pytest.approx(np.log10(64))     # an annotation takes the log
+    assert mk.ridge_marks(Curve("qkv", x, x, x, np.zeros(4, bool), np.zeros(4, bool))) == {}
 
 
 def test_the_default_profile_is_the_h200_on_vllm_when_installed():
