@@ -70,7 +70,7 @@ def profile_caption(profile, device: Device) -> str:
     src = profile.source or {}
     where = (profile.provenance or {}).get("device") or profile.device
     peak = device.peak_flops.get("bf16") or max(device.peak_flops.values())
-    link = f", {device.interconnect_name} {fmt_num(device.interconnect_bytes_per_s / 1e9, 3)} GB/s a direction" \
+    link = f", {device.interconnect_name} at {fmt_num(device.interconnect_bytes_per_s / 1e9, 3)} GB/s a direction" \
         if device.interconnect_bytes_per_s else ""
     return (f"Profile **{profile.name}**: {stack_label(profile)} on {where}, measured by "
             f"{src.get('kind', 'unknown')} {src.get('version', '')}".rstrip() + ". "
