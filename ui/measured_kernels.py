@@ -167,3 +167,14 @@ def ridge_marks(curve) -> dict:
     notes = [dict(xref="x", yref="paper", x=at, y=0.04, text=t, showarrow=False, xanchor=a, xshift=s)
              for t, a, s in (("← % of bandwidth", "right", -6), ("% of peak FLOP/s →", "left", 6))]
     return dict(shapes=[line], annotations=notes)
+
+
+def roof_marks(extra: dict | None = None, label: str = "datasheet roofline = 100%") -> dict:
+    """The datasheet's own line, 100%, across the chart (what every efficiency is a fraction of), with `extra`'s
+    shapes and annotations (`ridge_marks`) added."""
+    extra = extra or {}
+    line = dict(type="line", xref="paper", yref="y", x0=0, x1=1, y0=100, y1=100,
+                line=dict(color="#222", width=2, dash="dot"))
+    note = dict(xref="paper", yref="y", x=0.0, y=100, text=label, showarrow=False,
+                xanchor="left", yanchor="bottom")
+    return dict(shapes=[line, *extra.get("shapes", [])], annotations=[note, *extra.get("annotations", [])])

@@ -93,7 +93,7 @@ def decode_attention_curves(profile, device: Device, config: ModelConfig, tp: in
     flops = 4.0 * b[:, None] * h * config.head_dim * ctx[None, :]
     bound = _flop_bound(flops, ideal, peak_flops(device, "bf16"))
     return [Curve(f"batch {int(bi):,}", ctx, ideal[i], ms[i], past[i].astype(bool), bound[i],
-                  f"{h} heads / {kvh} KV, head dim {config.head_dim} ({kv_dtype} KV)", note)
+                  f"{h} heads / {kvh} KV, head dim {config.head_dim}, {kv_dtype} KV", note)
             for i, bi in enumerate(b)]
 
 

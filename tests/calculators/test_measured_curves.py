@@ -97,3 +97,21 @@ def test_attention_and_allreduce_curves_per_batch_and_per_gpu_count(profile):
     ar = allreduce_curves(profile, H200, gpus=(2, 4, 8), sizes=[1024, 1 << 20])
     assert [c.label for c in ar] == ["2 GPUs", "8 GPUs"]                           # 4 GPUs: not measured
     assert ar[1].efficiency == pytest.approx([0.7, 0.7])
+
+
+def test_on_the_h200_vllm_profile_attention_streams_near_the_datasheet_and_a_gemv_does_not():
+    """aiconfigurator-core's measured H200 (vLLM 0.24.0), when installed: what the page's sentences say of it."""
+    from specs import aiconfigurator_source as aic
+    from specs.profiles import available_profiles, load_profile
+    name = next((n for n in available_profiles() if n.startswith("h200-vllm-0.24.0@")), None)
+    if aic.package_dir() is None or name is None:
+        pytest.skip("aiconfigurator-core is not installed (pip install -r requirements-profiles.txt)")
+    p = load_profile(name)
+    gemms = gemm_curves(p, H200, LLAMA)
+    qkv = gemms[0]
+    assert 0.4 < qkv.efficiency[0] < 0.95 and not qkv.compute_bound[0]          # a GEMV: bandwidth-bound
+    assert qkv.compute_bound[-1] and 0.6 < qkv.efficiency[qkv.compute_bound].max() < 1.0
+    attn = decode_attention_curves(p, H200, LLAMA)
+    assert 0.8 < max(c.efficiency.max() for c in attn) < 1.0                       # streams the KV near 90%
+    assert attn[0].efficiency[0] < 0.5 * attn[-1].efficiency[0]                   # batch 1 at 1k: fixed cost
+    assert "only" in attention_caption(attn) and "compute-bound" in gemm_caption(qkv)

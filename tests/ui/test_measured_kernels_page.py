@@ -41,6 +41,8 @@ def test_the_page_draws_the_profiles_curves_against_the_roofline(own_profiles):
     dashed = [t for t in gemm["data"] if (t.get("line") or {}).get("dash") == "dash"]
     assert any(t["name"] == "LM head (extrapolated)" for t in dashed)     # 128,256 columns: past the table
     assert "16k" in gemm["layout"]["xaxis"]["ticktext"] and "1" in gemm["layout"]["xaxis"]["ticktext"]
+    assert all(any(sh.get("y0") == 100 for sh in s["layout"]["shapes"]) for s in specs)   # the datasheet's 100%
+    assert gemm["layout"]["yaxis"]["range"][0] == 0
     step = at.dataframe[0].value
     assert step["op"].tolist()[-1] == "all ops" and "decode attention" in step["op"].tolist()
     # 64 decode rows lie halfway (in log) between the measured m = 16 (60%) and 256 (80%)
