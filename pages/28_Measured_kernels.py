@@ -20,10 +20,10 @@ from specs.model_config import SpecError
 from specs.presets import list_presets, load_preset
 from ui import df_with_download, int_field, setup_page, show_error
 from ui.charts import figure, style
-from ui.measured_kernels import (COLORS, EXTRAPOLATED_NOTE, NONE_INSTALLED, bytes_text, cached_profile, count_text,
-                                 curve_traces, default_profile, log_axis, ops_frame, profile_caption, profile_names,
-                                 profiled_here, ridge_marks, roof_marks,
-                                 stack_label)
+from ui.measured_kernels import (COLORS, EXTRAPOLATED_NOTE, KV_CHOICES, NONE_INSTALLED, WEIGHT_CHOICES, bytes_text,
+                                 cached_profile, count_text, curve_traces, default_profile, device_word, log_axis,
+                                 measured_formats, ops_frame, profile_caption, profile_names, profiled_here,
+                                 ridge_marks, roof_marks, stack_label)
 from ui.model_source import choice_field, table_height
 
 DEFAULT_MODEL = "Llama-3.1-8B"
@@ -42,7 +42,7 @@ def chart(curves, x_label: str, text, every: int, title: str, y_title: str, mark
                         yaxis=dict(title=y_title, range=[0, top]), **roof_marks(marks, roof)))
 
 
-def sidebar(names: list[str]):
+def sidebar(names: list[str]) -> tuple[str, str, int]:
     box = st.sidebar
     box.header("Measured kernels")
     name = choice_field("Device profile", names, default_profile(names), key="kernels.profile", where=box,
@@ -52,9 +52,18 @@ def sidebar(names: list[str]):
                          key="kernels.model", where=box)
     tp = int(choice_field("Tensor parallel (TP)", TP_CHOICES, "1", key="kernels.tp", where=box,
                           help="Each GPU holds 1/TP of every weight matrix and of the attention heads."))
-    wd = choice_field("Weight precision", ("bf16", "fp8"), "bf16", key="kernels.wd", where=box)
-    kd = choice_field("KV cache precision", ("bf16", "fp8"), "bf16", key="kernels.kd", where=box)
-    return name, model, tp, wd, kd
+    return name, model, tp
+
+
+def formats(profile) -> tuple[str, str]:
+    """Weight and KV formats, among those the profile measured."""
+    box = st.sidebar
+    weights = measured_formats(profile, "gemm", "dtype", WEIGHT_CHOICES)
+    kvs = measured_formats(profile, "generation_attention", "kv_dtype", KV_CHOICES)
+    wd = choice_field("Weight precision", weights, "bf16" if "bf16" in weights else weights[0], key="kernels.wd",
+                      where=box, help="The formats this profile measured GEMMs in.")
+    kd = choice_field("KV cache precision", kvs, "bf16" if "bf16" in kvs else kvs[0], key="kernels.kd", where=box)
+    return wd, kd
 
 
 def main() -> None:
@@ -68,7 +77,7 @@ def main() -> None:
     if not names:
         st.info(NONE_INSTALLED)
         return
-    name, model, tp, wd, kd = sidebar(names)
+    name, model, tp = sidebar(names)
     try:
         with st.spinner(f"Loading {name} (once per server)…"):
             profile = cached_profile(name)
@@ -77,6 +86,7 @@ def main() -> None:
     except SpecError as e:
         show_error(e)
         return
+    wd, kd = formats(profile)
     st.caption(profile_caption(profile, device))
     problem = profile_support(config)
     if problem:
@@ -94,7 +104,8 @@ def main() -> None:
                           "% of the datasheet", ridge_marks(gemms[0])))
     st.markdown(gemm_caption(gemms[0]))
     notes = sorted({f"{c.label}: {c.note}" for c in gemms if c.note})
-    st.caption("Each GEMM is [m × k] · [k × n] on one GPU: " + "; ".join(f"{c.label} {c.shape}" for c in gemms)
+    shapes = "; ".join(f"{c.label} {c.shape}" for c in gemms)
+    st.caption(f"Each GEMM is [m × k] · [k × n] on one {device_word(device)}: {shapes}"
                + ". Below the ridge (few tokens) the roofline is the weights' bytes over the bandwidth; above it, "
                  "the FLOPs over peak." + (" " + "; ".join(notes) + "." if notes else "") + " " + EXTRAPOLATED_NOTE)
 
@@ -141,8 +152,8 @@ def main() -> None:
     df = ops_frame(ops)
     df_with_download(df, "measured_kernels_step", height=table_height(len(df)), show=OPS_SHOWN,
                      column_config={"% of datasheet": st.column_config.NumberColumn(format="%.0f%%")})
-    st.caption(f"On one GPU of TP {tp}: each op's time summed over its layers. Communication and the stack's host "
-               "work come on top (the Capacity planner adds them).")
+    st.caption(f"On one {device_word(device)} of TP {tp}: each op's time summed over its layers. Communication and "
+               "the stack's host work come on top (the Capacity planner adds them).")
 
     with st.expander("A device nothing measured"):
         profiled = profiled_here(profile.stack)

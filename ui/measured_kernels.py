@@ -14,6 +14,7 @@ from calculators.units import fmt_num
 from specs.devices import Device
 from specs.model_config import SpecError
 from specs.profiles import available_profiles, load_profile, profiled_devices
+from ui.model_source import fmt_si
 
 PROFILES_DIRECTORY: Path | None = None      # None: specs/profiles/ (a test points it at a folder of its own)
 PREFERRED = "h200-vllm-"                    # the default profile: an H200 on vLLM, when one is installed
@@ -64,19 +65,36 @@ def stack_label(profile) -> str:
     return f"{name} {profile.stack_version}"
 
 
+WEIGHT_CHOICES = ("bf16", "fp16", "fp32", "fp8", "fp8_block", "fp4", "int8")   # in the order offered
+KV_CHOICES = ("bf16", "fp16", "fp32", "fp8")
+
+
+def measured_formats(profile, table: str, column: str, choices: tuple) -> list[str]:
+    """The formats of `choices` the profile measured in `table` (a CPU profile: fp32 only), in their order; all
+    of `choices` where the table is missing (the lookups then say what is not measured)."""
+    t = (getattr(profile, "tables", None) or {}).get(table) or {}
+    have = set(np.asarray(t.get(column, [])).astype(str).tolist())
+    return [c for c in choices if c in have] or list(choices)
+
+
+def device_word(device: Device) -> str:
+    """ "GPU" for a GPU, "device" for a CPU, an SoC, a TPU."""
+    return "GPU" if device.kind == "gpu" else "device"
+
+
 def profile_caption(profile, device: Device) -> str:
     """Which measurements the page draws and against which datasheet: the profile, its stack, its source and
     version, where it was measured, and the bandwidth and peak its efficiencies divide by."""
     src = profile.source or {}
     where = (profile.provenance or {}).get("device") or profile.device
-    peak = device.peak_flops.get("bf16") or max(device.peak_flops.values())
+    peak, precision = device.flops_for("bf16")
     link = f", {device.interconnect_name} at {fmt_num(device.interconnect_bytes_per_s / 1e9, 3)} GB/s a direction" \
         if device.interconnect_bytes_per_s else ""
     return (f"Profile **{profile.name}**: {stack_label(profile)} on {where}, measured by "
             f"{src.get('kind', 'unknown')} {src.get('version', '')}".rstrip() + ". "
             f"Efficiency = datasheet roofline ÷ measured time, against the {device.name} datasheet: "
             f"{fmt_num(device.memory_bandwidth_bytes_per_s / 1e9, 3)} GB/s memory bandwidth, "
-            f"{fmt_num(peak / 1e12, 3)} TFLOP/s dense bf16{link}"
+            f"{fmt_si(peak, 'FLOP/s')} dense {precision}{link}"
             + (f" ({device.source})" if device.source.startswith("http") else "") + ".")
 
 

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from calculators.multi_gpu.tensor_parallel import Mesh
-from calculators.planning.measured_step import WEIGHT_FORMATS, layer_gemms, moe_shape
+from calculators.planning.measured_step import WEIGHT_FORMATS, layer_gemms, lm_head_dtype, moe_shape
 from calculators.sizing.measured_ops import (allreduce_ms, decode_attention_ms, gemm_ms, moe_ms, peak_flops)
 from calculators.units import fmt_num
 from specs.devices import Device
@@ -59,7 +59,7 @@ def gemm_curves(profile, device: Device, config: ModelConfig, tp: int = 1, weigh
     wd = WEIGHT_FORMATS.get(str(weight_dtype), str(weight_dtype))
     m = np.asarray(tokens, dtype=float)
     mesh = Mesh(tp=tp)
-    head = wd if wd in ("bf16", "fp16") else "bf16"             # stacks keep the LM head in 16 bits
+    head = lm_head_dtype(wd)
     shapes = [(name, n, k, wd) for name, n, k, _ in layer_gemms(config, mesh)]
     shapes.append(("LM head", max(1, config.vocab_size // tp), config.hidden_size, head))
     out = []
@@ -167,7 +167,9 @@ def attention_caption(curves: list[Curve]) -> str:
     text = f"At {c.label} and {x:,.0f} cached positions decode attention {what.format(pct(e))}"
     small = curves[0]
     e0 = float(small.efficiency[0])
-    if e0 < 0.5 * e:
+    if c is small and x == float(small.x[0]):
+        pass                                             # the smallest step is the best one: nothing to contrast
+    elif e0 < 0.5 * e:
         text += f"; at {small.label} and {small.x[0]:,.0f} positions only {pct(e0)}: a step that small is mostly " \
                 "the kernel's fixed cost, not streaming"
     else:

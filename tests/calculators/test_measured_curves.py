@@ -53,6 +53,9 @@ def test_attention_caption_contrasts_a_small_step_only_when_it_is_under_half_the
     close = curve([0.6, 0.7], [0, 0], x=[1024, 8192], label="batch 1")
     assert "even batch 1 at 1,024 positions reaches 60%" in attention_caption([close, big])
     assert "Above 100%" not in text
+    alone = curve([0.33, 0.3], [0, 0], x=[1024, 8192], label="batch 1")          # the smallest step is the best
+    assert attention_caption([alone]) == ("At batch 1 and 1,024 cached positions decode attention streams the KV "
+                                          "cache at 33% of the datasheet bandwidth.")
     tiny = curve([0.004, 0.4], [0, 0], x=[1024, 8192], label="batch 1")
     cached = curve([0.9, 2.06], [0, 0], x=[1024, 16384], label="batch 256")
     text = attention_caption([tiny, cached])

@@ -83,3 +83,9 @@ def test_the_ridge_line_stands_between_the_last_bandwidth_bound_and_the_first_co
 def test_the_default_profile_is_the_h200_on_vllm_when_installed():
     assert mk.default_profile(["a100-sxm-80gb-vllm-0.14.0@x", "h200-vllm-0.24.0@x"]) == "h200-vllm-0.24.0@x"
     assert mk.default_profile(["cpu-numpy-2.4.6"]) == "cpu-numpy-2.4.6"
+
+
+def test_the_formats_offered_are_those_the_profile_measured():
+    p = hand_made_h200_profile()
+    assert mk.measured_formats(p, "gemm", "dtype", mk.WEIGHT_CHOICES) == ["bf16"]         # a CPU's: ["fp32"]
+    assert mk.measured_formats(p, "context_attention", "kv_dtype", mk.KV_CHOICES) == list(mk.KV_CHOICES)
