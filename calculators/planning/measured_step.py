@@ -41,6 +41,12 @@ WEIGHT_FORMATS = {"bf16": "bf16", "fp16": "fp16", "fp8": "fp8", "fp8_block": "fp
                   "int8": "int8", "int4": "int4", "fp32": "fp32"}
 
 
+def lm_head_dtype(weight_dtype: str) -> str:
+    """The LM head's weight format: serving stacks keep it in 16 bits when the layers are quantized; a float
+    model (bf16, fp16, or fp32 on a CPU) keeps its own."""
+    return weight_dtype if weight_dtype in ("bf16", "fp16", "fp32") else "bf16"
+
+
 def profile_support(config: ModelConfig) -> str | None:
     """Why a profile cannot price this model's step (None if it can)."""
     if arch.is_mla(config):
@@ -164,7 +170,7 @@ def step_grid_tables(profile, config: ModelConfig, device: Device, mesh: Mesh, w
         pre += count * p_ms
         pre_ideal += count * p_ideal
     vocab_n = max(1, config.vocab_size // mesh.tp)
-    head_dtype = wd if wd in ("bf16", "fp16") else "bf16"       # stacks keep the LM head in 16 bits
+    head_dtype = lm_head_dtype(wd)
     lm_ideal, lm, ex = gemm_ms(profile, device, g, vocab_n, config.hidden_size, head_dtype)
     past |= ex
     layers = stage_layers(config, mesh.pp)
@@ -239,7 +245,7 @@ def step_ops_table(profile, config: ModelConfig, device: Device, mesh: Mesh, wei
                 prefill_attention_ms(profile, device, float(min(tok, window) if window else tok), h, kvh,
                                      config.head_dim, kv_dtype, batch=n_prompts), count)
     sequences = int(decode_rows) + (math.ceil(prompt_tokens / (prompt_len or prompt_tokens)) if prompt_tokens else 0)
-    head_dtype = wd if wd in ("bf16", "fp16") else "bf16"
+    head_dtype = lm_head_dtype(wd)
     add("LM head", f"{sequences:,} × {config.hidden_size:,} · {config.hidden_size:,} × "
         f"{max(1, config.vocab_size // mesh.tp):,}",
         gemm_ms(profile, device, sequences, max(1, config.vocab_size // mesh.tp), config.hidden_size, head_dtype), 1)

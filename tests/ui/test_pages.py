@@ -41,9 +41,10 @@ def set_number(at: AppTest, key: str, value) -> AppTest:
 
 
 # ------------------------------------------------------------------------------------------ every page, defaults
-def test_the_seven_sizing_lessons_exist():
+def test_the_eight_sizing_lessons_exist():
     assert [name for name, path in PAGES.items() if Path(path).name.startswith("2")] == ["Model_anatomy", "KV_cache_and_attention_variants", "Roofline",
-                           "Bandwidth_floor_and_latency", "FlashAttention", "Quantization", "Your_machine"]
+                           "Bandwidth_floor_and_latency", "FlashAttention", "Quantization", "Your_machine",
+                           "Measured_kernels"]
 
 
 @pytest.mark.parametrize("name", list(PAGES))

@@ -1,0 +1,120 @@
+"""A profile's curves for the Measured kernels page (calculators/planning/measured_curves.py): the sentences under
+each chart come from the plotted numbers, on both sides of what they decide (a GEMM that turns compute-bound or
+stays bandwidth-bound, a small attention step far under the best or not, an all-reduce that reaches half its
+ring bound or never does); and the curves of a hand-made profile read back what it measured."""
+import numpy as np
+import pytest
+
+from calculators.planning.measured_curves import (Curve, allreduce_caption, allreduce_curves, attention_caption,
+                                                  decode_attention_curves, gemm_caption, gemm_curves)
+from helpers_profiles import H200, hand_made_h200_profile
+from specs.presets import load_preset
+
+LLAMA = load_preset("Llama-3.1-8B")
+
+
+def curve(eff, compute_bound, x=None, extrapolated=None, label="qkv projection"):
+    eff = np.asarray(eff, dtype=float)
+    x = np.asarray(x if x is not None else 2.0 ** np.arange(len(eff)))
+    return Curve(label, x, eff.copy(), np.ones_like(eff),
+                 np.asarray(extrapolated if extrapolated is not None else [False] * len(eff)),
+                 np.asarray(compute_bound, dtype=bool))
+
+
+# ------------------------------------------------------------------------------------------- sentences
+def test_gemm_caption_names_the_bandwidth_at_one_token_and_the_peak_past_the_ridge():
+    c = curve([0.56, 0.55, 0.60, 0.70, 0.79, 0.78], [0, 0, 0, 1, 1, 1], x=[1, 16, 256, 512, 1024, 4096])
+    assert gemm_caption(c) == ("At 1 token the qkv projection GEMM streams its weights at 56% of the datasheet "
+                               "bandwidth; from 512 tokens it is compute-bound, and from 1,024 tokens it reaches "
+                               "79% of peak FLOP/s.")
+    c = curve([0.56, 0.79, 0.78], [0, 1, 1], x=[1, 512, 4096])
+    assert gemm_caption(c).endswith("; from 512 tokens it is compute-bound and reaches 79% of peak FLOP/s.")
+
+
+def test_gemm_caption_of_a_gemm_that_never_leaves_the_bandwidth_side():
+    c = curve([0.38, 0.40, 0.52], [0, 0, 0], x=[1, 2, 4])
+    assert gemm_caption(c) == ("At 1 token the qkv projection GEMM streams its weights at 38% of the datasheet "
+                               "bandwidth; up to 4 tokens it stays bandwidth-bound, at best 52% (at 4 tokens).")
+
+
+def test_gemm_caption_reads_the_peak_from_measured_points_and_says_when_none_was_measured():
+    c = curve([0.5, 0.7, 0.9], [0, 1, 1], extrapolated=[False, False, True])
+    assert "reaches 70% of peak FLOP/s" in gemm_caption(c)              # 90% lies past the table
+    c = curve([0.5, 0.7], [0, 1], extrapolated=[True, True])
+    assert gemm_caption(c).endswith("(every point lies past the measured table: the edge's efficiency, held).")
+
+
+def test_attention_caption_contrasts_a_small_step_only_when_it_is_under_half_the_best():
+    small = curve([0.06, 0.4], [0, 0], x=[1024, 8192], label="batch 1")
+    big = curve([0.8, 0.91], [0, 0], x=[1024, 8192], label="batch 256")
+    text = attention_caption([small, big])
+    assert text.startswith("At batch 256 and 8,192 cached positions decode attention streams the KV cache at 91%")
+    assert "at batch 1 and 1,024 positions only 6%" in text
+    close = curve([0.6, 0.7], [0, 0], x=[1024, 8192], label="batch 1")
+    assert "even batch 1 at 1,024 positions reaches 60%" in attention_caption([close, big])
+    assert "Above 100%" not in text
+    alone = curve([0.33, 0.3], [0, 0], x=[1024, 8192], label="batch 1")          # the smallest step is the best
+    assert attention_caption([alone]) == ("At batch 1 and 1,024 cached positions decode attention streams the KV "
+                                          "cache at 33% of the datasheet bandwidth.")
+    tiny = curve([0.004, 0.4], [0, 0], x=[1024, 8192], label="batch 1")
+    cached = curve([0.9, 2.06], [0, 0], x=[1024, 16384], label="batch 256")
+    text = attention_caption([tiny, cached])
+    assert "at 206% of the datasheet bandwidth" in text and "only 0.4%" in text
+    assert text.endswith("Above 100% is faster than the datasheet's memory bandwidth allows: the KV cache was read "
+                         "from on-chip cache (L2), or the table was measured on terms the roofline does not assume.")
+
+
+def test_allreduce_caption_says_latency_then_the_share_of_the_ring_bound():
+    c = Curve("8 GPUs", np.array([1024.0, 1 << 20, 1 << 26]), np.array([0.00002, 0.004, 0.26]),
+              np.array([0.005, 0.008, 0.3]), np.zeros(3, bool), np.zeros(3, bool))
+    text = allreduce_caption([c], "NVLink 4", 450e9)
+    assert text.startswith("On 8 GPUs a 1.00 KiB all-reduce takes 5.00 µs, under 1% of what the NVLink 4 (450 GB/s")
+    assert text.endswith("from 64.0 MiB it reaches 87% of the link's ring bound.")
+    slow = Curve("2 GPUs", c.x, c.ideal_ms * 0.4, c.ms, c.extrapolated, c.compute_bound)
+    assert "no message measured gets past 35% of the link's ring bound (best at 64.0 MiB)" in \
+        allreduce_caption([slow], "PCIe", 32e9)
+
+
+# ------------------------------------------------------------------------------------------- curves
+@pytest.fixture(scope="module")
+def profile():
+    return hand_made_h200_profile()
+
+
+def test_gemm_curves_read_back_the_measured_efficiency_and_mark_the_lm_head_past_the_table(profile):
+    curves = {c.label: c for c in gemm_curves(profile, H200, LLAMA, tokens=[1, 16, 256, 4096, 16384])}
+    assert list(curves) == ["qkv projection", "o projection", "gate + up", "down", "LM head"]
+    qkv = curves["qkv projection"]
+    assert qkv.efficiency[:4] == pytest.approx([0.6, 0.6, 0.8, 0.8])
+    assert qkv.extrapolated.tolist() == [False, False, False, False, True]         # 16k tokens: past m = 4,096
+    assert qkv.compute_bound.tolist() == [False, False, True, True, True]
+    assert curves["LM head"].extrapolated.all()                                    # 128,256 columns > 65,536
+
+
+def test_attention_and_allreduce_curves_per_batch_and_per_gpu_count(profile):
+    attn = decode_attention_curves(profile, H200, LLAMA, contexts=[1024, 32768, 131072])
+    assert [c.label for c in attn] == ["batch 1", "batch 32", "batch 256"]
+    assert attn[0].efficiency[:2] == pytest.approx([0.5, 0.5]) and attn[1].efficiency[:2] == pytest.approx([0.9, 0.9])
+    assert [c.extrapolated.tolist() for c in attn] == [[False, False, True]] * 3   # 128k: past 32k
+    assert not any(c.compute_bound.any() for c in attn)                            # GQA decode streams its KV
+    ar = allreduce_curves(profile, H200, gpus=(2, 4, 8), sizes=[1024, 1 << 20])
+    assert [c.label for c in ar] == ["2 GPUs", "8 GPUs"]                           # 4 GPUs: not measured
+    assert ar[1].efficiency == pytest.approx([0.7, 0.7])
+
+
+def test_on_the_h200_vllm_profile_attention_streams_near_the_datasheet_and_a_gemv_does_not():
+    """aiconfigurator-core's measured H200 (vLLM 0.24.0), when installed: what the page's sentences say of it."""
+    from specs import aiconfigurator_source as aic
+    from specs.profiles import available_profiles, load_profile
+    name = next((n for n in available_profiles() if n.startswith("h200-vllm-0.24.0@")), None)
+    if aic.package_dir() is None or name is None:
+        pytest.skip("aiconfigurator-core is not installed (pip install -r requirements-profiles.txt)")
+    p = load_profile(name)
+    gemms = gemm_curves(p, H200, LLAMA)
+    qkv = gemms[0]
+    assert 0.4 < qkv.efficiency[0] < 0.95 and not qkv.compute_bound[0]          # a GEMV: bandwidth-bound
+    assert qkv.compute_bound[-1] and 0.6 < qkv.efficiency[qkv.compute_bound].max() < 1.0
+    attn = decode_attention_curves(p, H200, LLAMA)
+    assert 0.8 < max(c.efficiency.max() for c in attn) < 1.0                       # streams the KV near 90%
+    assert attn[0].efficiency[0] < 0.5 * attn[-1].efficiency[0]                   # batch 1 at 1k: fixed cost
+    assert "only" in attention_caption(attn) and "compute-bound" in gemm_caption(qkv)
