@@ -117,9 +117,10 @@ class Browser:
 
 
 @contextmanager
-def app_in_browser(chromium: str, size: str = "1400,1800"):
-    """`streamlit run app.py` on a free port and a headless Chromium on its home page; both stopped after."""
-    port = free_port()
+def app_in_browser(chromium: str, size: str = "1400,1800", port: int | None = None):
+    """`streamlit run app.py` on `port` (a free one if None) and a headless Chromium on its home page; both stopped
+    after."""
+    port = port or free_port()
     server = start_server(port, Path(tempfile.gettempdir()) / f"streamlit-browser-{port}.log")
     browser = None
     try:

@@ -23,6 +23,7 @@ from engine import Generated, Model
 from engine.model.generate import generation_summary
 from specs.model_config import SpecError
 from ui import server
+from ui.metrics import metric_row
 from ui.widgets import df_with_download, float_field, formula_expander, int_field, remember, show_error
 
 PROMPT_KEY = "prompt"
@@ -94,7 +95,7 @@ def generation_box(model: Model | None) -> None:
         return
     tok, cfg = model.tokenizer, model.config
     store = remember(PROMPT_KEY, DEFAULT_PROMPT)
-    prompt = st.text_area("Prompt", key=PROMPT_KEY, on_change=store, height=110,
+    prompt = st.text_area("Prompt", key=PROMPT_KEY, on_change=store, height=80,
                           help="Your text. With the chat template on, it becomes the user turn of a chat.")
     if tok is None:
         st.caption(f"{model.name} has no tokenizer: type token ids separated by spaces "
@@ -104,7 +105,7 @@ def generation_box(model: Model | None) -> None:
                            key=f"chat_template.{model.source}",
                            help="Wrap the prompt in the model's chat template (as a chat app would)."
                            if has_template else "This model has no chat template: the prompt is continued as is.")
-    cols = st.columns(5)
+    cols = st.columns([1, 1, 1, 1, 1, 1.1], vertical_alignment="bottom")   # the options and Generate: one row
     max_new = int_field("Max new tokens", 64, 1, cfg.max_position_embeddings - 1, key="gen.max_new_tokens",
                         where=cols[0], help="Generation stops earlier at an end-of-sequence token.")
     temperature = float_field("Temperature", 0.0, 0.0, 100.0, key="gen.temperature", step=0.1, where=cols[1],
@@ -116,8 +117,11 @@ def generation_box(model: Model | None) -> None:
     seed = int_field("Seed", 0, 0, 2**32 - 1, key="gen.seed", where=cols[4],
                      help="Same seed, same options, same prompt: same reply (matters when temperature > 0).")
     options_ok = None not in (max_new, temperature, top_k, top_p, seed)
-    clicked = st.button("Generate", key="generate", type="primary", disabled=not options_ok,
-                        icon=":material/play_arrow:")
+    clicked = cols[5].button("Generate", key="generate", type="primary", disabled=not options_ok,
+                             icon=":material/play_arrow:", width="stretch")
+    eta = long_prompt_words(model, prompt, use_chat)
+    if eta:
+        st.info(eta, icon=":material/hourglass_top:")
     backend = server.class_backend().info
     if backend is not None:
         st.caption(f"Replies come from {backend.engine} at {backend.config.root} (model {backend.model}), the "
@@ -144,6 +148,26 @@ def generation_box(model: Model | None) -> None:
             st.markdown("**Reply** " + f"({result.model_name})")
             st.markdown(escape_markdown(result.text) or "*(no text)*")
         show_result(result, model)
+
+
+LONG_PROMPT_CHARS = 4_000    # shorter prompts are read in well under a few seconds: not even tokenized here
+
+
+def long_prompt_words(model: Model, prompt: str, use_chat: bool) -> str:
+    """For a prompt long enough to keep the class waiting: its predicted prefill time on this machine as measured
+    (`calculators.sizing.latency.prefill_ms`, float32 as the engine computes; `ui.prefill_eta`); "" otherwise."""
+    if len(prompt) < LONG_PROMPT_CHARS:
+        return ""
+    from calculators.sizing.latency import prefill_ms
+    from ui.machine import measured_machine
+    from ui.prefill_eta import prefill_eta_words
+    try:
+        n = len(prompt_ids(model, prompt, use_chat))
+        device = measured_machine(quick=True)
+        ms = prefill_ms(model.config, device, n, weight_dtype="fp32")["prefill_ms"]
+    except (SpecError, ValueError, KeyError):
+        return ""
+    return prefill_eta_words(n, ms, device.peak_flops.get("fp32", float("nan")))
 
 
 def request_stop() -> None:
@@ -238,18 +262,19 @@ def show_result(result: GenerationResult, model: Model) -> None:
               "context": "the context window is full",
               "stopped": "stopped with the Stop button", "cancelled": "stopped with the Stop button",
               "session closed": "stopped (the page was left)"}.get(result.finish_reason or "", "stopped")
+    rate = nums["decode_tokens_per_s"]
+    metric_row([
+        ("TTFT", _ms(nums["ttft_ms"]), "Time to first token: the prefill forward pass plus sampling the first token."),
+        ("Mean ITL", _ms(nums["mean_itl_ms"]), "Mean inter-token latency: one decode step."),
+        ("Tokens/s", "–" if not np.isfinite(rate) else f"{rate:,.1f}", "Decode speed: 1 / mean ITL."),
+        ("KV cache", f"{nums['kv_cache_bytes'] / 2**20:,.2f} MiB",
+         f"{nums['kv_cache_bytes']:,.0f} bytes of keys and values held after the last token."),
+    ])
     st.caption(f"{n} tokens after a {result.prompt_tokens:,}-token prompt · {reason}"
                + (f" · timings {result.load_note}" if result.load_note else ""))
     if result.prompt_text:
         with st.expander(f"The prompt as the model sees it ({result.prompt_tokens:,} tokens)"):
             st.code(result.prompt_text, language=None, wrap_lines=True)
-    c = st.columns(4)
-    c[0].metric("TTFT", _ms(nums["ttft_ms"]), help="Time to first token: the prefill forward pass plus sampling the first token.")
-    c[1].metric("Mean ITL", _ms(nums["mean_itl_ms"]), help="Mean inter-token latency: one decode step.")
-    rate = nums["decode_tokens_per_s"]
-    c[2].metric("Tokens/s", "–" if not np.isfinite(rate) else f"{rate:,.1f}", help="Decode speed: 1 / mean ITL.")
-    c[3].metric("KV cache", f"{nums['kv_cache_bytes'] / 2**20:,.2f} MiB",
-                help=f"{nums['kv_cache_bytes']:,.0f} bytes of keys and values held after the last token.")
     cfg = model.config
     formula_expander(
         "Where these numbers come from",
