@@ -34,8 +34,7 @@ def page_links(lessons: dict[str, list[PageFile]], pages: dict[str, st.Page]) ->
 def home_page(lessons: dict[str, list[PageFile]], pages: dict[str, st.Page]) -> None:
     setup_page("Home", icon=":material/home:")
     st.title(APP_TITLE)
-    st.caption("A real Llama-architecture model runs in plain NumPy on this machine, and every page measures what a "
-               "token costs (time, memory, bytes moved) next to the same numbers predicted from first principles.")
+    st.caption("A real model in plain NumPy on this machine: what every token costs, measured and predicted.")
     box = st.container()                 # the prompt, the reply and its metrics first: a projector's first screen
     model = model_picker()               # (the picker's note on the model goes under them)
     with box:

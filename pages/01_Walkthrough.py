@@ -269,13 +269,13 @@ def main() -> None:
         name, controls = st.columns([2, 3], vertical_alignment="bottom")      # the title and Back / Next: one row
         name.title("Walkthrough")
         i = stepper("Step", len(STEPS), key=STEP_KEY, first=1, where=controls, widths=(1.3, 1.3, 1))
-        st.caption(f"One real request through a real model, then serving it to a whole class, in {len(STEPS)} "
-                   "steps, on the prompt typed in step 1 (and under every step).")
         if i is None:
             return
         title, draw = STEPS[i]
         st.header(f"{i + 1}. {title}")
     st.divider()
+    st.caption(f"The Walkthrough: one real request through a real model, then serving it to a whole class, in "
+               f"{len(STEPS)} steps, on the prompt typed in step 1 (and below).")
     prompt_area = step_area if i == 0 else st.container()
     prompt = teacher_prompt(model, height=70, where=prompt_area)
     if model is None or prompt is None:

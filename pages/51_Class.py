@@ -236,9 +236,10 @@ def main() -> None:
     """The live batch first (title, Live switch and the model served in one row above it), so its metrics and key
     chart are on a projector's first screen; joining, simulated students and the long explanation below it."""
     setup_page("Class", icon=":material/groups:")
-    head, live_col, model_col = st.columns([1, 1.2, 2.2], vertical_alignment="bottom")
+    head, live_col, model_col = st.columns([1, 1.3, 2], vertical_alignment="bottom")
     head.title("Class")
-    live = live_col.toggle(f"Live (refresh every {REFRESH_S:g} s)", value=True, key=LIVE_KEY)
+    live = live_col.toggle(f"Live (every {REFRESH_S:g} s)", value=True, key=LIVE_KEY,
+                           help=f"Redraw the batch every {REFRESH_S:g} s.")
     st.caption("Everyone in the room who presses Generate joins one batch on this server; here it is as it runs.")
     view, below = st.container(), st.container()
     with st.sidebar:

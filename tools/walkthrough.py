@@ -92,10 +92,11 @@ _PROBLEMS_JS = r"""(() => {
         + (out_ ? ' runs past the chart\'s edge' : ' lies under the legend'));
     });
   });
-  main.querySelectorAll('button').forEach(b => {            // "← B." for "← Back": a label cut by its column
+  main.querySelectorAll('button, [data-testid="stCheckbox"] label, [data-testid="stWidgetLabel"]').forEach(b => {
+    // "← B." for "← Back", "Chat temp…": a button's or a widget's label cut by its column
     const cut = [b, ...b.querySelectorAll('*')].some(e => e.scrollWidth > e.clientWidth + 1
       && getComputedStyle(e).overflowX !== 'visible' && e.innerText.trim());
-    if (cut && b.getClientRects().length) out.push('button label cut: ' + b.innerText.trim().slice(0, 60));
+    if (cut && b.getClientRects().length) out.push('label cut: ' + b.innerText.trim().replace(/\s+/g, ' ').slice(0, 60));
   });
   main.querySelectorAll('[data-testid="stPageLink"] a, [data-testid="stPageLink-NavLink"]').forEach(a => {
     const cut = [a, ...a.querySelectorAll('*')].some(e =>

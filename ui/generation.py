@@ -14,6 +14,7 @@ from __future__ import annotations
 import re
 import threading
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -95,30 +96,33 @@ def generation_box(model: Model | None) -> None:
         return
     tok, cfg = model.tokenizer, model.config
     store = remember(PROMPT_KEY, DEFAULT_PROMPT)
-    prompt = st.text_area("Prompt", key=PROMPT_KEY, on_change=store, height=80,
+    prompt = st.text_area("Prompt", key=PROMPT_KEY, on_change=store, height=70,
                           help="Your text. With the chat template on, it becomes the user turn of a chat.")
     if tok is None:
         st.caption(f"{model.name} has no tokenizer: type token ids separated by spaces "
                    f"(0 to {cfg.vocab_size - 1}).")
     has_template = tok is not None and tok.has_chat_template
-    use_chat = st.checkbox("Chat template", value=has_template, disabled=not has_template,
-                           key=f"chat_template.{model.source}",
-                           help="Wrap the prompt in the model's chat template (as a chat app would)."
-                           if has_template else "This model has no chat template: the prompt is continued as is.")
-    cols = st.columns([1, 1, 1, 1, 1, 1.1], vertical_alignment="bottom")   # the options and Generate: one row
+    # one row: the two options a lesson changes, the chat template, the rest of sampling behind a button, Generate
+    cols = st.columns([1.1, 0.9, 1.1, 1.05, 0.9], vertical_alignment="bottom")
     max_new = int_field("Max new tokens", 64, 1, cfg.max_position_embeddings - 1, key="gen.max_new_tokens",
                         where=cols[0], help="Generation stops earlier at an end-of-sequence token.")
     temperature = float_field("Temperature", 0.0, 0.0, 100.0, key="gen.temperature", step=0.1, where=cols[1],
                               help="0 = greedy (always the most likely token).")
-    top_k = int_field("Top-k", 0, 0, cfg.vocab_size, key="gen.top_k", where=cols[2],
+    use_chat = cols[2].checkbox("Chat template", value=has_template, disabled=not has_template,
+                                key=f"chat_template.{model.source}",
+                                help="Wrap the prompt in the model's chat template (as a chat app would)."
+                                if has_template else "This model has no chat template: the prompt is continued as is.")
+    more = cols[3].popover("More options", width="stretch", help="Top-k, top-p and the seed")
+    top_k = int_field("Top-k", 0, 0, cfg.vocab_size, key="gen.top_k", where=more,
                       help="Keep only the k most likely tokens; 0 = off.")
-    top_p = float_field("Top-p", 1.0, 0.01, 1.0, key="gen.top_p", step=0.05, where=cols[3],
+    top_p = float_field("Top-p", 1.0, 0.01, 1.0, key="gen.top_p", step=0.05, where=more,
                         help="Keep the most likely tokens whose probabilities add up to p; 1 = off.")
-    seed = int_field("Seed", 0, 0, 2**32 - 1, key="gen.seed", where=cols[4],
+    seed = int_field("Seed", 0, 0, 2**32 - 1, key="gen.seed", where=more,
                      help="Same seed, same options, same prompt: same reply (matters when temperature > 0).")
     options_ok = None not in (max_new, temperature, top_k, top_p, seed)
-    clicked = cols[5].button("Generate", key="generate", type="primary", disabled=not options_ok,
+    clicked = cols[4].button("Generate", key="generate", type="primary", disabled=not options_ok,
                              icon=":material/play_arrow:", width="stretch")
+    top = st.container()              # the last reply's metrics, above its text: on the first screen
     eta = long_prompt_words(model, prompt, use_chat)
     if eta:
         st.info(eta, icon=":material/hourglass_top:")
@@ -144,10 +148,10 @@ def generation_box(model: Model | None) -> None:
         _stream_reply(model, ids, stream, result, stop)
     result = st.session_state.get(RESULT_KEY)
     if result is not None and result.model_source == model.source:
-        if not clicked:
-            st.markdown("**Reply** " + f"({result.model_name})")
-            st.markdown(escape_markdown(result.text) or "*(no text)*")
-        show_result(result, model)
+        if not clicked:                                   # one paragraph: the reply's first line stays on screen
+            st.markdown(f"**Reply** ({result.model_name}): "
+                        + (escape_markdown(result.text) or "*(the tokens generated decode to no visible text)*"))
+        show_result(result, model, top)
 
 
 LONG_PROMPT_CHARS = 4_000    # shorter prompts are read in well under a few seconds: not even tokenized here
@@ -209,8 +213,8 @@ def _stream_reply(model: Model, ids: list[int], stream, result: GenerationResult
     the session's stop Event, and Streamlit also ends this run at its next screen update to start the rerun."""
     st.session_state[STOP_EVENT_KEY] = stop
     st.session_state[RESULT_KEY] = result
-    st.markdown("**Reply** " + f"({model.name})")
     stop_slot, bar_slot, slot = st.empty(), st.empty(), st.empty()
+    head = f"**Reply** ({model.name}): "                 # the same paragraph the reruns draw (generation_box)
     stop_slot.button("Stop", key="gen.stop", on_click=request_stop, icon=":material/stop_circle:",
                      help="End the generation after the current forward pass; the reply so far is kept.")
     bar = bar_slot.progress(0.0, text=f"Prefill: 0 of {len(ids):,} prompt tokens read")
@@ -226,7 +230,7 @@ def _stream_reply(model: Model, ids: list[int], stream, result: GenerationResult
     try:
         for tok in stream:
             result.tokens.append(tok)
-            slot.markdown(escape_markdown(result.text) + ("" if tok.finish_reason else " ▌"))
+            slot.markdown(head + escape_markdown(result.text) + ("" if tok.finish_reason else " ▌"))
     except SpecError as e:                                   # e.g. a problem found mid-generation
         result.error = str(e)
         show_error(e)
@@ -245,15 +249,17 @@ def _stream_reply(model: Model, ids: list[int], stream, result: GenerationResult
     if not result.tokens:
         slot.empty()
     elif not result.text:
-        slot.markdown("*(the tokens generated decode to no visible text)*")
+        slot.markdown(head + "*(the tokens generated decode to no visible text)*")
 
 
 def _ms(x: float) -> str:
-    return "–" if not np.isfinite(x) else f"{x:,.1f} ms"
+    """A time for a metric whose label carries the unit ("TTFT (ms)"): a value that fits one line."""
+    return "–" if not np.isfinite(x) else f"{x:,.1f}"
 
 
-def show_result(result: GenerationResult, model: Model) -> None:
-    """Metrics, the formula behind them, and the token table (with CSV)."""
+def show_result(result: GenerationResult, model: Model, metrics_at: Any = None) -> None:
+    """Metrics (in `metrics_at`: above the reply on the home page), the formula behind them, and the token table
+    (with CSV)."""
     if result.error and not result.tokens:
         return
     n = len(result.tokens)
@@ -263,11 +269,11 @@ def show_result(result: GenerationResult, model: Model) -> None:
               "stopped": "stopped with the Stop button", "cancelled": "stopped with the Stop button",
               "session closed": "stopped (the page was left)"}.get(result.finish_reason or "", "stopped")
     rate = nums["decode_tokens_per_s"]
-    metric_row([
-        ("TTFT", _ms(nums["ttft_ms"]), "Time to first token: the prefill forward pass plus sampling the first token."),
-        ("Mean ITL", _ms(nums["mean_itl_ms"]), "Mean inter-token latency: one decode step."),
+    metric_row(where=metrics_at, items=[
+        ("TTFT (ms)", _ms(nums["ttft_ms"]), "Time to first token: the prefill forward pass plus sampling the first token."),
+        ("Mean ITL (ms)", _ms(nums["mean_itl_ms"]), "Mean inter-token latency: one decode step."),
         ("Tokens/s", "–" if not np.isfinite(rate) else f"{rate:,.1f}", "Decode speed: 1 / mean ITL."),
-        ("KV cache", f"{nums['kv_cache_bytes'] / 2**20:,.2f} MiB",
+        ("KV cache (MiB)", f"{nums['kv_cache_bytes'] / 2**20:,.2f}",
          f"{nums['kv_cache_bytes']:,.0f} bytes of keys and values held after the last token."),
     ])
     st.caption(f"{n} tokens after a {result.prompt_tokens:,}-token prompt · {reason}"
@@ -295,8 +301,8 @@ def show_result(result: GenerationResult, model: Model) -> None:
         pieces = result.pieces or [""] * n
         df = pd.DataFrame({
             "step": [t.step for t in result.tokens],
-            "token_id": [t.token_id for t in result.tokens],
+            "token id": [t.token_id for t in result.tokens],
             "piece": pieces,
-            "latency_ms": [round(t.seconds * 1e3, 3) for t in result.tokens],
+            "latency (ms)": [round(t.seconds * 1e3, 3) for t in result.tokens],
         })
         df_with_download(df, "generated_tokens")

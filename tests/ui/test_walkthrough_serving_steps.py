@@ -134,3 +134,28 @@ def test_planner_step_says_what_binds_only_when_it_nearly_does():
     text = words(step(11))
     assert "binding:" not in text and "of its limit" not in text
     assert "nothing binds" in text or "what limits it" in text
+
+
+def in_order(node, out=None) -> list[str]:
+    """The page's elements top to bottom: their types (a block's children in their order on the page)."""
+    out = [] if out is None else out
+    children = getattr(node, "children", None)
+    if children:
+        for k in sorted(children):
+            in_order(children[k], out)
+    else:
+        out.append(getattr(node, "type", ""))
+    return out
+
+
+def test_each_steps_heading_chart_and_next_come_before_the_prompt():
+    """A projector's first screen (1366×768) shows Next, the step's heading and its chart: the prompt box and the
+    run settings are under the step (today they came first, and the chart started at 822 px or lower). Step 1 holds
+    the prompt box, after its heading."""
+    for n in (1, 5, 8):
+        at = step(n)
+        kinds = in_order(at.main)
+        first = {k: kinds.index(k) for k in ("button", "header", "text_area") if k in kinds}
+        assert first["button"] < first["header"] < first["text_area"], kinds
+        if n > 1:
+            assert kinds.index("plotly_chart") < first["text_area"], kinds
