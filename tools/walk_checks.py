@@ -21,7 +21,8 @@ REPR = re.compile(r"\{['\"][^'\"]*['\"]\s*:|\[['\"][^'\"\]]*['\"](?:,\s*['\"]|\]
                   r"|\{[A-Za-z_][\w.]*(?:\([^{}]*\))?(?::[^{}]*)?\}|\b(?:np\.)?(?:float|int)(?:32|64)\(|\barray\(")
 BIG_INT = re.compile(r"(?<![\w.,:#×/\\-])\d{4,}(?![\w]|[.,]\d|\s*[×x]\s*\d)")
 # narrow exceptions: a year after a month or in "(2024)"/"in 2024.", a port, an id, an RTX card
-YEAR_OK = re.compile(rf"(?:{MONTHS} (?:\d{{1,2}},? )?|\(|\bin |\bsince |©\s?)((?:19|20)\d\d)(?=[),.;:\s]|$)")
+YEAR_OK = re.compile(rf"(?:{MONTHS} (?:\d{{1,2}},? )?|\(|\bin |\bsince |©\s?|[\"”], )((?:19|20)\d\d)(?=[),.;:\s]|$)"
+                     r"|\b((?:19|20)\d\d)-[01]\d-[0-3]\d\b")       # a citation's year ("Sinks", 2023), a date
 ID_OK = re.compile(r"(?:\bport |\bids? |\bRTX |\bGTX |\btoken )(\d{4,})\b")
 
 
@@ -39,7 +40,8 @@ def text_problems(text: str) -> list[str]:
         out.append(f"None shown: {_around(plain, m)!r}")
     for m in REPR.finditer(plain):
         out.append(f"Python repr: {_around(plain, m)!r}")
-    allowed = {m.start(1) for pat in (YEAR_OK, ID_OK) for m in pat.finditer(plain)}
+    allowed = {m.start(g) for pat in (YEAR_OK, ID_OK) for m in pat.finditer(plain)
+               for g in range(1, (pat.groups or 0) + 1) if m.group(g)}
     for m in BIG_INT.finditer(plain):
         if m.start() not in allowed:
             out.append(f"number without thousands separators: {m.group(0)} in {_around(plain, m)!r}")

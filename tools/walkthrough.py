@@ -1,5 +1,13 @@
 """A teacher's walkthrough in a real browser: every page at 1366×768 (a projector), with large text off and on, first
-as drawn and again after pressing its main (primary) button. It reports what a class would notice first:
+as drawn and again after pressing its main (primary) button; the Walkthrough step by step (Next, eleven times).
+It reports what a class would notice first:
+
+- on the first screen (the page at its top, 1366×768): the key chart (or, on a page without one, the first
+  metric) starting below 768 px; the Next button off screen while the chart is on it; a metric value wrapped onto
+  two lines; text a class should never read: a raw identifier (itl_p50_ms), a file path, `None`, a Python repr
+  ({'a': 1}, [1, 2]) or an integer of 4+ digits without separators (tools/walk_checks.py, tested on fixtures);
+- a lesson of the README's lesson plans that the sidebar hides behind "View more";
+- a button or widget label cut by its column ("← B." for "← Back");
 
 - an error box or a traceback on the page;
 - a metric whose value is cut ("25.3 / 180…") or runs out of its column;
@@ -13,7 +21,10 @@ as drawn and again after pressing its main (primary) button. It reports what a c
 (Whether a headline number matches the same quantity in its page's table is checked by the AppTest-level test,
 tests/ui/test_walkthrough.py: Streamlit draws tables on a canvas, out of a browser script's reach.)
 
-    python tools/walkthrough.py [--out /tmp/walkthrough] [--full] [/Walkthrough /Capacity_planner ...]
+    python tools/walkthrough.py [--out /tmp/walkthrough] [--full] [--port 18200] [--text normal|large|both]
+                                [--plan | / /Walkthrough /Class ...]
+
+(--plan: the pages of the README's two lesson plans, Home first.)
 
 Starts `streamlit run app.py` headless on a free port, drives Chromium over its DevTools protocol, saves one
 screenshot per page, text size and state, prints every problem and exits with status 1 when there was any.
@@ -362,12 +373,12 @@ def run(paths: list[str] | None = None, out: Path | None = None, full: bool = Fa
         port: int | None = None) -> list[Problem]:
     chromium = chromium or shutil.which("chromium") or "/usr/bin/chromium"
     with app_in_browser(chromium, SIZE, port) as browser:
-        return walk(browser, paths or page_paths(), out, full, log, sizes)
+        return walk(browser, paths or ["/"] + page_paths(), out, full, log, sizes)
 
 
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("paths", nargs="*", help="URL paths (default: every page)")
+    p.add_argument("paths", nargs="*", help="URL paths (default: Home and every page)")
     p.add_argument("--plan", action="store_true", help="the README's lesson-plan pages, Home first")
     p.add_argument("--port", type=int, default=None, help="the app's port (default: a free one)")
     p.add_argument("--out", type=Path, default=Path(tempfile.gettempdir()) / "walkthrough")
