@@ -279,6 +279,8 @@ def main() -> None:
     prompt_area = step_area if i == 0 else st.container()
     prompt = teacher_prompt(model, height=70, where=prompt_area)
     if model is None or prompt is None:
+        if i > 0:                                         # the reason is under the step: point at it
+            step_area.info("This step draws the model's run on the prompt: see the note under it.")
         return
     with prompt_area.expander("Run settings"):
         settings = run_settings(model)
@@ -288,7 +290,7 @@ def main() -> None:
         with step_area, st.spinner("Running the model on your prompt …"):
             rec = teacher_run(model, prompt, *settings)
     except SpecError as e:
-        show_error(e)
+        show_error(e, step_area)
         return
     with step_area:
         draw(model, prompt, rec, step_texts(model, rec))
