@@ -17,18 +17,19 @@ URL = re.compile(r"\b[a-z][a-z0-9+.-]*://\S+")
 SNAKE = re.compile(r"(?<![\w.$\\/-])[a-z][a-z0-9]*(?:_[a-z0-9]+)+\b(?![(.]\w)")      # itl_p50_ms, not a.b_c()
 PATH = re.compile(r"(?<![\w:/.])(?:~|\.{1,2})?/(?:[\w.@+-]+/)+[\w.@+-]*|\b[A-Za-z]:\\[\w\\. -]+|\bsite-packages\b")
 NONE = re.compile(r"\bNone\b")
-REPR = re.compile(r"\{['\"][^'\"]*['\"]\s*:|\[['\"][^'\"\]]*['\"](?:,\s*['\"]|\])|\[-?\d+(?:\.\d+)?(?:,\s*-?\d+(?:\.\d+)?)+\]"
+REPR = re.compile(r"\{['\"][^'\"]*['\"]\s*:|\[['\"][^'\"\]]*['\"](?:,\s*['\"]|\])|\[-?\d+(?:\.\d+)?(?:,\s*-?\d+(?:\.\d+)?){2,}\]"
                   r"|\{[A-Za-z_][\w.]*(?:\([^{}]*\))?(?::[^{}]*)?\}|\b(?:np\.)?(?:float|int)(?:32|64)\(|\barray\(")
 BIG_INT = re.compile(r"(?<![\w.,:#×/\\-])\d{4,}(?![\w]|[.,]\d|\s*[×x]\s*\d)")
 # narrow exceptions: a year after a month or in "(2024)"/"in 2024.", a port, an id, an RTX card
-YEAR_OK = re.compile(rf"(?:{MONTHS} (?:\d{{1,2}},? )?|\(|\bin |\bsince |©\s?|[\"”], )((?:19|20)\d\d)(?=[),.;:\s]|$)"
+YEAR_OK = re.compile(rf"(?:{MONTHS} (?:\d{{1,2}},? )?|\(|\bin |\bsince |©\s?|[\"”], |\bet al\.,? )((?:19|20)\d\d)(?=[),.;:\s]|$)"
                      r"|\b((?:19|20)\d\d)-[01]\d-[0-3]\d\b")       # a citation's year ("Sinks", 2023), a date
 ID_OK = re.compile(r"(?:\bport |\bids? |\bRTX |\bGTX |\btoken )(\d{4,})\b")
 
 
 def text_problems(text: str) -> list[str]:
     """What a class should never read on a slide: a raw identifier (itl_p50_ms), a file path, `None`, a Python
-    repr ({'a': 1}, ['x', 'y'], [1, 2], np.float64(…), an f-string's {placeholder}) or an integer of 4+ digits
+    repr ({'a': 1}, ['x', 'y'], [1, 2, 4] (an interval [-128, 127] is math), np.float64(…), an f-string's
+    {placeholder}) or an integer of 4+ digits
     without thousands separators (1699 for 1,699; a year, port, id or RTX card number is allowed)."""
     out: list[str] = []
     plain = URL.sub(" ", text)

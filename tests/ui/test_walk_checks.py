@@ -35,7 +35,8 @@ def test_each_thing_a_class_should_not_read_is_flagged(text, kind):
     "1366×768, measured 27 Nov 2026 (2024) and in 2023.",
     "Open http://192.168.1.5:8501/Class or https://huggingface.co/HuggingFaceTB/SmolLM2-135M-Instruct",
     "token id 4093, port 8501, an RTX 4090, arXiv 2205.14135, 0.0001 s, 1234.5",
-    'measured 2026-11-29 05:22 on glibc2.36; "Efficient Streaming Language Models with Attention Sinks", 2023, arXiv',
+    'measured 2026-11-29 05:22 on glibc2.36; "Efficient Streaming Language Models with Attention Sinks", 2023, arXiv (Kurtic et al. 2024)',
+    "INT8 keeps integers in [-128, 127]; a probability in [0, 1]",
     "46 KB per token · tokens/s/GPU · GB/s · Llama-3.1-70B on an H100 SXM · fp16",
     "TTFT p50 is 120 ms; None of the requests waited",
 ])
