@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import re
 import threading
+import time
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -25,6 +26,7 @@ from engine.model.generate import generation_summary
 from specs.model_config import SpecError
 from ui import server
 from ui.metrics import metric_row
+from ui.prefill_eta import prefill_eta_words
 from ui.widgets import df_with_download, float_field, formula_expander, int_field, remember, show_error
 
 PROMPT_KEY = "prompt"
@@ -123,7 +125,8 @@ def generation_box(model: Model | None) -> None:
     clicked = cols[4].button("Generate", key="generate", type="primary", disabled=not options_ok,
                              icon=":material/play_arrow:", width="stretch")
     top = st.container()              # the last reply's metrics, above its text: on the first screen
-    eta = long_prompt_words(model, prompt, use_chat)
+    predicted = predicted_prefill(model, prompt, use_chat)
+    eta = prefill_eta_words(*predicted) if predicted else ""
     if eta:
         st.info(eta, icon=":material/hourglass_top:")
     backend = server.class_backend().info
@@ -145,7 +148,7 @@ def generation_box(model: Model | None) -> None:
             return
         result = GenerationResult(model_source=model.source, model_name=model.name, prompt_tokens=len(ids),
                                   prompt_text=model_prompt(model, prompt, use_chat))
-        _stream_reply(model, ids, stream, result, stop)
+        _stream_reply(model, ids, stream, result, stop, predicted[1] / 1e3 if eta else None)
     result = st.session_state.get(RESULT_KEY)
     if result is not None and result.model_source == model.source:
         if not clicked:                                   # one paragraph: the reply's first line stays on screen
@@ -157,21 +160,21 @@ def generation_box(model: Model | None) -> None:
 LONG_PROMPT_CHARS = 4_000    # shorter prompts are read in well under a few seconds: not even tokenized here
 
 
-def long_prompt_words(model: Model, prompt: str, use_chat: bool) -> str:
-    """For a prompt long enough to keep the class waiting: its predicted prefill time on this machine as measured
-    (`calculators.sizing.latency.prefill_ms`, float32 as the engine computes; `ui.prefill_eta`); "" otherwise."""
+def predicted_prefill(model: Model, prompt: str, use_chat: bool) -> tuple[int, float, float] | None:
+    """For a prompt long enough to keep the class waiting: (its tokens, its predicted prefill ms on this machine as
+    measured, that machine's FP32 FLOP/s) by `calculators.sizing.latency.prefill_ms` (float32, as the engine
+    computes); None for a short prompt or one that cannot be read."""
     if len(prompt) < LONG_PROMPT_CHARS:
-        return ""
+        return None
     from calculators.sizing.latency import prefill_ms
     from ui.machine import measured_machine
-    from ui.prefill_eta import prefill_eta_words
     try:
         n = len(prompt_ids(model, prompt, use_chat))
         device = measured_machine(quick=True)
         ms = prefill_ms(model.config, device, n, weight_dtype="fp32")["prefill_ms"]
     except (SpecError, ValueError, KeyError):
-        return ""
-    return prefill_eta_words(n, ms, device.peak_flops.get("fp32", float("nan")))
+        return None
+    return n, ms, device.peak_flops.get("fp32", float("nan"))
 
 
 def request_stop() -> None:
@@ -206,8 +209,10 @@ def progress_text(done: int, total: int, phase: str) -> tuple[float, str]:
 
 
 def _stream_reply(model: Model, ids: list[int], stream, result: GenerationResult,
-                  stop: threading.Event) -> None:
-    """Draw the reply as tokens arrive, with a Stop button and a progress bar (per prefill chunk, then per token).
+                  stop: threading.Event, predicted_s: float | None = None) -> None:
+    """Draw the reply as tokens arrive, with a Stop button and a progress bar: during a long prefill (`predicted_s`
+    given) the seconds waited against the prediction, ticked every second (the server sends nothing until the first
+    token), then per token.
 
     The result is stored in st.session_state as it grows, so a Stop click keeps the partial reply: the click sets
     the session's stop Event, and Streamlit also ends this run at its next screen update to start the rerun."""
@@ -217,9 +222,13 @@ def _stream_reply(model: Model, ids: list[int], stream, result: GenerationResult
     head = f"**Reply** ({model.name}): "                 # the same paragraph the reruns draw (generation_box)
     stop_slot.button("Stop", key="gen.stop", on_click=request_stop, icon=":material/stop_circle:",
                      help="End the generation after the current forward pass; the reply so far is kept.")
-    bar = bar_slot.progress(0.0, text=f"Prefill: 0 of {len(ids):,} prompt tokens read")
+    bar = bar_slot.progress(0.0, text=f"Prefill: reading {len(ids):,} prompt tokens")
+    first = threading.Event()                                # set at the first token: the prefill is over
+    if predicted_s is not None:
+        _tick_prefill(bar, len(ids), predicted_s, first, stop)
 
     def on_progress(done: int, total: int, phase: str) -> None:
+        first.set()
         if phase == "decode" and not progress_due(done, total):
             return                                           # the reply's own text shows each token
         frac, words = progress_text(done, total, phase)
@@ -235,6 +244,7 @@ def _stream_reply(model: Model, ids: list[int], stream, result: GenerationResult
         result.error = str(e)
         show_error(e)
     finally:                                                 # also when Streamlit ends this run for a Stop click
+        first.set()
         last = result.tokens[-1].finish_reason if result.tokens else None
         result.stopped = (stop.is_set() or last in ("stopped", "cancelled", "session closed")
                           or (last is None and result.error is None))
@@ -250,6 +260,28 @@ def _stream_reply(model: Model, ids: list[int], stream, result: GenerationResult
         slot.empty()
     elif not result.text:
         slot.markdown(head + "*(the tokens generated decode to no visible text)*")
+
+
+def _tick_prefill(bar, tokens: int, predicted_s: float, done: threading.Event, stop: threading.Event) -> None:
+    """Move the bar once a second while a long prompt is read: the seconds waited against the prediction
+    (`ui.prefill_eta.prefill_wait_words`), from a thread that carries this run's context (Streamlit sends an
+    element's update only from a thread that has it); it ends at the first token, a Stop, or the run's end."""
+    from streamlit.runtime.scriptrunner import add_script_run_ctx, get_script_run_ctx
+    from ui.prefill_eta import prefill_wait_words
+    ctx = get_script_run_ctx()
+    t0 = time.monotonic()
+
+    def tick() -> None:
+        while not done.wait(1.0) and not stop.is_set():
+            waited = time.monotonic() - t0
+            try:
+                bar.progress(min(waited / predicted_s, 0.99), text=prefill_wait_words(waited, predicted_s, tokens))
+            except Exception:                                # the run ended (rerun, Stop, page left): stop ticking
+                return
+
+    thread = threading.Thread(target=tick, name="prefill-progress", daemon=True)
+    add_script_run_ctx(thread, ctx)
+    thread.start()
 
 
 def _ms(x: float) -> str:

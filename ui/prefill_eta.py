@@ -16,4 +16,14 @@ def prefill_eta_words(prompt_tokens: int, predicted_ms: float, flop_s: float, sa
         return ""
     return (f"This prompt is {prompt_tokens:,} tokens: reading it (prefill) will take at least about {s:,.0f} s "
             f"before the first word appears (its FLOPs at the {flop_s / 1e9:,.0f} GFLOP/s this machine was measured "
-            "at; more when the class is generating). The bar under Generate counts the tokens read.")
+            "at; more when the class is generating). The bar under Generate counts the seconds against it.")
+
+
+def prefill_wait_words(waited_s: float, predicted_s: float, prompt_tokens: int) -> str:
+    """The progress bar's words while a long prompt is read (the server says nothing until the first token): the
+    seconds waited against the prediction, and, once past it, that the machine is slower now than measured."""
+    if waited_s <= predicted_s:
+        return (f"Prefill: reading {prompt_tokens:,} prompt tokens, {waited_s:,.0f} s of at least about "
+                f"{predicted_s:,.0f} s predicted")
+    return (f"Prefill: reading {prompt_tokens:,} prompt tokens, {waited_s:,.0f} s, past the {predicted_s:,.0f} s "
+            "predicted (the machine is busier or slower than when it was measured)")
