@@ -279,7 +279,7 @@ def look(browser: Browser, path: Path | None, full: bool) -> list[str]:
     return found
 
 
-def screen(browser: Browser, log=None) -> tuple[list[str], dict]:
+def screen(browser: Browser) -> tuple[list[str], dict]:
     """The first screen's problems (tools/walk_checks.py) and its measured geometry (heading, key chart, Next)."""
     seen = browser.js(_SCREEN_JS)
     geom = seen["geom"]
