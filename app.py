@@ -34,14 +34,11 @@ def page_links(lessons: dict[str, list[PageFile]], pages: dict[str, st.Page]) ->
 def home_page(lessons: dict[str, list[PageFile]], pages: dict[str, st.Page]) -> None:
     setup_page("Home", icon=":material/home:")
     st.title(APP_TITLE)
-    st.markdown(
-        "This app runs a real Llama-architecture model in plain NumPy on this machine and measures what every token "
-        "costs: time, memory, bytes moved. The other pages predict the same numbers from first principles, so you "
-        "can check the theory against the experiment."
-    )
-    model = model_picker()
-    st.subheader("Generate")
-    generation_box(model)
+    st.caption("A real model in plain NumPy on this machine: what every token costs, measured and predicted.")
+    box = st.container()                 # the prompt, the reply and its metrics first: a projector's first screen
+    model = model_picker()               # (the picker's note on the model goes under them)
+    with box:
+        generation_box(model)
     page_links(lessons, pages)
 
 
@@ -71,7 +68,7 @@ def main() -> None:
     nav = {"Start": [st.Page(home, title="Home", default=True)]}  # no Material icon: see ui.FAVICON
     for section, group in lessons.items():
         nav.setdefault(section, []).extend(pages[f.relative] for f in group)
-    st.navigation(nav).run()
+    st.navigation(nav, expanded=True).run()   # every lesson listed: no "View more" hiding Batching or Class
 
 
 main()

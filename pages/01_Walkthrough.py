@@ -28,6 +28,7 @@ from ui.charts import DIVERGING, WEIGHTS, heatmap_size, style
 from ui.inside import (Prompt, deeper_link, layer_attention, piece_label, pieces_html, run_settings, step_texts,
                        session_cached, stepper, teacher_prompt, teacher_run)
 from ui.model_source import REFERENCE_DEVICE
+from ui.walk_claims import binding_sentence, decode_beat_sentence
 
 STEP_KEY = "walk.step"
 HEATMAP_TOKENS = 40
@@ -148,9 +149,8 @@ def step_kv_cache(model: Model, prompt: Prompt, rec, texts: list[str]) -> None:
 
 def step_two_speeds(model: Model, prompt: Prompt, rec, texts: list[str]) -> None:
     tl = record_timeline(rec)
-    st.markdown(f"Reading the prompt (prefill) took **{tl['ttft_ms']:.0f} ms**: that is the pause before the first "
-                f"word. Each next word then took about **{tl['median_itl_ms']:.0f} ms** (decode), at a steady beat.")
     ends = token_end_times_ms(rec)
+    st.markdown(decode_beat_sentence(tl["ttft_ms"], tl["itl_ms"]))       # the bars below, one per decode step
     fig = go.Figure()
     fig.add_bar(y=["run"], x=[tl["ttft_ms"]], orientation="h", name="prefill", marker_color="#f59e0b")
     if len(ends) > 1:
@@ -234,6 +234,10 @@ def step_planner(model: Model, prompt: Prompt, rec, texts: list[str]) -> None:
     if not best:
         st.warning("No plan meets these targets on these GPUs; the Capacity planner says why for each.")
     else:
+        top = best[min(best, key=lambda d: best[d]["usd_per_million_output_tokens"])]
+        st.markdown(f"Cheapest: **{top['gpus']} × {top['device']}** ({top['weight_dtype']} weights), "
+                    f"**${top['usd_per_million_output_tokens']:,.3f} per million output tokens**; "
+                    f"{binding_sentence(top['binding'], top['worst_ratio'], top['gpus'])}.")
         names = sorted(best, key=lambda d: best[d]["usd_per_million_output_tokens"])
         cost = [best[d]["usd_per_million_output_tokens"] for d in names]
         fig = go.Figure(go.Bar(y=names, x=cost, orientation="h", marker_color="#10b981",
@@ -243,9 +247,6 @@ def step_planner(model: Model, prompt: Prompt, rec, texts: list[str]) -> None:
                           yaxis=dict(type="category", autorange="reversed"), height=140 + 50 * len(names))
         fig.update_xaxes(range=[0, max(cost) * 1.6])
         st.plotly_chart(style(fig, height=140 + 50 * len(names), legend_top=False), width="stretch")
-        top = best[min(best, key=lambda d: best[d]["usd_per_million_output_tokens"])]
-        st.markdown(f"Cheapest: **{top['gpus']} × {top['device']}** ({top['weight_dtype']} weights), "
-                    f"**${top['usd_per_million_output_tokens']:,.3f} per million output tokens**; {top['why']}.")
     deeper_link("pages/42_Capacity_planner.py", "Go deeper: Capacity planner")
 
 
@@ -258,34 +259,41 @@ STEPS = [("Your prompt and its reply", step_prompt), ("Text becomes tokens", ste
 
 
 def main() -> None:
+    """The step first (Back / Next, its heading, its chart), the prompt and run settings under it: at 1366×768 a
+    step's heading, chart and Next button share the first screen, so the class never waits while the teacher
+    scrolls. Step 1 shows the prompt box inside the step, where the teacher types it."""
     setup_page("Walkthrough", icon=":material/school:")
-    st.title("Walkthrough")
-    st.markdown(f"A tour of one real request through a real model, then of serving it to a whole class, in "
-                f"{len(STEPS)} steps. Type the prompt you want the class to see; every step uses that prompt and the "
-                "reply the model gives to it.")
+    step_area = st.container()
     model = model_picker()
-    prompt = teacher_prompt(model, height=70)
+    with step_area:
+        name, controls = st.columns([2, 3], vertical_alignment="bottom")      # the title and Back / Next: one row
+        name.title("Walkthrough")
+        i = stepper("Step", len(STEPS), key=STEP_KEY, first=1, where=controls, widths=(1.3, 1.3, 1))
+        if i is None:
+            return
+        title, draw = STEPS[i]
+        st.header(f"{i + 1}. {title}")
+    st.divider()
+    st.caption(f"The Walkthrough: one real request through a real model, then serving it to a whole class, in "
+               f"{len(STEPS)} steps, on the prompt typed in step 1 (and below).")
+    prompt_area = step_area if i == 0 else st.container()
+    prompt = teacher_prompt(model, height=70, where=prompt_area)
     if model is None or prompt is None:
+        if i > 0:                                         # the reason is under the step: point at it
+            step_area.info("This step draws the model's run on the prompt: see the note under it.")
         return
-    with st.expander("Run settings"):
+    with prompt_area.expander("Run settings"):
         settings = run_settings(model)
     if settings is None:
         return
     try:
-        with st.spinner("Running the model on your prompt …"):
+        with step_area, st.spinner("Running the model on your prompt …"):
             rec = teacher_run(model, prompt, *settings)
     except SpecError as e:
-        show_error(e)
+        show_error(e, step_area)
         return
-    texts = step_texts(model, rec)
-    st.divider()
-    i = stepper("Step", len(STEPS), key=STEP_KEY, first=1)
-    if i is None:
-        return
-    title, draw = STEPS[i]
-    st.header(f"{i + 1}. {title}")
-    st.progress((i + 1) / len(STEPS), text=f"Step {i + 1} of {len(STEPS)}")
-    draw(model, prompt, rec, texts)
+    with step_area:
+        draw(model, prompt, rec, step_texts(model, rec))
 
 
 main()

@@ -9,6 +9,8 @@ measured (`ui.machine`).
 """
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
@@ -27,7 +29,9 @@ from ui.model_source import fmt_si
 from ui.predict import class_predictions
 from ui.server import class_backend, embedded_servers, start_engine_server
 from ui.charts import style as chart_style
-from ui.narration import measured_text, plural, speedup_words
+from ui.class_view import last_step_words, measured_cells, served_model_label
+from ui.metrics import metric_row
+from ui.narration import speedup_words
 
 REFRESH_S = 2.0                            # the live view's redraw (charts, tables) was half of the app's own CPU
 #                                            time during a 30-student class at one refresh a second (py-spy --gil)
@@ -83,7 +87,7 @@ def steps_chart(snap: WorkerSnapshot) -> go.Figure:
                     mode="markers+lines", name="step time (ms)",
                     marker=dict(size=[6 + s.decode_requests for s in steps]),
                     text=[f"{s.decode_requests} decoding, {s.prefill_tokens} prompt tokens" for s in steps])
-    fig.update_layout(title=f"Each step's time, last {STEP_WINDOW_S:g} s (bigger dot = more sequences together)",
+    fig.update_layout(title=f"Each step's time, last {STEP_WINDOW_S:g} s",
                       height=360, xaxis_title="seconds ago (0 = now)", yaxis_title="step time (ms)",
                       xaxis_range=[-STEP_WINDOW_S, 0], margin=dict(l=10, r=10, t=50, b=10))
     return fig
@@ -118,40 +122,44 @@ def theory_frame(model, snap: WorkerSnapshot, device, point: dict | None) -> pd.
     ctx = point["context_tokens"] if point is not None else 1
     one = decode_step_ms(model.config, device, ctx, 1, weight_dtype="fp32")
     many = decode_step_ms(model.config, device, ctx, batch, weight_dtype="fp32")
+    cells = measured_cells(batch, snap.single_stream_tokens_per_s(), snap.aggregate_tokens_per_s())
+    steps = [one] if batch <= 1 else [one, many]                 # a batch of one is the lone stream: one row
     return pd.DataFrame({
-        "streams": ["one stream alone", f"the current batch ({batch})"],
-        "predicted step (ms)": [one["step_ms"], many["step_ms"]],
-        "predicted tokens/s": [throughput_tok_s(1, one["step_ms"]), throughput_tok_s(batch, many["step_ms"])],
-        "bound": [one["bound"], many["bound"]],
-        "measured tokens/s": [measured_text(snap.single_stream_tokens_per_s()),
-                              measured_text(snap.aggregate_tokens_per_s())],
+        "streams": [row for row, _ in cells],
+        "predicted step (ms)": [p["step_ms"] for p in steps],
+        "predicted tokens/s": [throughput_tok_s(b, p["step_ms"]) for b, p in zip((1, batch), steps)],
+        "bound": [p["bound"] for p in steps],
+        "measured tokens/s": [v for _, v in cells],
     })
 
 
-def pick_server() -> tuple[BackendConfig, object] | None:
-    """The embedded engine server to watch (one per model in use) and the app's model it serves."""
+def pick_server(select: Any, notes: Any) -> tuple[BackendConfig, object] | None:
+    """The embedded engine server to watch (one per model in use; its picker drawn in `select`, a note in `notes`
+    when there is none yet) and the app's model it serves."""
     from ui.model_picker import shared_models
     live = embedded_servers().running()
     if not live:
-        st.info("Nobody has generated yet: the engine server starts with the first Generate on the home page. "
-                "Ask the class to press Generate, then watch here.")
-        if is_teacher() and st.button("Start the engine server now (default model)", key="class.start",
-                                      help="To add simulated students before the class arrives."):
+        notes.info("Nobody has generated yet: the engine server starts with the first Generate on the home page. "
+                   "Ask the class to press Generate, then watch here.")
+        if is_teacher() and notes.button("Start the engine server now (default model)", key="class.start",
+                                         help="To add simulated students before the class arrives."):
             from engine.load.default_model import default_model_path
             try:
-                with st.spinner("Starting the engine server (loading the model) …"):
+                with notes, st.spinner("Starting the engine server (loading the model) …"):
                     start_engine_server(str(default_model_path()))
             except ModelError as e:
-                st.error(str(e), icon=":material/error:")
+                notes.error(str(e), icon=":material/error:")
                 return None
             st.rerun()
         return None
     names = [source for source, _ in live]
     if st.session_state.get(WORKER_KEY) not in names:
         st.session_state[WORKER_KEY] = names[0]
-    name = st.selectbox("Model being served", names, key=WORKER_KEY)
+    models = {n: _model_for(shared_models(), n) for n in names}
+    name = select.selectbox("Model being served", names, key=WORKER_KEY,
+                            format_func=lambda n: served_model_label(n, models[n].name if models[n] else None))
     srv = live[names.index(name)][1]
-    return BackendConfig(srv.url), _model_for(shared_models(), name)
+    return BackendConfig(srv.url), models[name]
 
 
 def _model_for(store, source: str):
@@ -171,27 +179,28 @@ def live_view(cfg: BackendConfig, model, device) -> None:
         return
     agg, single = snap.aggregate_tokens_per_s(), snap.single_stream_tokens_per_s()
     last = snap.steps[-1] if snap.steps else None
-    m = st.columns(5)
-    m[0].metric("Requests in the batch", f"{snap.running}", help=f"at most {snap.max_batch} decoded together")
-    m[1].metric("Waiting in line", f"{snap.waiting}", help=f"at most {snap.max_waiting} may wait")
-    m[2].metric("Free KV blocks", f"{snap.free_blocks} / {snap.num_blocks}")
-    m[3].metric("Aggregate tokens/s", "–" if not np.isfinite(agg) else f"{agg:,.1f}",
-                help="every request's tokens over the last 10 s of steps")
-    m[4].metric("One stream alone", "–" if not np.isfinite(single) else f"{single:,.1f} tokens/s",
-                help="1 / median time of steps that decoded a single request")
+    metric_row([
+        ("Requests running now", f"{snap.running:,}", f"at this moment; at most {snap.max_batch} decoded together"),
+        ("Waiting in line now", f"{snap.waiting:,}", f"at most {snap.max_waiting} may wait"),
+        (f"Free KV blocks (of {snap.num_blocks:,})", f"{snap.free_blocks:,}", f"{snap.block_size} tokens each"),
+        ("All streams (tokens/s)", "–" if not np.isfinite(agg) else f"{agg:,.1f}",
+         "every request's tokens over the last 10 s of steps"),
+        ("One stream alone (tokens/s)", "–" if not np.isfinite(single) else f"{single:,.1f}",
+         "1 / median time of steps that decoded a single request"),
+    ])
     speedup = snap.batching_speedup()
     if np.isfinite(speedup):
         st.markdown(speedup_words(snap, speedup))
     if last is not None:
-        st.caption(f"Last step: {last.seconds * 1e3:,.1f} ms, {plural(last.decode_requests, 'sequence')} decoded, "
-                   f"{plural(last.prefill_tokens, 'prompt token')} prefilled, {plural(last.tokens_out, 'token')} "
-                   "out.")
+        st.caption(last_step_words(last.seconds, last.decode_requests, last.prefill_tokens, last.tokens_out,
+                                   max(snap.taken_at - last.ended_at, 0.0), snap.running))
     st.plotly_chart(chart_style(block_map(snap)), key="class.blocks")
     df_with_download(requests_frame(snap), "class_requests")
     left, right = st.columns(2)
     with left:
         if recent_steps(snap):
-            st.plotly_chart(chart_style(steps_chart(snap)), key="class.steps")
+            st.plotly_chart(chart_style(steps_chart(snap), span=1 / 2), key="class.steps")
+            st.caption("A bigger dot = more sequences decoded together in that step.")
         else:                                  # an empty chart says nothing a sentence does not say better
             st.info(f"No step in the last {STEP_WINDOW_S:g} s: the server is idle. Step times appear here as soon "
                     "as someone presses Generate.", icon=":material/hourglass_empty:")
@@ -199,7 +208,7 @@ def live_view(cfg: BackendConfig, model, device) -> None:
         return
     with right:
         fig, point = roofline_chart(model, snap, device)
-        st.plotly_chart(chart_style(fig), key="class.roofline")
+        st.plotly_chart(chart_style(fig, span=1 / 2), key="class.roofline")
         if point is not None:
             st.caption(f"Last decode step: {fmt_si(point['flops'], 'FLOP')} over {fmt_si(point['bytes'], 'B')} "
                        f"moved = {fmt_num(point['intensity_flop_per_byte'], 3)} FLOP/byte at a context of "
@@ -224,50 +233,61 @@ def other_server_and_predictions(info) -> None:
 
 
 def main() -> None:
+    """The live batch first (title, Live switch and the model served in one row above it), so its metrics and key
+    chart are on a projector's first screen; joining, simulated students and the long explanation below it."""
     setup_page("Class", icon=":material/groups:")
-    st.title("Class")
-    st.markdown(
-        "Everyone in the room who presses Generate joins one batch on this server. Here is that batch as it runs: "
-        "who is being decoded, how many KV blocks each request holds, how long each step takes, and why thirty "
-        "streams cost little more than one: a decode step reads all the weights whatever the batch size, so "
-        "more requests per step means more tokens per byte read.")
+    head, live_col, model_col = st.columns([1, 1.3, 2], vertical_alignment="bottom")
+    head.title("Class")
+    live = live_col.toggle(f"Live (every {REFRESH_S:g} s)", value=True, key=LIVE_KEY,
+                           help=f"Redraw the batch every {REFRESH_S:g} s.")
+    st.caption("Everyone in the room who presses Generate joins one batch on this server; here it is as it runs.")
+    view, below = st.container(), st.container()
     with st.sidebar:
         st.header("This machine")
         device = measured_machine()
         machine_controls(st.sidebar, "class.machine")
         teacher_box()
         backend_settings(class_backend())
-    join_box()
+    with below:
+        st.markdown("Who is being decoded, how many KV blocks each request holds, how long each step takes, and why "
+                    "thirty streams cost little more than one: a decode step reads all the weights whatever the "
+                    "batch size, so more requests per step means more tokens per byte read.")
+        join_box()
     backend = class_backend().info
-    live = st.toggle(f"Live (refresh every {REFRESH_S:g} s)", value=True, key=LIVE_KEY)
     every = REFRESH_S if live else None            # one live fragment: the batch, then the count of answers below it
     if backend is not None and backend.engine != "ours":
-        simulated_students(backend.config, backend.model, backend.engine)
-        st.fragment(run_every=every)(other_server_and_predictions)(backend)
+        with below:
+            simulated_students(backend.config, backend.model, backend.engine)
+        with view:
+            st.fragment(run_every=every)(other_server_and_predictions)(backend)
         return
-    picked = (backend.config, None) if backend is not None else pick_server()
+    picked = (backend.config, None) if backend is not None else pick_server(model_col, view)
     if picked is None:
-        st.fragment(run_every=every)(class_predictions)()
+        with view:
+            st.fragment(run_every=every)(class_predictions)()
         return
-    simulated_students(picked[0], backend.model if backend is not None else "engine")
-    st.fragment(run_every=every)(live_view_and_predictions)(picked[0], picked[1], device)
-    formula_expander(
-        "Where these numbers come from",
-        "Measured by the engine server's worker (`server.worker`, read over HTTP from `/v1/batch`) around each "
-        "scheduler step:\n\n"
-        "- **Aggregate tokens/s** = tokens produced by all requests in the steps of the last 10 s ÷ the time "
-        "those steps took (idle time left out).\n"
-        "- **One stream alone** = 1 ÷ median time of the steps that decoded exactly one request.\n"
-        "- **Batch worth** = aggregate ÷ one stream alone.\n"
-        "- **Predicted** step = max(bytes ÷ bandwidth, FLOPs ÷ peak FP32) of this machine "
-        "(`calculators.sizing.latency.decode_step_ms`, float32 weights and KV); tokens/s = batch ÷ step time "
-        "(`throughput_tok_s`).\n"
-        "- **Roofline point**: FLOPs and bytes of a decode step of B sequences at the mean context S, counted by "
-        "`calculators.sizing.roofline` (forward_flops, weight_bytes_read, kv_bytes_step, all float32 as the engine holds "
-        "them); intensity = FLOPs ÷ bytes; achieved FLOP/s = FLOPs ÷ measured step time. The roof is "
-        "min(peak FP32 FLOP/s, intensity × bandwidth) of this machine as measured.\n"
-        "- **Blocks**: each request's block table maps its tokens to physical blocks of the shared pool "
-        "(paged KV cache); a stopped or finished request gives its blocks back at once.")
+    with below:
+        simulated_students(picked[0], backend.model if backend is not None else "engine")
+    with view:
+        st.fragment(run_every=every)(live_view_and_predictions)(picked[0], picked[1], device)
+    with below:
+        formula_expander(
+            "Where these numbers come from",
+            "Measured by the engine server's worker (`server.worker`, read over HTTP from `/v1/batch`) around each "
+            "scheduler step:\n\n"
+            "- **All streams (tokens/s)** = tokens produced by all requests in the steps of the last 10 s ÷ the time "
+            "those steps took (idle time left out).\n"
+            "- **One stream alone** = 1 ÷ median time of the steps that decoded exactly one request.\n"
+            "- **Batch worth** = aggregate ÷ one stream alone.\n"
+            "- **Predicted** step = max(bytes ÷ bandwidth, FLOPs ÷ peak FP32) of this machine "
+            "(`calculators.sizing.latency.decode_step_ms`, float32 weights and KV); tokens/s = batch ÷ step time "
+            "(`throughput_tok_s`).\n"
+            "- **Roofline point**: FLOPs and bytes of a decode step of B sequences at the mean context S, counted by "
+            "`calculators.sizing.roofline` (`forward_flops`, `weight_bytes_read`, `kv_bytes_step`, all float32 as the engine holds "
+            "them); intensity = FLOPs ÷ bytes; achieved FLOP/s = FLOPs ÷ measured step time. The roof is "
+            "min(peak FP32 FLOP/s, intensity × bandwidth) of this machine as measured.\n"
+            "- **Blocks**: each request's block table maps its tokens to physical blocks of the shared pool "
+            "(paged KV cache); a stopped or finished request gives its blocks back at once.")
 
 
 main()

@@ -117,9 +117,10 @@ class Browser:
 
 
 @contextmanager
-def app_in_browser(chromium: str, size: str = "1400,1800"):
-    """`streamlit run app.py` on a free port and a headless Chromium on its home page; both stopped after."""
-    port = free_port()
+def app_in_browser(chromium: str, size: str = "1400,1800", port: int | None = None):
+    """`streamlit run app.py` on `port` (a free one if None) and a headless Chromium on its home page; both stopped
+    after."""
+    port = port or free_port()
     server = start_server(port, Path(tempfile.gettempdir()) / f"streamlit-browser-{port}.log")
     browser = None
     try:
@@ -139,10 +140,11 @@ def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--out", type=Path, default=Path(tempfile.gettempdir()) / "app-screenshots")
     p.add_argument("--tokens", type=int, default=4475)
+    p.add_argument("--port", type=int, default=None, help="the app's port (default: a free one)")
     p.add_argument("--chromium", default=shutil.which("chromium") or "/usr/bin/chromium")
     args = p.parse_args()
     text = long_prompt(args.tokens)
-    with app_in_browser(args.chromium) as browser:
+    with app_in_browser(args.chromium, port=args.port) as browser:
         browser.type_into("textarea", text)
         time.sleep(1.5)
         browser.wait_ready()
@@ -157,6 +159,9 @@ def main() -> int:
                 seen.append(words)
                 print(f"{time.monotonic() - t0:5.1f} s  progress: {words.strip()}")
             time.sleep(0.3)
+        eta = browser.js("(() => [...document.querySelectorAll('[data-testid=\"stAlertContentInfo\"]')]"
+                         ".map(e => e.innerText).find(t => t.includes('This prompt is')) || '')()")
+        print(f"predicted wait shown before Generate: {eta.strip() or 'none'}")
         browser.shot(args.out / "home_prefill_progress.png")
         t_stop = time.monotonic()
         if not browser.click("Stop"):

@@ -13,7 +13,9 @@ from __future__ import annotations
 
 import re
 import threading
+import time
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -23,6 +25,8 @@ from engine import Generated, Model
 from engine.model.generate import generation_summary
 from specs.model_config import SpecError
 from ui import server
+from ui.metrics import metric_row
+from ui.prefill_eta import prefill_eta_words
 from ui.widgets import df_with_download, float_field, formula_expander, int_field, remember, show_error
 
 PROMPT_KEY = "prompt"
@@ -94,30 +98,37 @@ def generation_box(model: Model | None) -> None:
         return
     tok, cfg = model.tokenizer, model.config
     store = remember(PROMPT_KEY, DEFAULT_PROMPT)
-    prompt = st.text_area("Prompt", key=PROMPT_KEY, on_change=store, height=110,
+    prompt = st.text_area("Prompt", key=PROMPT_KEY, on_change=store, height=70,
                           help="Your text. With the chat template on, it becomes the user turn of a chat.")
     if tok is None:
         st.caption(f"{model.name} has no tokenizer: type token ids separated by spaces "
                    f"(0 to {cfg.vocab_size - 1}).")
     has_template = tok is not None and tok.has_chat_template
-    use_chat = st.checkbox("Chat template", value=has_template, disabled=not has_template,
-                           key=f"chat_template.{model.source}",
-                           help="Wrap the prompt in the model's chat template (as a chat app would)."
-                           if has_template else "This model has no chat template: the prompt is continued as is.")
-    cols = st.columns(5)
+    # one row: the two options a lesson changes, the chat template, the rest of sampling behind a button, Generate
+    cols = st.columns([1.1, 0.9, 1.1, 1.05, 0.9], vertical_alignment="bottom")
     max_new = int_field("Max new tokens", 64, 1, cfg.max_position_embeddings - 1, key="gen.max_new_tokens",
                         where=cols[0], help="Generation stops earlier at an end-of-sequence token.")
     temperature = float_field("Temperature", 0.0, 0.0, 100.0, key="gen.temperature", step=0.1, where=cols[1],
                               help="0 = greedy (always the most likely token).")
-    top_k = int_field("Top-k", 0, 0, cfg.vocab_size, key="gen.top_k", where=cols[2],
+    use_chat = cols[2].checkbox("Chat template", value=has_template, disabled=not has_template,
+                                key=f"chat_template.{model.source}",
+                                help="Wrap the prompt in the model's chat template (as a chat app would)."
+                                if has_template else "This model has no chat template: the prompt is continued as is.")
+    more = cols[3].popover("More options", width="stretch", help="Top-k, top-p and the seed")
+    top_k = int_field("Top-k", 0, 0, cfg.vocab_size, key="gen.top_k", where=more,
                       help="Keep only the k most likely tokens; 0 = off.")
-    top_p = float_field("Top-p", 1.0, 0.01, 1.0, key="gen.top_p", step=0.05, where=cols[3],
+    top_p = float_field("Top-p", 1.0, 0.01, 1.0, key="gen.top_p", step=0.05, where=more,
                         help="Keep the most likely tokens whose probabilities add up to p; 1 = off.")
-    seed = int_field("Seed", 0, 0, 2**32 - 1, key="gen.seed", where=cols[4],
+    seed = int_field("Seed", 0, 0, 2**32 - 1, key="gen.seed", where=more,
                      help="Same seed, same options, same prompt: same reply (matters when temperature > 0).")
     options_ok = None not in (max_new, temperature, top_k, top_p, seed)
-    clicked = st.button("Generate", key="generate", type="primary", disabled=not options_ok,
-                        icon=":material/play_arrow:")
+    clicked = cols[4].button("Generate", key="generate", type="primary", disabled=not options_ok,
+                             icon=":material/play_arrow:", width="stretch")
+    top = st.container()              # the last reply's metrics, above its text: on the first screen
+    predicted = predicted_prefill(model, prompt, use_chat)
+    eta = prefill_eta_words(*predicted) if predicted else ""
+    if eta:
+        st.info(eta, icon=":material/hourglass_top:")
     backend = server.class_backend().info
     if backend is not None:
         st.caption(f"Replies come from {backend.engine} at {backend.config.root} (model {backend.model}), the "
@@ -137,13 +148,33 @@ def generation_box(model: Model | None) -> None:
             return
         result = GenerationResult(model_source=model.source, model_name=model.name, prompt_tokens=len(ids),
                                   prompt_text=model_prompt(model, prompt, use_chat))
-        _stream_reply(model, ids, stream, result, stop)
+        _stream_reply(model, ids, stream, result, stop, predicted[1] / 1e3 if eta else None)
     result = st.session_state.get(RESULT_KEY)
     if result is not None and result.model_source == model.source:
-        if not clicked:
-            st.markdown("**Reply** " + f"({result.model_name})")
-            st.markdown(escape_markdown(result.text) or "*(no text)*")
-        show_result(result, model)
+        if not clicked:                                   # one paragraph: the reply's first line stays on screen
+            st.markdown(f"**Reply** ({result.model_name}): "
+                        + (escape_markdown(result.text) or "*(the tokens generated decode to no visible text)*"))
+        show_result(result, model, top)
+
+
+LONG_PROMPT_CHARS = 4_000    # shorter prompts are read in well under a few seconds: not even tokenized here
+
+
+def predicted_prefill(model: Model, prompt: str, use_chat: bool) -> tuple[int, float, float] | None:
+    """For a prompt long enough to keep the class waiting: (its tokens, its predicted prefill ms on this machine as
+    measured, that machine's FP32 FLOP/s) by `calculators.sizing.latency.prefill_ms` (float32, as the engine
+    computes); None for a short prompt or one that cannot be read."""
+    if len(prompt) < LONG_PROMPT_CHARS:
+        return None
+    from calculators.sizing.latency import prefill_ms
+    from ui.machine import measured_machine
+    try:
+        n = len(prompt_ids(model, prompt, use_chat))
+        device = measured_machine(quick=True)
+        ms = prefill_ms(model.config, device, n, weight_dtype="fp32")["prefill_ms"]
+    except (SpecError, ValueError, KeyError):
+        return None
+    return n, ms, device.peak_flops.get("fp32", float("nan"))
 
 
 def request_stop() -> None:
@@ -178,20 +209,26 @@ def progress_text(done: int, total: int, phase: str) -> tuple[float, str]:
 
 
 def _stream_reply(model: Model, ids: list[int], stream, result: GenerationResult,
-                  stop: threading.Event) -> None:
-    """Draw the reply as tokens arrive, with a Stop button and a progress bar (per prefill chunk, then per token).
+                  stop: threading.Event, predicted_s: float | None = None) -> None:
+    """Draw the reply as tokens arrive, with a Stop button and a progress bar: during a long prefill (`predicted_s`
+    given) the seconds waited against the prediction, ticked every second (the server sends nothing until the first
+    token), then per token.
 
     The result is stored in st.session_state as it grows, so a Stop click keeps the partial reply: the click sets
     the session's stop Event, and Streamlit also ends this run at its next screen update to start the rerun."""
     st.session_state[STOP_EVENT_KEY] = stop
     st.session_state[RESULT_KEY] = result
-    st.markdown("**Reply** " + f"({model.name})")
     stop_slot, bar_slot, slot = st.empty(), st.empty(), st.empty()
+    head = f"**Reply** ({model.name}): "                 # the same paragraph the reruns draw (generation_box)
     stop_slot.button("Stop", key="gen.stop", on_click=request_stop, icon=":material/stop_circle:",
                      help="End the generation after the current forward pass; the reply so far is kept.")
-    bar = bar_slot.progress(0.0, text=f"Prefill: 0 of {len(ids):,} prompt tokens read")
+    bar = bar_slot.progress(0.0, text=f"Prefill: reading {len(ids):,} prompt tokens")
+    first = threading.Event()                                # set at the first token: the prefill is over
+    if predicted_s is not None:
+        _tick_prefill(bar, len(ids), predicted_s, first, stop)
 
     def on_progress(done: int, total: int, phase: str) -> None:
+        first.set()
         if phase == "decode" and not progress_due(done, total):
             return                                           # the reply's own text shows each token
         frac, words = progress_text(done, total, phase)
@@ -202,11 +239,12 @@ def _stream_reply(model: Model, ids: list[int], stream, result: GenerationResult
     try:
         for tok in stream:
             result.tokens.append(tok)
-            slot.markdown(escape_markdown(result.text) + ("" if tok.finish_reason else " ▌"))
+            slot.markdown(head + escape_markdown(result.text) + ("" if tok.finish_reason else " ▌"))
     except SpecError as e:                                   # e.g. a problem found mid-generation
         result.error = str(e)
         show_error(e)
     finally:                                                 # also when Streamlit ends this run for a Stop click
+        first.set()
         last = result.tokens[-1].finish_reason if result.tokens else None
         result.stopped = (stop.is_set() or last in ("stopped", "cancelled", "session closed")
                           or (last is None and result.error is None))
@@ -221,15 +259,39 @@ def _stream_reply(model: Model, ids: list[int], stream, result: GenerationResult
     if not result.tokens:
         slot.empty()
     elif not result.text:
-        slot.markdown("*(the tokens generated decode to no visible text)*")
+        slot.markdown(head + "*(the tokens generated decode to no visible text)*")
+
+
+def _tick_prefill(bar, tokens: int, predicted_s: float, done: threading.Event, stop: threading.Event) -> None:
+    """Move the bar once a second while a long prompt is read: the seconds waited against the prediction
+    (`ui.prefill_eta.prefill_wait_words`), from a thread that carries this run's context (Streamlit sends an
+    element's update only from a thread that has it); it ends at the first token, a Stop, or the run's end."""
+    from streamlit.runtime.scriptrunner import add_script_run_ctx, get_script_run_ctx
+    from ui.prefill_eta import prefill_wait_words
+    ctx = get_script_run_ctx()
+    t0 = time.monotonic()
+
+    def tick() -> None:
+        while not done.wait(1.0) and not stop.is_set():
+            waited = time.monotonic() - t0
+            try:
+                bar.progress(min(waited / predicted_s, 0.99), text=prefill_wait_words(waited, predicted_s, tokens))
+            except Exception:                                # the run ended (rerun, Stop, page left): stop ticking
+                return
+
+    thread = threading.Thread(target=tick, name="prefill-progress", daemon=True)
+    add_script_run_ctx(thread, ctx)
+    thread.start()
 
 
 def _ms(x: float) -> str:
-    return "–" if not np.isfinite(x) else f"{x:,.1f} ms"
+    """A time for a metric whose label carries the unit ("TTFT (ms)"): a value that fits one line."""
+    return "–" if not np.isfinite(x) else f"{x:,.1f}"
 
 
-def show_result(result: GenerationResult, model: Model) -> None:
-    """Metrics, the formula behind them, and the token table (with CSV)."""
+def show_result(result: GenerationResult, model: Model, metrics_at: Any = None) -> None:
+    """Metrics (in `metrics_at`: above the reply on the home page), the formula behind them, and the token table
+    (with CSV)."""
     if result.error and not result.tokens:
         return
     n = len(result.tokens)
@@ -238,18 +300,19 @@ def show_result(result: GenerationResult, model: Model) -> None:
               "context": "the context window is full",
               "stopped": "stopped with the Stop button", "cancelled": "stopped with the Stop button",
               "session closed": "stopped (the page was left)"}.get(result.finish_reason or "", "stopped")
+    rate = nums["decode_tokens_per_s"]
+    metric_row(where=metrics_at, items=[
+        ("TTFT (ms)", _ms(nums["ttft_ms"]), "Time to first token: the prefill forward pass plus sampling the first token."),
+        ("Mean ITL (ms)", _ms(nums["mean_itl_ms"]), "Mean inter-token latency: one decode step."),
+        ("Tokens/s", "–" if not np.isfinite(rate) else f"{rate:,.1f}", "Decode speed: 1 / mean ITL."),
+        ("KV cache (MiB)", f"{nums['kv_cache_bytes'] / 2**20:,.2f}",
+         f"{nums['kv_cache_bytes']:,.0f} bytes of keys and values held after the last token."),
+    ])
     st.caption(f"{n} tokens after a {result.prompt_tokens:,}-token prompt · {reason}"
                + (f" · timings {result.load_note}" if result.load_note else ""))
     if result.prompt_text:
         with st.expander(f"The prompt as the model sees it ({result.prompt_tokens:,} tokens)"):
             st.code(result.prompt_text, language=None, wrap_lines=True)
-    c = st.columns(4)
-    c[0].metric("TTFT", _ms(nums["ttft_ms"]), help="Time to first token: the prefill forward pass plus sampling the first token.")
-    c[1].metric("Mean ITL", _ms(nums["mean_itl_ms"]), help="Mean inter-token latency: one decode step.")
-    rate = nums["decode_tokens_per_s"]
-    c[2].metric("Tokens/s", "–" if not np.isfinite(rate) else f"{rate:,.1f}", help="Decode speed: 1 / mean ITL.")
-    c[3].metric("KV cache", f"{nums['kv_cache_bytes'] / 2**20:,.2f} MiB",
-                help=f"{nums['kv_cache_bytes']:,.0f} bytes of keys and values held after the last token.")
     cfg = model.config
     formula_expander(
         "Where these numbers come from",
@@ -270,8 +333,8 @@ def show_result(result: GenerationResult, model: Model) -> None:
         pieces = result.pieces or [""] * n
         df = pd.DataFrame({
             "step": [t.step for t in result.tokens],
-            "token_id": [t.token_id for t in result.tokens],
+            "token id": [t.token_id for t in result.tokens],
             "piece": pieces,
-            "latency_ms": [round(t.seconds * 1e3, 3) for t in result.tokens],
+            "latency (ms)": [round(t.seconds * 1e3, 3) for t in result.tokens],
         })
         df_with_download(df, "generated_tokens")

@@ -262,9 +262,11 @@ def step_texts(model: Model, rec) -> list[str]:
     return model.tokenizer.token_strings(ids) if model.tokenizer is not None else [f"#{i}" for i in ids]
 
 
-def stepper(label: str, count: int, *, key: str, default: int = 0, first: int = 0, where: Any = None) -> int | None:
+def stepper(label: str, count: int, *, key: str, default: int = 0, first: int = 0, where: Any = None,
+            widths: tuple[float, float, float] = (1, 1, 4)) -> int | None:
     """An index in [0, count − 1], typed as a number from `first` (1 for "Step 1 of 8") with Back / Next buttons
-    beside it. Stepping past either end says so and keeps the step the user was on."""
+    beside it (`widths`: of Back, Next and the number's column). Stepping past either end says so and keeps the
+    step the user was on."""
     box = where if where is not None else st
     note_key = key + ".note"
     last = first + count - 1
@@ -280,7 +282,7 @@ def stepper(label: str, count: int, *, key: str, default: int = 0, first: int = 
             return
         set_remembered(key, str(v + delta))
 
-    cols = box.columns([1, 1, 4])
+    cols = box.columns(list(widths))
     cols[0].button("Back", key=key + ".back", on_click=move, args=(-1,), icon=":material/arrow_back:",
                    width="stretch")
     cols[1].button("Next", key=key + ".next", on_click=move, args=(1,), icon=":material/arrow_forward:",

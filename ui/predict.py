@@ -70,7 +70,7 @@ def teacher_controls(qid: str, view: View, where: Any = None, key: str = "") -> 
         return
     box = where if where is not None else st
     k = f"predict.{qid}{key}"
-    cols = box.columns([2, 1, 1, 1])
+    cols = box.columns([1.5, 1.3, 1, 1])             # "Ask the class" whole with Large text (1366×768)
     cols[0].markdown(f"**{view.answered}** answer{'s' if view.answered != 1 else ''} so far ({view.state}).")
     cols[1].button("Ask the class", key=f"{k}.open", on_click=_act, args=(qid, "open"),
                    disabled=view.state != CLOSED, icon=":material/campaign:")

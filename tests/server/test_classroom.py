@@ -282,8 +282,8 @@ def test_class_page_shows_the_live_batch(monkeypatch, model):
         at = at.run()
         assert not at.exception and not errors(at)
         metrics = {m.label: m.value for m in at.metric}
-        assert metrics["Requests in the batch"] == "2" and metrics["Waiting in line"] == "1"
-        assert metrics["Free KV blocks"] == f"{w.free_blocks} / 40"
+        assert metrics["Requests running now"] == "2" and metrics["Waiting in line now"] == "1"
+        assert metrics["Free KV blocks (of 40)"] == f"{w.free_blocks}"
         table = at.dataframe[0].value
         assert list(table["request"]) == ["student 1", "student 2", "student 3"]
         assert list(table["generated tokens"]) == [4, 4, 0]           # one token per step after the prefill

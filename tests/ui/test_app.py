@@ -68,7 +68,7 @@ def test_home_page_runs_with_default_model(app_default_model):
     assert at.checkbox[0].value is True                       # SmolLM2-Instruct has a chat template
     at = generate(at, 3)
     assert not at.exception and not errors(at)
-    assert [m.label for m in at.metric] == ["TTFT", "Mean ITL", "Tokens/s", "KV cache"]
+    assert [m.label for m in at.metric] == ["TTFT (ms)", "Mean ITL (ms)", "Tokens/s", "KV cache (MiB)"]
 
 
 def test_random_model_is_labelled_and_generates_tokens():
@@ -83,9 +83,9 @@ def test_random_model_is_labelled_and_generates_tokens():
     reply = [m.value for m in at.markdown if m.value.startswith("**Reply**")]
     at, table = token_table(at)
     assert not at.exception and [m.value for m in at.markdown if m.value.startswith("**Reply**")] == reply
-    assert list(table.columns) == ["step", "token_id", "piece", "latency_ms"]
+    assert list(table.columns) == ["step", "token id", "piece", "latency (ms)"]
     assert list(table["step"]) == [0, 1, 2, 3]
-    assert (table["latency_ms"] > 0).all()
+    assert (table["latency (ms)"] > 0).all()
     assert at.get("download_button")                         # every table comes with its CSV
     assert any("(random weights)" in m.value for m in at.markdown if m.value.startswith("**Reply**"))
 
@@ -235,3 +235,20 @@ def test_a_session_keeps_its_pages_and_still_moves_between_them(tmp_path):
     assert [link.label for link in at.get("page_link")] == ["First lesson", "KV cache"]
     at.switch_page("pages/32_KV_cache.py").run()
     assert not at.exception and [m.value for m in at.markdown] == ["kv cache"]
+
+
+def test_a_long_prompt_says_its_predicted_wait_before_generate_and_a_short_one_does_not(monkeypatch):
+    """A 20,000-character prompt ran 22 s to its first token with no word that it would: the home page now says
+    the calculators' prefill time on this machine as measured (here a stand-in machine of 50 GFLOP/s FP32)."""
+    import dataclasses
+
+    import ui.machine
+    from specs.devices import load_device
+    slow = dataclasses.replace(load_device("H100 SXM"), peak_flops={"fp32": 50e9}, peak_flops_sparse={})
+    monkeypatch.setattr(ui.machine, "measured_machine", lambda quick=False: slow)
+    at = home(**{"prompt": "The lighthouse keeper wrote every evening in a thick notebook. " * 320})
+    assert not at.exception and not errors(at)
+    said = [i.value for i in at.info if "This prompt is" in i.value]
+    assert len(said) == 1 and "before the first word" in said[0] and "50 GFLOP/s" in said[0], said
+    at = home(**{"prompt": "Write a story"})
+    assert not [i.value for i in at.info if "This prompt is" in i.value]

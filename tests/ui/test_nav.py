@@ -38,3 +38,22 @@ def test_table_of_contents_columns_keep_parts_whole_in_order_and_even():
     assert toc_columns({"A": ["x"], "B": ["x"]}, 4) == [["A"], ["B"], [], []]
     assert toc_columns({}, 4) == [[], [], [], []]
     assert toc_columns(lessons, 1) == [list("ABCDEF")]
+
+
+def test_the_sidebar_lists_every_lesson_without_view_more(monkeypatch):
+    """Streamlit folds a long menu behind "View N more" (Batching, Class and the Capacity planner, pages of the
+    README's lesson plans, were hidden): the app's navigation asks for every entry expanded."""
+    from pathlib import Path
+
+    import streamlit as st
+    from streamlit.testing.v1 import AppTest
+    seen = {}
+    real = st.navigation
+
+    def navigation(pages, **kw):
+        seen.update(kw, count=sum(len(v) for v in pages.values()))
+        return real(pages, **kw)
+    monkeypatch.setattr(st, "navigation", navigation)
+    at = AppTest.from_file(str(Path(__file__).resolve().parents[2] / "app.py"), default_timeout=60).run()
+    assert not at.exception
+    assert seen["expanded"] is True and seen["count"] > 12

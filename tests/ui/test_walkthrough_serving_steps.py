@@ -108,3 +108,54 @@ def test_the_walkthrough_has_eleven_steps_and_says_so():
     at.button(key="walk.step.next").click().run()                       # past the last: a note, same step
     assert at.header[0].value.startswith("11.")
     assert any("last one" in w.value for w in at.warning)
+
+
+def test_two_speeds_step_calls_the_beat_steady_only_when_its_bars_are():
+    """Step 8's sentence is a function of the bars drawn beside it (ui.walk_claims): "a steady beat" only when
+    every decode bar is within ±25% of the median one, else the spread. Catches the fixed "at a steady beat" next
+    to a first decode step of 90 ms among 36 ms ones."""
+    from ui.walk_claims import STEADY_SPREAD, decode_spread
+    at = step(8)
+    import base64
+    x = [t for t in chart_specs(at)[0]["data"] if t.get("name") == "decode"][0]["x"]
+    if isinstance(x, dict):                                             # plotly's base64-packed array
+        x = np.frombuffer(base64.b64decode(x["bdata"]), dtype=np.dtype(x["dtype"]))
+    decode = {"x": list(x)}
+    spread = decode_spread(decode["x"])[3]
+    text = words(at)
+    if len(decode["x"]) >= 3:
+        assert ("at a steady beat: all" in text) == (spread <= STEADY_SPREAD)
+        assert ("not at a steady beat" in text) == (spread > STEADY_SPREAD)
+
+
+def test_planner_step_says_what_binds_only_when_it_nearly_does():
+    """Step 11 names a binding limit only when the plan nearly uses it up; "binding: memory (5% of its limit)"
+    said the opposite of what it showed."""
+    text = words(step(11))
+    assert "binding:" not in text and "of its limit" not in text
+    assert "nothing binds" in text or "what limits it" in text
+
+
+def in_order(node, out=None) -> list[str]:
+    """The page's elements top to bottom: their types (a block's children in their order on the page)."""
+    out = [] if out is None else out
+    children = getattr(node, "children", None)
+    if children:
+        for k in sorted(children):
+            in_order(children[k], out)
+    else:
+        out.append(getattr(node, "type", ""))
+    return out
+
+
+def test_each_steps_heading_chart_and_next_come_before_the_prompt():
+    """A projector's first screen (1366×768) shows Next, the step's heading and its chart: the prompt box and the
+    run settings are under the step (today they came first, and the chart started at 822 px or lower). Step 1 holds
+    the prompt box, after its heading."""
+    for n in (1, 5, 8):
+        at = step(n)
+        kinds = in_order(at.main)
+        first = {k: kinds.index(k) for k in ("button", "header", "text_area") if k in kinds}
+        assert first["button"] < first["header"] < first["text_area"], kinds
+        if n > 1:
+            assert kinds.index("plotly_chart") < first["text_area"], kinds
