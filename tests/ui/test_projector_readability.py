@@ -119,6 +119,16 @@ def test_axes_of_non_negative_quantities_stop_at_zero():
     assert steps.layout.xaxis.rangemode is None                 # negative values: left as plotly draws it
 
 
+def test_the_axis_bars_stand_on_keeps_the_bar_at_zero_whole():
+    """KV cache, step by step: step 0's 'rows written' bar sat left of x = 0 and an axis cut at zero hid it."""
+    steps = style(figure(dict(type="bar", x=[0, 1, 2], y=[33, 1, 1]), dict(type="bar", x=[0, 1, 2], y=[33, 34, 35]),
+                         barmode="group", xaxis=dict(title="step"), yaxis=dict(title="rows")), height=300)
+    assert steps.layout.xaxis.rangemode is None
+    assert steps.layout.yaxis.rangemode == "nonnegative"
+    across = style(figure(dict(type="bar", orientation="h", y=[0, 1], x=[3, 4]), xaxis=dict(title="rows")), height=300)
+    assert across.layout.yaxis.rangemode is None and across.layout.xaxis.rangemode == "nonnegative"
+
+
 @pytest.mark.parametrize("fig", [
     figure(dict(type="scatter", x=[1, 2], y=[0.2, 0.4]), yaxis=dict(title="ms", range=[0.1, 0.5])),
     figure(dict(type="scatter", x=[1, 2], y=[0.2, 0.4]), yaxis=dict(title="ms", type="log")),
