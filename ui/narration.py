@@ -237,24 +237,6 @@ def ceiling_label(rows: list[dict]) -> str:
             else "weight products alone (not a bound in this run)")
 
 
-def beat_words(itl_ms, busy: bool) -> str:
-    """Whether the decode steps of one run came at a steady beat, from their own times."""
-    itl = np.asarray(itl_ms, float)
-    if itl.size < 2:
-        return "Too few decode steps to say how steady they were."
-    lo, med, hi = np.percentile(itl, [10, 50, 90])
-    top = float(itl.max())
-    if hi <= 1.5 * lo and top <= 3 * med:
-        return (f"**A steady beat:** 8 steps in 10 took between {fmt_num(lo, 3)} and {fmt_num(hi, 3)} ms "
-                f"(median {fmt_num(med, 3)} ms): each step does the same work, one token through every layer.")
-    return (f"**Not a steady beat on this run:** steps took from {fmt_num(float(itl.min()), 3)} to "
-            f"{fmt_num(top, 3)} ms (8 in 10 between {fmt_num(lo, 3)} and {fmt_num(hi, 3)} ms, median "
-            f"{fmt_num(med, 3)} ms), though each does the same work, one token through every layer."
-            + (_busy_reason(True) if busy else
-               " Other work in this process or a first-use cost (memory, caches) slowed some steps: the median "
-               "is the step's own cost."))
-
-
 def sweep_words(df: pd.DataFrame, busy: bool) -> str:
     """Whether TTFT grew and ITL stayed flat across the sweep, from its own rows."""
     first, last = df.iloc[0], df.iloc[-1]

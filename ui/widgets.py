@@ -13,7 +13,9 @@ import numpy as np
 import pandas as pd
 import streamlit as st
 
+from calculators.units import fmt_num
 from specs.model_config import SpecError
+from ui.headings import human_heading
 from specs.sources import readable_source
 
 
@@ -30,16 +32,18 @@ def df_with_download(df: pd.DataFrame, name: str, *, hide_index: bool = True, he
     ones only the CSV has. Names `df` lacks are skipped.
     """
     config = readable_numbers(df, column_config)
+    shown = missing_as_dash(df, config)
+    given = (show if isinstance(show, dict) else {}) or {}
+    labels = {c: given.get(c) or (config.get(c) or {}).get("label") or human_heading(c) for c in df.columns}
+    for c, label in labels.items():                      # identifiers read as words; the CSV keeps them
+        if label != str(c):
+            config[c] = {**(config.get(c) or {}), "label": label}
     order = None
     if show is not None:                  # the page ranked its columns: the leading ones that fit are drawn
-        labels = show if isinstance(show, dict) else dict.fromkeys(show)
-        order = fitting_columns(df, [c for c in labels if c in df.columns], labels)
-        for c in order:
-            if labels[c]:
-                config[c] = {**(config.get(c) or {}), "label": labels[c]}
-    st.dataframe(df, hide_index=hide_index, height=height, column_config=config, column_order=order)
-    if order is not None and (rest := [str(c) for c in df.columns if c not in order]):
-        st.caption("Also in the CSV: " + ", ".join(rest) + ".")
+        order = fitting_columns(df, [c for c in show if c in df.columns], labels)
+    st.dataframe(shown, hide_index=hide_index, height=height, column_config=config, column_order=order)
+    if order is not None and (rest := [c for c in df.columns if c not in order]):
+        st.caption("Also in the CSV: " + ", ".join(labels[c] for c in rest) + ".")
     slug = _slug(name)
     # deferred: the CSV is written when someone clicks, not on every run (the Class page's live tables were
     # written out every refresh: 14% of the app's own CPU time during a 30-student class, py-spy --gil)
@@ -98,6 +102,41 @@ def fitting_columns(df: pd.DataFrame, order: list, labels: dict) -> list:
         out.append(c)
         used += w
     return out
+
+
+MISSING = "—"
+
+
+def _printf_as_spec(fmt: str | None) -> str | None:
+    """A Streamlit printf format ("%,.2f", "%.4g", "%,d") as a Python format spec (",.2f"), None for others."""
+    m = re.fullmatch(r"%(,?)(\.\d+)?([dfge])", fmt or "")
+    return None if m is None else f"{m.group(1)}{m.group(2) or ''}{'.0f' if m.group(3) == 'd' else m.group(3)}"
+
+
+def missing_as_dash(df: pd.DataFrame, config: dict) -> pd.DataFrame:
+    """The table as drawn: a column with missing values (a device without a price) shows "—" there, never "None",
+    its numbers written as its format says (the column becomes text, so its number format leaves `config`). The
+    CSV keeps the frame as it is (an empty cell)."""
+    out = None
+    for col in df.columns:
+        values = df[col]
+        if pd.api.types.is_bool_dtype(values) or not values.isna().any():
+            continue
+        fmt = config.get(col)
+        number = (fmt or {}).get("type_config", {}) if isinstance(fmt, dict) else {}
+        spec = _printf_as_spec(number.get("format")) if number.get("type") == "number" else None
+        if number.get("type") == "number":
+            config[col] = {k: v for k, v in fmt.items() if k != "type_config"}
+
+        def text(v) -> str:
+            if v is None or isinstance(v, float) and math.isnan(v) or v is pd.NA or v is pd.NaT:
+                return MISSING
+            if isinstance(v, (int, float, np.integer, np.floating)) and not isinstance(v, bool):
+                return format(float(v), spec) if spec else fmt_num(float(v), 4)
+            return str(v)
+        out = df.copy() if out is None else out
+        out[col] = [text(v) for v in values]
+    return df if out is None else out
 
 
 def readable_numbers(df: pd.DataFrame, column_config: dict | None = None) -> dict:

@@ -43,13 +43,14 @@ class World:
     preset: str                                # default model: a preset name in specs/models
     device: str                                # default device: a name in specs/devices.json, or THIS_MACHINE
     line: str                                  # the page's one line naming the world
+    weight_dtype: str = "bf16"                 # default weight precision of its sizing pages (the engine: fp32)
 
 
 CLASS = World(
     "class", "This class's machine (SmolLM2-135M on this computer)", "SmolLM2-135M-Instruct", THIS_MACHINE,
     "Showing **this class's machine**: SmolLM2-135M, the model the inside-the-model pages ran, on this computer "
     "(its measured bandwidth); the engine keeps K, V and weights in float32, so fp32 precisions match its counts. "
-    "Switch to data-centre scale at the top of the sidebar.")
+    "Switch to data-centre scale at the top of the sidebar.", weight_dtype="fp32")
 DATACENTRE = World(
     "datacentre", "Data-centre scale (a chosen preset and GPU)", "Llama-3.1-70B", "H100 SXM",
     "Showing **data-centre scale**: a preset on a datasheet GPU (default Llama-3.1-70B on an H100 SXM). Switch "
@@ -65,6 +66,14 @@ def _by_label(label: Any) -> World | None:
 def current_world() -> World:
     """This session's world (the class's machine until the student flips the switch); reads, never writes."""
     return _by_label(remembered_value(WORLD_KEY)) or DEFAULT_WORLD
+
+
+def world_weight_dtype(key: str) -> tuple[str, str]:
+    """(default, widget key) of a sizing page's weight precision in this session's world: fp32 on this class's
+    machine (the engine computes and keeps its weights in float32), bf16 at data-centre scale. Each world keeps
+    its own choice (`key` + the world's name), so a flip of the switch lands on that world's precision."""
+    world = current_world()
+    return world.weight_dtype, f"{key}.{world.key}"
 
 
 def _apply(world: World) -> None:

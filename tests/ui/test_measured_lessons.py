@@ -18,7 +18,7 @@ import pytest
 
 from engine.threads import CpuSample, measured_under_load
 from helpers_apptest import errors, run_script
-from ui.narration import (batching_words, beat_words, busy_notice, ceiling_label, chunk_measured_words,
+from ui.narration import (batching_words, busy_notice, ceiling_label, chunk_measured_words,
                           formula_gap_words, speculative_words, spread, sweep_words)
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -54,12 +54,6 @@ def test_batching_calls_the_products_a_ceiling_only_when_no_gain_went_above_them
     words = batching_words(above, busy=True)
     assert "**not a ceiling**" in words and "this run's ceiling" not in words and "at 4 streams" in words
     assert "not a bound" in ceiling_label(above)
-
-
-def test_beat_words_follow_the_steps_spread():
-    assert "**A steady beat:**" in beat_words([40.0, 41.0, 39.5, 40.2, 40.8, 39.9, 40.1, 40.4], busy=False)
-    ragged = beat_words([38, 40, 810, 45, 300, 39, 600, 41], busy=True)       # issue 28: 38-810 ms
-    assert "Not a steady beat" in ragged and "38.0 to 810 ms" in ragged and "busy" in ragged
 
 
 def test_sweep_words_say_flat_only_when_itl_stayed_flat():
