@@ -13,6 +13,18 @@ from calculators.units import fmt_num
 from engine.threads import BUSY_CORES
 
 
+def _ids(ids) -> str:
+    return ", ".join(ids) if ids else "none"
+
+
+def scheduler_step_words(report) -> str:
+    """One scheduler step (`engine.serve.scheduler.StepReport`) in words: who was prefilled and with how many
+    prompt tokens, who decoded one token, who finished and who was preempted."""
+    pre = ", ".join(f"{r} ({n:,} prompt tokens)" for r, n in report.prefilled.items()) or "none"
+    return (f"Step {report.step:,}: prefilled {pre}; decoded one token for {_ids(report.decoded)}; finished "
+            f"{_ids(report.finished)}; preempted {_ids(report.preempted)}.")
+
+
 def gap_words(df: pd.DataFrame) -> str:
     """Why the measured times sit above the predicted ones, with the gap of this run."""
     itl = (df["ITL measured (ms)"] / df["ITL predicted (ms)"]).median()
