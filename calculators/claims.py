@@ -219,3 +219,21 @@ def cheaper_claim(a: str, a_usd: float | None, b: str, b_usd: float | None, unit
         return f"**{a.capitalize()} and {b} cost the same here** (${a_usd:,.3f} {unit})."
     (w, wu), (l, lu) = sorted(((a, a_usd), (b, b_usd)), key=lambda p: p[1])
     return f"**{w.capitalize()} is cheaper here:** ${wu:,.3f} {unit}, against ${lu:,.3f} {l}."
+
+
+# ============================================================================================ tokenizers
+def token_count_claim(a: str, n_a: int, vocab_a: int, b: str, n_b: int, vocab_b: int) -> str:
+    """Two tokenizers on the same text: which needed fewer tokens, by how much, against their vocabulary sizes
+    (a larger vocabulary usually needs fewer tokens; said only when this text shows it)."""
+    if n_a == n_b:
+        return f"Both cut this text into {plural(n_a, 'token')}."
+    (few, nf, vf), (many, nm, vm) = sorted(((a, n_a, vocab_a), (b, n_b, vocab_b)), key=lambda t: t[1])
+    out = (f"**{few}** needs **{plural(nf, 'token')}** for this text and **{many}** {plural(nm, 'token')}: "
+           f"{fmt_num(nm / nf, 3)}× as many.")
+    if vf > vm:
+        out += (f" The larger vocabulary ({vf:,} ids against {vm:,}) holds longer pieces, so fewer of them "
+                "cover the text; each costs a forward pass when generated.")
+    elif vf < vm:
+        out += (f" Here the smaller vocabulary ({vf:,} ids against {vm:,}) needed fewer: its pieces fit this "
+                "text better than the larger one's.")
+    return out

@@ -3,6 +3,7 @@ flips; the expected words come from the numbers fed, never from the function und
 from __future__ import annotations
 
 from calculators.claims import (cheaper_claim, decode_beat_claim, itl_target_claim, logit_lens_claim, plan_claim, plural,
+                               token_count_claim,
                                roofline_side_claim)
 
 
@@ -98,3 +99,11 @@ def test_cheaper_claim_names_the_cheaper_design_with_its_own_price():
 
 def test_plural():
     assert plural(1, "replica") == "1 replica" and plural(3, "replica") == "3 replicas"
+
+
+def test_token_count_claim_names_the_tokenizer_that_needed_fewer():
+    more = token_count_claim("SmolLM2", 8, 49_152, "bytes", 32, 256)
+    assert more.startswith("**SmolLM2** needs **8 tokens**") and "4.00× as many" in more and "larger vocabulary" in more
+    flipped = token_count_claim("big", 10, 50_000, "small", 9, 1_000)
+    assert flipped.startswith("**small** needs **9 tokens**") and "smaller vocabulary" in flipped
+    assert token_count_claim("a", 5, 10, "b", 5, 20) == "Both cut this text into 5 tokens."
