@@ -107,8 +107,8 @@ def growth_section(config: ModelConfig) -> int | None:
     fig.update_layout(height=520, legend=dict(orientation="h", yanchor="top", y=-0.18, x=0),
                       margin=dict(l=10, r=10, t=50, b=10))
     if log:
-        fig.update_xaxes(dtick=1, tickformat="~g")
-        fig.update_yaxes(dtick=1, tickformat="~g")
+        fig.update_xaxes(dtick=1, tickformat=",~g")
+        fig.update_yaxes(dtick=1, tickformat=",~g")
     st.plotly_chart(chart_style(fig))
     st.caption("A full-attention line rises in proportion to the context. A sliding-window layer goes flat once "
                "the window is full, and a linear-attention layer keeps the same state at any length, so hybrid "

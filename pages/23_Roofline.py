@@ -87,9 +87,9 @@ def chart(device: Device, reports: dict[str, dict], group: str) -> go.Figure:
                               "%{customdata[0]}-bound<br>%{customdata[1]}, %{customdata[2]} read, "
                               "%{customdata[3]} written<extra>" + phase +
                               "</extra>")
-    fig.update_layout(xaxis=dict(type="log", dtick=1, tickformat="~g",
+    fig.update_layout(xaxis=dict(type="log", dtick=1, tickformat=",~g",
                                  title="arithmetic intensity (FLOP per byte of memory traffic)"),
-                      yaxis=dict(type="log", dtick=1, tickformat="~g", title="attainable TFLOP/s"), height=560,
+                      yaxis=dict(type="log", dtick=1, tickformat=",~g", title="attainable TFLOP/s"), height=560,
                       margin=dict(l=10, r=10, t=30, b=10), legend=dict(orientation="v", x=1.01, y=1))
     return fig
 
@@ -126,7 +126,7 @@ def main() -> None:
     config, device = chosen
     setup = multi_gpu_sidebar(config, device)
     cols = st.columns(3)
-    wd_default, wd_key = world_weight_dtype("roof.wd")
+    wd_default, wd_key = world_weight_dtype("roof.wd", device)
     wd = choice_field("Weight precision", WEIGHT_DTYPES, wd_default, key=wd_key, where=cols[0],
                       help="Also sets the compute precision: fp8 weights use the fp8 peak, int8/int4 weight-only "
                            "formats are dequantised to bf16.")

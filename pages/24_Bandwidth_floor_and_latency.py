@@ -186,7 +186,7 @@ def batching(config: ModelConfig, device: Device, setup: MultiGPU, wd: str, kd: 
     f3 = st.column_config.NumberColumn(format="%.3f")
     df_with_download(df, "batching_table", column_config={
         "weights (GB)": f3, "KV read (GB)": f3, "total read (GB)": f3, "step (ms)": f3,
-        "tokens/s all streams": st.column_config.NumberColumn(format="localized"),
+        "tokens/s all streams": st.column_config.NumberColumn(format="%,.0f"),
         "tokens/s per stream": st.column_config.NumberColumn(format="%.0f"),
         "$ per 1M output tokens": st.column_config.NumberColumn(format="%.4f")},
         show=["batch", "step (ms)", "tokens/s all streams", "tokens/s per stream", "$ per 1M output tokens",  # 1366 px
@@ -252,7 +252,7 @@ def main() -> None:
         return
     config, device, setup = chosen
     cols = st.columns(5)
-    wd_default, wd_key = world_weight_dtype("lat.wd")
+    wd_default, wd_key = world_weight_dtype("lat.wd", device)
     wd = choice_field("Weight precision", WEIGHT_DTYPES, wd_default, key=wd_key, where=cols[0])
     kd = choice_field("KV precision", KV_DTYPES, default_kv_dtype(wd), key="lat.kd", where=cols[1])
     P = int_field("Prompt tokens", min(100, config.max_position_embeddings - 1), 1, config.max_position_embeddings,

@@ -107,8 +107,8 @@ def main() -> None:
     fig.add_vline(x=N, line_dash="dot", line_color="gray", annotation_text=f"N = {N:,}",
                   annotation_position="bottom right")
     fig.update_layout(height=440, margin=dict(l=10, r=10, t=50, b=10))
-    fig.update_xaxes(dtick=1, tickformat="~g")
-    fig.update_yaxes(dtick=1, tickformat="~g")
+    fig.update_xaxes(dtick=1, tickformat=",~g")
+    fig.update_yaxes(dtick=1, tickformat=",~g")
     st.plotly_chart(chart_style(fig))
     st.caption("Unfused traffic grows with N² (the score matrices); tiled traffic grows with N²·d / B_q (K and V "
                "re-read per query block), a factor of about 2·B_q / d smaller for long sequences.")

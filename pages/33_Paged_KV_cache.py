@@ -169,7 +169,8 @@ def simulated(model) -> None:
                                 line=dict(color=POLICY_COLORS[p], width=POLICY_WIDTHS[p])) for p in POLICIES])
     st.plotly_chart(style(fig, "Requests running at once", "step", "batch", height=360), key="alloc.batch")
     df_with_download(pd.DataFrame(rows), "kv_allocation_summary", column_config={
-        k: st.column_config.NumberColumn(format="%.4g") for k in rows[0] if isinstance(rows[0][k], float)},
+        k: st.column_config.NumberColumn(format="≈ %.0f" if k == "mean_batch" else "%.4g")     # a batch: whole
+        for k in rows[0] if isinstance(rows[0][k], float)},
         show={"policy": None, "completed": "done", "mean_batch": "mean batch", "max_batch": "max batch",  # 1366 px
               "mean_waste_fraction": "waste", "mean_utilization": "utilisation", "preemptions": None,
               "relocations": None, "refused_by_fragmentation": "refused: holes", "mean_wait_steps": "wait (steps)"})

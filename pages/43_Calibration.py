@@ -52,7 +52,7 @@ def main() -> None:
         return
     config, device, setup = chosen
     cols = st.columns(3)
-    wd_default, wd_key = world_weight_dtype("cal.wd")
+    wd_default, wd_key = world_weight_dtype("cal.wd", device, "fp16")
     wd = choice_field("Weight precision", WEIGHT_DTYPES, wd_default, key=wd_key, where=cols[0])
     kd = choice_field("KV precision", KV_DTYPES, default_kv_dtype(wd), key="cal.kd", where=cols[1])
     fmt = choice_field("Format", ("CSV", "vLLM benchmark JSON"), "CSV", key="cal.fmt", where=cols[2])

@@ -13,7 +13,6 @@ import numpy as np
 import pandas as pd
 import streamlit as st
 
-from calculators.units import fmt_num
 from specs.model_config import SpecError
 from ui.headings import human_heading
 from specs.sources import readable_source
@@ -21,7 +20,8 @@ from specs.sources import readable_source
 
 # ============================================================================================ tables
 def df_with_download(df: pd.DataFrame, name: str, *, hide_index: bool = True, height: int | str = "auto",
-                     column_config: dict | None = None, show: dict[str, str | None] | list[str] | None = None) -> None:
+                     column_config: dict | None = None, show: dict[str, str | None] | list[str] | None = None,
+                     drawn: pd.DataFrame | None = None) -> None:
     """Show `df` as a table with a "Download CSV" button under it. Every table in the app goes through here.
 
     `name` names the file (`<name>.csv`) and keys the button, so it must be unique on a page.
@@ -29,10 +29,11 @@ def df_with_download(df: pd.DataFrame, name: str, *, hide_index: bool = True, he
     short heading (None keeps the name), most important first: only the leading ones that fit 1366 px are drawn
     (`fitting_columns`). Without `show` every column is drawn (a table wider than the page scrolls: the browser
     walk reports it, since only its page knows which columns matter). The CSV keeps every column under its own name, and a caption under the table names the
-    ones only the CSV has. Names `df` lacks are skipped.
+    ones only the CSV has. Names `df` lacks are skipped. `drawn`: the same table as the page writes it (a table whose
+    rows are different quantities, each written its own way), shown instead of `df`; the CSV keeps `df`.
     """
     config = readable_numbers(df, column_config)
-    shown = missing_as_dash(df, config)
+    shown = df if drawn is None else drawn
     given = (show if isinstance(show, dict) else {}) or {}
     labels = {c: given.get(c) or (config.get(c) or {}).get("label") or human_heading(c) for c in df.columns}
     for c, label in labels.items():                      # identifiers read as words; the CSV keeps them
@@ -41,7 +42,8 @@ def df_with_download(df: pd.DataFrame, name: str, *, hide_index: bool = True, he
     order = None
     if show is not None:                  # the page ranked its columns: the leading ones that fit are drawn
         order = fitting_columns(df, [c for c in show if c in df.columns], labels)
-    st.dataframe(shown, hide_index=hide_index, height=height, column_config=config, column_order=order)
+    st.dataframe(shown, hide_index=hide_index, height=height, column_config=config, column_order=order,
+                 placeholder=MISSING)                  # a missing value (a device without a price): "—", not "None"
     if order is not None and (rest := [c for c in df.columns if c not in order]):
         st.caption("Also in the CSV: " + ", ".join(labels[c] for c in rest) + ".")
     slug = _slug(name)
@@ -104,50 +106,21 @@ def fitting_columns(df: pd.DataFrame, order: list, labels: dict) -> list:
     return out
 
 
-MISSING = "—"
-
-
-def _printf_as_spec(fmt: str | None) -> str | None:
-    """A Streamlit printf format ("%,.2f", "%.4g", "%,d") as a Python format spec (",.2f"), None for others."""
-    m = re.fullmatch(r"%(,?)(\.\d+)?([dfge])", fmt or "")
-    return None if m is None else f"{m.group(1)}{m.group(2) or ''}{'.0f' if m.group(3) == 'd' else m.group(3)}"
-
-
-def missing_as_dash(df: pd.DataFrame, config: dict) -> pd.DataFrame:
-    """The table as drawn: a column with missing values (a device without a price) shows "—" there, never "None",
-    its numbers written as its format says (the column becomes text, so its number format leaves `config`). The
-    CSV keeps the frame as it is (an empty cell)."""
-    out = None
-    for col in df.columns:
-        values = df[col]
-        if pd.api.types.is_bool_dtype(values) or not values.isna().any():
-            continue
-        fmt = config.get(col)
-        number = (fmt or {}).get("type_config", {}) if isinstance(fmt, dict) else {}
-        spec = _printf_as_spec(number.get("format")) if number.get("type") == "number" else None
-        if number.get("type") == "number":
-            config[col] = {k: v for k, v in fmt.items() if k != "type_config"}
-
-        def text(v) -> str:
-            if v is None or isinstance(v, float) and math.isnan(v) or v is pd.NA or v is pd.NaT:
-                return MISSING
-            if isinstance(v, (int, float, np.integer, np.floating)) and not isinstance(v, bool):
-                return format(float(v), spec) if spec else fmt_num(float(v), 4)
-            return str(v)
-        out = df.copy() if out is None else out
-        out[col] = [text(v) for v in values]
-    return df if out is None else out
+MISSING = "—"                   # what a table shows for a missing value
 
 
 def readable_numbers(df: pd.DataFrame, column_config: dict | None = None) -> dict:
     """`column_config` with a `number_format` for every numeric column it does not configure itself."""
     out = dict(column_config or {})
     for col in df.columns:
-        if col in out:
+        given = out.get(col)
+        number = given.get("type_config", {}) if isinstance(given, dict) else {}
+        if given is not None and not re.fullmatch(r"%\.\d+g", str(number.get("format") or "")):
             continue
-        fmt = number_format(df[col])
+        fmt = number_format(df[col])           # also for "%.4g", which writes 4005 and 1699 without separators
         if fmt is not None:
-            out[col] = st.column_config.NumberColumn(format=fmt)
+            out[col] = {**given, "type_config": {**number, "format": fmt}} if given else \
+                st.column_config.NumberColumn(format=fmt)
     return out
 
 

@@ -68,12 +68,14 @@ def current_world() -> World:
     return _by_label(remembered_value(WORLD_KEY)) or DEFAULT_WORLD
 
 
-def world_weight_dtype(key: str) -> tuple[str, str]:
-    """(default, widget key) of a sizing page's weight precision in this session's world: fp32 on this class's
-    machine (the engine computes and keeps its weights in float32), bf16 at data-centre scale. Each world keeps
-    its own choice (`key` + the world's name), so a flip of the switch lands on that world's precision."""
-    world = current_world()
-    return world.weight_dtype, f"{key}.{world.key}"
+def world_weight_dtype(key: str, device, gpu_default: str = "bf16") -> tuple[str, str]:
+    """(default, widget key) of a page's weight precision for the device it sizes: fp32 on this computer (the class's
+    machine: the engine computes and keeps its weights in float32, so the sizes and floors are the engine's own),
+    `gpu_default` on a datasheet GPU. Each keeps its own choice (`key` + ".engine" or ".gpu"), so moving between
+    this machine and a GPU lands on that one's precision."""
+    if getattr(device, "kind", None) == "measured" or getattr(device, "name", "") == THIS_MACHINE:
+        return CLASS.weight_dtype, f"{key}.engine"
+    return gpu_default, f"{key}.gpu"
 
 
 def _apply(world: World) -> None:

@@ -26,10 +26,6 @@ def clean(at):
     return at
 
 
-def shown_cells(at) -> list[str]:
-    return [str(v) for d in at.dataframe for col in d.value.columns for v in d.value[col].tolist()]
-
-
 RAW_ID = re.compile(r"\b[a-z]+(?:_[a-z0-9]+)+\b")          # itl_p99_at_load_ms, output_tok_s
 
 
@@ -44,7 +40,7 @@ def test_roofline_opens_on_fp32_in_the_class_world_and_its_sentence_follows_the_
                 if any("ridge" in (t.get("name") or "") for t in json.loads(c.proto.spec)["data"]))
     roof = next(t["name"] for t in spec["data"] if t["name"].startswith("roof:"))
     assert roof.endswith("(fp32)")                               # the legend and the weights agree
-    assert at.selectbox(key="roof.wd.class").value == "fp32"
+    assert at.selectbox(key="roof.wd.engine").value == "fp32"
     text = page_text(at)
     assert "decode ops far to the left" not in text              # the intro no longer claims it for every model
     ridge = next(t["x"][0] for t in spec["data"] if t["name"] == "ridge point")
@@ -57,10 +53,10 @@ def test_roofline_opens_on_fp32_in_the_class_world_and_its_sentence_follows_the_
 # ------------------------------------------------------------------------------------------ Bandwidth floor
 def test_bandwidth_floor_opens_on_the_engines_fp32_and_shows_no_none():
     at = clean(page("24_"))
-    assert at.selectbox(key="lat.wd.class").value == "fp32"
-    cells = shown_cells(at)
-    assert "None" not in cells and "nan" not in cells            # this machine has no price: "—"
-    assert "—" in cells
+    assert at.selectbox(key="lat.wd.engine").value == "fp32"
+    table = next(d for d in at.dataframe if "$ per 1M output tokens" in d.value.columns)
+    assert table.value["$ per 1M output tokens"].isna().all()    # this machine has no price ...
+    assert all(d.proto.placeholder == "—" for d in at.dataframe)  # ... shown as "—", not "None"
 
 
 # ------------------------------------------------------------------------------------------ Embeddings
@@ -151,3 +147,21 @@ def test_tables_show_human_headings_not_identifiers(stem):
     for c in captions(at):
         if c.startswith("Also in the CSV:"):
             assert not RAW_ID.search(c), c
+
+
+# ------------------------------------------------------------------------------------------ numbers as written
+def test_prefix_caching_chart_names_the_engines_fp32_on_this_machine():
+    at = clean(page("34_"))
+    titles = [(json.loads(c.proto.spec)["layout"].get("title") or {}).get("text") or "" for c in at.get("plotly_chart")]
+    assert any("(fp32)" in t for t in titles) and not any("fp16" in t for t in titles), titles
+
+
+def test_continuous_batching_summary_writes_whole_batches_and_separators():
+    at = clean(page("32_"))
+    table = next(d.value for d in at.dataframe if "metric" in d.value.columns)
+    batch = table.set_index("metric").loc["mean batch"]
+    assert all(str(v).startswith("≈ ") and str(v)[2:].replace(",", "").isdigit() for v in batch)
+    for v in table.drop(columns="metric").to_numpy().ravel():
+        assert not re.fullmatch(r"\d{4,}(\.\d+)?", str(v)), v                 # 1699 → 1,700
+    static = next(m for m in at.metric if m.label == "Throughput, continuous")
+    assert str(static.proto.delta).endswith("tok/s")                           # "static 84.12" had no unit
