@@ -10,6 +10,7 @@ ACRONYMS = {"itl": "ITL", "ttft": "TTFT", "kv": "KV", "tp": "TP", "pp": "PP", "e
             "mha": "MHA", "usd": "$", "rps": "requests/s", "mlp": "MLP", "ffn": "FFN", "rope": "RoPE"}
 UNITS = {"ms": "ms", "s": "s", "us": "µs", "gb": "GB", "mb": "MB", "kb": "KB", "gib": "GiB", "bytes": "bytes",
          "pct": "%", "rps": "requests/s", "tflops": "TFLOP/s", "gflops": "GFLOP/s"}
+MID_UNITS = ("ms", "us", "gb", "mb", "bytes")       # a unit inside a name moves to its end
 RAW = re.compile(r"[A-Za-z][A-Za-z0-9]*(?:_[A-Za-z0-9]+)+")        # an identifier with at least one underscore
 
 
@@ -20,6 +21,9 @@ def _words(name: str) -> str:
         parts, unit = parts[:-2], "/s"
     elif len(parts) >= 2 and parts[-1] in UNITS:
         parts, unit = parts[:-1], UNITS[parts[-1]]
+    elif mid := [i for i, p in enumerate(parts[1:-1], 1) if p in MID_UNITS]:      # step_ms_at_load
+        unit = UNITS[parts[mid[0]]]
+        parts = parts[:mid[0]] + parts[mid[0] + 1:]
     words = []
     for i, p in enumerate(parts):
         if p == "million" and i > 0 and parts[i - 1] == "per":

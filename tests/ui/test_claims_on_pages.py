@@ -165,3 +165,13 @@ def test_continuous_batching_summary_writes_whole_batches_and_separators():
         assert not re.fullmatch(r"\d{4,}(\.\d+)?", str(v)), v                 # 1699 → 1,700
     static = next(m for m in at.metric if m.label == "Throughput, continuous")
     assert str(static.proto.delta).endswith("tok/s")                           # "static 84.12" had no unit
+
+
+def test_quantization_metrics_and_log_ticks_are_written_for_a_reader():
+    at = clean(page("26_"))
+    for m in at.metric:
+        digits = re.sub(r"[^\d]", "", str(m.value).split("e")[0]).lstrip("0")
+        assert "." not in str(m.value) or len(digits) <= 3, (m.label, m.value)       # 0.007874 → 0.00787
+    roof = clean(page("23_"))
+    spec = next(json.loads(c.proto.spec) for c in roof.get("plotly_chart"))
+    assert spec["layout"]["xaxis"]["tickformat"] == ",~g"                             # 10,000, not 10000

@@ -138,3 +138,13 @@ def test_the_axis_bars_stand_on_keeps_the_bar_at_zero_whole():
 ])
 def test_axes_with_their_own_range_scale_or_negatives_are_left_alone(fig):
     assert style(fig, height=300).layout.yaxis.rangemode is None
+
+
+@pytest.mark.parametrize("name, heading", [
+    ("itl_p99_at_load_ms", "ITL p99 at load (ms)"), ("arrival_rate_rps", "arrival rate (requests/s)"),
+    ("peak_allocated_tokens", "peak allocated tokens"), ("kv_heads", "KV heads"), ("output_tok_s", "output tokens/s"),
+    ("usd_per_million_tokens", "$ per 1M tokens"), ("step_ms_at_load", "step at load (ms)"),
+    ("offline · output_tok_s", "offline · output tokens/s"), ("TTFT (ms)", "TTFT (ms)"), ("step", "step")])
+def test_table_headings_read_as_words_while_the_csv_keeps_its_names(name, heading):
+    from ui.headings import human_heading
+    assert human_heading(name) == heading
