@@ -41,19 +41,22 @@ def decode_beat_claim(step_ms: Sequence[float], busy: bool = False) -> str:
         return "Too few decode steps to say how steady they were."
     v = np.asarray(step_ms, float)
     lo, med, hi = (float(x) for x in np.percentile(v, [10, 50, 90]))
-    test = (f"(the test: the slowest of the middle 8 within {STEADY_BAND:g}× the fastest, and no step above "
-            f"{STEADY_OUTLIER:g}× the median)")
     if steady:
-        return (f"**A steady beat:** 8 steps in 10 took between {fmt_num(lo, 3)} and {_ms(hi)} (median "
-                f"{_ms(med)}; slowest {_ms(float(v.max()))}) {test}: each step does the same work, one token "
-                "through every layer.")
+        return (f"**A steady beat:** 8 steps in 10 took between {fmt_num(lo, 3)} and {_ms(hi)}, within "
+                f"{STEADY_BAND:g}× of each other, and none took over {STEADY_OUTLIER:g}× the median of {_ms(med)} "
+                f"(the slowest: {_ms(float(v.max()))}). Each step does the same work, one token through every layer.")
     why = (" The machine was busy: a step's time here depends on when the other programs let the engine run, more "
            "than on the step's own work." if busy else
            " Other work in this process or a first-use cost (memory, caches) slowed some steps: the median is the "
            "step's own cost.")
+    broke = []
+    if hi > STEADY_BAND * lo:
+        broke.append(f"8 in 10 spread from {fmt_num(lo, 3)} to {_ms(hi)}, more than {STEADY_BAND:g}× apart")
+    if v.max() > STEADY_OUTLIER * med:
+        broke.append(f"the slowest, {_ms(float(v.max()))}, took over {STEADY_OUTLIER:g}× the median of {_ms(med)}")
     return (f"**Not a steady beat on this run:** steps took from {fmt_num(float(v.min()), 3)} to "
-            f"{_ms(float(v.max()))} (8 in 10 between {fmt_num(lo, 3)} and {_ms(hi)}, median {_ms(med)}) {test}, "
-            "though each does the same work, one token through every layer." + why)
+            f"{_ms(float(v.max()))} ({'; '.join(broke)}), though each does the same work, one token through every "
+            "layer." + why)
 
 
 # ============================================================================================ logit lens
@@ -78,15 +81,18 @@ def logit_lens_claim(top: Sequence[str], probs: Sequence[float]) -> str:
         return "No layers to read."
     k, last = lens_first_layer(top), n - 1
     final, p_final = top[-1], float(probs[-1])
-    where = (f"The model's final pick, `{final}` ({p_final:.0%}), leads from layer {k} of {last} on")
+    pick = f"The model's final pick, `{final}` ({p_final:.0%}),"
     if k == 0:
-        where += ": here every layer already agrees with the output, so nothing forms late on this prompt."
+        where = f"{pick} leads at every layer (0 to {last}): nothing forms late on this prompt."
+    elif k == last:
+        where = (f"{pick} appears only at the last layer ({last}): on this prompt the answer forms in the later "
+                 "layers; every earlier one would pick another token.")
     elif k >= LATE * last:
-        where += (f": on this prompt the answer forms in the later layers (from layer {k}, past the middle of the "
-                  f"{n} rows); the earlier layers pick other tokens.")
+        where = (f"{pick} leads from layer {k} of 0 to {last} on: on this prompt the answer forms in the later "
+                 "layers; the earlier ones pick other tokens.")
     else:
-        where += (f": on this prompt it leads early, before the middle of the {n} rows, and the later layers keep "
-                  "it.")
+        where = (f"{pick} leads from layer {k} of 0 to {last} on: on this prompt it leads early, before the middle, "
+                 "and the later layers keep it.")
     j = int(np.argmax(np.asarray(probs, float)))
     if j != last and float(probs[j]) > p_final:
         where += (f" Layer {j} is the most confident ({float(probs[j]):.0%} on `{top[j]}`), more than the last "

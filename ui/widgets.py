@@ -45,7 +45,7 @@ def df_with_download(df: pd.DataFrame, name: str, *, hide_index: bool = True, he
     st.dataframe(shown, hide_index=hide_index, height=height, column_config=config, column_order=order,
                  placeholder=MISSING)                  # a missing value (a device without a price): "—", not "None"
     if order is not None and (rest := [c for c in df.columns if c not in order]):
-        st.caption("Also in the CSV: " + ", ".join(labels[c] for c in rest) + ".")
+        st.caption("Also in the CSV: " + ", ".join(given.get(c) or human_heading(c) for c in rest) + ".")
     slug = _slug(name)
     # deferred: the CSV is written when someone clicks, not on every run (the Class page's live tables were
     # written out every refresh: 14% of the app's own CPU time during a 30-student class, py-spy --gil)

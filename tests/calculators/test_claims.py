@@ -12,17 +12,20 @@ def test_decode_beat_claim_says_steady_only_when_the_steps_are_within_the_band()
     steady = [40.0, 41.0, 39.5, 40.2, 40.8, 39.9, 40.1, 40.4]            # all within 39.5-41 ms
     words = decode_beat_claim(steady)
     assert words.startswith("**A steady beat:**") and "Not a steady" not in words
-    assert "median 40.2 ms" in words and "slowest 41.0 ms" in words and "1.5×" in words   # the test it made
+    assert "within 1.5× of each other" in words and "3× the median of 40.2 ms" in words   # the test it made
+    assert "(the slowest: 41.0 ms)" in words
     ragged = [38, 40, 810, 45, 300, 39, 600, 41]                          # issue 28: 38 to 810 ms
     words = decode_beat_claim(ragged, busy=True)
     assert words.startswith("**Not a steady beat on this run:**") and "38.0 to 810 ms" in words
+    assert "more than 1.5× apart" in words and "took over 3× the median" in words
     assert "busy" in words
     assert "busy" not in decode_beat_claim(ragged, busy=False)
 
 
 def test_decode_beat_claim_one_slow_step_past_three_medians_breaks_the_beat():
     steps = [40.0] * 9 + [130.0]                                          # 130 > 3 × 40, the band itself is flat
-    assert "Not a steady beat" in decode_beat_claim(steps)
+    words = decode_beat_claim(steps)
+    assert "Not a steady beat" in words and "the slowest, 130 ms, took over 3×" in words and "apart" not in words
     assert "A steady beat" in decode_beat_claim([40.0] * 9 + [110.0])    # 110 < 3 × 40, 90th pct ≤ 1.5 × 10th
     assert decode_beat_claim([40.0]) == "Too few decode steps to say how steady they were."
 
@@ -30,11 +33,13 @@ def test_decode_beat_claim_one_slow_step_past_three_medians_breaks_the_beat():
 # ------------------------------------------------------------------------------------------ logit lens
 def test_logit_lens_claim_forms_late_only_when_the_final_pick_leads_in_the_second_half():
     late = logit_lens_claim(["a", "b", "c", "d", "e", "Paris", "Paris"], [0.9, 0.3, 0.2, 0.2, 0.3, 0.4, 0.6])
-    assert "forms in the later layers" in late and "from layer 5 of 6" in late
+    assert "forms in the later layers" in late and "leads from layer 5 of 0 to 6 on" in late
     early = logit_lens_claim(["x", "Paris", "Paris", "Paris", "Paris", "Paris", "Paris"], [0.2] * 6 + [0.6])
-    assert "forms in the later layers" not in early and "leads from layer 1 of 6" in early and "early" in early
+    assert "forms in the later layers" not in early and "leads from layer 1 of 0 to 6" in early and "early" in early
+    last = logit_lens_claim(["a", "b", "c", "Paris"], [0.9, 0.5, 0.4, 0.3])
+    assert "appears only at the last layer (3)" in last and "forms in the later layers" in last
     same = logit_lens_claim(["Paris"] * 4, [0.1, 0.2, 0.3, 0.4])
-    assert "every layer already agrees" in same
+    assert "leads at every layer (0 to 3)" in same and "nothing forms late" in same
 
 
 def test_logit_lens_claim_says_an_early_confident_layer_is_not_the_answer():

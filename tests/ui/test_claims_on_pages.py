@@ -69,7 +69,9 @@ def test_logit_lens_sentence_comes_from_the_lens_and_says_confidence_is_not_corr
     first = len(lens) - 1
     while first > 0 and lens["top token"].iloc[first - 1] == final:
         first -= 1
-    assert f"leads from layer {first} of {len(lens) - 1}" in said
+    last = len(lens) - 1
+    assert (f"leads from layer {first} of 0 to {last}" in said if 0 < first < last else
+            f"only at the last layer ({last})" in said if first == last else "leads at every layer" in said)
     assert ("forms in the later layers" in said) == (first >= 0.5 * (len(lens) - 1) and first > 0)
 
 
