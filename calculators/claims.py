@@ -106,10 +106,6 @@ def logit_lens_forms_late(top: Sequence) -> bool:
     return len(top) > 1 and lens_first_layer(top) >= max(1, LATE * (len(top) - 1))
 
 
-def _finite(x: float | None) -> bool:
-    return x is not None and math.isfinite(x)
-
-
 # ============================================================================================ roofline
 FAR = 4.0                # "far to the left/right": at least 4× from the ridge; within 2× it is "near the ridge"
 NEAR = 2.0
