@@ -177,3 +177,14 @@ def test_quantization_metrics_and_log_ticks_are_written_for_a_reader():
     roof = clean(page("23_"))
     spec = next(json.loads(c.proto.spec) for c in roof.get("plotly_chart"))
     assert spec["layout"]["xaxis"]["tickformat"] == ",~g"                             # 10,000, not 10000
+
+
+def test_kv_cache_step_zero_shows_its_written_rows():
+    """Step 0's 'K/V rows written' bar (the prompt's rows) sat left of x = 0, cut by an axis that stopped at zero."""
+    at = clean(page("14_"))
+    spec = next(json.loads(c.proto.spec) for c in at.get("plotly_chart")
+                if any("written" in (t.get("name") or "") for t in json.loads(c.proto.spec)["data"]))
+    written = next(t for t in spec["data"] if "written" in t["name"])
+    assert written["x"][0] == 0 and written["y"][0] > 1                        # the prompt's rows, at step 0
+    assert spec["layout"]["xaxis"].get("rangemode") != "nonnegative"          # so the bar at 0 is drawn whole
+    assert any(f"appended {written['y'][0]} rows" in c for c in captions(at))
