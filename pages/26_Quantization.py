@@ -121,7 +121,7 @@ def granularity_section() -> None:
         "relative RMSE": st.column_config.NumberColumn(format="%.4f"),
         "SQNR (dB)": st.column_config.NumberColumn(format="%.1f"),
         "storage (bytes, fp16 scales)": st.column_config.NumberColumn(format="localized")})
-    st.caption("Error and storage from `calculators.sizing.quantization` (quantize → dequantize → quantization_error).")
+    st.caption("Error and storage from `calculators.sizing.quantization` (`quantize` → `dequantize` → `quantization_error`).")
 
 
 # ============================================================================================ measured

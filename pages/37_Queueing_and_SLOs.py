@@ -130,7 +130,7 @@ def batched(model, n: int, prompt: float, output: float, out_kind: str, ttft_slo
     st.caption(f"Capacity = {fmt_num(rows[0]['capacity_rps'], 3)} requests/s: the rate the simulator sustains "
                "with an endless queue at this cap. Goodput counts the throughput of requests meeting both "
                "targets (TTFT, and mean inter-token latency). Dotted: the steady state the capacity planner uses "
-               "(calculators.serving.steady_state) at the same rates, computed in closed form, not simulated. "
+               "(`calculators.serving.steady_state`) at the same rates, computed in closed form, not simulated. "
                + steady_state_gap_words(df["load"], df["ttft_p99_ms"], theory["ttft_p99_ms"]))
     st.markdown(goodput_words(rows))
     return float(rows[0]["capacity_rps"])

@@ -104,7 +104,7 @@ def steady_state_gap_words(loads, simulated_p99, steady_p99, tolerance: float = 
     u0, (uw, gw) = off[0][0], max(off, key=lambda x: abs(x[1]))
     return (f"Here it parts from the simulated p99 from load {u0:g} (at {uw:g} it is {abs(gw):.0%} "
             f"{'below' if gw < 0 else 'above'}). The steady state is held to the simulator on a grid of data-centre "
-            "cases (bench/bench_steady_state.py); a server like this one, whose prefill costs many decode steps, "
+            "cases (`bench/bench_steady_state.py`); a server like this one, whose prefill costs many decode steps, "
             "lies outside it, and the simulated curve is the one to trust." + tail)
 
 
