@@ -151,27 +151,31 @@ def plural(n: int, word: str, words: str | None = None) -> str:
 
 
 # ============================================================================================ capacity plan
-def plan_limit(best: dict, itl_target_ms: float, ttft_target_ms: float) -> tuple[str, float, str]:
-    """The limit a plan is closest to, as (its name, used / limit, what the ratio is of), from the plan's own
-    figures: memory needed / usable per GPU, mean ITL at the load / the ITL target, TTFT p99 / its target, sequences
-    in flight / the batch cap; the planner's `worst_ratio` when none of these is it (the prefill budget's share of
-    a step)."""
-    cands = [
-        ("memory", best["per_gpu_needed_bytes"] / best["usable_bytes"], "the usable memory of one GPU"),
-        ("ITL", best["itl_at_load_ms"] / itl_target_ms,
-         f"the ITL target ({fmt_num(best['itl_at_load_ms'], 3)} of {fmt_num(itl_target_ms, 3)} ms, the step "
-         f"{best.get('itl_kind', 'bandwidth')}-bound)"),
-        ("TTFT", best["ttft_p99_ms"] / ttft_target_ms,
-         f"the TTFT p99 target ({fmt_num(best['ttft_p99_ms'], 3)} of {fmt_num(ttft_target_ms, 3)} ms)"),
-        ("batch cap", best["utilisation"], f"its batch cap of {best['batch_cap']:,} sequences in flight"),
-    ]
-    if "prefill_share" in best:
-        cands.append(("prefill budget", best["prefill_share"], "the prompt tokens a step may carry"))
-    name, ratio, of = max(cands, key=lambda c: c[1] if math.isfinite(c[1]) else math.inf)
+def plan_limit(best: dict, itl_target_ms: float, ttft_target_ms: float, at: dict | None = None
+               ) -> tuple[str, float, str]:
+    """The limit a plan is closest to, as (its name, used / limit, what the ratio is of): the one of the plan's
+    figures with the planner's `worst_ratio` (memory needed / usable per GPU, mean ITL at the load / the ITL target,
+    TTFT p99 / its target, sequences in flight / the batch cap, else the prefill budget's share of a step), its
+    ratio read from `at` (the evaluation at the rate) where that has the figure."""
+    itl = at["tpot_ms"] if at is not None else best["itl_at_load_ms"]
+    ttft = at["ttft_p99_ms"] if at is not None else best["ttft_p99_ms"]
+    kind = f", the step {best['itl_kind']}-bound" if best.get("itl_kind") else ""
+    limits = {   # name: (the planner's ratio, the ratio shown, what it is of)
+        "memory": (best["per_gpu_needed_bytes"] / best["usable_bytes"],) * 2 + ("the usable memory of one GPU",),
+        "ITL": (best["itl_at_load_ms"] / itl_target_ms, itl / itl_target_ms,
+                f"the ITL target ({fmt_num(itl, 3)} of {fmt_num(itl_target_ms, 3)} ms{kind})"),
+        "TTFT": (best["ttft_p99_ms"] / ttft_target_ms, ttft / ttft_target_ms,
+                 f"the TTFT p99 target ({fmt_num(ttft, 3)} of {fmt_num(ttft_target_ms, 3)} ms)"),
+        "batch cap": (best["utilisation"],) * 2 + (f"its batch cap of {best['batch_cap']:,} sequences in flight",),
+    }
     worst = best.get("worst_ratio")
-    if worst is not None and worst > ratio * (1 + 1e-9):
-        return "prefill budget", float(worst), "the prompt tokens a step may carry"
-    return name, float(ratio), of
+    if worst is None:
+        name = max(limits, key=lambda k: limits[k][0] if math.isfinite(limits[k][0]) else math.inf)
+    else:
+        name = min(limits, key=lambda k: abs(limits[k][0] - worst))
+        if not math.isclose(limits[name][0], worst, rel_tol=1e-6):
+            return "prefill budget", float(worst), "the prompt tokens a step may carry"
+    return name, float(limits[name][1]), limits[name][2]
 
 
 def plan_claim(best: dict, itl_target_ms: float, ttft_target_ms: float, at: dict | None,
@@ -194,7 +198,7 @@ def plan_claim(best: dict, itl_target_ms: float, ttft_target_ms: float, at: dict
         misses.append(f"the mean ITL {fmt_num(itl, 3)} ms is above the {fmt_num(itl_target_ms, 3)} ms target")
     if misses:
         return "**It misses the targets at your rate:** " + "; ".join(misses) + "."
-    name, ratio, of = plan_limit(best, itl_target_ms, ttft_target_ms)
+    name, ratio, of = plan_limit(best, itl_target_ms, ttft_target_ms, at)
     return (f"**It meets both targets at your rate:** TTFT p99 {fmt_num(ttft, 3)} ms (target "
             f"{fmt_num(ttft_target_ms, 3)} ms) and mean ITL {fmt_num(itl, 3)} ms (target {fmt_num(itl_target_ms, 3)} "
             f"ms, the mean gap between tokens at the load). The limit it is closest to is **{name}**: {ratio:.0%} "

@@ -88,6 +88,14 @@ def test_plan_claim_meets_or_misses_from_the_evaluation_at_the_rate():
     assert unchecked.startswith("**Not checked at your rate:** a p99 request") and "meets both" not in unchecked
 
 
+def test_plan_claim_names_the_limit_the_planner_found_closest_and_what_its_percentage_is_of():
+    full = {**PLAN, "per_gpu_needed_bytes": 70e9, "worst_ratio": 70e9 / 80e9, "binding": "memory"}
+    assert "closest to is **memory**: 88% of the usable memory of one GPU" in plan_claim(full, 50.0, 2000.0, at_rate())
+    budget = {**PLAN, "worst_ratio": 0.97, "binding": "queueing"}           # none of the four: the prefill budget
+    assert "closest to is **prefill budget**: 97% of the prompt tokens a step may carry" in plan_claim(
+        budget, 50.0, 2000.0, at_rate())
+
+
 def test_itl_target_claim_names_the_mean_and_flags_a_p99_above_it():
     both = itl_target_claim(27.0, 66.0, 50.0)
     assert "is for the mean gap" in both and "27.0 ms meets it" in both and "p99 gap (66.0 ms" in both
