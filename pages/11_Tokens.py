@@ -8,18 +8,23 @@ from __future__ import annotations
 import pandas as pd
 import streamlit as st
 
+from calculators.claims import token_count_claim
 from engine import Model
+from engine.load.built_tokenizers import PROJECT_BPE_VOCAB, byte_tokenizer, project_bpe
+from engine.load.default_model import DISPLAY_NAME
 from engine.instruments.readout import chars_per_token, token_table
 from specs.model_config import SpecError
 from ui import df_with_download, formula_expander, model_picker, setup_page, show_error
 from ui.inside import Prompt, pieces_html, teacher_prompt
-from ui.model_picker import DEFAULT_CHOICE, load_shared
+from ui.model_picker import DEFAULT_CHOICE, DEFAULT_SOURCE, load_shared
 from ui.widgets import remember
 
 COMPARE_KEY = "tokens.compare"
 COMPARE_PATH_KEY = "tokens.compare_path"
 NO_COMPARE = "(none)"
 FOLDER = "A local tokenizer (Hugging Face folder or .gguf file)"
+BYTES = "Bytes: one token per UTF-8 byte (256 ids, as byte-level models such as ByT5)"
+PROJECT_BPE = f"A small BPE trained here on this project's docs ({PROJECT_BPE_VOCAB:,} ids)"
 
 
 def show_tokens(model: Model, prompt: Prompt) -> None:
@@ -62,8 +67,12 @@ def other_tokenizer(choice: str):
 
     from engine.load.tokenizer import Tokenizer
     if choice == DEFAULT_CHOICE:
-        m = load_shared("smollm2")
+        m = load_shared(DEFAULT_SOURCE)
         return m.config.name, m.tokenizer
+    if choice == BYTES:
+        return "UTF-8 bytes", byte_tokenizer()
+    if choice == PROJECT_BPE:
+        return "BPE trained on this project's docs", project_bpe()
     store = remember(COMPARE_PATH_KEY, "")
     path = st.text_input("Path", key=COMPARE_PATH_KEY, on_change=store,
                          placeholder="~/models/TinyLlama-1.1B-Chat-v1.0", help="Press Enter to load.").strip()
@@ -84,13 +93,16 @@ def other_tokenizer(choice: str):
 def compare_tokenizers(model: Model, prompt: Prompt) -> None:
     """A second model's tokenizer on the same text (its weights are loaded once and shared like the first's)."""
     st.subheader("Another tokenizer, same text")
-    options = [NO_COMPARE, DEFAULT_CHOICE, FOLDER]
+    same = model.config.name == DISPLAY_NAME        # the default model's tokenizer beside itself says nothing
+    options = [NO_COMPARE, *([] if same else [DEFAULT_CHOICE]), PROJECT_BPE, BYTES, FOLDER]
     store = remember(COMPARE_KEY, NO_COMPARE)
     if st.session_state.get(COMPARE_KEY) not in options:
         st.session_state[COMPARE_KEY] = NO_COMPARE
     choice = st.selectbox("Compare with", options, key=COMPARE_KEY, on_change=store,
-                          help="A folder needs only tokenizer.json (no weights are loaded); a .gguf file is loaded "
-                               "whole, like the sidebar picker does.")
+                          help="Offline: a byte-level BPE trained here (same algorithm as SmolLM2's, a far smaller "
+                               "vocabulary learned from far less text) or plain UTF-8 bytes. A folder needs only "
+                               "tokenizer.json (no weights are loaded); a .gguf file is loaded whole, like the "
+                               "sidebar picker does.")
     if choice == NO_COMPARE:
         return
     try:
@@ -102,11 +114,14 @@ def compare_tokenizers(model: Model, prompt: Prompt) -> None:
         return
     text = prompt.text
     left, right = st.columns(2)
+    counts = []
     for col, (name, tk) in ((left, (model.config.name, model.tokenizer)), (right, other)):
         rows = token_table(tk, tk.encode(text))
+        counts.append((name, len(rows), tk.vocab_size))
         col.markdown(f"**{name}** · vocabulary {tk.vocab_size:,} · **{len(rows):,} tokens** "
                      f"({chars_per_token(text, len(rows)):.2f} characters per token)")
         col.markdown(pieces_html(rows), unsafe_allow_html=True)
+    st.markdown(token_count_claim(*counts[0], *counts[1]))
     st.caption("Both read the typed text as is (no chat template), so the counts compare like with like.")
 
 

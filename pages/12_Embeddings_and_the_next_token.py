@@ -10,6 +10,7 @@ import numpy as np
 import pandas as pd
 import streamlit as st
 
+from calculators.claims import logit_lens_claim
 from calculators.sizing.params import embedding_bytes
 from calculators.units import fmt_bytes
 from engine import Model
@@ -78,7 +79,7 @@ def next_token_section() -> None:
 def logit_lens_section(model: Model, prompt: Prompt, resid: np.ndarray) -> None:
     st.subheader("3 · Logit lens: what each layer would say")
     st.markdown("Stop the model after any layer and send that layer's vector straight to the final norm and the "
-                "output table. Early layers usually guess poorly; the answer forms in the later layers.")
+                "output table: each bar is the token that layer would pick, and how sure it would be.")
     ids, probs = session_cached("lens", (model.source, prompt.ids),
                                 lambda: logit_lens(model.weights, model.config, resid))
     layers = np.arange(len(ids))
@@ -94,6 +95,7 @@ def logit_lens_section(model: Model, prompt: Prompt, resid: np.ndarray) -> None:
                                               yaxis=dict(autorange="reversed", type="category", dtick=1)),
                                        height=120 + 24 * len(layers), legend_top=False))
     st.plotly_chart(fig, width="stretch")
+    st.markdown(logit_lens_claim(labels, [float(p) for p in probs]))
     df_with_download(pd.DataFrame({"layer": layers, "top token": labels, "token_id": ids,
                                    "probability": np.round(probs, 6)}), "logit_lens")
     formula_expander("Logit lens", "top token after layer l = argmax softmax(RMSNorm(x_l) · W_outᵀ): the model's "

@@ -162,7 +162,9 @@ def main() -> None:
     cols[3].metric("Prediction", fmt_bytes(predicted), help=f"{predicted:,.0f} bytes",
                    delta="equal to the byte" if predicted == s.kv_bytes else f"{s.kv_bytes - predicted:+,.0f} B",
                    delta_color="off", delta_arrow="off")
-    st.markdown(f"Cache shape **[layers, K/V, kv_heads, tokens, head_dim] = {list(shape)}**; "
+    layers, kv, heads, tokens, dim = shape
+    st.markdown(f"Cache shape: **{layers} layers × {kv} (K and V) × {heads} KV heads × {tokens:,} tokens × {dim} "
+                "dimensions**; "
                 f"{kv_bytes_per_token(c, ENGINE_KV_DTYPE):,.0f} bytes per token (all layers); " +
                 (f"{s.kv_bytes_per_layer[0]:,} bytes in each layer now." if len(set(s.kv_bytes_per_layer)) == 1 else
                  f"{min(s.kv_bytes_per_layer):,} bytes in each sliding-window layer and {max(s.kv_bytes_per_layer):,} "

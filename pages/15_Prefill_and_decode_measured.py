@@ -11,6 +11,7 @@ import numpy as np
 import pandas as pd
 import streamlit as st
 
+from calculators.claims import decode_beat_claim
 from calculators.sizing.latency import decode_step_ms, prefill_ms
 from engine import Model
 from engine.instruments.profile import profile_run
@@ -21,7 +22,7 @@ from ui import df_with_download, formula_expander, model_picker, setup_page, sho
 from ui.charts import figure, style
 from ui.inside import Prompt, run_settings, session_cached, step_texts, teacher_prompt, teacher_run
 from ui.model_source import measured_machine
-from ui.narration import beat_words, busy_notice, gap_words, step_spread, sweep_words
+from ui.narration import busy_notice, gap_words, step_spread, sweep_words
 
 ENGINE_DTYPE = "fp32"               # the engine's weights, activations and cache are float32
 SWEEP_STEPS = 4                     # decode steps timed per prompt length (the median is reported)
@@ -90,7 +91,7 @@ def run_section(model: Model, prompt: Prompt) -> None:
     timeline(rec, texts, tl)
     if len(tl["itl_ms"]):
         itl_histogram(tl)
-    st.markdown(beat_words(tl["itl_ms"], notice is not None))
+    st.markdown(decode_beat_claim(tl["itl_ms"], busy=notice is not None))
     formula_expander("Where these numbers come from",
                      "Each forward pass has its own wall-clock timer in the run's record:\n\n"
                      "- **TTFT** = the prefill pass over all prompt tokens (it also yields the first token).\n"

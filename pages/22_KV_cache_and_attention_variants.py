@@ -26,6 +26,7 @@ from specs.presets import list_presets, load_preset
 from ui import df_with_download, formula_expander, int_field, remember, setup_page, show_error
 from ui.model_source import (attention_label, choice_field, device_picker, model_source, table_height,
                              units_note)
+from ui.world import world_weight_dtype
 from ui.multi_gpu import MultiGPU, multi_gpu_sidebar, show_fit_verdict
 from ui.charts import style as chart_style
 
@@ -107,8 +108,8 @@ def growth_section(config: ModelConfig) -> int | None:
     fig.update_layout(height=520, legend=dict(orientation="h", yanchor="top", y=-0.18, x=0),
                       margin=dict(l=10, r=10, t=50, b=10))
     if log:
-        fig.update_xaxes(dtick=1, tickformat="~g")
-        fig.update_yaxes(dtick=1, tickformat="~g")
+        fig.update_xaxes(dtick=1, tickformat=",~g")
+        fig.update_yaxes(dtick=1, tickformat=",~g")
     st.plotly_chart(chart_style(fig))
     st.caption("A full-attention line rises in proportion to the context. A sliding-window layer goes flat once "
                "the window is full, and a linear-attention layer keeps the same state at any length, so hybrid "
@@ -179,7 +180,8 @@ def levers_section(config: ModelConfig, tokens: int, window: int | None) -> None
 def fit_section(config: ModelConfig, device: Device, setup: MultiGPU, tokens: int, batch: int) -> None:
     st.subheader(f"What fits on {setup.label()} × {device.name}")
     cols = st.columns(2)
-    wd = choice_field("Weight precision", WEIGHT_DTYPES, "bf16", key="kv.fit.wd", where=cols[0])
+    wd_default, wd_key = world_weight_dtype("kv.fit.wd", device)     # fp32 on this machine: the engine's own
+    wd = choice_field("Weight precision", WEIGHT_DTYPES, wd_default, key=wd_key, where=cols[0])
     kd = choice_field("KV precision", KV_DTYPES, default_kv_dtype(wd), key="kv.fit.kd", where=cols[1])
     mesh, kw = setup.mesh, setup.memory_kw()
     m = per_gpu_memory(config, device, mesh, tokens, batch, wd, kd, **kw)

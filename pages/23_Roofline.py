@@ -10,6 +10,7 @@ import pandas as pd
 import plotly.graph_objects as go
 import streamlit as st
 
+from calculators.claims import roofline_side_claim
 from calculators.explain import (explain_arithmetic_intensity, explain_bandwidth_floor, explain_compute_time,
                                  explain_ridge_point)
 from calculators.sizing.latency import decode_step_ms
@@ -22,6 +23,7 @@ from ui.multi_gpu import multi_gpu_sidebar, show_fit_verdict
 from ui.model_source import choice_field, fmt_si, sizing_inputs, table_height
 from ui.charts import style as chart_style
 from ui.predict import BOUND_CHOICE, prediction_box
+from ui.world import world_weight_dtype
 
 PHASE_SYMBOL = {"prefill": "circle", "decode": "diamond"}
 KIND_COLORS = {"matmul": "#4C78A8", "attention": "#E45756", "elementwise": "#54A24B", "memory": "#B279A2",
@@ -85,9 +87,9 @@ def chart(device: Device, reports: dict[str, dict], group: str) -> go.Figure:
                               "%{customdata[0]}-bound<br>%{customdata[1]}, %{customdata[2]} read, "
                               "%{customdata[3]} written<extra>" + phase +
                               "</extra>")
-    fig.update_layout(xaxis=dict(type="log", dtick=1, tickformat="~g",
+    fig.update_layout(xaxis=dict(type="log", dtick=1, tickformat=",~g",
                                  title="arithmetic intensity (FLOP per byte of memory traffic)"),
-                      yaxis=dict(type="log", dtick=1, tickformat="~g", title="attainable TFLOP/s"), height=560,
+                      yaxis=dict(type="log", dtick=1, tickformat=",~g", title="attainable TFLOP/s"), height=560,
                       margin=dict(l=10, r=10, t=30, b=10), legend=dict(orientation="v", x=1.01, y=1))
     return fig
 
@@ -115,8 +117,8 @@ def main() -> None:
     st.markdown(
         "An operation is limited either by how fast the chip multiplies or by how fast memory feeds it; which "
         "one depends on how many FLOPs it does per byte it moves. The roofline draws both limits on one chart, "
-        "and each operation of a layer lands under it as a point: prefill ops sit right of the ridge, decode ops "
-        "far to the left.")
+        "and each operation of a layer lands under it as a point; below the chart, where this model's prefill and "
+        "decode ops landed on this device.")
     slot = prediction_box("prefill.decode_bound_2000")
     chosen = sizing_inputs()
     if chosen is None:
@@ -124,7 +126,8 @@ def main() -> None:
     config, device = chosen
     setup = multi_gpu_sidebar(config, device)
     cols = st.columns(3)
-    wd = choice_field("Weight precision", WEIGHT_DTYPES, "bf16", key="roof.wd", where=cols[0],
+    wd_default, wd_key = world_weight_dtype("roof.wd", device)
+    wd = choice_field("Weight precision", WEIGHT_DTYPES, wd_default, key=wd_key, where=cols[0],
                       help="Also sets the compute precision: fp8 weights use the fp8 peak, int8/int4 weight-only "
                            "formats are dequantised to bf16.")
     s = int_field("Tokens s (prompt / context)", min(1024, config.max_position_embeddings), 1,
@@ -157,6 +160,9 @@ def main() -> None:
     st.caption(f"Ridge point of {device.name} at {reports['prefill']['precision']}: {fmt_num(ridge.value, 4)} "
                f"FLOP/byte. Points left of it are memory-bound (their height is intensity × bandwidth); points "
                f"right of it reach the flat compute roof.")
+    st.markdown("\n\n".join(roofline_side_claim(phase, [(r["name"], r["intensity_flop_per_byte"])
+                                                       for r in rep["layers"].get(group, []) if r["flops"] > 0],
+                                                 rep["ridge_flop_per_byte"]) for phase, rep in reports.items()))
     formula_expander("Formula: the ridge point", f"`{ridge.symbolic}`\n\n{ridge.formula}\n\n{ridge.description}"
                                                  f"\n\nSource: {ridge.source}")
     for phase, tab in zip(reports, st.tabs([f"Prefill: {s:,} tokens × batch {batch:,}",

@@ -23,6 +23,7 @@ from ui.model_source import choice_field, device_multiselect
 from ui.model_source import sizing_with_gpus
 from ui.multi_gpu import MultiGPU, show_fit_verdict
 from ui.charts import style as chart_style
+from ui.world import world_weight_dtype
 from calculators.planning.cost import cost_per_request
 from calculators.multi_gpu.tensor_parallel import (Mesh, decode_step_parallel, generation_latency_parallel, per_gpu_memory,
                                          prefill_parallel)
@@ -185,7 +186,7 @@ def batching(config: ModelConfig, device: Device, setup: MultiGPU, wd: str, kd: 
     f3 = st.column_config.NumberColumn(format="%.3f")
     df_with_download(df, "batching_table", column_config={
         "weights (GB)": f3, "KV read (GB)": f3, "total read (GB)": f3, "step (ms)": f3,
-        "tokens/s all streams": st.column_config.NumberColumn(format="localized"),
+        "tokens/s all streams": st.column_config.NumberColumn(format="%,.0f"),
         "tokens/s per stream": st.column_config.NumberColumn(format="%.0f"),
         "$ per 1M output tokens": st.column_config.NumberColumn(format="%.4f")},
         show=["batch", "step (ms)", "tokens/s all streams", "tokens/s per stream", "$ per 1M output tokens",  # 1366 px
@@ -251,7 +252,8 @@ def main() -> None:
         return
     config, device, setup = chosen
     cols = st.columns(5)
-    wd = choice_field("Weight precision", WEIGHT_DTYPES, "bf16", key="lat.wd", where=cols[0])
+    wd_default, wd_key = world_weight_dtype("lat.wd", device)
+    wd = choice_field("Weight precision", WEIGHT_DTYPES, wd_default, key=wd_key, where=cols[0])
     kd = choice_field("KV precision", KV_DTYPES, default_kv_dtype(wd), key="lat.kd", where=cols[1])
     P = int_field("Prompt tokens", min(100, config.max_position_embeddings - 1), 1, config.max_position_embeddings,
                   key="lat.prompt", where=cols[2])

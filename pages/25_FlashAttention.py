@@ -19,6 +19,7 @@ from specs.model_config import SpecError
 from ui import df_with_download, formula_expander, int_field, setup_page, show_error
 from ui.multi_gpu import multi_gpu_sidebar
 from ui.model_source import choice_field, fmt_si, sizing_inputs, table_height
+from ui.world import world_weight_dtype
 from ui.charts import style as chart_style
 
 DTYPES = ("fp32", "bf16", "fp16", "fp8")
@@ -47,7 +48,8 @@ def main() -> None:
     h = int_field("Heads", config.num_heads, 1, 1 << 14, key=f"fa.h.{config.name}", where=cols[2])
     L = int_field("Layers", config.num_layers, 1, 10_000, key=f"fa.L.{config.name}", where=cols[3],
                   help="Attention layers (a hybrid model has fewer than its layer count).")
-    dtype = choice_field("Precision", DTYPES, "fp16", key="fa.dtype", where=cols[4])
+    dtype_default, dtype_key = world_weight_dtype("fa.dtype", device, "fp16")     # fp32: the engine's own
+    dtype = choice_field("Precision", DTYPES, dtype_default, key=dtype_key, where=cols[4])
     bq = int_field("Query block B_q", 128, 1, 1 << 16, key="fa.block", where=cols[5],
                    help="Rows of Q a tile holds on chip; K and V are streamed once per block.")
     if None in (N, d, h, L, bq):
@@ -107,8 +109,8 @@ def main() -> None:
     fig.add_vline(x=N, line_dash="dot", line_color="gray", annotation_text=f"N = {N:,}",
                   annotation_position="bottom right")
     fig.update_layout(height=440, margin=dict(l=10, r=10, t=50, b=10))
-    fig.update_xaxes(dtick=1, tickformat="~g")
-    fig.update_yaxes(dtick=1, tickformat="~g")
+    fig.update_xaxes(dtick=1, tickformat=",~g")
+    fig.update_yaxes(dtick=1, tickformat=",~g")
     st.plotly_chart(chart_style(fig))
     st.caption("Unfused traffic grows with N² (the score matrices); tiled traffic grows with N²·d / B_q (K and V "
                "re-read per query block), a factor of about 2·B_q / d smaller for long sequences.")

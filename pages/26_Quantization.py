@@ -90,7 +90,7 @@ def walkthrough_section() -> None:
     labels = {"scale": "scale", "q": "stored integer q", "dequantized": "reconstructed ŵ", "error": "error |ŵ − x|"}
     c = st.columns(4)
     for col, e in zip(c, steps):
-        col.metric(labels[e.name], f"{int(e.value):,}" if float(e.value).is_integer() else fmt_num(e.value, 4))
+        col.metric(labels[e.name], f"{int(e.value):,}" if float(e.value).is_integer() else fmt_num(e.value, 3))
     df = pd.DataFrame({"step": [labels[e.name] for e in steps], "formula": [e.symbolic for e in steps],
                        "with numbers": [e.formula for e in steps], "value": [e.value for e in steps]})
     df_with_download(df, "one_weight_walkthrough")
@@ -113,7 +113,7 @@ def granularity_section() -> None:
         for gran, gs in (("per_tensor", 128), ("per_channel", 128), ("per_group", 64)):
             qt = quantize(w, bits, gran, group_size=gs)
             err = quantization_error(w, dequantize(qt))
-            rows.append({"bits": bits, "granularity": gran if gran != "per_group" else "per group of 64",
+            rows.append({"bits": bits, "granularity": gran.replace("_", " ") if gran != "per_group" else "per group of 64",
                          "scales stored": qt.num_scales, "relative RMSE": err["relative_rmse"],
                          "SQNR (dB)": err["sqnr_db"], "storage (bytes, fp16 scales)": qt.storage_bytes()})
     df = pd.DataFrame(rows)
@@ -121,7 +121,7 @@ def granularity_section() -> None:
         "relative RMSE": st.column_config.NumberColumn(format="%.4f"),
         "SQNR (dB)": st.column_config.NumberColumn(format="%.1f"),
         "storage (bytes, fp16 scales)": st.column_config.NumberColumn(format="localized")})
-    st.caption("Error and storage from `calculators.sizing.quantization` (quantize → dequantize → quantization_error).")
+    st.caption("Error and storage from `calculators.sizing.quantization` (`quantize` → `dequantize` → `quantization_error`).")
 
 
 # ============================================================================================ measured

@@ -28,6 +28,12 @@ DEFAULT_PROMPTS = "Write a poem\nExplain gravity\nHello\nName three colours"
 PROMPT, OUTPUT, SLOTS = 200, 128, 16          # the simulated stream's defaults (its rate is suggested from them)
 
 
+def summary_text(key: str, value: float) -> str:
+    """One cell of the summary as the page writes it: a mean batch as the whole batch it is close to ("≈ 39"),
+    every other number to 3 significant digits with thousands separators ("1,700")."""
+    return f"≈ {round(value):,}" if key == "mean_batch" else fmt_num(value, 3)
+
+
 def simulated(model) -> None:
     st.subheader("Simulated: the same arrivals, two schedulers")
     hint = remembered("cb.rate_hint", (model,), lambda: suggested_rate_for(model, PROMPT, OUTPUT, SLOTS))  # ~0.4 s
@@ -47,8 +53,8 @@ def simulated(model) -> None:
         return
     sums = {p: r.summary() for p, r in runs.items()}
     c = st.columns(3)
-    c[0].metric("Throughput, continuous", f"{fmt_num(sums['continuous']['throughput_tok_s'], 4)} tok/s",
-                delta=f"static {fmt_num(sums['static']['throughput_tok_s'], 4)}", delta_color="off",
+    c[0].metric("Throughput, continuous", f"{fmt_num(sums['continuous']['throughput_tok_s'], 3)} tok/s",
+                delta=f"static {fmt_num(sums['static']['throughput_tok_s'], 3)} tok/s", delta_color="off",
                 delta_arrow="off")
     c[1].metric("TTFT p99, continuous", f"{fmt_num(sums['continuous']['ttft_p99_ms'], 4)} ms",
                 delta=f"static {fmt_num(sums['static']['ttft_p99_ms'], 4)} ms", delta_color="off",
@@ -62,8 +68,8 @@ def simulated(model) -> None:
                "slot in a static batch). Step times from the ideal step model in the sidebar.")
     table = pd.DataFrame({"metric": [label for _, label in SUMMARY_ROWS],
                           **{p: [sums[p][k] for k, _ in SUMMARY_ROWS] for p in POLICIES}})
-    df_with_download(table, "static_vs_continuous", column_config={
-        p: st.column_config.NumberColumn(format="%.4g") for p in POLICIES})
+    df_with_download(table, "static_vs_continuous", drawn=table.assign(**{
+        p: [summary_text(k, sums[p][k]) for k, _ in SUMMARY_ROWS] for p in POLICIES}))
     formula_expander("The arithmetic", "\n\n".join(
         f"**{p}, {e.name}** `{e.symbolic}`: {e.formula}" for p in POLICIES for e in explain_summary(runs[p])) +
         "\n\nPercentiles are taken over requests (TTFT, latency) or over every token gap, weighted by the streams "

@@ -23,7 +23,7 @@ from ui.generation import prompt_ids
 from ui.server import heavy_job
 from ui.serving import (block_table_rows, pool_figure, pool_owners, remembered, step_model_inputs, style,
                         workload_inputs, workload_key)
-from ui.narration import allocator_words
+from ui.narration import allocator_words, scheduler_step_words
 
 LIVE_KEY = "paged.live"                       # per session: (model source, Scheduler, [StepReport])
 DEFAULT_PROMPTS = "Write a poem about the sea\nExplain gravity to a child\nHello"
@@ -90,38 +90,45 @@ def live(model) -> None:
         except (ModelError, SpecError) as e:
             show_error(e)
             return
-        st.session_state[LIVE_KEY] = (model.source, sched, [])
+        st.session_state[LIVE_KEY] = (model.source, sched, [], {})
         step = True                            # Start also runs step 1: the first prompts take their blocks at once
     state = st.session_state.get(LIVE_KEY)
     if state is None or state[0] != model.source:
         st.info("Press Start to submit the prompts.")
         return
-    _, sched, reports = state
+    _, sched, reports, fullest = state
     try:
         if (step or finish) and sched.has_work:
             with heavy_job("the paged-cache run", pool_bytes(model.config, sched.block_size, sched.num_blocks)):
-                if step:
-                    reports.append(sched.step())
-                else:
-                    with st.spinner("Running …"):
-                        reports.extend(sched.run())
+                with st.spinner("Running …"):
+                    while sched.has_work:             # one step, or every step to the end
+                        reports.append(sched.step())
+                        owners = pool_owners(sched)
+                        if sum(map(bool, owners)) > sum(map(bool, fullest.get("owners", []))):
+                            fullest.update(step=reports[-1].step, owners=owners)   # the pool at its fullest
+                        if step:
+                            break
     except (ModelError, SpecError) as e:
         show_error(e)
     c = st.columns(3)
     c[0].metric("Steps run", f"{len(reports):,}")
     c[1].metric("Free blocks", f"{sched.free_blocks:,} of {sched.num_blocks:,}")
     c[2].metric("Requests running / waiting", f"{len(sched.running)} / {len(sched.waiting)}")
-    st.plotly_chart(pool_figure(pool_owners(sched), "Physical blocks: owner of each"), key="paged.pool")
-    st.caption("Light grey: a free block. Each colour: the request whose block table lists that block.")
     rows = block_table_rows(sched)
+    if rows or not fullest:
+        st.plotly_chart(pool_figure(pool_owners(sched), "Physical blocks: owner of each"), key="paged.pool")
+        st.caption("Light grey: a free block. Each colour: the request whose block table lists that block.")
+    else:                                     # all finished: the pool is all free, so show it at its fullest
+        st.success(f"Every request finished and gave its blocks back: all {sched.num_blocks:,} blocks are back on "
+                   "the free list. Below, the pool at its fullest, for the record.")
+        used = sum(map(bool, fullest["owners"]))
+        st.plotly_chart(pool_figure(fullest["owners"], f"Physical blocks after step {fullest['step']:,}, the "
+                                    f"fullest ({used:,} of {sched.num_blocks:,} in use)"), key="paged.pool")
+        st.caption("Light grey: a block free at that step. Each colour: the request whose block table listed it.")
     if rows:
         df_with_download(pd.DataFrame(rows), "block_tables")
-    else:
-        st.success(f"Every request finished; all {sched.num_blocks:,} blocks are back on the free list.")
     if reports:
-        last = reports[-1]
-        st.caption(f"Step {last.step}: prefilled {dict(last.prefilled) or 'none'}, decoded {last.decoded or 'none'}, "
-                   f"finished {last.finished or 'none'}, preempted {last.preempted or 'none'}.")
+        st.caption(scheduler_step_words(reports[-1]))
 
 
 def simulated(model) -> None:
@@ -162,7 +169,8 @@ def simulated(model) -> None:
                                 line=dict(color=POLICY_COLORS[p], width=POLICY_WIDTHS[p])) for p in POLICIES])
     st.plotly_chart(style(fig, "Requests running at once", "step", "batch", height=360), key="alloc.batch")
     df_with_download(pd.DataFrame(rows), "kv_allocation_summary", column_config={
-        k: st.column_config.NumberColumn(format="%.4g") for k in rows[0] if isinstance(rows[0][k], float)},
+        k: st.column_config.NumberColumn(format="≈ %.0f" if k == "mean_batch" else "%.4g")     # a batch: whole
+        for k in rows[0] if isinstance(rows[0][k], float)},
         show={"policy": None, "completed": "done", "mean_batch": "mean batch", "max_batch": "max batch",  # 1366 px
               "mean_waste_fraction": "waste", "mean_utilization": "utilisation", "preemptions": None,
               "relocations": None, "refused_by_fragmentation": "refused: holes", "mean_wait_steps": "wait (steps)"})

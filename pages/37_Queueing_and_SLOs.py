@@ -124,12 +124,13 @@ def batched(model, n: int, prompt: float, output: float, out_kind: str, ttft_slo
     fig.update_layout(barmode="group")
     st.plotly_chart(style(fig, "Throughput and goodput", "load (fraction of capacity)", "tokens/s", height=400),
                     key="queue.goodput")
-    df_with_download(df, "queue_batched", column_config={k: st.column_config.NumberColumn(format="%.4g")
-                                                         for k in df.columns}, show=BATCHED_SHOWN)
-    st.caption(f"Capacity = {fmt_num(rows[0]['capacity_rps'], 4)} requests/s: the rate the simulator sustains "
+    df_with_download(df, "queue_batched", column_config={
+        k: st.column_config.NumberColumn(format="≈ %.0f" if k.startswith("mean_batch") else "%.4g")   # a batch: whole
+        for k in df.columns}, show=BATCHED_SHOWN)
+    st.caption(f"Capacity = {fmt_num(rows[0]['capacity_rps'], 3)} requests/s: the rate the simulator sustains "
                "with an endless queue at this cap. Goodput counts the throughput of requests meeting both "
                "targets (TTFT, and mean inter-token latency). Dotted: the steady state the capacity planner uses "
-               "(calculators.serving.steady_state) at the same rates, computed in closed form, not simulated. "
+               "(`calculators.serving.steady_state`) at the same rates, computed in closed form, not simulated. "
                + steady_state_gap_words(df["load"], df["ttft_p99_ms"], theory["ttft_p99_ms"]))
     st.markdown(goodput_words(rows))
     return float(rows[0]["capacity_rps"])
@@ -158,8 +159,9 @@ def knob(model, n: int, prompt: float, output: float, out_kind: str, ttft_slo: f
     st.plotly_chart(style(fig, f"{rate:g} requests/s: throughput and goodput by batch cap", "batch cap",
                           "tokens/s", height=420), key="queue.knob")
     st.markdown(best_cap_words(rows))
-    df_with_download(df, "batch_cap_sweep", column_config={k: st.column_config.NumberColumn(format="%.4g")
-                                                           for k in df.columns}, show=KNOB_SHOWN)
+    df_with_download(df, "batch_cap_sweep", column_config={
+        k: st.column_config.NumberColumn(format="≈ %.0f" if k.startswith("mean_batch") else "%.4g")
+        for k in df.columns}, show=KNOB_SHOWN)
 
 
 

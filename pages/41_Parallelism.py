@@ -32,7 +32,7 @@ from ui import df_with_download, formula_expander, int_field, setup_page, show_e
 from ui.model_source import choice_field
 from ui.model_source import sizing_with_gpus
 from ui.world import DATACENTRE
-from ui.multi_gpu import MultiGPU, show_fit_verdict
+from ui.multi_gpu import MultiGPU, fitting_weight_dtype, show_fit_verdict
 from ui.charts import style as chart_style
 
 TPS = (1, 2, 4, 8, 16)
@@ -334,7 +334,9 @@ def main() -> None:
         return
     config, device, setup = chosen
     cols = st.columns(4)
-    wd = choice_field("Weight precision", WEIGHT_DTYPES, "fp16", key="par.wd", where=cols[0])
+    opening = fitting_weight_dtype(config, device, setup, min(300, config.max_position_embeddings), 1)
+    wd = choice_field("Weight precision", WEIGHT_DTYPES, opening, key="par.wd", where=cols[0],
+                      help="Opens on the widest of fp16, fp8 and int4 that fits the sidebar's layout.")
     kd = choice_field("KV precision", KV_DTYPES, default_kv_dtype(wd), key="par.kd", where=cols[1])
     ctx = int_field("Context (tokens)", min(300, config.max_position_embeddings), 1, config.max_position_embeddings,
                     key="par.ctx", where=cols[2])

@@ -22,7 +22,7 @@ from ui.model_source import model_source, units_note
 from ui.world import DATACENTRE
 from ui.multi_gpu import multi_gpu_sidebar
 from ui.frontier import frontier_chart, stack_inputs, throughput_section, what_if_table
-from ui.plan_deploy import chosen_plan_section, disaggregated_section, headline
+from ui.plan_deploy import chosen_plan_section, disaggregated_section, evaluate_at_rate, headline
 
 DEFAULT_DEVICES = ["H100 SXM", "A100 SXM 80GB", "H200", "L40S"]
 PLANNER_WHY = "a capacity plan rents data-centre GPUs, and this computer is not one of them"
@@ -147,9 +147,10 @@ def results(res, wl: Workload, config=None, stack=None, setup=None, devices=(), 
             st.warning(reason.replace("no feasible plan", "**No feasible plan**", 1))
         elif config is not None:
             best = plan_rows(res, 1)[0]
-            headline(best, wl, config, stack, devices)
+            at, unchecked = evaluate_at_rate(config, best, wl, stack, devices)      # one evaluation for both
+            headline(best, wl, config, stack, devices, at, unchecked)
             chosen_plan_section(config, best, wl, stack, wl.longest_request(config.max_position_embeddings),
-                                setup.usable_fraction, devices)
+                                setup.usable_fraction, devices, at, unchecked)
     st.subheader("Every feasible plan")
     st.caption(f"{res.n_candidates:,} candidate plans searched (device × GPUs × TP × PP × batch cap × precisions).")
     if not reason:

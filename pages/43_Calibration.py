@@ -12,20 +12,31 @@ import plotly.graph_objects as go
 import streamlit as st
 
 import calculators.planning.calibration as calibration_module
-from calculators.planning.calibration import calibrate, read_csv, read_vllm_json
+from calculators.planning.calibration import EXAMPLE_MBU, EXAMPLE_MFU, calibrate, example_csv, read_csv, \
+    read_vllm_json
 from calculators.units import KV_DTYPES, WEIGHT_DTYPES, default_kv_dtype
 from specs.model_config import SpecError
 from ui import df_with_download, formula_expander, int_field, remember, setup_page, show_error
+from ui.widgets import remembered_value, set_remembered
+from ui.world import world_weight_dtype
 from ui.model_source import choice_field
 from ui.model_source import sizing_with_gpus
 from ui.charts import style as chart_style
 from ui.published import published_serving_section
 
-EXAMPLE_CSV = """prompt_tokens,output_tokens,batch,ttft_ms,itl_ms,tp
-128,128,1,9.0,2.6,1
-512,128,1,25.0,2.7,1
-1024,128,8,48.0,3.0,1
-"""
+EXAMPLE_KEY = "cal.example"            # the example rows last put in the box (replaced while nobody edited them)
+
+
+def example_rows(config, device, wd: str, kd: str) -> str:
+    """The box's example, made for the model, device and precisions shown (`calculators.planning.calibration.
+    example_csv`): while the box still holds the previous example, a new model or device brings its own, so the
+    example never implies an efficiency above 1 on the machine it is shown with."""
+    text = example_csv(config, device, wd, kd)
+    ss = st.session_state
+    if remembered_value("cal.text") in (None, ss.get(EXAMPLE_KEY)):
+        set_remembered("cal.text", text)
+    ss[EXAMPLE_KEY] = text
+    return text
 
 
 def main() -> None:
@@ -41,17 +52,22 @@ def main() -> None:
         return
     config, device, setup = chosen
     cols = st.columns(3)
-    wd = choice_field("Weight precision", WEIGHT_DTYPES, "fp16", key="cal.wd", where=cols[0])
+    wd_default, wd_key = world_weight_dtype("cal.wd", device, "fp16")
+    wd = choice_field("Weight precision", WEIGHT_DTYPES, wd_default, key=wd_key, where=cols[0])
     kd = choice_field("KV precision", KV_DTYPES, default_kv_dtype(wd), key="cal.kd", where=cols[1])
     fmt = choice_field("Format", ("CSV", "vLLM benchmark JSON"), "CSV", key="cal.fmt", where=cols[2])
     tp = None
     if fmt != "CSV":
         tp = int_field("TP of the vLLM run", 1, 1, 512, key="cal.tp")
-    store = remember("cal.text", EXAMPLE_CSV)
+    example = example_rows(config, device, wd, kd)
+    store = remember("cal.text", example)
     text = st.text_area("Measured results", key="cal.text", on_change=store, height=180,
                         help="CSV columns: prompt_tokens, output_tokens, batch, ttft_ms, itl_ms[, tp]. JSON: the "
-                             "file benchmark_serving.py --save-result writes. The example rows are made up: "
-                             "replace them with your measurements.")
+                             "file benchmark_serving.py --save-result writes.")
+    if text == example:
+        st.caption(f"The example rows are made for {config.name} on {device.name} in {wd}: the times a server "
+                   f"would measure at decode MBU {EXAMPLE_MBU:g} and prefill MFU {EXAMPLE_MFU:g}, so the fit "
+                   "below gives those back. Replace them with your own measurements.")
     if setup is None or (fmt != "CSV" and tp is None):
         return
     try:

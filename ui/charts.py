@@ -175,7 +175,7 @@ def _axis_values(traces: list, axis_name: str) -> list[float]:
 def _never_negative(traces: list, layout: dict, axis_name: str) -> bool:
     """True when an axis only carries quantities that cannot be negative (times, bytes, counts) from lines, markers
     and bars, so its range should stop at zero: plotly pads a short or empty series below it (a step-time axis
-    from −1 ms). False for a log, category or date axis, one with its own range, any other kind of trace on it
+    from −1 ms). False for a log, category or date axis, the axis bars stand on (the bar at 0 spans −½ to ½), one with its own range, any other kind of trace on it
     (a heatmap's cells reach half a cell below 0), text categories, or any value below zero."""
     ax = layout.get(axis_name) or {}
     if ax.get("type") not in (None, "linear", "-") or "range" in ax or ax.get("autorange") not in (None, True):
@@ -187,6 +187,8 @@ def _never_negative(traces: list, layout: dict, axis_name: str) -> bool:
     for t in on_axis:
         if t.get("type", "scatter") not in ("scatter", "scattergl", "bar") or t.get("base") is not None:
             return False
+        if t.get("type") == "bar" and letter == ("y" if t.get("orientation") == "h" else "x"):
+            return False                     # a bar at position 0 spans half a slot below it (step 0's bar cut)
         v = _numbers(t.get(letter))
         if v is None or np.any(v[np.isfinite(v)] < 0):           # None: no values, text categories, dates
             return False

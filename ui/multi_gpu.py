@@ -16,7 +16,7 @@ from typing import Any
 import streamlit as st
 
 from calculators.sizing.memory import DEFAULT_GPU_MEMORY_UTILIZATION, RuntimeOverheads
-from calculators.multi_gpu.tensor_parallel import Mesh, fit_verdict, mesh_problem
+from calculators.multi_gpu.tensor_parallel import Mesh, fit_verdict, mesh_problem, per_gpu_memory
 from calculators.units import GiB, fmt_num
 from specs.devices import Device, Link, all_links, custom_device, device_link, load_link
 from specs.model_config import ModelConfig, SpecError
@@ -125,6 +125,12 @@ def multi_gpu_sidebar(config: ModelConfig | None, device: Device | None, where: 
                             on_change=store, help="FP8 (llm-compressor, ModelOpt) and "
                             "GPTQ/AWQ checkpoints do; untick to quantize them too.")
     if None in (gpus, tp, pp, ep, usable, ctx, comm, graphs):
+        bad = [name for name, v in (("GPUs", gpus), ("TP", tp), ("PP", pp), ("EP", ep), ("the memory budget", usable),
+                                    ("the CUDA context", ctx), ("the communication buffers", comm),
+                                    ("the CUDA graphs", graphs)) if v is None]
+        show_error(f"This page needs a layout it can size: {' and '.join(bad)} in the sidebar's “GPUs and "
+                   "interconnect” section cannot be used as typed (GPUs, TP, PP and EP are whole numbers from 1; "
+                   "the red message there says what is allowed). Fix it there and the page comes back.")
         return None
     mesh = Mesh(tp=tp, pp=pp, ep=ep, gpus=gpus)
     problem = mesh_problem(config, mesh) if config is not None else None
@@ -135,12 +141,28 @@ def multi_gpu_sidebar(config: ModelConfig | None, device: Device | None, where: 
             ignored=ignored + (f", which {config.name} cannot take: {problem}" if problem else ""))
     if problem:
         show_error(problem, box)
+        show_error(f"The sidebar's layout cannot be sized: {problem}")
         return None
     if mesh.gpus_per_replica > 1 and link is None:
         show_error("Choose an interconnect: this device has none listed.", box)
+        show_error("The sidebar's layout spans several GPUs, but this device lists no interconnect: choose one "
+                   "under “GPUs and interconnect”.")
         return None
     return MultiGPU(mesh=mesh, link=link, usable_fraction=usable, overheads=RuntimeOverheads(
         ctx * GiB, comm * GiB, graphs * GiB), embeddings_16bit=bool(emb16))
+
+
+def fitting_weight_dtype(config: ModelConfig, device: Device, setup: MultiGPU, tokens: int, batch: int,
+                         options: tuple[str, ...] = ("fp16", "fp8", "int4")) -> str:
+    """The widest weight precision of `options` with which `tokens` × `batch` fit this layout (the first option
+    when none fits): a page's default, so that it opens on a setup that can run."""
+    for wd in options:
+        try:
+            if per_gpu_memory(config, device, setup.mesh, tokens, batch, wd, None, **setup.memory_kw())["fits"]:
+                return wd
+        except SpecError:
+            continue
+    return options[0]
 
 
 def show_fit_verdict(config: ModelConfig, device: Device, setup: MultiGPU, tokens: int, batch: int,

@@ -13,6 +13,18 @@ from calculators.units import fmt_num
 from engine.threads import BUSY_CORES
 
 
+def _ids(ids) -> str:
+    return ", ".join(ids) if ids else "none"
+
+
+def scheduler_step_words(report) -> str:
+    """One scheduler step (`engine.serve.scheduler.StepReport`) in words: who was prefilled and with how many
+    prompt tokens, who decoded one token, who finished and who was preempted."""
+    pre = ", ".join(f"{r} ({n:,} prompt tokens)" for r, n in report.prefilled.items()) or "none"
+    return (f"Step {report.step:,}: prefilled {pre}; decoded one token for {_ids(report.decoded)}; finished "
+            f"{_ids(report.finished)}; preempted {_ids(report.preempted)}.")
+
+
 def gap_words(df: pd.DataFrame) -> str:
     """Why the measured times sit above the predicted ones, with the gap of this run."""
     itl = (df["ITL measured (ms)"] / df["ITL predicted (ms)"]).median()
@@ -92,7 +104,7 @@ def steady_state_gap_words(loads, simulated_p99, steady_p99, tolerance: float = 
     u0, (uw, gw) = off[0][0], max(off, key=lambda x: abs(x[1]))
     return (f"Here it parts from the simulated p99 from load {u0:g} (at {uw:g} it is {abs(gw):.0%} "
             f"{'below' if gw < 0 else 'above'}). The steady state is held to the simulator on a grid of data-centre "
-            "cases (bench/bench_steady_state.py); a server like this one, whose prefill costs many decode steps, "
+            "cases (`bench/bench_steady_state.py`); a server like this one, whose prefill costs many decode steps, "
             "lies outside it, and the simulated curve is the one to trust." + tail)
 
 
@@ -203,22 +215,6 @@ def chunk_measured_words(whole: dict, chunked: dict, chunk: int, busy: bool) -> 
     return out
 
 
-def beat_words(itl_ms, busy: bool) -> str:
-    """Whether the decode steps of one run came at a steady beat, from their own times."""
-    itl = np.asarray(itl_ms, float)
-    if itl.size < 2:
-        return "Too few decode steps to say how steady they were."
-    lo, med, hi = np.percentile(itl, [10, 50, 90])
-    top = float(itl.max())
-    if hi <= 1.5 * lo and top <= 3 * med:
-        return (f"**A steady beat:** 8 steps in 10 took between {fmt_num(lo, 3)} and {fmt_num(hi, 3)} ms "
-                f"(median {fmt_num(med, 3)} ms): each step does the same work, one token through every layer.")
-    return (f"**Not a steady beat on this run:** steps took from {fmt_num(float(itl.min()), 3)} to "
-            f"{fmt_num(top, 3)} ms (8 in 10 between {fmt_num(lo, 3)} and {fmt_num(hi, 3)} ms, median "
-            f"{fmt_num(med, 3)} ms), though each does the same work, one token through every layer."
-            + (_busy_reason(True) if busy else
-               " Other work in this process or a first-use cost (memory, caches) slowed some steps: the median "
-               "is the step's own cost."))
 
 
 def sweep_words(df: pd.DataFrame, busy: bool) -> str:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import streamlit as st
 
+from calculators.claims import cheaper_claim, itl_target_claim, plan_claim, plural
 from calculators.planning.planner import layout_words as plan_layout_words, server_instances
 from calculators.planning.accuracy import band
 from calculators.planning.launch import launch_commands, plan_from_row
@@ -45,16 +46,28 @@ def layout_words(r: dict) -> str:
     return f"{r['tp']} / {r['pp']} / {r.get('ep', 1)} / {r.get('dp', 1)}"
 
 
-def headline(best: dict, wl, config, stack, devices=()) -> None:
+def evaluate_at_rate(config, best: dict, wl, stack, devices=()) -> tuple[dict | None, str | None]:
+    """The plan at the requested rate (`serve_at`), once: the headline and the section under it both read this
+    result. (None, why) when it cannot be evaluated (a p99 request past the context window)."""
+    try:
+        dev = plan_device(best, devices)
+        return serve_at(config, dev, plan_mesh(best), wl.requests_per_s, wl.prompt_lengths(), wl.output_lengths(),
+                        best["weight_dtype"], best["kv_dtype"], stack, max_num_seqs=best["batch_cap"]), None
+    except SpecError as e:
+        return None, str(e)
+
+
+def headline(best: dict, wl, config, stack, devices=(), at: dict | None = None, unchecked: str | None = None) -> None:
     """The cheapest plan named in three rows of short metrics (each value fits its column in both text sizes), the
-    sentence, and how far its predicted numbers can be trusted."""
+    sentence (`calculators.claims.plan_claim` of the evaluation at the rate, `at`), and how far its predicted
+    numbers can be trusted."""
     dev = plan_device(best, devices)
     err = error_band("under_rate", dev, best["weight_dtype"], config)
     mbt = max_batched_tokens(config, dev, best, wl, stack)
     cost = memory_and_cost(best, dev.price_usd_per_hour)
     c = st.columns([1.6, 1.1, 1, 1])
     c[0].metric("Cheapest plan", f"{best['gpus']} × {best['device']}",
-                help=f"{best['gpus']} GPUs of {best['device']} in {best['replicas']} replica(s)")
+                help=f"{plural(best['gpus'], 'GPU')} of {best['device']} in {plural(best['replicas'], 'replica')}")
     c[1].metric("TP / PP / EP / DP", layout_words(best), help="tensor, pipeline, expert and data parallel degrees "
                 "inside one replica")
     c[2].metric("Weights / KV", f"{best['weight_dtype']} / {best['kv_dtype']}", help="weight and KV-cache precision")
@@ -68,19 +81,21 @@ def headline(best: dict, wl, config, stack, devices=()) -> None:
                 "GPU, max_num_batched_tokens): the prefill budget the plan assumed")
     c[3].metric("$ per hour", "—" if cost["usd_per_hour"] is None else f"${cost['usd_per_hour']:,.2f}",
                 help=f"{best['gpus']} × the {best['device']} price per GPU-hour")
-    replicas = f"{best['replicas']} replica(s), " if best.get("dp", 1) == 1 else ""    # layout_words names groups
-    st.markdown(f"**{best['gpus']} × {best['device']}**: {plan_layout_words(best)}, {replicas}batch cap {best['batch_cap']}, weights {best['weight_dtype']}, KV "
-                f"{best['kv_dtype']}. It meets every target; the one it is closest to is **{best['binding']}** "
-                f"({best['worst_ratio']:.0%} of its limit).")
+    replicas = f"{plural(best['replicas'], 'replica')}, " if best.get("dp", 1) == 1 else ""   # layout_words names groups
+    st.markdown(f"**{best['gpus']} × {best['device']}**: {plan_layout_words(best)}, {replicas}batch cap "
+                f"{best['batch_cap']:,}, weights {best['weight_dtype']}, KV {best['kv_dtype']}. "
+                + plan_claim(best, wl.itl_ms, wl.ttft_p99_ms, at, unchecked))
+    itl = at["tpot_ms"] if at is not None else best["itl_at_load_ms"]
+    ttft = at["ttft_p99_ms"] if at is not None else best["ttft_p99_ms"]
     c = st.columns(4)
     c[0].metric("$ per 1M output tokens", f"${best['usd_per_million_output_tokens']:.3f}",
                 help=f"The GPU time spent decoding, per output token. Error: {err}.")
     c[1].metric("$ per 1M input tokens", f"${best['usd_per_million_input_tokens']:.3f}",
                 help=f"The GPU time spent on prefill, per prompt token. Error: {err}.")
-    c[2].metric("ITL at the load", f"{best['itl_at_load_ms']:.1f} ms", help=f"target {wl.itl_ms:g} ms, with "
+    c[2].metric("Mean ITL at the load", f"{itl:.1f} ms", help=f"target {wl.itl_ms:g} ms (the mean gap), with "
                 f"{best['concurrency_per_replica']:.1f} requests in flight per replica and the prefills' share of "
                 f"every step; decode alone at the batch cap: {best['itl_ms']:.1f} ms. Error: {err}.")
-    c[3].metric("TTFT p99", f"{best['ttft_p99_ms']:,.0f} ms", help=f"target {wl.ttft_p99_ms:g} ms. Error: {err}.")
+    c[3].metric("TTFT p99", f"{ttft:,.0f} ms", help=f"target {wl.ttft_p99_ms:g} ms. Error: {err}.")
     st.caption(f"Error bars of these predictions (measured on held-out published runs), {err}. Input and output "
                f"tokens priced by the GPU time each takes (prefill vs decode); blended over the workload's "
                f"{wl.prompt_tokens:,} + {wl.output_tokens:,} tokens per request, "
@@ -88,14 +103,15 @@ def headline(best: dict, wl, config, stack, devices=()) -> None:
 
 
 def chosen_plan_section(config, best: dict, wl, stack, max_model_len: int, usable_fraction: float,
-                        devices=()) -> None:
+                        devices=(), r: dict | None = None, unchecked: str | None = None) -> None:
+    """The plan at the rate (`r`, the headline's own evaluation), its launch commands, memory and formulas."""
     st.subheader("The chosen plan at your rate, and how to launch it")
-    try:
-        dev = plan_device(best, devices)
-        r = serve_at(config, dev, plan_mesh(best), wl.requests_per_s, wl.prompt_lengths(), wl.output_lengths(),
-                     best["weight_dtype"], best["kv_dtype"], stack, max_num_seqs=best["batch_cap"])
-    except SpecError as e:
-        st.warning(f"The plan could not be re-evaluated: {e}")
+    dev = plan_device(best, devices)
+    if r is None:
+        st.warning(f"Not checked at your rate: {unchecked}. The commands below launch the plan as the search sized "
+                   "it.")
+        launch_tabs(config, best, max_model_len, usable_fraction)
+        memory_and_cost_rows(best, dev)
         return
     err = error_band("under_rate", dev, best["weight_dtype"], config)
     c = st.columns(4)
@@ -103,14 +119,9 @@ def chosen_plan_section(config, best: dict, wl, stack, max_model_len: int, usabl
     c[1].metric("TTFT p50 / p99", f"{r['ttft_p50_ms']:,.0f} / {r['ttft_p99_ms']:,.0f} ms", help=f"Error: {err}.")
     c[2].metric("ITL mean / p99", f"{r['tpot_ms']:,.0f} / {r['itl_p99_ms']:,.0f} ms", help=f"Error: {err}.")
     c[3].metric("In flight per replica", f"{r['in_flight_per_replica']:,.1f}", help=f"Error: {err}.")
-    st.caption(f"{r['verdict'][0].upper()}{r['verdict'][1:]}. How far to trust these: {err}.")
-    cmds = launch_commands(plan_from_row(best, config.name, max_model_len, usable_fraction))
-    tabs = st.tabs([f"{name}" for name in cmds])
-    for tab, (name, cmd) in zip(tabs, cmds.items()):
-        with tab:
-            st.code(cmd.shell, language="bash", wrap_lines=True)
-            for note in cmd.notes:
-                st.caption(f"• {note}")
+    st.caption(f"{r['verdict'][0].upper()}{r['verdict'][1:]}. {itl_target_claim(r['tpot_ms'], r['itl_p99_ms'], wl.itl_ms)}"
+               f" How far to trust these: {err}.")
+    launch_tabs(config, best, max_model_len, usable_fraction)
     memory_and_cost_rows(best, dev)
     try:
         lines = plan_formulas(config, dev, best, wl, stack, r)
@@ -120,6 +131,16 @@ def chosen_plan_section(config, best: dict, wl, stack, max_model_len: int, usabl
     formula_expander("This plan's formulas, with its numbers", formula_markdown(lines, FORMULA_LABELS) +
                      "\n\nThe step, the steady state and the cost: calculators.planning.planner, "
                      "calculators.serving.steady_state, calculators.planning.serve_at.")
+
+
+def launch_tabs(config, best: dict, max_model_len: int, usable_fraction: float) -> None:
+    """One tab per serving stack with its command, one flag a line (a narrow page breaks between flags)."""
+    cmds = launch_commands(plan_from_row(best, config.name, max_model_len, usable_fraction))
+    for tab, (name, cmd) in zip(st.tabs(list(cmds)), cmds.items()):
+        with tab:
+            st.code(cmd.shell_lines, language="bash")
+            for note in cmd.notes:
+                st.caption(f"• {note}")
 
 
 def memory_and_cost_rows(best: dict, dev) -> None:
@@ -136,7 +157,7 @@ def memory_and_cost_rows(best: dict, dev) -> None:
                 f"{fmt_bytes(m['free_bytes'])} left (more KV room at run time)")
     hour = "no price" if m["usd_per_hour"] is None else f"${m['usd_per_hour']:,.2f} per hour"
     st.caption(f"Needed {fmt_bytes(m['needed_bytes'])} of {fmt_bytes(m['usable_bytes'])} usable per GPU. Cost: "
-               f"{hour} for {best['gpus']} GPUs; ${m['usd_per_million_input_tokens']:.3f} per 1M input and "
+               f"{hour} for {plural(best['gpus'], 'GPU')}; ${m['usd_per_million_input_tokens']:.3f} per 1M input and "
                f"${m['usd_per_million_output_tokens']:.3f} per 1M output tokens at this load.")
 
 
@@ -181,10 +202,9 @@ def disaggregated_section(config, best: dict, wl, devices: list, stack) -> None:
     d, co = rows
     if d["usd_per_million_tokens"] is None or co["usd_per_million_tokens"] is None:
         return
-    cheaper = d if d["usd_per_million_tokens"] < co["usd_per_million_tokens"] else co
     ttft_ok = d["ttft_p99_ms"] <= wl.ttft_p99_ms
-    st.markdown(f"**{cheaper['design'].split(' (')[0].capitalize()} is cheaper here** "
-                f"(${d['usd_per_million_tokens']:.3f} against ${co['usd_per_million_tokens']:.3f} per 1M tokens). "
+    st.markdown(cheaper_claim("disaggregated", d["usd_per_million_tokens"], "co-located",
+                              co["usd_per_million_tokens"]) + " "
                 f"Disaggregated, every decode step is free of prefills, so its ITL is decode alone "
                 f"({d['itl_ms']:.1f} ms); its TTFT p99 is {d['ttft_p99_ms']:,.0f} ms"
                 f"{'' if ttft_ok else ', above the target'}, including {r['kv_handoff_ms']:.1f} ms of KV handoff.")

@@ -12,6 +12,7 @@ import calculators.planning.published as published_module
 from calculators.planning.published import compare_all, error_table
 from specs.stacks import load_stack
 from ui.charts import style as chart_style
+from ui.headings import human_heading
 from ui.widgets import df_with_download, formula_expander
 
 
@@ -64,7 +65,7 @@ def published_serving_section() -> None:
              for m, w, g, d, t, e, i, o, mo, cc in zip(df.model, df.weights, df.gpus, df.device, df.tp, df.ep,
                                                        df.prompt_tokens, df.output_tokens, df["mode"],
                                                        df.concurrency)]
-    fig = go.Figure(go.Bar(y=[f"{sp} · {lab} · {m}" for sp, lab, m in zip(df.split, label, df.metric)],
+    fig = go.Figure(go.Bar(y=[f"{sp} · {lab} · {human_heading(m)}" for sp, lab, m in zip(df.split, label, df.metric)],
                            x=df["error %"], orientation="h",
                            marker_color=["#c0392b" if abs(x) > 35 else ("#2e86c1" if sp == "test" else "#9ab7d3")
                                          for x, sp in zip(df["error %"], df.split)]))

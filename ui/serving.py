@@ -20,6 +20,7 @@ from specs.model_config import SpecError
 from ui.charts import style as chart_style
 from ui.model_source import choice_field, sizing_inputs
 from ui.widgets import float_field, int_field, remember, show_error
+from ui.world import world_weight_dtype
 
 PHASE_COLORS = {"prefill": "#f58518", "decode": "#4c78a8", "padding": "#e45756"}
 POISSON, BURSTS, TRACE = "Poisson", "Bursts", "Trace file (CSV / JSONL)"
@@ -37,8 +38,8 @@ def step_model_inputs() -> StepModel | None:
     if chosen is None:
         return None
     config, device = chosen
-    default = "fp32" if device.kind == "measured" else "fp16"   # this machine runs the engine, in float32
-    wd = choice_field("Weight precision", WEIGHT_DTYPES, default, key=f"serving.wd.{default}", where=st.sidebar)
+    wd_default, wd_key = world_weight_dtype("serving.wd", device, "fp16")     # fp32 for the engine's machine
+    wd = choice_field("Weight precision", WEIGHT_DTYPES, wd_default, key=wd_key, where=st.sidebar)
     try:
         m = step_model_for(config, device, wd)
     except SpecError as e:

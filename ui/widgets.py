@@ -14,12 +14,14 @@ import pandas as pd
 import streamlit as st
 
 from specs.model_config import SpecError
+from ui.headings import human_heading
 from specs.sources import readable_source
 
 
 # ============================================================================================ tables
 def df_with_download(df: pd.DataFrame, name: str, *, hide_index: bool = True, height: int | str = "auto",
-                     column_config: dict | None = None, show: dict[str, str | None] | list[str] | None = None) -> None:
+                     column_config: dict | None = None, show: dict[str, str | None] | list[str] | None = None,
+                     drawn: pd.DataFrame | None = None) -> None:
     """Show `df` as a table with a "Download CSV" button under it. Every table in the app goes through here.
 
     `name` names the file (`<name>.csv`) and keys the button, so it must be unique on a page.
@@ -27,19 +29,23 @@ def df_with_download(df: pd.DataFrame, name: str, *, hide_index: bool = True, he
     short heading (None keeps the name), most important first: only the leading ones that fit 1366 px are drawn
     (`fitting_columns`). Without `show` every column is drawn (a table wider than the page scrolls: the browser
     walk reports it, since only its page knows which columns matter). The CSV keeps every column under its own name, and a caption under the table names the
-    ones only the CSV has. Names `df` lacks are skipped.
+    ones only the CSV has. Names `df` lacks are skipped. `drawn`: the same table as the page writes it (a table whose
+    rows are different quantities, each written its own way), shown instead of `df`; the CSV keeps `df`.
     """
     config = readable_numbers(df, column_config)
+    shown = df if drawn is None else drawn
+    given = (show if isinstance(show, dict) else {}) or {}
+    labels = {c: given.get(c) or (config.get(c) or {}).get("label") or human_heading(c) for c in df.columns}
+    for c, label in labels.items():                      # identifiers read as words; the CSV keeps them
+        if label != str(c):
+            config[c] = {**(config.get(c) or {}), "label": label}
     order = None
     if show is not None:                  # the page ranked its columns: the leading ones that fit are drawn
-        labels = show if isinstance(show, dict) else dict.fromkeys(show)
-        order = fitting_columns(df, [c for c in labels if c in df.columns], labels)
-        for c in order:
-            if labels[c]:
-                config[c] = {**(config.get(c) or {}), "label": labels[c]}
-    st.dataframe(df, hide_index=hide_index, height=height, column_config=config, column_order=order)
-    if order is not None and (rest := [str(c) for c in df.columns if c not in order]):
-        st.caption("Also in the CSV: " + ", ".join(rest) + ".")
+        order = fitting_columns(df, [c for c in show if c in df.columns], labels)
+    st.dataframe(shown, hide_index=hide_index, height=height, column_config=config, column_order=order,
+                 placeholder=MISSING)                  # a missing value (a device without a price): "—", not "None"
+    if order is not None and (rest := [c for c in df.columns if c not in order]):
+        st.caption("Also in the CSV: " + ", ".join(given.get(c) or human_heading(c) for c in rest) + ".")
     slug = _slug(name)
     # deferred: the CSV is written when someone clicks, not on every run (the Class page's live tables were
     # written out every refresh: 14% of the app's own CPU time during a 30-student class, py-spy --gil)
@@ -100,15 +106,21 @@ def fitting_columns(df: pd.DataFrame, order: list, labels: dict) -> list:
     return out
 
 
+MISSING = "—"                   # what a table shows for a missing value
+
+
 def readable_numbers(df: pd.DataFrame, column_config: dict | None = None) -> dict:
     """`column_config` with a `number_format` for every numeric column it does not configure itself."""
     out = dict(column_config or {})
     for col in df.columns:
-        if col in out:
+        given = out.get(col)
+        number = given.get("type_config", {}) if isinstance(given, dict) else {}
+        if given is not None and not re.fullmatch(r"%\.\d+g", str(number.get("format") or "")):
             continue
-        fmt = number_format(df[col])
+        fmt = number_format(df[col])           # also for "%.4g", which writes 4005 and 1699 without separators
         if fmt is not None:
-            out[col] = st.column_config.NumberColumn(format=fmt)
+            out[col] = {**given, "type_config": {**number, "format": fmt}} if given else \
+                st.column_config.NumberColumn(format=fmt)
     return out
 
 

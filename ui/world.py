@@ -43,13 +43,14 @@ class World:
     preset: str                                # default model: a preset name in specs/models
     device: str                                # default device: a name in specs/devices.json, or THIS_MACHINE
     line: str                                  # the page's one line naming the world
+    weight_dtype: str = "bf16"                 # default weight precision of its sizing pages (the engine: fp32)
 
 
 CLASS = World(
     "class", "This class's machine (SmolLM2-135M on this computer)", "SmolLM2-135M-Instruct", THIS_MACHINE,
     "Showing **this class's machine**: SmolLM2-135M, the model the inside-the-model pages ran, on this computer "
     "(its measured bandwidth); the engine keeps K, V and weights in float32, so fp32 precisions match its counts. "
-    "Switch to data-centre scale at the top of the sidebar.")
+    "Switch to data-centre scale at the top of the sidebar.", weight_dtype="fp32")
 DATACENTRE = World(
     "datacentre", "Data-centre scale (a chosen preset and GPU)", "Llama-3.1-70B", "H100 SXM",
     "Showing **data-centre scale**: a preset on a datasheet GPU (default Llama-3.1-70B on an H100 SXM). Switch "
@@ -65,6 +66,16 @@ def _by_label(label: Any) -> World | None:
 def current_world() -> World:
     """This session's world (the class's machine until the student flips the switch); reads, never writes."""
     return _by_label(remembered_value(WORLD_KEY)) or DEFAULT_WORLD
+
+
+def world_weight_dtype(key: str, device, gpu_default: str = "bf16") -> tuple[str, str]:
+    """(default, widget key) of a page's weight precision for the device it sizes: fp32 on this computer (the class's
+    machine: the engine computes and keeps its weights in float32, so the sizes and floors are the engine's own),
+    `gpu_default` on a datasheet GPU. Each keeps its own choice (`key` + ".engine" or ".gpu"), so moving between
+    this machine and a GPU lands on that one's precision."""
+    if getattr(device, "kind", None) == "measured" or getattr(device, "name", "") == THIS_MACHINE:
+        return CLASS.weight_dtype, f"{key}.engine"
+    return gpu_default, f"{key}.gpu"
 
 
 def _apply(world: World) -> None:

@@ -116,6 +116,24 @@ def _ideal_parts(config: ModelConfig, device: Device, m: Measurement, weight_dty
                 decode_comm_ms=dec["comm_ms_per_stage"], prefill_comm_ms=pre["allreduce_ms_prefill"])
 
 
+EXAMPLE_SHAPES = ((128, 128, 1), (512, 128, 1), (1024, 128, 8))     # (prompt, output, batch) of the example rows
+EXAMPLE_MBU, EXAMPLE_MFU = 0.5, 0.4
+
+
+def example_csv(config: ModelConfig, device: Device, weight_dtype: str = "bf16", kv_dtype: str | None = None,
+                decode_mbu: float = EXAMPLE_MBU, prefill_mfu: float = EXAMPLE_MFU) -> str:
+    """Example rows in the CSV format, consistent with this model on this device: the TTFT and ITL a server would
+    measure at `decode_mbu` and `prefill_mfu` (3 significant digits), so that fitting them gives those knobs back
+    and never an efficiency above 1. Prompts are cut to fit the context window."""
+    out = ["prompt_tokens,output_tokens,batch,ttft_ms,itl_ms,tp"]
+    for prompt, output, batch in EXAMPLE_SHAPES:
+        prompt = max(1, min(prompt, config.max_position_embeddings - output))
+        p = _ideal_parts(config, device, Measurement(prompt, output, batch, 1.0, 1.0), weight_dtype, kv_dtype, None)
+        ttft, itl = (float(f"{x:.3g}") for x in (p["comp_ms"] / prefill_mfu, p["mem_ms"] / decode_mbu))
+        out.append(f"{prompt},{output},{batch},{ttft:g},{itl:g},1")
+    return "\n".join(out) + "\n"
+
+
 def _bounded_lstsq(a: np.ndarray, y: np.ndarray, lower: np.ndarray) -> np.ndarray:
     """min |a·x − y|² subject to x ≥ lower: each set of coefficients held at its bound, the rest solved freely;
     the feasible solution with the smallest residual (exact for a handful of unknowns)."""

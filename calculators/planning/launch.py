@@ -69,6 +69,20 @@ class LaunchCommand:
         return "\n".join(lines + [shlex.join(self.argv)])
 
     @property
+    def shell_lines(self) -> str:
+        """The same command with one flag and its value a line (a backslash ends each but the last), so a narrow
+        screen breaks it between flags, never inside one."""
+        files = [f"cat > {name} <<'EOF'\n{text.rstrip()}\nEOF" for name, text in self.files.items()]
+        parts: list[list[str]] = []
+        for a in self.argv:
+            if a.startswith("-") or not parts:
+                parts.append([a])
+            else:
+                parts[-1].append(a)
+        lines = [shlex.join(p) for p in parts]
+        return "\n".join(files + [" \\\n  ".join(lines)])
+
+    @property
     def flags(self) -> list[str]:
         """The option names the command uses ('--tp', ...), in order."""
         return [a for a in self.argv if a.startswith("--")]

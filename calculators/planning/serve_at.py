@@ -57,10 +57,12 @@ def _replica(config: ModelConfig, device: Device, mesh: Mesh, I: Lengths, O: Len
     kd, gmu, eff, lk = deployment_defaults(device, mesh, weight_dtype, kv_dtype, s, gpu_memory_utilization,
                                            efficiency, link, config)
     i_mean, o_mean = int(math.ceil(I.mean_tokens)), int(math.ceil(O.mean_tokens))
-    top = int(max(I.quantile(0.99), i_mean)) + int(max(O.quantile(0.99), o_mean))
+    top_i, top_o = int(max(I.quantile(0.99), i_mean)), int(max(O.quantile(0.99), o_mean))
+    top = top_i + top_o
     if top > config.max_position_embeddings:
-        raise SpecError(f"a p99 request (prompt + output ≈ {top:,} tokens) exceeds {config.name}'s context window "
-                        f"of {config.max_position_embeddings:,}")
+        raise SpecError(f"a p99 request ({top_i:,} prompt + {top_o:,} output ≈ {top:,} tokens, the 99th percentiles "
+                        f"of the length distributions) exceeds {config.name}'s context window of "
+                        f"{config.max_position_embeddings:,}: lower the p99 prompt or output")
     lim = batch_limits(config, device, mesh, i_mean, o_mean, weight_dtype, kd, s, gmu, max_num_seqs,
                        max_num_batched_tokens)
     slots = min(lim["caps"]["memory (KV cache)"], lim["max_num_seqs"])

@@ -119,6 +119,21 @@ def test_tokens_page_compares_two_tokenizers_side_by_side():
     assert "vocabulary 49,152" in text and "vocabulary 32,000" in text  # SmolLM2 vs TinyLlama (Llama-2 SentencePiece)
 
 
+def test_tokens_page_compares_with_tokenizers_built_offline():
+    """Issue 35: offline, "Another tokenizer" offered only the default one, so the page compared it with itself."""
+    at = ok(open_page("11_Tokens", prompt="Write a story about the KV cache", **{CHAT_KEY: False}))
+    options = at.selectbox(key="tokens.compare").options
+    assert not any(o.startswith("SmolLM2") for o in options)          # the loaded model beside itself: gone
+    choice = next(o for o in options if "trained here" in o)
+    at.selectbox(key="tokens.compare").set_value(choice).run()
+    text = " ".join(m.value for m in at.markdown)
+    assert "vocabulary 49,152" in text and "vocabulary 1,000" in text and "as many" in text
+    at.selectbox(key="tokens.compare").set_value(next(o for o in options if o.startswith("Bytes"))).run()
+    text = " ".join(m.value for m in at.markdown)
+    n = len("Write a story about the KV cache".encode("utf-8"))
+    assert "vocabulary 256" in text and f"**{n} tokens**" in text      # one token per byte
+
+
 # ------------------------------------------------------------------------------------------ Embeddings / next token
 def test_next_token_section_points_to_sampling_and_the_lens_ends_on_the_real_prediction(tiny_folder):
     """The sampler has its own lesson now (tests/ui/test_sampling_page.py); here the pointer stays, and the logit

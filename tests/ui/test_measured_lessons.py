@@ -18,7 +18,7 @@ import pytest
 
 from engine.threads import CpuSample, measured_under_load
 from helpers_apptest import errors, run_script
-from ui.narration import (beat_words, busy_notice, chunk_measured_words,
+from ui.narration import (busy_notice, chunk_measured_words,
                           formula_gap_words, speculative_words, spread, sweep_words)
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -43,10 +43,6 @@ def test_chunk_words_say_shrank_only_when_the_worst_gap_shrank():
     assert "did not shrink" in quiet and "busy" not in quiet and "longer" in quiet
 
 
-def test_beat_words_follow_the_steps_spread():
-    assert "**A steady beat:**" in beat_words([40.0, 41.0, 39.5, 40.2, 40.8, 39.9, 40.1, 40.4], busy=False)
-    ragged = beat_words([38, 40, 810, 45, 300, 39, 600, 41], busy=True)       # issue 28: 38-810 ms
-    assert "Not a steady beat" in ragged and "38.0 to 810 ms" in ragged and "busy" in ragged
 
 
 def test_sweep_words_say_flat_only_when_itl_stayed_flat():

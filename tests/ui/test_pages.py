@@ -186,7 +186,7 @@ def test_custom_device_with_zero_bandwidth_shows_error():
 
 
 def test_device_without_the_precision_shows_error_not_exception():
-    at = page("Roofline", **{"device": "TPU v5e", "roof.wd": "fp32"})        # no FP32 rate on its datasheet
+    at = page("Roofline", **{"device": "TPU v5e", "roof.wd.gpu": "fp32"})        # no FP32 rate on its datasheet
     assert not at.exception
     assert any("has no peak for fp32" in e for e in errors(at)), errors(at)
 

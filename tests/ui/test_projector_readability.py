@@ -119,6 +119,16 @@ def test_axes_of_non_negative_quantities_stop_at_zero():
     assert steps.layout.xaxis.rangemode is None                 # negative values: left as plotly draws it
 
 
+def test_the_axis_bars_stand_on_keeps_the_bar_at_zero_whole():
+    """KV cache, step by step: step 0's 'rows written' bar sat left of x = 0 and an axis cut at zero hid it."""
+    steps = style(figure(dict(type="bar", x=[0, 1, 2], y=[33, 1, 1]), dict(type="bar", x=[0, 1, 2], y=[33, 34, 35]),
+                         barmode="group", xaxis=dict(title="step"), yaxis=dict(title="rows")), height=300)
+    assert steps.layout.xaxis.rangemode is None
+    assert steps.layout.yaxis.rangemode == "nonnegative"
+    across = style(figure(dict(type="bar", orientation="h", y=[0, 1], x=[3, 4]), xaxis=dict(title="rows")), height=300)
+    assert across.layout.yaxis.rangemode is None and across.layout.xaxis.rangemode == "nonnegative"
+
+
 @pytest.mark.parametrize("fig", [
     figure(dict(type="scatter", x=[1, 2], y=[0.2, 0.4]), yaxis=dict(title="ms", range=[0.1, 0.5])),
     figure(dict(type="scatter", x=[1, 2], y=[0.2, 0.4]), yaxis=dict(title="ms", type="log")),
@@ -128,3 +138,13 @@ def test_axes_of_non_negative_quantities_stop_at_zero():
 ])
 def test_axes_with_their_own_range_scale_or_negatives_are_left_alone(fig):
     assert style(fig, height=300).layout.yaxis.rangemode is None
+
+
+@pytest.mark.parametrize("name, heading", [
+    ("itl_p99_at_load_ms", "ITL p99 at load (ms)"), ("arrival_rate_rps", "arrival rate (requests/s)"),
+    ("peak_allocated_tokens", "peak allocated tokens"), ("kv_heads", "KV heads"), ("output_tok_s", "output tokens/s"),
+    ("usd_per_million_tokens", "$ per 1M tokens"), ("step_ms_at_load", "step at load (ms)"),
+    ("offline · output_tok_s", "offline · output tokens/s"), ("TTFT (ms)", "TTFT (ms)"), ("step", "step")])
+def test_table_headings_read_as_words_while_the_csv_keeps_its_names(name, heading):
+    from ui.headings import human_heading
+    assert human_heading(name) == heading

@@ -70,7 +70,7 @@ def test_batching_critical_batch_follows_the_context_and_the_engine_measures_eac
 # ------------------------------------------------------------------------------------------ 32 Continuous batching
 def test_continuous_batching_beats_static_and_the_engine_serves_every_prompt():
     at = page("Continuous_batching")
-    table = at.dataframe[0].value.set_index("metric")
+    table = at.dataframe[0].value.set_index("metric").map(lambda v: float(str(v).lstrip("≈ ").replace(",", "")))
     assert table.loc["throughput (tokens/s)", "continuous"] > table.loc["throughput (tokens/s)", "static"]
     assert table.loc["padding waste (slot-steps)", "continuous"] == 0 < table.loc["padding waste (slot-steps)",
                                                                                    "static"]
@@ -113,9 +113,14 @@ def test_paged_live_block_tables_then_every_block_returns_to_the_free_list():
     blocks = [int(b) for t in tables["block_table"] for b in t.split()]
     assert len(blocks) == len(set(blocks)) >= 2                  # each request its own blocks
     assert metrics(at)["Free blocks"] == f"{48 - len(blocks)} of 48"
+    assert not [c.value for c in at.caption if "{" in c.value or "[" in c.value]    # issue 35: raw dict / list
+    assert any("prefilled R0 (" in c.value and "prompt tokens)" in c.value for c in at.caption)
     at.button(key="paged.finish").click().run()
     assert metrics(at)["Free blocks"] == "48 of 48"              # nothing leaked
     assert at.success and "back on the free list" in at.success[0].value
+    pool = next(c for c in chart_specs(at) if c["data"][0]["type"] == "heatmap")     # issue 35: not all grey
+    assert "the fullest" in pool["layout"]["title"]["text"]
+    assert any(v for row in pool["data"][0]["z"] for v in row if v), "the pool at its fullest shows its owners"
 
 
 def test_paged_start_alone_shows_the_first_requests_holding_blocks_and_free_blocks_look_free():

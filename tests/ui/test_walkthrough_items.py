@@ -79,14 +79,14 @@ def test_planner_headline_is_short_labelled_input_and_output_and_matches_its_tab
     """The headline read "$ per 1M tokens" (input and output blended) and "25.3 / 180…" (cut)."""
     at = page("42_")
     m = metrics(at)
-    assert {"$ per 1M output tokens", "$ per 1M input tokens", "TTFT p99", "ITL at the load"} <= set(m)
+    assert {"$ per 1M output tokens", "$ per 1M input tokens", "TTFT p99", "Mean ITL at the load"} <= set(m)
     head = list(m)[:list(m).index("TTFT p99") + 1]               # the headline's metrics (the sections follow)
     assert all(len(m[k]) <= 14 for k in head if k != "Cheapest plan"), m
     table = next(d.value for d in at.dataframe if "usd_per_million_output_tokens" in d.value.columns)
     assert m["$ per 1M output tokens"] == f"${table['usd_per_million_output_tokens'].iloc[0]:.3f}"
     assert m["$ per 1M input tokens"] == f"${table['usd_per_million_input_tokens'].iloc[0]:.3f}"
     assert m["TTFT p99"] == f"{table['ttft_p99_ms'].iloc[0]:,.0f} ms"
-    assert m["ITL at the load"] == f"{table['itl_at_load_ms'].iloc[0]:.1f} ms"     # the load's ITL, not decode alone
+    assert m["Mean ITL at the load"] == f"{table['itl_at_load_ms'].iloc[0]:.1f} ms"     # the load's ITL, not decode alone
 
 
 def test_planner_names_the_quality_cost_of_fp8_and_int4_plans():
