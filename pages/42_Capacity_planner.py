@@ -22,7 +22,7 @@ from ui.model_source import model_source, units_note
 from ui.world import DATACENTRE
 from ui.multi_gpu import multi_gpu_sidebar
 from ui.frontier import frontier_chart, stack_inputs, throughput_section, what_if_table
-from ui.plan_deploy import chosen_plan_section, disaggregated_section, evaluate_at_rate, headline
+from ui.plan_deploy import chosen_plan_section, disaggregated_section, evaluate_at_rate, headline, pricing_input
 
 DEFAULT_DEVICES = ["H100 SXM", "A100 SXM 80GB", "H200", "L40S"]
 PLANNER_WHY = "a capacity plan rents data-centre GPUs, and this computer is not one of them"
@@ -152,7 +152,10 @@ def results(res, wl: Workload, config=None, stack=None, setup=None, devices=(), 
             chosen_plan_section(config, best, wl, stack, wl.longest_request(config.max_position_embeddings),
                                 setup.usable_fraction, devices, at, unchecked)
     st.subheader("Every feasible plan")
-    st.caption(f"{res.n_candidates:,} candidate plans searched (device × GPUs × TP × PP × batch cap × precisions).")
+    priced = [n for n in res.notes if "priced from" in n]
+    st.caption(f"{res.n_candidates:,} candidate plans searched (device × GPUs × TP × PP × batch cap × precisions). "
+               + (" ".join(f"{n}." for n in priced) if priced else "Each step priced by the closed form (the "
+                  "stack's fitted efficiencies at the datasheet rooflines)."))
     if not reason:
         rows = plan_rows(res, 30)
         precision_caveats(rows[:15])
@@ -205,6 +208,7 @@ def main() -> None:
                "sidebar it takes the model and the memory budget only.")
     wl = workload_inputs(config.max_position_embeddings)
     stack = stack_inputs()
+    pricing = pricing_input()
     space = search_inputs()
     if wl is None or space is None or stack is None:
         return
@@ -212,7 +216,8 @@ def main() -> None:
     try:
         wl = replace(wl, prefix_hit_rate=stack[1]).check()
         res = plan(config, devices, wl, sp, planner_efficiency(), usable_fraction=setup.usable_fraction,
-                   overheads=setup.overheads, embeddings_16bit=setup.embeddings_16bit, stack=stack[0])
+                   overheads=setup.overheads, embeddings_16bit=setup.embeddings_16bit, stack=stack[0],
+                   profile=pricing)
     except SpecError as e:
         st.warning(f"**No feasible plan**: {e}")
         return

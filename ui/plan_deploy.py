@@ -35,11 +35,42 @@ def plan_device(best: dict, devices=()):
     return next((d for d in devices if d.name == best["device"]), None) or load_device(best["device"])
 
 
-def error_band(regime: str, device, weight_dtype: str, config) -> str:
+PRICING_KEY = "planner.pricing"         # this session's choice: None (closed form) or "auto" (measured kernels)
+
+
+def pricing_input() -> str | None:
+    """The sidebar's choice of what prices each op of a step: kernels measured on the GPU and the stack where a
+    device profile is installed (aiconfigurator-core's databases; the nearest profiled GPU for one nothing
+    measured), or the closed form. Offered only when some profile of a data-centre GPU is installed."""
+    from specs.aiconfigurator_source import package_dir, readers_installed
+    if package_dir() is None or not readers_installed():
+        st.session_state[PRICING_KEY] = None
+        return None
+    import os
+    default = os.environ.get("INFERENCE_LAB_PROFILE", "auto") != "none"      # the commands' default, the same
+    on = st.sidebar.toggle("Price each op from measured kernels", value=default, key="planner.measured",
+                           help="aiconfigurator-core's kernels measured on each GPU and serving stack, interpolated "
+                                "op by op, the datasheet roofline beside them (docs/measured-kernels.md); off: "
+                                "the closed form at the stack's fitted efficiencies")
+    st.session_state[PRICING_KEY] = "auto" if on else None
+    return st.session_state[PRICING_KEY]
+
+
+def plan_profile(best: dict, config, stack, devices=()):
+    """The profile that priced the plan's device in this session (None: the closed form)."""
+    if st.session_state.get(PRICING_KEY) is None:
+        return None
+    from calculators.planning.measured_step import resolve_profile
+    from specs.stacks import load_stack
+    return resolve_profile("auto", plan_device(best, devices), load_stack(stack).key, config)[0]
+
+
+def error_band(regime: str, device, weight_dtype: str, config, measured: bool = False) -> str:
     """The held-out error of predictions in `regime` for this vendor, precision and dense/MoE model
-    (`calculators.planning.accuracy.band`), with its 'outside what was validated' note when there is one. The
-    weights' own format is asked for (int4 weights compute in bf16 but no held-out row ran int4 weights)."""
-    return band(regime, device.vendor or None, weight_dtype, bool(config.num_experts))["text"]
+    (`calculators.planning.accuracy.band`), with its 'outside what was validated' note when there is one, of the
+    pricing that made them (`measured`: from measured kernels). The weights' own format is asked for (int4 weights
+    compute in bf16 but no held-out row ran int4 weights)."""
+    return band(regime, device.vendor or None, weight_dtype, bool(config.num_experts), measured=measured)["text"]
 
 
 def layout_words(r: dict) -> str:
@@ -52,7 +83,8 @@ def evaluate_at_rate(config, best: dict, wl, stack, devices=()) -> tuple[dict | 
     try:
         dev = plan_device(best, devices)
         return serve_at(config, dev, plan_mesh(best), wl.requests_per_s, wl.prompt_lengths(), wl.output_lengths(),
-                        best["weight_dtype"], best["kv_dtype"], stack, max_num_seqs=best["batch_cap"]), None
+                        best["weight_dtype"], best["kv_dtype"], stack, max_num_seqs=best["batch_cap"],
+                        profile=plan_profile(best, config, stack, devices)), None
     except SpecError as e:
         return None, str(e)
 
@@ -62,7 +94,8 @@ def headline(best: dict, wl, config, stack, devices=(), at: dict | None = None, 
     sentence (`calculators.claims.plan_claim` of the evaluation at the rate, `at`), and how far its predicted
     numbers can be trusted."""
     dev = plan_device(best, devices)
-    err = error_band("under_rate", dev, best["weight_dtype"], config)
+    err = error_band("under_rate", dev, best["weight_dtype"], config,
+                     measured=plan_profile(best, config, stack, devices) is not None)
     mbt = max_batched_tokens(config, dev, best, wl, stack)
     cost = memory_and_cost(best, dev.price_usd_per_hour)
     c = st.columns([1.6, 1.1, 1, 1])
@@ -113,7 +146,8 @@ def chosen_plan_section(config, best: dict, wl, stack, max_model_len: int, usabl
         launch_tabs(config, best, max_model_len, usable_fraction)
         memory_and_cost_rows(best, dev)
         return
-    err = error_band("under_rate", dev, best["weight_dtype"], config)
+    err = error_band("under_rate", dev, best["weight_dtype"], config,
+                     measured=plan_profile(best, config, stack, devices) is not None)
     c = st.columns(4)
     c[0].metric("Capacity", f"{r['capacity_requests_per_s']:,.3g} req/s", help=f"{r['verdict']}. Error: {err}.")
     c[1].metric("TTFT p50 / p99", f"{r['ttft_p50_ms']:,.0f} / {r['ttft_p99_ms']:,.0f} ms", help=f"Error: {err}.")

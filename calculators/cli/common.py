@@ -25,24 +25,22 @@ class Parser(argparse.ArgumentParser):
         raise SystemExit(2)
 
 
-def positive_int(s: str) -> int:
+def _whole(s: str, minimum: int, words: str) -> int:
     try:
         v = int(s)
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected a whole number, got {s!r}") from None
-    if v < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1, got {v}")
+    if v < minimum:
+        raise argparse.ArgumentTypeError(f"must be {words}, got {v}")
     return v
+
+
+def positive_int(s: str) -> int:
+    return _whole(s, 1, "at least 1")
 
 
 def nonneg_int(s: str) -> int:
-    try:
-        v = int(s)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a whole number, got {s!r}") from None
-    if v < 0:
-        raise argparse.ArgumentTypeError(f"must be 0 or more, got {v}")
-    return v
+    return _whole(s, 0, "0 or more")
 
 
 def dtype_arg(allowed):

@@ -248,13 +248,19 @@ def _select(table: dict, **equal) -> np.ndarray:
     return keep
 
 
+def _rows_of(profile, name: str, **equal):
+    """(table, rows whose columns equal `equal`), or (None, None) when the table or every such row is missing."""
+    t = _table(profile, name)
+    if t is None:
+        return None, None
+    keep = _select(t, **equal)
+    return (t, keep) if keep.any() else (None, None)
+
+
 @_memo
 def _gemm_lines(profile, device: Device, dtype: str) -> _Lines | None:
-    t = _table(profile, "gemm")
+    t, keep = _rows_of(profile, "gemm", dtype=dtype)
     if t is None:
-        return None
-    keep = _select(t, dtype=dtype)
-    if not keep.any():
         return None
     m, n, k, ms = (np.asarray(t[c], dtype=float)[keep] for c in ("m", "n", "k", "ms"))
     ideal = np.array([gemm_roofline_ms(device, mi, ni, ki, dtype) for mi, ni, ki in zip(m, n, k)], dtype=float)
@@ -369,10 +375,9 @@ def prefill_attention_ms(profile, device: Device, tokens, heads: int, kv_heads: 
 
 @_memo
 def _moe_lines(profile, device: Device, dtype: str) -> _Lines | None:
-    t = _table(profile, "moe")
+    t, keep = _rows_of(profile, "moe", dtype=dtype)
     if t is None:
         return None
-    keep = _select(t, dtype=dtype)
     if "distribution" in t:
         dist = np.asarray(t["distribution"]).astype(str)
         for pref in ("uniform", "balanced"):
