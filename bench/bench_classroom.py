@@ -47,6 +47,7 @@ LONG_REPLY = 4000                # new tokens asked by the session that closes m
 CLASS_PAGE = "Class"
 DONE_CAPTION = re.compile(r"^(\d+) tokens after a ([\d,]+)-token prompt · ([^·]+)")
 CURSOR = "▌"
+REPLY_HEAD = "**Reply**"
 ERROR_FORMAT = 1                 # streamlit.proto.Alert.Format.ERROR
 
 
@@ -83,7 +84,8 @@ class Reply:
 
 
 def _ms(text: str) -> float | None:
-    m = re.match(r"([\d,.]+) ms", text)
+    """A time as the page shows it: "123" under a label that carries the unit, or "123 ms"."""
+    m = re.match(r"([\d,.]+)( ms)?$", text.strip())
     return float(m.group(1).replace(",", "")) if m else None
 
 
@@ -186,12 +188,10 @@ async def student(url: str, ready: list[int], start: asyncio.Event, timeout_s: f
             if el.WhichOneof("type") != "markdown":
                 continue
             md = el.markdown
-            if slot is None and md.body.startswith("**Reply**"):
-                slot = path                                  # the reply streams into a later element beside it
-            elif (slot is not None and len(path) == len(slot) and path[:-1] == slot[:-1] and path[-1] > slot[-1]
-                  and md.element_type == md.NATIVE):         # (after the Stop button and the progress bar)
+            if md.body.startswith(REPLY_HEAD) and (slot is None or path == slot):
+                slot = path                          # one paragraph, "**Reply** (model): text", redrawn per token
                 reply.updates.append(time.perf_counter())
-                reply.text = md.body.removesuffix(CURSOR).rstrip()
+                reply.text = md.body.split("): ", 1)[-1].removesuffix(CURSOR).rstrip()
                 if close_after is not None and len(reply.updates) >= close_after:
                     reply.closed_early = True
                     return reply                     # the browser tab closes mid-reply
@@ -202,8 +202,8 @@ async def student(url: str, ready: list[int], start: asyncio.Event, timeout_s: f
                 reply.tokens, reply.reason = int(m.group(1)), m.group(3).strip()
         reply.errors = c.errors()
         metrics = c.metrics()
-        reply.server_ttft_ms = _ms(metrics.get("TTFT", ""))
-        reply.server_itl_ms = _ms(metrics.get("Mean ITL", ""))
+        reply.server_ttft_ms = _ms(metrics.get("TTFT (ms)", metrics.get("TTFT", "")))
+        reply.server_itl_ms = _ms(metrics.get("Mean ITL (ms)", metrics.get("Mean ITL", "")))
     return reply
 
 
@@ -212,12 +212,15 @@ async def class_page_blocks(url: str, timeout_s: float) -> tuple[int, int, int]:
     async with Client(url) as c:
         await c.run_page(timeout_s)
         await c.run_page(timeout_s, page_hash=c.pages.get(CLASS_PAGE))
-        body = c.metrics().get("Free KV blocks", "")
-        m = re.match(r"(\d+) / (\d+)", body)
-        if not m:
+        metrics = c.metrics()
+        label = next((k for k in metrics if k.startswith("Free KV blocks (of ")), None)
+        if label is None:
             raise RuntimeError(f"the Class page shows no block count; errors: {c.errors()}")
-        in_batch = int(c.metrics().get("Requests in the batch", "0")) + int(c.metrics().get("Waiting in line", "0"))
-        return int(m.group(1)), int(m.group(2)), in_batch
+        total = int(re.sub(r"\D", "", label))                  # "Free KV blocks (of 1,024)"
+        free = int(metrics[label].replace(",", ""))
+        in_batch = sum(int(metrics.get(k, "0").replace(",", "")) for k in ("Requests running now",
+                                                                           "Waiting in line now"))
+        return free, total, in_batch
 
 
 async def class_watcher(url: str, stop: asyncio.Event, timeout_s: float, opened: asyncio.Event | None = None) -> dict:
@@ -243,7 +246,7 @@ async def class_watcher(url: str, stop: asyncio.Event, timeout_s: float, opened:
             async for _ in c.messages(timeout_s):
                 pass
             seen["refreshes"] += 1
-            batch = c.metrics().get("Requests in the batch", "0")
+            batch = c.metrics().get("Requests running now", "0").replace(",", "")
             seen["largest_batch"] = max(seen["largest_batch"], int(batch) if batch.isdigit() else 0)
             seen["errors"] += [e for e in c.errors() if e not in seen["errors"]]
     return seen
