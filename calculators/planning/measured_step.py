@@ -270,7 +270,10 @@ def nearest_profiled(device: Device, stack_key: str) -> Device | None:
     from specs.profiles import profiled_devices
     best, dist = None, math.inf
     for name in profiled_devices(stack_key):
-        d = load_device(name)
+        try:
+            d = load_device(name)
+        except SpecError:                    # a profile's own device (this CPU): no datasheet to compare with
+            continue
         if d.kind != device.kind:
             continue
         x = (math.log(d.memory_bandwidth_bytes_per_s / device.memory_bandwidth_bytes_per_s) ** 2

@@ -119,3 +119,15 @@ def test_a_request_past_the_context_window_is_one_clear_message(capsys):
     assert code == 2 and "2,248 tokens exceeds TinyLlama-1.1B's context window of 2,048" in err
     assert cli(["latency", "--model", "tinyllama", "--gpu", "h100", "--tokens", "1848", "--output-tokens", "200",
                 "--profile", "none"]) == 0
+
+
+def test_the_nearest_profiled_device_skips_a_profile_of_a_device_without_a_datasheet(monkeypatch):
+    """This machine's CPU profile names a device specs/devices.json does not list: looking for a GPU's nearest
+    profiled device passes over it instead of failing (the Measured kernels page raised on a fresh install)."""
+    import specs.profiles as profiles
+    from calculators.planning.measured_step import nearest_profiled
+    monkeypatch.setattr(profiles, "profiled_devices", lambda stack, directory=None: ["CPU: AMD EPYC (2 cores)",
+                                                                                     "H200"])
+    assert nearest_profiled(load_device("mi300x"), "vllm").name == "H200"
+    monkeypatch.setattr(profiles, "profiled_devices", lambda stack, directory=None: ["CPU: AMD EPYC (2 cores)"])
+    assert nearest_profiled(load_device("mi300x"), "vllm") is None
