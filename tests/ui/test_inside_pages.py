@@ -17,7 +17,7 @@ from helpers_checkpoints import SHARED_TINYLLAMA_TOKENIZER, tiny_config, write_h
 from ui.generation import PROMPT_KEY
 from ui.inside import CHAT_KEY, RUN_MAX_NEW_KEY
 from ui.model_picker import CHOICE_KEY, LOCAL_CHOICE, PATH_KEY
-from helpers_apptest import errors
+from helpers_apptest import chart_comes_first, errors
 
 ROOT = Path(__file__).resolve().parents[2]
 PAGES = {p.stem: str(p) for p in (ROOT / "pages").glob("*.py")}
