@@ -211,6 +211,14 @@ def test_kv_stepping_next_back_and_past_the_end(tiny_folder):
     assert any("Step must be between 0 and 2, got 7" in e for e in errors(at)), errors(at)
 
 
+def test_kv_steps_back_next_metrics_and_growth_chart_come_before_the_prose_and_the_prompt(tiny_folder):
+    """Projector-first (issue 35): Back / Next, the step's numbers and the growth chart lead the page; the intro, the
+    reply's tokens, the prompt box and the run settings follow (the chart started at 1,149 px, Next at 765)."""
+    at = ok(open_page("14_KV_cache_step_by_step", tiny_folder, **{RUN_MAX_NEW_KEY: "3"}))
+    kinds = chart_comes_first(at, "markdown", "text_area", "expander")
+    assert kinds.index("button") < kinds.index("metric") < kinds.index("plotly_chart"), kinds
+
+
 # ------------------------------------------------------------------------------------------ Prefill and decode
 def test_prefill_decode_run_and_sweep(tiny_folder):
     at = ok(open_page("15_Prefill_and_decode_measured", tiny_folder, **{RUN_MAX_NEW_KEY: "4"}))
@@ -223,6 +231,17 @@ def test_prefill_decode_run_and_sweep(tiny_folder):
     assert (sweep[["TTFT predicted (ms)", "ITL predicted (ms)"]] > 0).all().all()
     # the theory's shape, independent of this machine's speed: prefill grows with the prompt, a decode step barely
     assert sweep["TTFT predicted (ms)"].iloc[-1] > sweep["TTFT predicted (ms)"].iloc[0]
+
+
+def test_prefill_decode_numbers_and_timeline_come_before_the_prose_and_the_prompt(tiny_folder):
+    """Projector-first (issue 35): the run's metrics (units in their labels, thousands separated) and its timeline
+    lead the page; the intro, the prompt box and the run settings follow (the chart started at 833 px)."""
+    at = ok(open_page("15_Prefill_and_decode_measured", tiny_folder, **{RUN_MAX_NEW_KEY: "3"}))
+    kinds = chart_comes_first(at, "markdown", "text_area", "caption")
+    assert kinds.index("metric") < kinds.index("plotly_chart"), kinds
+    labels = [m.label for m in at.metric]
+    assert labels == ["TTFT (ms)", "Median ITL (ms)", "Decode speed (tokens/s)", "Whole run (ms)"], labels
+    assert all(" " not in m.value for m in at.metric), [m.value for m in at.metric]
 
 
 # ------------------------------------------------------------------------------------------ Walkthrough
