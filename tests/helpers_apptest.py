@@ -92,13 +92,14 @@ def in_order(node, out=None) -> list[str]:
     return out
 
 
-def chart_comes_first(at: AppTest, *later: str) -> list[str]:
+def chart_comes_first(at: AppTest, *later: str, since: str = "title") -> list[str]:
     """The page's key (first) chart on its first screen (1366×768): it comes before every element of the kinds
-    `later` ("text_area": the prompt box, "markdown": the intro's prose, ...). Returns the page's element kinds
-    for the assertion's message, from the page's title on (setup_page's style comes before it); fails when a kind
+    `later` ("text_area": the prompt box, "markdown": the intro's prose, ...), counted from the first element of
+    kind `since` (the page's title: setup_page's style comes before it; or its first input, after the notes a
+    sizing page opens with). Returns the element kinds from there for the assertion's message; fails when a kind
     of `later` comes first or the page drew no chart."""
     kinds = in_order(at.main)
-    kinds = kinds[kinds.index("title"):] if "title" in kinds else kinds
+    kinds = kinds[kinds.index(since):] if since in kinds else kinds
     assert "plotly_chart" in kinds, kinds
     chart = kinds.index("plotly_chart")
     for kind in later:

@@ -1,0 +1,30 @@
+"""Projector-first (issue 35): on the lesson plans' sizing and serving pages the key chart comes right after the
+page's title and the inputs the lesson needs, before the long prose, the metrics, the formulas and the tables, so
+at 1366×768 it starts on the first screen (tools/walkthrough.py measures the pixels in a browser; this holds the
+order, headless)."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from helpers_apptest import chart_comes_first, errors, run_script
+
+ROOT = Path(__file__).resolve().parents[2]
+TIMEOUT = 120
+
+# page file stem -> (the element kind the order is counted from, what must come after the key chart); in the
+# comments the chart's top at 1366×768 before the change (normal / Large text, px)
+SIZING = ("markdown", "caption", "metric", "dataframe", "subheader")   # the world's notes and the intro: prose
+AFTER_THE_CHART = {
+    "24_Bandwidth_floor_and_latency": ("title", SIZING),                             # 2,275 / 3,523
+    "31_Batching": ("title", ("caption", "expander", "dataframe", "subheader")),    # 817 / 1,411
+}
+
+
+@pytest.mark.parametrize("stem", list(AFTER_THE_CHART))
+def test_the_key_chart_comes_before_the_prose_and_the_numbers(stem):
+    at = run_script(str(ROOT / "pages" / f"{stem}.py"), TIMEOUT)
+    assert not at.exception and not errors(at), (at.exception, errors(at))
+    since, later = AFTER_THE_CHART[stem]
+    chart_comes_first(at, *later, since=since)
