@@ -280,3 +280,16 @@ def test_readout_of_a_long_prompt_in_chunks_equals_one_full_pass(tmp_path):
     assert readout.last_resid.shape == (model.config.num_layers, model.config.hidden_size)
     from engine.instruments.readout import logit_lens                           # the last layer's residual IS the prediction
     assert logit_lens(model.weights, model.config, readout.last_resid)[0][-1] == int(np.argmax(full))
+
+
+# ------------------------------------------------------------------------------------------ projector-first
+@pytest.mark.parametrize("stem, later", [
+    ("12_Embeddings_and_the_next_token", ("text_area", "expander")),      # 784 / 1,146 px before (normal / Large)
+    ("12_Sampling", ("text_area",)),                                       # 980 with Large text
+    ("13_Attention", ("text_area",)),                                      # 1,136 with Large text
+])
+def test_inside_pages_draw_their_key_chart_before_the_intro_and_the_prompt(stem, later, tiny_folder):
+    """Projector-first (issue 35): the key chart comes right after the title (and the inputs it needs); the intro's
+    prose and the prompt box follow, so at 1366×768 the chart starts on the first screen."""
+    at = ok(open_page(stem, tiny_folder))
+    chart_comes_first(at, *later)
