@@ -112,8 +112,11 @@ def phase_summary(name: str, rep: dict, where) -> None:
 
 
 def main() -> None:
+    """The inputs in one row and the roofline under them (a projector's first screen at 1366×768); the intro, the
+    prediction question, the world's notes, the fit and what the chart says below."""
     setup_page("Roofline", icon=":material/show_chart:")
     st.title("Roofline")
+    top = st.container()
     st.markdown(
         "An operation is limited either by how fast the chip multiplies or by how fast memory feeds it; which "
         "one depends on how many FLOPs it does per byte it moves. The roofline draws both limits on one chart, "
@@ -125,7 +128,7 @@ def main() -> None:
         return
     config, device = chosen
     setup = multi_gpu_sidebar(config, device)
-    cols = st.columns(3)
+    cols = top.columns(3)
     wd_default, wd_key = world_weight_dtype("roof.wd", device)
     wd = choice_field("Weight precision", WEIGHT_DTYPES, wd_default, key=wd_key, where=cols[0],
                       help="Also sets the compute precision: fp8 weights use the fp8 peak, int8/int4 weight-only "
@@ -143,7 +146,7 @@ def main() -> None:
                               f"{config.name} on {device.name}, {wd}: memory {step['memory_ms']:.3g} ms vs compute "
                               f"{step['compute_ms']:.3g} ms"))
     if setup.mesh.gpus_per_replica > 1:
-        st.caption(f"The roofline below is one GPU's view of the whole model; on {setup.label()} each GPU runs "
+        st.caption(f"The roofline above is one GPU's view of the whole model; on {setup.label()} each GPU runs "
                    f"1/{setup.mesh.tp} of every matmul of its stage (Beyond one GPU → Parallelism).")
     try:
         reports = {"prefill": roofline(config, device, s, s, batch, wd),
@@ -154,13 +157,13 @@ def main() -> None:
     groups = list(reports["prefill"]["layers"])
     group = groups[0]
     if len(groups) > 1:
-        group = st.radio("Layer type shown", groups, horizontal=True, key="roof.group")
-    st.plotly_chart(chart_style(chart(device, reports, group)))
+        group = top.radio("Layer type shown", groups, horizontal=True, key="roof.group")
+    top.plotly_chart(chart_style(chart(device, reports, group)))
     ridge = explain_ridge_point(device, reports["prefill"]["precision"])
     st.caption(f"Ridge point of {device.name} at {reports['prefill']['precision']}: {fmt_num(ridge.value, 4)} "
                f"FLOP/byte. Points left of it are memory-bound (their height is intensity × bandwidth); points "
                f"right of it reach the flat compute roof.")
-    st.markdown("\n\n".join(roofline_side_claim(phase, [(r["name"], r["intensity_flop_per_byte"])
+    st.markdown("\n\n".join(roofline_side_claim(phase, [(f"`{r['name']}`", r["intensity_flop_per_byte"])
                                                        for r in rep["layers"].get(group, []) if r["flops"] > 0],
                                                  rep["ridge_flop_per_byte"]) for phase, rep in reports.items()))
     formula_expander("Formula: the ridge point", f"`{ridge.symbolic}`\n\n{ridge.formula}\n\n{ridge.description}"
