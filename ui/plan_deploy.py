@@ -5,6 +5,8 @@ GPU's memory, the cost, and the plan's formulas with its numbers (`calculators.p
 call `headline` and `chosen_plan_section`."""
 from __future__ import annotations
 
+from typing import Callable
+
 import streamlit as st
 
 from calculators.claims import cheaper_claim, itl_target_claim, plan_claim, plural
@@ -57,10 +59,12 @@ def evaluate_at_rate(config, best: dict, wl, stack, devices=()) -> tuple[dict | 
         return None, str(e)
 
 
-def headline(best: dict, wl, config, stack, devices=(), at: dict | None = None, unchecked: str | None = None) -> None:
+def headline(best: dict, wl, config, stack, devices=(), at: dict | None = None, unchecked: str | None = None,
+             chart: Callable[[], None] | None = None) -> None:
     """The cheapest plan named in three rows of short metrics (each value fits its column in both text sizes), the
     sentence (`calculators.claims.plan_claim` of the evaluation at the rate, `at`), and how far its predicted
-    numbers can be trusted."""
+    numbers can be trusted. `chart` (drawn after the two rows that name the plan and what binds it): the page's
+    key chart, on a projector's first screen at 1366×768 in both text sizes."""
     dev = plan_device(best, devices)
     err = error_band("under_rate", dev, best["weight_dtype"], config)
     mbt = max_batched_tokens(config, dev, best, wl, stack)
@@ -81,6 +85,8 @@ def headline(best: dict, wl, config, stack, devices=(), at: dict | None = None, 
                 "GPU, max_num_batched_tokens): the prefill budget the plan assumed")
     c[3].metric("$ per hour", "—" if cost["usd_per_hour"] is None else f"${cost['usd_per_hour']:,.2f}",
                 help=f"{best['gpus']} × the {best['device']} price per GPU-hour")
+    if chart is not None:
+        chart()
     replicas = f"{plural(best['replicas'], 'replica')}, " if best.get("dp", 1) == 1 else ""   # layout_words names groups
     st.markdown(f"**{best['gpus']} × {best['device']}**: {plan_layout_words(best)}, {replicas}batch cap "
                 f"{best['batch_cap']:,}, weights {best['weight_dtype']}, KV {best['kv_dtype']}. "

@@ -19,6 +19,15 @@ SIZING = ("markdown", "caption", "metric", "dataframe", "subheader")   # the wor
 AFTER_THE_CHART = {
     "24_Bandwidth_floor_and_latency": ("title", SIZING),                             # 2,275 / 3,523
     "31_Batching": ("title", ("caption", "expander", "dataframe", "subheader")),    # 817 / 1,411
+    "23_Roofline": ("title", ("markdown", "caption", "success", "dataframe")),     # 800 / 1,351
+    "26_Quantization": ("title", ("markdown", "caption", "dataframe", "expander")), # 1,007 with Large text
+    "32_Continuous_batching": ("title", ("markdown", "caption", "dataframe", "expander")),  # 967 / 1,624
+    "33_Paged_KV_cache": ("title", ("markdown", "caption", "dataframe", "text_area")),  # 1,765 / 1,606
+    "34_Prefix_caching": ("title", ("markdown", "caption", "metric", "dataframe")),  # 1,195 with Large text
+    "35_Chunked_prefill": ("title", ("markdown", "caption", "metric", "dataframe")),  # 900 / 1,511
+    "36_Speculative_decoding": ("title", ("markdown", "metric", "dataframe")),       # 780 with Large text
+    # the planner names its plan first (two rows of metrics), then the frontier with that plan marked
+    "42_Capacity_planner": ("title", ("markdown", "caption", "dataframe", "subheader")),   # 2,536 / 4,106
 }
 
 
