@@ -45,7 +45,9 @@ def error_band(regime: str, device, weight_dtype: str, config) -> str:
 
 
 def layout_words(r: dict) -> str:
-    return f"{r['tp']} / {r['pp']} / {r.get('ep', 1)} / {r.get('dp', 1)}"
+    """"2/1/1/1": no spaces, so the headline's value fits its column on one line with Large text ("2 / 1 / 1 /" and
+    "1" on a second line at 1366×768)."""
+    return f"{r['tp']}/{r['pp']}/{r.get('ep', 1)}/{r.get('dp', 1)}"
 
 
 def evaluate_at_rate(config, best: dict, wl, stack, devices=()) -> tuple[dict | None, str | None]:

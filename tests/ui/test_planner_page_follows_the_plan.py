@@ -50,7 +50,7 @@ def test_headline_names_the_deployment_as_the_plans_table_has_it(at, row):
     m = metrics(at)
     assert m["Cheapest plan"].value == f"{int(row['gpus'])} × {row['device']}"
     dp = int(row["dp"]) if "dp" in row else 1
-    assert m["TP / PP / EP / DP"].value == f"{int(row['tp'])} / {int(row['pp'])} / {int(row['ep'])} / {dp}"
+    assert m["TP / PP / EP / DP"].value == f"{int(row['tp'])}/{int(row['pp'])}/{int(row['ep'])}/{dp}"   # one line
     assert m["Weights / KV"].value == f"{row['weight_dtype']} / {row['kv_dtype']}"
     assert m["Replicas"].value == f"{int(row['replicas'])}"
     assert m["Batch cap"].value == f"{int(row['batch_cap'])}"
