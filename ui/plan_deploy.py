@@ -19,6 +19,7 @@ from calculators.planning.serve_at import serve_at
 from calculators.units import fmt_bytes
 from specs.devices import load_device
 from specs.model_config import SpecError
+from ui.metrics import metric_row
 from ui.widgets import formula_expander
 
 FORMULA_LABELS = {"lambda_per_replica": "λ per replica", "decode_rows": "n, decode rows per step",
@@ -122,11 +123,10 @@ def chosen_plan_section(config, best: dict, wl, stack, max_model_len: int, usabl
         memory_and_cost_rows(best, dev)
         return
     err = error_band("under_rate", dev, best["weight_dtype"], config)
-    c = st.columns(4)
-    c[0].metric("Capacity", f"{r['capacity_requests_per_s']:,.3g} req/s", help=f"{r['verdict']}. Error: {err}.")
-    c[1].metric("TTFT p50 / p99", f"{r['ttft_p50_ms']:,.0f} / {r['ttft_p99_ms']:,.0f} ms", help=f"Error: {err}.")
-    c[2].metric("ITL mean / p99", f"{r['tpot_ms']:,.0f} / {r['itl_p99_ms']:,.0f} ms", help=f"Error: {err}.")
-    c[3].metric("In flight per replica", f"{r['in_flight_per_replica']:,.1f}", help=f"Error: {err}.")
+    metric_row([("Capacity (req/s)", f"{r['capacity_requests_per_s']:,.3g}", f"{r['verdict']}. Error: {err}."),
+                ("TTFT p50 / p99 (ms)", f"{r['ttft_p50_ms']:,.0f} / {r['ttft_p99_ms']:,.0f}", f"Error: {err}."),
+                ("ITL mean / p99 (ms)", f"{r['tpot_ms']:,.0f} / {r['itl_p99_ms']:,.0f}", f"Error: {err}."),
+                ("In flight per replica", f"{r['in_flight_per_replica']:,.1f}", f"Error: {err}.")])
     st.caption(f"{r['verdict'][0].upper()}{r['verdict'][1:]}. {itl_target_claim(r['tpot_ms'], r['itl_p99_ms'], wl.itl_ms)}"
                f" How far to trust these: {err}.")
     launch_tabs(config, best, max_model_len, usable_fraction)
