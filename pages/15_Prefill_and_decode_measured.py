@@ -120,7 +120,8 @@ def sweep_section(model: Model) -> None:
                 "handles one token and mostly reads the weights, so it barely notices how long the prompt was.")
     ctx = model.config.max_position_embeddings
     lengths = sweep_lengths(ctx - SWEEP_STEPS - 1)
-    st.caption(f"Prompt lengths: {', '.join(f'{n:,}' for n in lengths)} tokens of random ids, {SWEEP_STEPS} decode steps "
+    st.caption(f"Prompt lengths: {', '.join(f'{n:,}' for n in lengths)} tokens of random ids, {SWEEP_STEPS} decode "
+               "steps "
                "each (the median step is shown).")
     key = (model.source, lengths)
     have = st.session_state.get(SWEEP_KEY) == key

@@ -242,7 +242,8 @@ def compare(config: ModelConfig, primary: Device, setup: MultiGPU, P: int, N: in
 
 def main() -> None:
     """The inputs in one row and the devices' chart under them (a projector's first screen at 1366×768); the
-    notes on what is sized, the intro, the efficiency knobs, this device's numbers, batching and the comparison's table below."""
+    notes on what is sized, the intro, the efficiency knobs, this device's numbers, batching and the comparison's
+    table below."""
     setup_page("Bandwidth floor and latency", icon=":material/speed:")
     st.title("Bandwidth floor and latency")
     top = st.container()                  # the inputs and the chart; the sidebar's notes on the world come after

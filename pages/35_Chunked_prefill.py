@@ -132,7 +132,8 @@ def measured(model) -> None:
         "long_prompt_ttft_ms": "long TTFT (ms)", "itl_max_spread": "worst-gap spread", "itl_p99_ms": "p99 gap (ms)",
         "forward_tokens": "forward tokens", "padded_tokens": "padded tokens", "long_prompt_len": "long prompt"})
     st.caption(f"Measured on this machine (NumPy), each case {REPEATS} times, interleaved; the table shows the "
-               "medians and, as the worst-gap spread (`itl_max_spread` in the CSV), how far the worst gap moved between repeats. The engine's tests "
+               "medians and, as the worst-gap spread (`itl_max_spread` in the CSV), how far the worst gap moved "
+               "between repeats. The engine's tests "
                "check that chunking leaves every request's tokens unchanged.")
 
 

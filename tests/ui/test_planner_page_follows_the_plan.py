@@ -87,8 +87,8 @@ def test_throughput_section_opens_on_the_chosen_plan(at, row):
 def test_every_section_shows_the_error_of_its_regime(at):
     m = metrics(at)
     rate, top = held_out("under_rate"), held_out("max_throughput")
-    for label in ("$ per 1M output tokens", "$ per 1M input tokens", "Mean ITL at the load", "TTFT p99", "Capacity (req/s)",
-                  "TTFT p50 / p99 (ms)", "ITL mean / p99 (ms)"):
+    for label in ("$ per 1M output tokens", "$ per 1M input tokens", "Mean ITL at the load", "TTFT p99",
+                  "Capacity (req/s)", "TTFT p50 / p99 (ms)", "ITL mean / p99 (ms)"):
         assert rate in m[label].help, label
     for label in ("Output tokens/s", "Sequences per replica", "Step", "Per GPU"):
         assert top in m[label].help, label
