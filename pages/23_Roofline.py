@@ -24,6 +24,7 @@ from ui.model_source import choice_field, fmt_si, sizing_inputs, table_height
 from ui.charts import style as chart_style
 from ui.predict import BOUND_CHOICE, prediction_box
 from ui.world import world_weight_dtype
+from ui.metrics import metric_row
 
 PHASE_SYMBOL = {"prefill": "circle", "decode": "diamond"}
 KIND_COLORS = {"matmul": "#4C78A8", "attention": "#E45756", "elementwise": "#54A24B", "memory": "#B279A2",
@@ -96,12 +97,11 @@ def chart(device: Device, reports: dict[str, dict], group: str) -> go.Figure:
 
 def phase_summary(name: str, rep: dict, where) -> None:
     t = rep["totals"]
-    c = where.columns(4)
-    c[0].metric("FLOPs (whole step)", fmt_si(t["flops"], "FLOP"))
-    c[1].metric("Bytes moved", fmt_bytes(t["bytes"]))
-    c[2].metric("Intensity", f"{fmt_num(t['intensity_flop_per_byte'], 3)} FLOP/B")
-    c[3].metric("Step time (roofline)", f"{fmt_num(t['step_time_ms'], 3)} ms", help=f"{t['bound']}-bound: the "
-                f"larger of compute {fmt_num(t['compute_ms'], 3)} ms and memory {fmt_num(t['memory_ms'], 3)} ms")
+    metric_row([("FLOPs (whole step)", fmt_si(t["flops"], "FLOP"), None),
+                ("Bytes moved", fmt_bytes(t["bytes"]), None),
+                ("Intensity (FLOP/B)", fmt_num(t["intensity_flop_per_byte"], 3), None),
+                ("Step time, roofline (ms)", fmt_num(t["step_time_ms"], 3), f"{t['bound']}-bound: the larger of "
+                 f"compute {fmt_num(t['compute_ms'], 3)} ms and memory {fmt_num(t['memory_ms'], 3)} ms")], where)
     ai = explain_arithmetic_intensity(t["flops"], t["bytes"])
     comp = explain_compute_time(t["flops"], rep["peak_flop_s"])
     mem = explain_bandwidth_floor(t["bytes"], rep["bandwidth_bytes_per_s"])

@@ -29,6 +29,7 @@ from ui.predict import prediction_box
 from ui.batching_claims import batch_text, ceiling_label, measured_words, theory_words
 from ui.narration import busy_notice, spread
 from ui.world import CLASS, current_world
+from ui.metrics import metric_row
 
 TABLE_BATCHES = (1, 8, 32, 128)
 PREDICT_STREAMS = 8               # the question: speed-up of this many streams over one
@@ -139,13 +140,11 @@ def measured(model, slot) -> None:
     if notice:
         st.warning(notice, icon=":material/warning:")
     last = rows[-1]
-    c = st.columns(3)
-    c[0].metric(f"Scheduler, {last['streams']:,} streams", f"{fmt_num(last['gain'], 3)}× one stream",
-                help="Decode tokens/s of all streams ÷ one stream's, measured side by side (median of rounds).")
-    c[1].metric(f"Ceiling, {last['streams']:,} rows", f"{fmt_num(last['ceiling'], 3)}× one row",
-                help="The step's weight products alone in plain NumPy: n rows against one row, n · t(1) / t(n).")
-    c[2].metric("Share of the ceiling", f"{last['share']:.0%}",
-                help="Scheduler gain ÷ ceiling, round by round (median).")
+    metric_row([(f"Scheduler, {last['streams']:,} streams (× one stream)", f"{fmt_num(last['gain'], 3)}×",
+                 "Decode tokens/s of all streams ÷ one stream's, measured side by side (median of rounds)."),
+                (f"Ceiling, {last['streams']:,} rows (× one row)", f"{fmt_num(last['ceiling'], 3)}×",
+                 "The step's weight products alone in plain NumPy: n rows against one row, n · t(1) / t(n)."),
+                ("Share of the ceiling", f"{last['share']:.0%}", "Scheduler gain ÷ ceiling, round by round (median).")])
     df = pd.DataFrame(rows)
     x = df["streams"].astype(str)
     fig = go.Figure([
