@@ -32,15 +32,6 @@ def embedding_section(model: Model, prompt: Prompt) -> None:
     c = model.config
     held = model.weights.embed.nbytes
     predicted = embedding_bytes(c, "fp32")
-    cols = st.columns(3)
-    cols[0].metric("Table shape", f"{c.vocab_size:,} × {c.hidden_size:,}", help="[vocabulary, model width D]")
-    cols[1].metric("In this engine (float32)", fmt_bytes(held), help=f"{held:,} bytes held in memory")
-    cols[2].metric("In bf16 (as shipped)", fmt_bytes(embedding_bytes(c, "bf16")))
-    formula_expander("Embedding table size",
-                     f"bytes = V × D × bytes per number = {c.vocab_size:,} × {c.hidden_size:,} × 4 "
-                     f"= {predicted:,.0f} (calculators.sizing.params.embedding_bytes, float32); the engine's array "
-                     f"holds {held:,} bytes.\n\nIn bf16 (2 bytes): {embedding_bytes(c, 'bf16'):,.0f} bytes.\n\n"
-                     "Source: 003 Detail 2a")
     pos = index_field("Token position in the prompt", len(prompt.ids), key="emb.position",
                       default=prompt.last_word_position(model),
                       help="Which of the prompt's tokens to look up (at first: the last word you typed).")
@@ -54,6 +45,15 @@ def embedding_section(model: Model, prompt: Prompt) -> None:
                  xaxis=dict(title="dimension (0 … D−1)"), yaxis=dict(showticklabels=False))
     st.plotly_chart(style(fig, height=170, legend_top=False), width="stretch")
     st.caption(f"Blue = negative, white = 0, red = positive (from {vec.min():.3f} to {vec.max():.3f}).")
+    cols = st.columns(3)
+    cols[0].metric("Table shape", f"{c.vocab_size:,} × {c.hidden_size:,}", help="[vocabulary, model width D]")
+    cols[1].metric("In this engine (float32)", fmt_bytes(held), help=f"{held:,} bytes held in memory")
+    cols[2].metric("In bf16 (as shipped)", fmt_bytes(embedding_bytes(c, "bf16")))
+    formula_expander("Embedding table size",
+                     f"bytes = V × D × bytes per number = {c.vocab_size:,} × {c.hidden_size:,} × 4 "
+                     f"= {predicted:,.0f} (calculators.sizing.params.embedding_bytes, float32); the engine's array "
+                     f"holds {held:,} bytes.\n\nIn bf16 (2 bytes): {embedding_bytes(c, 'bf16'):,.0f} bytes.\n\n"
+                     "Source: 003 Detail 2a")
     ids, cos = session_cached("neighbours", (model.source, tid),
                               lambda: nearest_tokens(model.weights.embed, tid, NEIGHBOURS))
     df = pd.DataFrame({"token": [piece(model, i) for i in ids], "token_id": ids, "cosine": np.round(cos, 4)})
@@ -104,8 +104,12 @@ def logit_lens_section(model: Model, prompt: Prompt, resid: np.ndarray) -> None:
 
 
 def main() -> None:
+    """The embedding table's first chart (one token's row) under the title (a projector's first screen at
+    1366×768), the table's size under it; the intro and the prompt box after that section, then the next token
+    and the logit lens."""
     setup_page("Embeddings and the next token", icon=":material/scatter_plot:")
     st.title("Embeddings and the next token")
+    top = st.container()
     st.markdown("Each token id picks one row of a big table: a list of numbers the rest of the model works on. At "
                 "the far end, the model turns its last vector back into one score per vocabulary entry, and a "
                 "sampler picks the next token from them. This page shows both ends on your prompt.")
@@ -114,7 +118,8 @@ def main() -> None:
     if model is None or prompt is None:
         return
     readout = prompt_readout(model, prompt)
-    embedding_section(model, prompt)
+    with top:
+        embedding_section(model, prompt)
     next_token_section()
     logit_lens_section(model, prompt, readout.last_resid)
 

@@ -75,8 +75,11 @@ def step_chart(labels: list[str], before: np.ndarray | None, after: np.ndarray, 
 
 
 def main() -> None:
+    """The sampler's settings in one row and the model's distribution under them (a projector's first screen at
+    1366×768); the intro and the prompt box after it, then temperature, top-k, top-p and the draws."""
     setup_page("Sampling", icon=":material/casino:")
     st.title("Sampling")
+    top = st.container()
     st.markdown("The model gives every token of its vocabulary a probability of coming next. The **sampler** then "
                 "reshapes that distribution (temperature, top-k, top-p) and draws one token from it. Here are the "
                 "three steps on your prompt, in the order the engine applies them.")
@@ -84,7 +87,8 @@ def main() -> None:
     prompt = teacher_prompt(model)
     if model is None or prompt is None:
         return
-    chosen = settings(model.config.vocab_size)
+    with top:
+        chosen = settings(model.config.vocab_size)
     if chosen is None:
         return
     t, k, p, seed, n = chosen
@@ -97,11 +101,12 @@ def main() -> None:
     labels = [piece(model, i) for i in ids]
     V = logits.size
 
-    st.subheader("1 · The model's distribution")
-    st.markdown(f"One score (logit) per token, {V:,} of them, turned into probabilities by softmax. The model's "
-                f"{len(ids)} favourites:")
-    step_chart(labels, None, model_p[ids], "", "model (softmax)")
-    code_expander("Softmax, as the engine computes it", sampling_probs, "p = np.exp", "p /= p.sum()")
+    with top:
+        st.subheader("1 · The model's distribution")
+        st.markdown(f"One score (logit) per token, {V:,} of them, turned into probabilities by softmax. The model's "
+                    f"{len(ids)} favourites:")
+        step_chart(labels, None, model_p[ids], "", "model (softmax)")
+        code_expander("Softmax, as the engine computes it", sampling_probs, "p = np.exp", "p /= p.sum()")
 
     st.subheader(f"2 · Temperature {t:g}")
     st.markdown("Every logit is divided by the temperature before softmax. "

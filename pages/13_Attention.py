@@ -223,8 +223,11 @@ def band_section(model: Model, prompt: Prompt, pattern: np.ndarray, layer: int, 
 
 
 def main() -> None:
+    """The whole model's attention at once under the title (a projector's first screen at 1366×768); the intro,
+    the prompt box and the layer / head fields under it, then each view of the chosen head."""
     setup_page("Attention", icon=":material/visibility:")
     st.title("Attention")
+    top = st.container()
     st.markdown("In every layer, each token builds a query and compares it with the keys of all tokens up to "
                 "itself. The comparison becomes a set of weights that add up to 1, and the token takes that mix of "
                 "the others' values. Below are those weights as the model computed them on your prompt.")
@@ -248,7 +251,8 @@ def main() -> None:
         show_error(e)
         return
     names = labels(model, prompt.ids[:MAX_TOKENS])
-    overview_section(every, names, layer_key="attn.layer", head_key="attn.head")
+    with top:
+        overview_section(every, names, layer_key="attn.layer", head_key="attn.head")
     pattern = every[layer]                                                  # [h, T, T]
     pattern_section(model, names, pattern, layer, head)
     if c.layer_window(layer) is not None:

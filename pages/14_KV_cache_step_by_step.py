@@ -121,8 +121,11 @@ def counterfactual_section(model: Model, tokens: int) -> None:
 
 
 def main() -> None:
+    """Back / Next, the step's numbers and the cache's growth first (a projector's first screen at 1366×768); the
+    intro, the prediction question, the prompt and the run settings under them."""
     setup_page("KV cache, step by step", icon=":material/stacks:")
     st.title("KV cache, step by step")
+    top = st.container()
     st.markdown("Each new token needs the keys and values of every token before it. Rather than recompute them, "
                 "the model keeps them: one new row per layer per token, appended and never changed. Step through "
                 "your run and watch that store grow, then compare it with what the formula predicts.")
@@ -140,28 +143,29 @@ def main() -> None:
     if settings is None:
         return
     try:
-        with st.spinner("Generating and recording every step …"):
+        with top, st.spinner("Generating and recording every step …"):
             rec = teacher_run(model, prompt, *settings)
     except SpecError as e:
-        show_error(e)
+        show_error(e, top)
         return
     texts = step_texts(model, rec)
-    st.markdown("**The reply, token by token:** " + " ".join(f"`{t}`" for t in texts))
     c = model.config
-    step = stepper("Step", len(rec.steps), key="kv.step")
-    layer = index_field("Layer to look at", c.num_layers, key="kv.layer", help=f"0 to {c.num_layers - 1}")
-    if step is None or layer is None:
-        return
-    s = rec.steps[step]
+    with top:
+        step = stepper("Step", len(rec.steps), key="kv.step")
+        if step is None:
+            return
+        s = rec.steps[step]
+        predicted = kv_cache_bytes(c, s.cache_tokens, kv_dtype=ENGINE_KV_DTYPE)
+        cols = st.columns(4)
+        cols[0].metric("Token", texts[step], help=f"id {s.token_id}, p = {s.prob:.1%}")
+        cols[1].metric("Tokens in the cache", f"{s.cache_tokens:,}")
+        cols[2].metric("KV cache, recorded", fmt_bytes(s.kv_bytes), help=f"{s.kv_bytes:,} bytes")
+        cols[3].metric("Prediction", fmt_bytes(predicted), help=f"{predicted:,.0f} bytes",
+                       delta="equal to the byte" if predicted == s.kv_bytes else f"{s.kv_bytes - predicted:+,.0f} B",
+                       delta_color="off", delta_arrow="off")
+        growth_chart(model, rec, step)
+    st.markdown("**The reply, token by token:** " + " ".join(f"`{t}`" for t in texts))
     shape = kv_cache_shape(c, s.cache_tokens)
-    predicted = kv_cache_bytes(c, s.cache_tokens, kv_dtype=ENGINE_KV_DTYPE)
-    cols = st.columns(4)
-    cols[0].metric("Token", texts[step], help=f"id {s.token_id}, p = {s.prob:.1%}")
-    cols[1].metric("Tokens in the cache", f"{s.cache_tokens:,}")
-    cols[2].metric("KV cache, recorded", fmt_bytes(s.kv_bytes), help=f"{s.kv_bytes:,} bytes")
-    cols[3].metric("Prediction", fmt_bytes(predicted), help=f"{predicted:,.0f} bytes",
-                   delta="equal to the byte" if predicted == s.kv_bytes else f"{s.kv_bytes - predicted:+,.0f} B",
-                   delta_color="off", delta_arrow="off")
     layers, kv, heads, tokens, dim = shape
     st.markdown(f"Cache shape: **{layers} layers × {kv} (K and V) × {heads} KV heads × {tokens:,} tokens × {dim} "
                 "dimensions**; "
@@ -188,8 +192,10 @@ def main() -> None:
         show_kv_by_layer_kind(c, s.kv_bytes_per_layer, s.cache_tokens, "kv_cache_layer_kinds")
         st.caption(f"{c.name} mixes layer kinds: its sliding-window layers drop positions older than "
                    f"{c.sliding_window} tokens, so past that length only its full-attention layers keep growing. "
-                   "The prediction line below uses the same per-kind formula.")
-    growth_chart(model, rec, step)
+                   "The prediction line above uses the same per-kind formula.")
+    layer = index_field("Layer to look at", c.num_layers, key="kv.layer", help=f"0 to {c.num_layers - 1}")
+    if layer is None:
+        return
     every_layer_chart(model, s)
     new_rows_chart(model, s, layer)
     qkv_section(model, rec, step, layer, texts)

@@ -21,6 +21,7 @@ from specs.model_config import SpecError
 from ui import df_with_download, formula_expander, model_picker, setup_page, show_error
 from ui.charts import figure, style
 from ui.inside import Prompt, run_settings, session_cached, step_texts, teacher_prompt, teacher_run
+from ui.metrics import metric_row
 from ui.model_source import measured_machine
 from ui.narration import busy_notice, gap_words, step_spread, sweep_words
 
@@ -63,32 +64,33 @@ def itl_histogram(tl: dict) -> None:
     st.plotly_chart(style(fig, height=320, legend_top=False), width="stretch")
 
 
-def run_section(model: Model, prompt: Prompt) -> None:
+def run_section(model: Model, prompt: Prompt, top) -> None:
+    """The run's numbers and timeline in `top` (the page's first screen); how they were measured under them."""
     settings = run_settings(model)
     if settings is None:
         return
     try:
-        with st.spinner("Generating …"):
+        with top, st.spinner("Generating …"):
             rec = teacher_run(model, prompt, *settings)
     except SpecError as e:
-        show_error(e)
+        show_error(e, top)
         return
     texts = step_texts(model, rec)
     tl = record_timeline(rec)
-    cols = st.columns(4)
-    cols[0].metric("TTFT", f"{tl['ttft_ms']:.1f} ms", help="Time to first token: the prefill of the whole prompt.")
-    cols[1].metric("Median ITL", f"{tl['median_itl_ms']:.1f} ms" if len(tl["itl_ms"]) else "–",
-                   help="Inter-token latency: one decode step.")
-    cols[2].metric("Decode speed", f"{tl['tokens_per_s']:.1f} tokens/s" if np.isfinite(tl["tokens_per_s"]) else "–",
-                   help="1 / mean ITL")
-    cols[3].metric("Whole run", f"{tl['total_ms']:.0f} ms", help=f"{len(rec.steps)} tokens")
-    st.caption(f"Measured on this server: {model.name}, float32 NumPy, one sequence (batch 1), a "
-               f"{len(prompt.ids):,}-token prompt, {len(rec.steps)} new tokens ({rec.finish_reason}).")
     load = threads.status()
     notice = busy_notice(load.others_busy, load.cores, step_spread(tl["itl_ms"]))
-    if notice:
-        st.warning(notice, icon=":material/warning:")
-    timeline(rec, texts, tl)
+    with top:
+        metric_row([("TTFT (ms)", f"{tl['ttft_ms']:,.1f}", "Time to first token: the prefill of the whole prompt."),
+                    ("Median ITL (ms)", f"{tl['median_itl_ms']:,.1f}" if len(tl["itl_ms"]) else "–",
+                     "Inter-token latency: one decode step."),
+                    ("Decode speed (tokens/s)",
+                     f"{tl['tokens_per_s']:,.1f}" if np.isfinite(tl["tokens_per_s"]) else "–", "1 / mean ITL"),
+                    ("Whole run (ms)", f"{tl['total_ms']:,.0f}", f"{len(rec.steps)} tokens")])
+        timeline(rec, texts, tl)
+        if notice:
+            st.warning(notice, icon=":material/warning:")
+    st.caption(f"Measured on this server: {model.name}, float32 NumPy, one sequence (batch 1), a "
+               f"{len(prompt.ids):,}-token prompt, {len(rec.steps)} new tokens ({rec.finish_reason}).")
     if len(tl["itl_ms"]):
         itl_histogram(tl)
     st.markdown(decode_beat_claim(tl["itl_ms"], busy=notice is not None))
@@ -118,7 +120,8 @@ def sweep_section(model: Model) -> None:
                 "handles one token and mostly reads the weights, so it barely notices how long the prompt was.")
     ctx = model.config.max_position_embeddings
     lengths = sweep_lengths(ctx - SWEEP_STEPS - 1)
-    st.caption(f"Prompt lengths: {', '.join(map(str, lengths))} tokens of random ids, {SWEEP_STEPS} decode steps "
+    st.caption(f"Prompt lengths: {', '.join(f'{n:,}' for n in lengths)} tokens of random ids, {SWEEP_STEPS} decode "
+               "steps "
                "each (the median step is shown).")
     key = (model.source, lengths)
     have = st.session_state.get(SWEEP_KEY) == key
@@ -159,8 +162,11 @@ def sweep_section(model: Model) -> None:
 
 
 def main() -> None:
+    """The run's numbers and timeline first (a projector's first screen at 1366×768); the intro, the prompt and
+    the run settings under them, then the prompt-length sweep."""
     setup_page("Prefill and decode, measured", icon=":material/timer:")
     st.title("Prefill and decode, measured")
+    top = st.container()
     st.markdown("A reply has two phases. First the model reads the whole prompt in one pass (prefill): that is the "
                 "wait before the first token. Then it produces one token per pass (decode), each pass the same "
                 "work, so on a quiet machine the tokens come at a steady beat. Here is your run on this server, timed pass by pass.")
@@ -168,7 +174,7 @@ def main() -> None:
     prompt = teacher_prompt(model)
     if model is None or prompt is None:
         return
-    run_section(model, prompt)
+    run_section(model, prompt, top)
     sweep_section(model)
 
 

@@ -24,6 +24,7 @@ from ui.model_source import choice_field, fmt_si, sizing_inputs, table_height
 from ui.charts import style as chart_style
 from ui.predict import BOUND_CHOICE, prediction_box
 from ui.world import world_weight_dtype
+from ui.metrics import metric_row
 
 PHASE_SYMBOL = {"prefill": "circle", "decode": "diamond"}
 KIND_COLORS = {"matmul": "#4C78A8", "attention": "#E45756", "elementwise": "#54A24B", "memory": "#B279A2",
@@ -96,12 +97,11 @@ def chart(device: Device, reports: dict[str, dict], group: str) -> go.Figure:
 
 def phase_summary(name: str, rep: dict, where) -> None:
     t = rep["totals"]
-    c = where.columns(4)
-    c[0].metric("FLOPs (whole step)", fmt_si(t["flops"], "FLOP"))
-    c[1].metric("Bytes moved", fmt_bytes(t["bytes"]))
-    c[2].metric("Intensity", f"{fmt_num(t['intensity_flop_per_byte'], 3)} FLOP/B")
-    c[3].metric("Step time (roofline)", f"{fmt_num(t['step_time_ms'], 3)} ms", help=f"{t['bound']}-bound: the "
-                f"larger of compute {fmt_num(t['compute_ms'], 3)} ms and memory {fmt_num(t['memory_ms'], 3)} ms")
+    metric_row([("FLOPs (whole step)", fmt_si(t["flops"], "FLOP"), None),
+                ("Bytes moved", fmt_bytes(t["bytes"]), None),
+                ("Intensity (FLOP/B)", fmt_num(t["intensity_flop_per_byte"], 3), None),
+                ("Step time, roofline (ms)", fmt_num(t["step_time_ms"], 3), f"{t['bound']}-bound: the larger of "
+                 f"compute {fmt_num(t['compute_ms'], 3)} ms and memory {fmt_num(t['memory_ms'], 3)} ms")], where)
     ai = explain_arithmetic_intensity(t["flops"], t["bytes"])
     comp = explain_compute_time(t["flops"], rep["peak_flop_s"])
     mem = explain_bandwidth_floor(t["bytes"], rep["bandwidth_bytes_per_s"])
@@ -112,8 +112,11 @@ def phase_summary(name: str, rep: dict, where) -> None:
 
 
 def main() -> None:
+    """The inputs in one row and the roofline under them (a projector's first screen at 1366×768); the intro, the
+    prediction question, the world's notes, the fit and what the chart says below."""
     setup_page("Roofline", icon=":material/show_chart:")
     st.title("Roofline")
+    top = st.container()
     st.markdown(
         "An operation is limited either by how fast the chip multiplies or by how fast memory feeds it; which "
         "one depends on how many FLOPs it does per byte it moves. The roofline draws both limits on one chart, "
@@ -125,7 +128,7 @@ def main() -> None:
         return
     config, device = chosen
     setup = multi_gpu_sidebar(config, device)
-    cols = st.columns(3)
+    cols = top.columns(3)
     wd_default, wd_key = world_weight_dtype("roof.wd", device)
     wd = choice_field("Weight precision", WEIGHT_DTYPES, wd_default, key=wd_key, where=cols[0],
                       help="Also sets the compute precision: fp8 weights use the fp8 peak, int8/int4 weight-only "
@@ -143,7 +146,7 @@ def main() -> None:
                               f"{config.name} on {device.name}, {wd}: memory {step['memory_ms']:.3g} ms vs compute "
                               f"{step['compute_ms']:.3g} ms"))
     if setup.mesh.gpus_per_replica > 1:
-        st.caption(f"The roofline below is one GPU's view of the whole model; on {setup.label()} each GPU runs "
+        st.caption(f"The roofline above is one GPU's view of the whole model; on {setup.label()} each GPU runs "
                    f"1/{setup.mesh.tp} of every matmul of its stage (Beyond one GPU → Parallelism).")
     try:
         reports = {"prefill": roofline(config, device, s, s, batch, wd),
@@ -154,13 +157,13 @@ def main() -> None:
     groups = list(reports["prefill"]["layers"])
     group = groups[0]
     if len(groups) > 1:
-        group = st.radio("Layer type shown", groups, horizontal=True, key="roof.group")
-    st.plotly_chart(chart_style(chart(device, reports, group)))
+        group = top.radio("Layer type shown", groups, horizontal=True, key="roof.group")
+    top.plotly_chart(chart_style(chart(device, reports, group)))
     ridge = explain_ridge_point(device, reports["prefill"]["precision"])
     st.caption(f"Ridge point of {device.name} at {reports['prefill']['precision']}: {fmt_num(ridge.value, 4)} "
                f"FLOP/byte. Points left of it are memory-bound (their height is intensity × bandwidth); points "
                f"right of it reach the flat compute roof.")
-    st.markdown("\n\n".join(roofline_side_claim(phase, [(r["name"], r["intensity_flop_per_byte"])
+    st.markdown("\n\n".join(roofline_side_claim(phase, [(f"`{r['name']}`", r["intensity_flop_per_byte"])
                                                        for r in rep["layers"].get(group, []) if r["flops"] > 0],
                                                  rep["ridge_flop_per_byte"]) for phase, rep in reports.items()))
     formula_expander("Formula: the ridge point", f"`{ridge.symbolic}`\n\n{ridge.formula}\n\n{ridge.description}"

@@ -198,7 +198,9 @@ def batching(config: ModelConfig, device: Device, setup: MultiGPU, wd: str, kd: 
 
 
 def compare(config: ModelConfig, primary: Device, setup: MultiGPU, P: int, N: int, B: int, wd: str, kd: str,
-            eff: Efficiency) -> None:
+            eff: Efficiency, top) -> None:
+    """The devices side by side: the chart (and its metric switch) in `top`, the page's first screen; the device
+    list and the table here."""
     st.subheader("Compare devices")
     devices = device_multiselect("lat.compare", COMPARE_DEFAULT)
     if primary.name not in [d.name for d in devices]:
@@ -222,16 +224,16 @@ def compare(config: ModelConfig, primary: Device, setup: MultiGPU, P: int, N: in
     if not rows:
         return
     df = pd.DataFrame(rows)
-    metric = st.radio("Compare", ["ITL (ms)", "TTFT (ms)", "total latency (ms)", "tokens/s all streams",
-                                  "$ per 1M output tokens"], horizontal=True, key="lat.compare_metric")
+    metric = top.radio("Compare", ["ITL (ms)", "TTFT (ms)", "total latency (ms)", "tokens/s all streams",
+                                   "$ per 1M output tokens"], horizontal=True, key="lat.compare_metric")
     fig = px.bar(df, x="device", y=metric, color="case", barmode="group", text_auto=",.3~r",
                  color_discrete_map={"ideal": "#9ecae9", "realistic": "#4C78A8"},
                  title=f"{metric}: {config.name}, prompt {P:,}, reply {N:,}, batch {B:,}")
     fig.update_layout(height=440, margin=dict(l=10, r=10, t=50, b=10))
-    st.plotly_chart(chart_style(fig))
+    top.plotly_chart(chart_style(fig))
     if metric == "$ per 1M output tokens":
-        st.caption("Devices without an hourly price (Apple, some accelerators) have no cost bar. Prices are "
-                   "typical on-demand rates and assumptions (specs/devices.json).")
+        top.caption("Devices without an hourly price (Apple, some accelerators) have no cost bar. Prices are "
+                    "typical on-demand rates and assumptions (specs/devices.json).")
     df_with_download(df, "device_comparison", column_config={
         c: st.column_config.NumberColumn(format="%.4g") for c in df.columns
         if c not in ("device", "case", "fits on 1 GPU")}, show=list(df.columns))      # the leading ones that fit
@@ -239,19 +241,17 @@ def compare(config: ModelConfig, primary: Device, setup: MultiGPU, P: int, N: in
 
 
 def main() -> None:
+    """The inputs in one row and the devices' chart under them (a projector's first screen at 1366×768); the
+    notes on what is sized, the intro, the efficiency knobs, this device's numbers, batching and the comparison's
+    table below."""
     setup_page("Bandwidth floor and latency", icon=":material/speed:")
     st.title("Bandwidth floor and latency")
-    st.markdown(
-        "Generating one token means streaming every weight (and the conversation's KV cache) from memory, so "
-        "memory bandwidth sets a hard lower limit on the time between tokens. The first token is different: "
-        "the prompt's tokens share each weight read, so a long prompt makes prefill limited by compute instead; "
-        "a short one (fewer tokens than the device's FLOP-per-byte ridge) still waits on memory. The caption under "
-        "the numbers says which holds for yours.")
+    top = st.container()                  # the inputs and the chart; the sidebar's notes on the world come after
     chosen = sizing_with_gpus()
     if chosen is None:
         return
     config, device, setup = chosen
-    cols = st.columns(5)
+    cols = top.columns(5)
     wd_default, wd_key = world_weight_dtype("lat.wd", device)
     wd = choice_field("Weight precision", WEIGHT_DTYPES, wd_default, key=wd_key, where=cols[0])
     kd = choice_field("KV precision", KV_DTYPES, default_kv_dtype(wd), key="lat.kd", where=cols[1])
@@ -259,12 +259,18 @@ def main() -> None:
                   key="lat.prompt", where=cols[2])
     N = int_field("Output tokens", 200, 1, config.max_position_embeddings, key="lat.output", where=cols[3])
     B = int_field("Batch", 1, 1, 1 << 16, key="lat.batch", where=cols[4])
+    st.markdown(
+        "Generating one token means streaming every weight (and the conversation's KV cache) from memory, so "
+        "memory bandwidth sets a hard lower limit on the time between tokens. The first token is different: "
+        "the prompt's tokens share each weight read, so a long prompt makes prefill limited by compute instead; "
+        "a short one (fewer tokens than the device's FLOP-per-byte ridge) still waits on memory. The caption under "
+        "the numbers says which holds for yours.")
     eff = efficiency_knobs()
     if None in (P, N, B) or eff is None:
         return
     for section in (lambda: headline(config, device, setup, P, N, B, wd, kd, eff),
                     lambda: batching(config, device, setup, wd, kd),
-                    lambda: compare(config, device, setup, P, N, B, wd, kd, eff)):
+                    lambda: compare(config, device, setup, P, N, B, wd, kd, eff, top)):
         try:
             section()
         except SpecError as e:

@@ -38,9 +38,12 @@ RESULTS_KEY = "quant.results"             # {(model source, scheme labels, lm_he
 
 
 # ============================================================================================ calculated
-def size_section(config: ModelConfig, device, setup: MultiGPU | None = None) -> None:
-    st.subheader(f"Calculated: {config.name} at each precision on {device.name}")
-    cols = st.columns([1, 3])
+def size_section(config: ModelConfig, device, setup: MultiGPU | None = None, first=None) -> None:
+    """The heading, the group size and the chart in `first` (the page's first screen), the formula and the table
+    where the page is."""
+    first = first if first is not None else st.container()
+    first.subheader(f"Calculated: {config.name} at each precision on {device.name}")
+    cols = first.columns([1, 3])
     g = int_field("Scale group size (0 = no scales)", 0, 0, 1 << 20, key="quant.group", where=cols[0],
                   help="Integer formats store one fp16 scale per group of weights (GPTQ/AWQ use 64-128).")
     if g is None:
@@ -206,8 +209,11 @@ MEASURED_FIRST = ("scheme", "bits", "perplexity_change_pct", "top1_agreement", "
 
 
 def main() -> None:
+    """The calculated sizes' chart under the title (a projector's first screen at 1366×768); the intro, the
+    world's notes, the formula and the table under it, then the round trip, the granularity and the measurement."""
     setup_page("Quantization", icon=":material/compress:")
     st.title("Quantization")
+    top = st.container()
     st.markdown(
         "Decode streams every weight once per token, so storing weights in 8 or 4 bits instead of 16 cuts the "
         "bytes moved, and the bandwidth floor, by 2× or 4×. The price is rounding error; here you calculate the "
@@ -221,7 +227,7 @@ def main() -> None:
         st.info("Choose a model to size and a device in the sidebar.")
     else:
         try:
-            size_section(config, device, setup)
+            size_section(config, device, setup, top)
         except SpecError as e:
             show_error(e)
     for section in (walkthrough_section, granularity_section, lambda: measured_section(model)):

@@ -29,6 +29,7 @@ from ui.predict import prediction_box
 from ui.batching_claims import batch_text, ceiling_label, measured_words, theory_words
 from ui.narration import busy_notice, spread
 from ui.world import CLASS, current_world
+from ui.metrics import metric_row
 
 TABLE_BATCHES = (1, 8, 32, 128)
 PREDICT_STREAMS = 8               # the question: speed-up of this many streams over one
@@ -43,18 +44,11 @@ def batch_points(largest: int) -> list[int]:
     return sorted(pts | {largest})
 
 
-def theory(model, context: int, largest: int) -> None:
+def theory(model, context: int, largest: int, first) -> None:
+    """The step model's chart, its three numbers and what they say in `first` (the first screen); the arithmetic and
+    the tables where the page is."""
     rows = batch_curve(model, context, batch_points(largest))
     b_kv, b_c = kv_critical_batch(model, context), compute_critical_batch(model, context)
-    c = st.columns(3)
-    c[0].metric("KV read ≥ weight read from batch", batch_text(b_kv),
-                help="From this batch on the sequences' KV caches cost more bandwidth than the weights.")
-    c[1].metric("Compute-bound from batch", batch_text(b_c),
-                help="From this batch on a decode step's FLOPs take longer than its memory traffic.")
-    c[2].metric(f"Throughput gain, batch {rows[-1]['batch']:,} vs 1",
-                f"{fmt_num(rows[-1]['gain_vs_first'], 3)}×",
-                help=f"each stream slows from {fmt_num(rows[0]['itl_ms'], 3)} to {fmt_num(rows[-1]['itl_ms'], 3)} "
-                     "ms per token")
     df = pd.DataFrame(rows)
     fig = make_subplots(specs=[[{"secondary_y": True}]])
     fig.add_trace(go.Scatter(x=df["batch"], y=df["total_tok_s"], name="tokens/s, all streams", mode="lines+markers",
@@ -71,8 +65,17 @@ def theory(model, context: int, largest: int) -> None:
     fig.update_yaxes(title="ms per token, each stream", secondary_y=True)
     fig.update_layout(height=460, title=f"{model.name}, {context:,} tokens of context each",
                       legend=dict(orientation="h", y=-0.25), margin=dict(l=10, r=10, t=60, b=10))
-    st.plotly_chart(chart_style(fig))
-    st.markdown(theory_words(rows, b_kv, b_c))
+    first.plotly_chart(chart_style(fig))
+    c = first.columns(3)
+    c[0].metric("KV read ≥ weight read from batch", batch_text(b_kv),
+                help="From this batch on the sequences' KV caches cost more bandwidth than the weights.")
+    c[1].metric("Compute-bound from batch", batch_text(b_c),
+                help="From this batch on a decode step's FLOPs take longer than its memory traffic.")
+    c[2].metric(f"Throughput gain, batch {rows[-1]['batch']:,} vs 1",
+                f"{fmt_num(rows[-1]['gain_vs_first'], 3)}×",
+                help=f"each stream slows from {fmt_num(rows[0]['itl_ms'], 3)} to {fmt_num(rows[-1]['itl_ms'], 3)} "
+                     "ms per token")
+    first.markdown(theory_words(rows, b_kv, b_c))
     formula_expander("The arithmetic", "\n\n".join(
         f"**{e.name}** `{e.symbolic}`\n\n{e.formula}  \n_{e.source}_" for e in (
             explain_batch_step(model, 32, context), explain_kv_critical_batch(model, context),
@@ -137,13 +140,11 @@ def measured(model, slot) -> None:
     if notice:
         st.warning(notice, icon=":material/warning:")
     last = rows[-1]
-    c = st.columns(3)
-    c[0].metric(f"Scheduler, {last['streams']:,} streams", f"{fmt_num(last['gain'], 3)}× one stream",
-                help="Decode tokens/s of all streams ÷ one stream's, measured side by side (median of rounds).")
-    c[1].metric(f"Ceiling, {last['streams']:,} rows", f"{fmt_num(last['ceiling'], 3)}× one row",
-                help="The step's weight products alone in plain NumPy: n rows against one row, n · t(1) / t(n).")
-    c[2].metric("Share of the ceiling", f"{last['share']:.0%}",
-                help="Scheduler gain ÷ ceiling, round by round (median).")
+    metric_row([(f"Scheduler, {last['streams']:,} streams (× one stream)", f"{fmt_num(last['gain'], 3)}×",
+                 "Decode tokens/s of all streams ÷ one stream's, measured side by side (median of rounds)."),
+                (f"Ceiling, {last['streams']:,} rows (× one row)", f"{fmt_num(last['ceiling'], 3)}×",
+                 "The step's weight products alone in plain NumPy: n rows against one row, n · t(1) / t(n)."),
+                ("Share of the ceiling", f"{last['share']:.0%}", "Scheduler gain ÷ ceiling, round by round (median).")])
     df = pd.DataFrame(rows)
     x = df["streams"].astype(str)
     fig = go.Figure([
@@ -168,28 +169,31 @@ def measured(model, slot) -> None:
 
 
 def main() -> None:
+    """The step model's inputs and its chart first (a projector's first screen at 1366×768), its numbers under the
+    chart; the intro, the prediction question and the engine's measurement below."""
     setup_page("Batching", icon=":material/stacked_bar_chart:")
     st.title("Batching")
+    top = st.container()
     st.markdown(
         "A decode step streams every weight from memory to produce one token per sequence. Put several "
         "sequences in the same step and they share that weight read: as long as the weight read dominates the "
         "step, total throughput climbs with the batch while each user waits barely longer per token. That ends "
-        "where the KV traffic, or the arithmetic, catches up with the weight read. The step model below says "
+        "where the KV traffic, or the arithmetic, catches up with the weight read. The step model above says "
         "where that is for the device you pick; the engine measures it on this machine.")
     slot = prediction_box("batching.speedup_8")
-    model = step_model_inputs()
+    model = step_model_inputs()           # the sidebar; its notes on the world go under the chart
     if model is not None:
-        c = st.columns(2)
+        c = top.columns(2)
         context = int_field("Context per sequence (tokens)", 300, 0, 10_000_000, key="batching.context", where=c[0])
         largest = int_field("Largest batch", 64 if current_world() == CLASS else 1024, 1, 1_000_000,
                             key="batching.largest", where=c[1])          # a CPU is compute-bound long before 1,024
         if None not in (context, largest):
             try:
-                theory(model, context, largest)
+                theory(model, context, largest, top)
                 slot.compare(formula=(batch_curve(model, context, [1, PREDICT_STREAMS])[-1]["gain_vs_first"],
                                       f"step-time model, {model.name}, {context:,} tokens of context"))
             except SpecError as e:
-                show_error(e)
+                show_error(e, top)
     engine_model = model_picker()
     if engine_model is not None:
         measured(engine_model, slot)

@@ -16,7 +16,7 @@ from specs.model_config import SpecError
 from ui import df_with_download, float_field, formula_expander, int_field, model_picker, setup_page, show_error
 from ui.generation import prompt_ids
 from ui.serving import (engine_gantt, gantt_figure, measured_run, remembered, serve_prompts,
-                        step_model_inputs, workload_inputs, workload_key)
+                        step_model_inputs, folded_workload_inputs, workload_key)
 
 POLICIES = ("static", "continuous")
 SUMMARY_ROWS = (("throughput_tok_s", "throughput (tokens/s)"), ("throughput_req_s", "requests/s"),
@@ -34,36 +34,39 @@ def summary_text(key: str, value: float) -> str:
     return f"≈ {round(value):,}" if key == "mean_batch" else fmt_num(value, 3)
 
 
-def simulated(model) -> None:
-    st.subheader("Simulated: the same arrivals, two schedulers")
-    hint = remembered("cb.rate_hint", (model,), lambda: suggested_rate_for(model, PROMPT, OUTPUT, SLOTS))  # ~0.4 s
-    w = workload_inputs("cb", n=400, rate=hint, prompt=PROMPT, output=OUTPUT, scale=model.name)
-    c = st.columns(3)
-    cap = int_field("Batch slots", SLOTS, 1, 4096, key="cb.slots", where=c[0])
-    timeout = float_field("Static: wait to fill a batch (s)", 0.0, 0.0, 3600.0, key="cb.timeout", where=c[1],
-                          help="0 = start with whatever is waiting when the accelerator frees up.")
-    shown = int_field("Requests in the timeline", 30, 1, 300, key="cb.shown", where=c[2])
-    if w is None or None in (cap, timeout, shown):
-        return
-    try:
-        runs = {p: remembered("cb.sim", (model, workload_key(w), p, cap, timeout),
-                              lambda p=p: simulate(model, w, p, cap, batch_timeout_s=timeout)) for p in POLICIES}
-    except SpecError as e:
-        show_error(e)
-        return
-    sums = {p: r.summary() for p, r in runs.items()}
-    c = st.columns(3)
-    c[0].metric("Throughput, continuous", f"{fmt_num(sums['continuous']['throughput_tok_s'], 3)} tok/s",
-                delta=f"static {fmt_num(sums['static']['throughput_tok_s'], 3)} tok/s", delta_color="off",
-                delta_arrow="off")
-    c[1].metric("TTFT p99, continuous", f"{fmt_num(sums['continuous']['ttft_p99_ms'], 4)} ms",
-                delta=f"static {fmt_num(sums['static']['ttft_p99_ms'], 4)} ms", delta_color="off",
-                delta_arrow="off")
-    c[2].metric("Padding in static batches", f"{fmt_num(100 * sums['static']['padding_waste'], 3)}%",
-                help="Slot-steps spent on requests that had already finished, waiting for the longest one.")
-    for p in POLICIES:
-        st.plotly_chart(gantt_figure(runs[p].gantt(shown), f"{p.capitalize()} batching: first {shown} requests "
-                                     f"({cap} slots)"), key=f"cb.gantt.{p}")
+def simulated(model, first) -> None:
+    """The inputs, both timelines and the three numbers in `first` (the page's first screen); the table and the
+    arithmetic where the page is."""
+    with first:
+        st.subheader("Simulated: the same arrivals, two schedulers")
+        hint = remembered("cb.rate_hint", (model,), lambda: suggested_rate_for(model, PROMPT, OUTPUT, SLOTS))  # ~0.4 s
+        w = folded_workload_inputs("cb", n=400, rate=hint, prompt=PROMPT, output=OUTPUT, scale=model.name)
+        c = st.columns(3)
+        cap = int_field("Batch slots", SLOTS, 1, 4096, key="cb.slots", where=c[0])
+        timeout = float_field("Static: wait to fill a batch (s)", 0.0, 0.0, 3600.0, key="cb.timeout", where=c[1],
+                              help="0 = start with whatever is waiting when the accelerator frees up.")
+        shown = int_field("Requests in the timeline", 30, 1, 300, key="cb.shown", where=c[2])
+        if w is None or None in (cap, timeout, shown):
+            return
+        try:
+            runs = {p: remembered("cb.sim", (model, workload_key(w), p, cap, timeout),
+                                  lambda p=p: simulate(model, w, p, cap, batch_timeout_s=timeout)) for p in POLICIES}
+        except SpecError as e:
+            show_error(e)
+            return
+        sums = {p: r.summary() for p, r in runs.items()}
+        for p in POLICIES:
+            st.plotly_chart(gantt_figure(runs[p].gantt(shown), f"{p.capitalize()} batching: first {shown} requests "
+                                         f"({cap} slots)"), key=f"cb.gantt.{p}")
+        c = st.columns(3)
+        c[0].metric("Throughput, continuous", f"{fmt_num(sums['continuous']['throughput_tok_s'], 3)} tok/s",
+                    delta=f"static {fmt_num(sums['static']['throughput_tok_s'], 3)} tok/s", delta_color="off",
+                    delta_arrow="off")
+        c[1].metric("TTFT p99, continuous", f"{fmt_num(sums['continuous']['ttft_p99_ms'], 4)} ms",
+                    delta=f"static {fmt_num(sums['static']['ttft_p99_ms'], 4)} ms", delta_color="off",
+                    delta_arrow="off")
+        c[2].metric("Padding in static batches", f"{fmt_num(100 * sums['static']['padding_waste'], 3)}%",
+                    help="Slot-steps spent on requests that had already finished, waiting for the longest one.")
     st.caption(f"{w.source}. Orange = prefill, blue = decode, red = padding (a finished request still holding its "
                "slot in a static batch). Step times from the ideal step model in the sidebar.")
     table = pd.DataFrame({"metric": [label for _, label in SUMMARY_ROWS],
@@ -137,16 +140,19 @@ def measured(model) -> None:
 
 
 def main() -> None:
+    """The simulation's inputs, its two timelines and numbers first (a projector's first screen at 1366×768); the
+    intro and the world's notes under them, then the engine's run."""
     setup_page("Continuous batching", icon=":material/view_timeline:")
     st.title("Continuous batching")
+    top = st.container()
     st.markdown(
         "A static batch starts together and ends together: short replies sit in their slot as padding until the "
         "longest is done, and a request arriving meanwhile waits for the whole batch. Continuous (in-flight) "
         "batching re-forms the batch at every step: a finished request leaves at once and a waiting one takes "
-        "its slot after its prefill. Below, both serve the very same arrivals.")
+        "its slot after its prefill. Above, both serve the very same arrivals.")
     model = step_model_inputs()
     if model is not None:
-        simulated(model)
+        simulated(model, top)
     engine_model = model_picker()
     if engine_model is not None:
         measured(engine_model)

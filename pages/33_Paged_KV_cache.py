@@ -22,7 +22,7 @@ from ui import df_with_download, formula_expander, int_field, model_picker, setu
 from ui.generation import prompt_ids
 from ui.server import heavy_job
 from ui.serving import (block_table_rows, pool_figure, pool_owners, remembered, step_model_inputs, style,
-                        workload_inputs, workload_key)
+                        folded_workload_inputs, workload_key)
 from ui.narration import allocator_words, scheduler_step_words
 
 LIVE_KEY = "paged.live"                       # per session: (model source, Scheduler, [StepReport])
@@ -132,11 +132,10 @@ def live(model) -> None:
 
 
 def simulated(model) -> None:
+    """The allocators' inputs and their memory over time first (the page's first screen at 1366×768), what they
+    do and the rest under it."""
     st.subheader("Simulated: three allocators, one request stream")
-    st.markdown("Reserve-for-max locks a full context per request. Contiguous growth packs requests tightly but "
-                "leaves holes; a request that cannot grow in place is copied, or preempted when no hole fits. "
-                "Paging hands out blocks from anywhere.")
-    w = workload_inputs("alloc", n=200, rate=20.0, prompt=200, output=150)
+    w = folded_workload_inputs("alloc", n=200, rate=20.0, prompt=200, output=150)
     c = st.columns(4)
     pool = int_field("KV pool (tokens)", 12_000, 1, 10_000_000, key="alloc.pool", where=c[0])
     bs = int_field("Block size", 16, 1, 4096, key="alloc.block", where=c[1])
@@ -153,8 +152,6 @@ def simulated(model) -> None:
         show_error(e)
         return
     rows = [res[p].summary(model.kv_bytes_per_token) for p in POLICIES]
-    st.caption(f"Pool: {pool:,} positions = {fmt_bytes(rows[0]['capacity_bytes'])} at "
-               f"{fmt_bytes(model.kv_bytes_per_token)} per token ({model.name}). One step = one decode step.")
     fig = go.Figure()
     for p in POLICIES:
         t = res[p].timeline
@@ -165,6 +162,11 @@ def simulated(model) -> None:
     fig.add_hline(y=pool, line_dash="dash", line_color="gray", annotation_text="pool", annotation_font_size=14)
     st.plotly_chart(style(fig, "KV memory over time: allocated (solid) vs actually holding tokens (dotted)",
                           "step", "token positions", height=460), key="alloc.memory")
+    st.caption(f"Pool: {pool:,} positions = {fmt_bytes(rows[0]['capacity_bytes'])} at "
+               f"{fmt_bytes(model.kv_bytes_per_token)} per token ({model.name}). One step = one decode step.")
+    st.markdown("Reserve-for-max locks a full context per request. Contiguous growth packs requests tightly but "
+                "leaves holes; a request that cannot grow in place is copied, or preempted when no hole fits. "
+                "Paging hands out blocks from anywhere.")
     fig = go.Figure([go.Scatter(x=res[p].timeline["step"], y=res[p].timeline["running"], name=p,
                                 line=dict(color=POLICY_COLORS[p], width=POLICY_WIDTHS[p])) for p in POLICIES])
     st.plotly_chart(style(fig, "Requests running at once", "step", "batch", height=360), key="alloc.batch")
@@ -178,20 +180,25 @@ def simulated(model) -> None:
 
 
 def main() -> None:
+    """The three allocators, simulated, under the title (a projector's first screen at 1366×768: their chart
+    whether or not the live run was started); the intro, the worked example, the world's notes and the engine's
+    live block tables under them."""
     setup_page("Paged KV cache", icon=":material/grid_view:")
     st.title("Paged KV cache")
+    top = st.container()
     st.markdown(
         "Every running request needs room for its keys and values, and that room grows one token at a time by "
         "amounts nobody knows in advance. Giving each request one contiguous slab either wastes the unused tail "
         "or breaks free memory into holes. Paging splits the cache into small equal blocks and keeps, per "
         "request, a table of where its blocks are: waste shrinks to the unfilled end of one block.")
+    model = step_model_inputs()           # the sidebar; its notes on the world go under the chart
+    if model is not None:
+        with top:
+            simulated(model)
     worked_example()
     engine_model = model_picker()
     if engine_model is not None:
         live(engine_model)
-    model = step_model_inputs()
-    if model is not None:
-        simulated(model)
 
 
 main()

@@ -22,6 +22,8 @@ from ui.serving import measured_run, step_model_inputs, style
 
 
 def theory(model) -> None:
+    """The inputs, the prefill with and without the cache and its numbers (drawn where the page puts this
+    section: its first screen); the arithmetic and the table after them."""
     st.subheader("The arithmetic")
     c = st.columns(4)
     prefix = int_field("Shared prefix (tokens)", 500, 0, 10_000_000, key="prefix.prefix", where=c[0])
@@ -38,6 +40,11 @@ def theory(model) -> None:
         return
     P, kv, saved, red = nums["prompt_tokens"], nums["prefix_kv_bytes"], nums["saved"], nums["redundant"]
     blocks, times = nums["blocks"], nums["times"]
+    fig = go.Figure(go.Bar(x=["no prefix cache", "prefix cached"], y=[times["full_ms"], times["cached_ms"]],
+                           text=[f"{fmt_num(times['full_ms'], 3)} ms", f"{fmt_num(times['cached_ms'], 3)} ms"],
+                           marker_color=["#e45756", "#4c78a8"]))
+    st.plotly_chart(style(fig, f"Prefill of one {P:,}-token prompt on {model.name}", "", "ms", height=380),
+                    key="prefix.bars")
     c = st.columns(4)
     c[0].metric("KV of the prefix, cached once", fmt_bytes(kv))
     c[1].metric("Tokens left to prefill", f"{saved['tokens_to_prefill']:,} of {P:,}",
@@ -47,11 +54,6 @@ def theory(model) -> None:
     c[3].metric("Blocks the prefix fills", f"{blocks['full_blocks']:,} full",
                 help=f"+ {blocks['partial_block_tokens']} tokens in a partial block, which is not shared as is "
                      "(a request writing into it copies it first)")
-    fig = go.Figure(go.Bar(x=["no prefix cache", "prefix cached"], y=[times["full_ms"], times["cached_ms"]],
-                           text=[f"{fmt_num(times['full_ms'], 3)} ms", f"{fmt_num(times['cached_ms'], 3)} ms"],
-                           marker_color=["#e45756", "#4c78a8"]))
-    st.plotly_chart(style(fig, f"Prefill of one {P:,}-token prompt on {model.name}", "", "ms", height=380),
-                    key="prefix.bars")
     formula_expander("The arithmetic", f"**{ex.name}** `{ex.symbolic}`: {ex.formula}  \n_{ex.source}_\n\n"
                      f"KV of the prefix: {prefix:,} tokens × {fmt_bytes(model.kv_bytes_per_token)} = {fmt_bytes(kv)}."
                      f"\n\nPrefill time (step model): the whole prompt takes {fmt_num(times['full_ms'], 4)} ms; with "
@@ -104,15 +106,19 @@ def measured(model) -> None:
 
 
 def main() -> None:
+    """The arithmetic's chart under the title (a projector's first screen at 1366×768); the intro and the world's
+    notes under it, then the engine's measurement."""
     setup_page("Prefix caching", icon=":material/cached:")
     st.title("Prefix caching")
+    top = st.container()
     st.markdown(
         "Many requests start with the same words: a system prompt, a document, the start of a conversation. "
         "Because attention is causal, the keys and values of those words depend on nothing after them, so they "
         "come out identical every time. Keep them, and each new request only prefills what is new.")
-    model = step_model_inputs()
+    model = step_model_inputs()           # the sidebar; its notes on the world go under the chart
     if model is not None:
-        theory(model)
+        with top:
+            theory(model)
     engine_model = model_picker()
     if engine_model is not None:
         measured(engine_model)

@@ -49,6 +49,7 @@ def theory(model) -> None:
         show_error(e)
         return
     whole, chunked = (case["row"] for case in cases.values())
+    step_chart(cases, streams, prompt)
     c = st.columns(3)
     c[0].metric("Normal decode step", f"{fmt_num(step, 3)} ms")
     c[1].metric("Worst token gap, whole prefill", f"{fmt_num(whole['itl_max_ms'], 3)} ms",
@@ -72,14 +73,18 @@ def theory(model) -> None:
 
 
 
-def simulated(cases: dict, streams: int, prompt: int) -> None:
-    st.subheader("Simulated")
+def step_chart(cases: dict, streams: int, prompt: int) -> None:
+    """The simulated step times, whole prefill against chunks: the lesson's chart, right under its inputs."""
     fig = go.Figure()
     for label, case in cases.items():
         fig.add_scatter(y=case["result"].itl_ms, mode="lines+markers", name=label)
-    rows = [case["row"] for case in cases.values()]
     st.plotly_chart(style(fig, f"Step times while {streams:,} streams decode and a {prompt:,}-token prompt "
                           "arrives", "step", "ms until the next token", height=420), key="chunked.sim_fig")
+
+
+def simulated(cases: dict, streams: int, prompt: int) -> None:
+    st.subheader("Simulated")
+    rows = [case["row"] for case in cases.values()]
     df_with_download(pd.DataFrame(rows), "chunked_prefill_simulated", column_config={
         k: st.column_config.NumberColumn(format="%.4g") for k in rows[0] if k.endswith("_ms")})
     st.caption("The streams' own prompts are prefilled first (in chunks too, in the chunked run); the long prompt "
@@ -127,21 +132,26 @@ def measured(model) -> None:
         "long_prompt_ttft_ms": "long TTFT (ms)", "itl_max_spread": "worst-gap spread", "itl_p99_ms": "p99 gap (ms)",
         "forward_tokens": "forward tokens", "padded_tokens": "padded tokens", "long_prompt_len": "long prompt"})
     st.caption(f"Measured on this machine (NumPy), each case {REPEATS} times, interleaved; the table shows the "
-               "medians and, as the worst-gap spread (itl_max_spread), how far the worst gap moved between repeats. The engine's tests "
+               "medians and, as the worst-gap spread (`itl_max_spread` in the CSV), how far the worst gap moved "
+               "between repeats. The engine's tests "
                "check that chunking leaves every request's tokens unchanged.")
 
 
 def main() -> None:
+    """The stall's inputs and the simulated step times under the title (a projector's first screen at 1366×768);
+    the intro and the world's notes after that section, then the engine's measurement."""
     setup_page("Chunked prefill", icon=":material/splitscreen:")
     st.title("Chunked prefill")
+    top = st.container()
     st.markdown(
         "Prefill is a big, compute-heavy step; decode steps are small and bandwidth-bound. When a long prompt "
         "joins a running batch in one piece, every stream waits for it and its users see the reply stutter. "
         "Splitting the prompt into chunks, one per step alongside the normal decode tokens, turns one long "
         "freeze into several small bumps, at the price of a slightly later first token for the newcomer.")
-    model = step_model_inputs()
+    model = step_model_inputs()           # the sidebar; its notes on the world go under the chart
     if model is not None:
-        theory(model)
+        with top:
+            theory(model)
     engine_model = model_picker()
     if engine_model is not None:
         measured(engine_model)

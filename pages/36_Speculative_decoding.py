@@ -44,17 +44,17 @@ def theory() -> None:
     except SpecError as e:
         show_error(e)
         return
-    c = st.columns(2)
-    c[0].metric("Tokens per target pass", fmt_num(ex.value, 3))
-    c[1].metric("Speedup over plain decoding", f"{fmt_num(speed, 3)}×",
-                help="E[tokens] ÷ (1 + K × draft cost): one verification pass plus K draft steps per round, "
-                     "decode bandwidth-bound (Leviathan et al. 2022).")
     fig = go.Figure([go.Scatter(x=ALPHAS, y=[expected_tokens_per_pass(a, kk) for a in ALPHAS], name=f"K = {kk}",
                                 mode="lines", line=dict(width=3)) for kk in KS])
     fig.add_scatter(x=[alpha], y=[ex.value], mode="markers", marker=dict(size=14, color="black"),
                     name=f"α {alpha:g}, K {k}")
     st.plotly_chart(style(fig, "Expected tokens per target pass", "acceptance α", "tokens", height=420),
                     key="spec.curve")
+    c = st.columns(2)
+    c[0].metric("Tokens per target pass", fmt_num(ex.value, 3))
+    c[1].metric("Speedup over plain decoding", f"{fmt_num(speed, 3)}×",
+                help="E[tokens] ÷ (1 + K × draft cost): one verification pass plus K draft steps per round, "
+                     "decode bandwidth-bound (Leviathan et al. 2022).")
     formula_expander("The arithmetic", f"**{ex.name}** `{ex.symbolic}`: {ex.formula}  \n_{ex.source}_\n\n"
                      f"Speedup = E[tokens] ÷ (1 + K × c) with c = {cost:g}: {fmt_num(speed, 4)}×. "
                      "003 Detail 19 with K = 4: α 0.8 → ≈ 3.4 tokens, 0.5 → ≈ 1.9, 0.2 → ≈ 1.2.")
@@ -172,14 +172,18 @@ def show_result(r: dict, k: int, lookup: bool, model, layers: int, name: str) ->
 
 
 def main() -> None:
+    """The formula's inputs and its curve under the title (a projector's first screen at 1366×768), then the intro
+    and the engine's two drafts."""
     setup_page("Speculative decoding", icon=":material/fast_forward:")
     st.title("Speculative decoding")
+    top = st.container()
     st.markdown(
         "A decode step of a big model is paid mostly in weight reads, and checking five tokens costs about the "
         "same as producing one. So let a small, fast draft guess a few tokens ahead and have the big model check "
         "them all in one pass: every guess it agrees with is a token for free, and the first disagreement is "
         "replaced by the big model's own choice, so the output is exactly what it would have written.")
-    theory()
+    with top:
+        theory()
     engine_model = model_picker()
     if engine_model is not None:
         measured(engine_model)

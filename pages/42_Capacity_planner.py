@@ -148,7 +148,8 @@ def results(res, wl: Workload, config=None, stack=None, setup=None, devices=(), 
         elif config is not None:
             best = plan_rows(res, 1)[0]
             at, unchecked = evaluate_at_rate(config, best, wl, stack, devices)      # one evaluation for both
-            headline(best, wl, config, stack, devices, at, unchecked)
+            headline(best, wl, config, stack, devices, at, unchecked,
+                     chart=lambda: frontier_chart(res, chosen=best))            # the key chart: first screen
             chosen_plan_section(config, best, wl, stack, wl.longest_request(config.max_position_embeddings),
                                 setup.usable_fraction, devices, at, unchecked)
     st.subheader("Every feasible plan")
@@ -159,7 +160,8 @@ def results(res, wl: Workload, config=None, stack=None, setup=None, devices=(), 
     if not reason:
         rows = plan_rows(res, 30)
         precision_caveats(rows[:15])
-        frontier_chart(res, chosen=best or rows[0])
+        if best is None:                                  # else drawn in the headline, on the first screen
+            frontier_chart(res, chosen=rows[0])
         df = pd.DataFrame(rows)
         show = df.assign(**{"per-GPU need (GB)": df["per_gpu_needed_bytes"] / GB}).drop(
             columns=["per_gpu_weight_bytes", "per_gpu_kv_bytes", "per_gpu_needed_bytes", "usable_bytes"])
@@ -188,11 +190,11 @@ def results(res, wl: Workload, config=None, stack=None, setup=None, devices=(), 
 def main() -> None:
     setup_page("Capacity planner", icon=":material/price_check:")
     st.title("Capacity planner")
+    top = st.container()               # the answer first: filled once the search below has run
     st.markdown("Say what you serve and how fast it must answer; the planner tries every device, GPU count, "
                 "split, batch cap and precision, keeps the plans that meet the targets, and ranks them by what a "
                 "million tokens costs at your load. Each plan names the wall it is closest to. The cheapest plan comes "
                 "first; the workload and the choices it was searched under follow it.")
-    top = st.container()               # the answer first: filled once the search below has run
     config = model_source(world=DATACENTRE, why=PLANNER_WHY)
     setup = multi_gpu_sidebar(config, None, layout_used=False)
     units_note()

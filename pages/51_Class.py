@@ -189,8 +189,9 @@ def live_view(cfg: BackendConfig, model, device) -> None:
          "1 / median time of steps that decoded a single request"),
     ])
     speedup = snap.batching_speedup()
-    if np.isfinite(speedup):
-        st.markdown(speedup_words(snap, speedup))
+    said = speedup_words(snap, speedup) if np.isfinite(speedup) else ""
+    if said:
+        st.markdown(said)
     if last is not None:
         st.caption(last_step_words(last.seconds, last.decode_requests, last.prefill_tokens, last.tokens_out,
                                    max(snap.taken_at - last.ended_at, 0.0), snap.running))

@@ -78,3 +78,30 @@ def in_datacentre(state: dict) -> dict:
     "this class's machine", such a page keeps its model and device under keys of its own."""
     from ui.world import DATACENTRE, DEVICE_KEY, PRESET_KEY
     return {(f"{DATACENTRE.key}.{k}" if k in (PRESET_KEY, DEVICE_KEY) else k): v for k, v in state.items()}
+
+
+def in_order(node, out=None) -> list[str]:
+    """The page's elements top to bottom: their types (a block's children in their order on the page)."""
+    out = [] if out is None else out
+    children = getattr(node, "children", None)
+    if children:
+        for k in sorted(children):
+            in_order(children[k], out)
+    else:
+        out.append(getattr(node, "type", ""))
+    return out
+
+
+def chart_comes_first(at: AppTest, *later: str, since: str = "title") -> list[str]:
+    """The page's key (first) chart on its first screen (1366×768): it comes before every element of the kinds
+    `later` ("text_area": the prompt box, "markdown": the intro's prose, ...), counted from the first element of
+    kind `since` (the page's title: setup_page's style comes before it; or its first input, after the notes a
+    sizing page opens with). Returns the element kinds from there for the assertion's message; fails when a kind
+    of `later` comes first or the page drew no chart."""
+    kinds = in_order(at.main)
+    kinds = kinds[kinds.index(since):] if since in kinds else kinds
+    assert "plotly_chart" in kinds, kinds
+    chart = kinds.index("plotly_chart")
+    for kind in later:
+        assert kind not in kinds or chart < kinds.index(kind), (kind, kinds)
+    return kinds

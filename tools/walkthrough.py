@@ -171,9 +171,14 @@ _SCREEN_JS = r"""(() => {
   main.querySelectorAll('[data-testid="stPlotlyChart"] .infolayer text[class$="title"]').forEach(t => {
     if (t.textContent.trim()) texts.push(t.textContent.trim()); });
   const metrics = [...main.querySelectorAll('[data-testid="stMetricValue"]')].map(m => {
-    const r = document.createRange();
-    r.selectNodeContents(m);
-    const lines = [...r.getClientRects()].filter(x => x.height > 0);
+    const lines = [];                                      // the text's line boxes only: a range over the whole
+    const tw = document.createTreeWalker(m, NodeFilter.SHOW_TEXT);   // value also returns its inner boxes, as
+    let tn;                                                // tall as every line ("2 / 1 / 1 /" + "1" read as one)
+    while ((tn = tw.nextNode())) {
+      const r = document.createRange();
+      r.selectNodeContents(tn);
+      lines.push(...[...r.getClientRects()].filter(x => x.height > 0));
+    }
     return {text: m.innerText.trim(), height: lines.length ? Math.max(...lines.map(x => x.bottom))
             - Math.min(...lines.map(x => x.top)) : 0, line_px: lines.length ? lines[0].height : 0};
   });

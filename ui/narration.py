@@ -133,7 +133,11 @@ def plural(n: int, noun: str) -> str:
 
 
 def speedup_words(snap, speedup: float, window_s: float = 10.0) -> str:
-    """What the batch's tokens/s against one lone stream means right now, true whichever way it came out."""
+    """What the batch's tokens/s against one lone stream means right now, true whichever way it came out; nothing
+    ("") while no request is running (the last 10 s of steps are a batch that has left: "worth 1.00 lone
+    streams" beside "Requests running now 0")."""
+    if snap.running == 0:
+        return ""
     if speedup >= 1:
         return (f"The batch is worth **{fmt_num(speedup, 3)}** lone streams: every step reads the weights once for "
                 "all the requests in it.")

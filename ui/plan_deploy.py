@@ -5,6 +5,8 @@ GPU's memory, the cost, and the plan's formulas with its numbers (`calculators.p
 call `headline` and `chosen_plan_section`."""
 from __future__ import annotations
 
+from typing import Callable
+
 import streamlit as st
 
 from calculators.claims import cheaper_claim, itl_target_claim, plan_claim, plural
@@ -17,6 +19,7 @@ from calculators.planning.serve_at import serve_at
 from calculators.units import fmt_bytes
 from specs.devices import load_device
 from specs.model_config import SpecError
+from ui.metrics import metric_row
 from ui.widgets import formula_expander
 
 FORMULA_LABELS = {"lambda_per_replica": "λ per replica", "decode_rows": "n, decode rows per step",
@@ -74,7 +77,9 @@ def error_band(regime: str, device, weight_dtype: str, config, measured: bool = 
 
 
 def layout_words(r: dict) -> str:
-    return f"{r['tp']} / {r['pp']} / {r.get('ep', 1)} / {r.get('dp', 1)}"
+    """"2/1/1/1": no spaces, so the headline's value fits its column on one line with Large text ("2 / 1 / 1 /" and
+    "1" on a second line at 1366×768)."""
+    return f"{r['tp']}/{r['pp']}/{r.get('ep', 1)}/{r.get('dp', 1)}"
 
 
 def evaluate_at_rate(config, best: dict, wl, stack, devices=()) -> tuple[dict | None, str | None]:
@@ -89,10 +94,12 @@ def evaluate_at_rate(config, best: dict, wl, stack, devices=()) -> tuple[dict | 
         return None, str(e)
 
 
-def headline(best: dict, wl, config, stack, devices=(), at: dict | None = None, unchecked: str | None = None) -> None:
+def headline(best: dict, wl, config, stack, devices=(), at: dict | None = None, unchecked: str | None = None,
+             chart: Callable[[], None] | None = None) -> None:
     """The cheapest plan named in three rows of short metrics (each value fits its column in both text sizes), the
     sentence (`calculators.claims.plan_claim` of the evaluation at the rate, `at`), and how far its predicted
-    numbers can be trusted."""
+    numbers can be trusted. `chart` (drawn after the two rows that name the plan and what binds it): the page's
+    key chart, on a projector's first screen at 1366×768 in both text sizes."""
     dev = plan_device(best, devices)
     err = error_band("under_rate", dev, best["weight_dtype"], config,
                      measured=plan_profile(best, config, stack, devices) is not None)
@@ -114,6 +121,8 @@ def headline(best: dict, wl, config, stack, devices=(), at: dict | None = None, 
                 "GPU, max_num_batched_tokens): the prefill budget the plan assumed")
     c[3].metric("$ per hour", "—" if cost["usd_per_hour"] is None else f"${cost['usd_per_hour']:,.2f}",
                 help=f"{best['gpus']} × the {best['device']} price per GPU-hour")
+    if chart is not None:
+        chart()
     replicas = f"{plural(best['replicas'], 'replica')}, " if best.get("dp", 1) == 1 else ""   # layout_words names groups
     st.markdown(f"**{best['gpus']} × {best['device']}**: {plan_layout_words(best)}, {replicas}batch cap "
                 f"{best['batch_cap']:,}, weights {best['weight_dtype']}, KV {best['kv_dtype']}. "
@@ -148,11 +157,10 @@ def chosen_plan_section(config, best: dict, wl, stack, max_model_len: int, usabl
         return
     err = error_band("under_rate", dev, best["weight_dtype"], config,
                      measured=plan_profile(best, config, stack, devices) is not None)
-    c = st.columns(4)
-    c[0].metric("Capacity", f"{r['capacity_requests_per_s']:,.3g} req/s", help=f"{r['verdict']}. Error: {err}.")
-    c[1].metric("TTFT p50 / p99", f"{r['ttft_p50_ms']:,.0f} / {r['ttft_p99_ms']:,.0f} ms", help=f"Error: {err}.")
-    c[2].metric("ITL mean / p99", f"{r['tpot_ms']:,.0f} / {r['itl_p99_ms']:,.0f} ms", help=f"Error: {err}.")
-    c[3].metric("In flight per replica", f"{r['in_flight_per_replica']:,.1f}", help=f"Error: {err}.")
+    metric_row([("Capacity (req/s)", f"{r['capacity_requests_per_s']:,.3g}", f"{r['verdict']}. Error: {err}."),
+                ("TTFT p50 / p99 (ms)", f"{r['ttft_p50_ms']:,.0f} / {r['ttft_p99_ms']:,.0f}", f"Error: {err}."),
+                ("ITL mean / p99 (ms)", f"{r['tpot_ms']:,.0f} / {r['itl_p99_ms']:,.0f}", f"Error: {err}."),
+                ("In flight per replica", f"{r['in_flight_per_replica']:,.1f}", f"Error: {err}.")])
     st.caption(f"{r['verdict'][0].upper()}{r['verdict'][1:]}. {itl_target_claim(r['tpot_ms'], r['itl_p99_ms'], wl.itl_ms)}"
                f" How far to trust these: {err}.")
     launch_tabs(config, best, max_model_len, usable_fraction)

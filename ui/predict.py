@@ -160,8 +160,8 @@ def prediction_box(qid: str) -> PredictionSlot:
     box = st.container(border=True)
     box.markdown(f"**Predict, then measure.** {q.text}")
     if view.state == CLOSED:
-        box.caption("Ask the class before showing the numbers below: each student answers from their own browser, "
-                    "then you reveal the spread next to the formula and the measurement.")
+        box.caption("Ask the class before talking through this page's numbers: each student answers from their own "
+                    "browser, then you reveal the spread next to the formula and the measurement.")
     if view.state == OPEN:
         c = box.columns([2, 1])
         if q.choices:

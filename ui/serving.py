@@ -82,6 +82,21 @@ def workload_inputs(key: str, n: int = 2000, rate: float = 50.0, prompt: float =
         return None
 
 
+STREAM_LABEL = "Request stream (arrivals, lengths, seed)"
+
+
+def folded_workload_inputs(key: str, **kw: Any) -> Workload | None:
+    """`workload_inputs` in a closed expander: a lesson's chart stays on a projector's first screen (the stream's
+    radio and two rows of fields put it at 865 px with Large text). Without a stream (a field to fix, a trace
+    still to upload) a line outside the expander says where to look."""
+    with st.expander(STREAM_LABEL):
+        w = workload_inputs(key, **kw)
+    if w is None:
+        st.warning(f"No request stream to simulate yet: open “{STREAM_LABEL}” above (a field to fix, or a trace "
+                   "file to upload).", icon=":material/info:")
+    return w
+
+
 def _trace_upload(key: str) -> Workload | None:
     up = st.file_uploader("Trace file", type=["csv", "jsonl", "json", "txt"], key=f"{key}.trace")
     st.download_button("Download a sample trace", trace_csv(SAMPLE_TRACE).encode(), "sample_trace.csv", "text/csv",

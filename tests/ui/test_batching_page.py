@@ -44,7 +44,8 @@ def test_measurement_shows_the_ceiling_beside_the_gain_with_an_fp32_title():
     measured = titles(at)[-1]
     assert "(fp32)" in measured and "fp16" not in measured
     metrics = {m.label: m.value for m in at.metric}
-    assert "Ceiling, 2 rows" in metrics and "Scheduler, 2 streams" in metrics and "Share of the ceiling" in metrics
+    assert "Ceiling, 2 rows (× one row)" in metrics and "Scheduler, 2 streams (× one stream)" in metrics
+    assert "Share of the ceiling" in metrics and metrics["Scheduler, 2 streams (× one stream)"].endswith("×")
     df = next(d.value for d in at.dataframe if "share" in d.value.columns)
     assert metrics["Share of the ceiling"] == f"{df['share'].iloc[-1]:.0%}"
     traces = [t.get("name", "") for t in chart_specs(at)[-1]["data"]]

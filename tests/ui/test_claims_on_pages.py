@@ -114,7 +114,7 @@ def test_planner_never_says_meets_when_the_plan_cannot_be_checked_and_keeps_its_
 def test_planner_headline_and_section_come_from_one_evaluation():
     at = clean(page("42_", **{"plan.p99": "2000"}))
     head = next(m.value for m in at.markdown if "at your rate" in m.value)
-    itl = next(m.value for m in at.metric if m.label == "ITL mean / p99")
+    itl = next(m.value for m in at.metric if m.label == "ITL mean / p99 (ms)")
     mean, p99 = (float(x.replace(",", "")) for x in re.findall(r"[\d,.]+", itl)[:2])
     target = 50.0
     assert ("meets both targets" in head) == (mean <= target)

@@ -92,3 +92,12 @@ def test_the_theory_table_never_says_not_measured_under_a_measured_rate(live_cla
     theory = [d.value for d in at.dataframe if "measured tokens/s" in d.value.columns][0]
     cells = list(theory["measured tokens/s"])
     assert cells[0] == "no step has run one stream alone yet" and cells[1].replace(",", "").replace(".", "").isdigit()
+
+
+def test_no_batch_worth_is_claimed_while_no_request_runs(live_class):
+    """"The batch is worth 1.00 lone streams" stood beside "Requests running now 0" (issue 35): with nobody running
+    the page says nothing about the batch's worth; with requests running it does."""
+    idle = " ".join(m.value for m in live_class(0, 1, lone_steps=True).markdown)
+    assert "lone streams" not in idle and "one stream alone:" not in idle
+    busy = " ".join(m.value for m in live_class(4, 4, lone_steps=True).markdown)
+    assert "lone streams" in busy or "tokens/s of one stream alone" in busy

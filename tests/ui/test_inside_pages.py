@@ -17,7 +17,7 @@ from helpers_checkpoints import SHARED_TINYLLAMA_TOKENIZER, tiny_config, write_h
 from ui.generation import PROMPT_KEY
 from ui.inside import CHAT_KEY, RUN_MAX_NEW_KEY
 from ui.model_picker import CHOICE_KEY, LOCAL_CHOICE, PATH_KEY
-from helpers_apptest import errors
+from helpers_apptest import chart_comes_first, errors
 
 ROOT = Path(__file__).resolve().parents[2]
 PAGES = {p.stem: str(p) for p in (ROOT / "pages").glob("*.py")}
@@ -211,6 +211,14 @@ def test_kv_stepping_next_back_and_past_the_end(tiny_folder):
     assert any("Step must be between 0 and 2, got 7" in e for e in errors(at)), errors(at)
 
 
+def test_kv_steps_back_next_metrics_and_growth_chart_come_before_the_prose_and_the_prompt(tiny_folder):
+    """Projector-first (issue 35): Back / Next, the step's numbers and the growth chart lead the page; the intro, the
+    reply's tokens, the prompt box and the run settings follow (the chart started at 1,149 px, Next at 765)."""
+    at = ok(open_page("14_KV_cache_step_by_step", tiny_folder, **{RUN_MAX_NEW_KEY: "3"}))
+    kinds = chart_comes_first(at, "markdown", "text_area", "expander")
+    assert kinds.index("button") < kinds.index("metric") < kinds.index("plotly_chart"), kinds
+
+
 # ------------------------------------------------------------------------------------------ Prefill and decode
 def test_prefill_decode_run_and_sweep(tiny_folder):
     at = ok(open_page("15_Prefill_and_decode_measured", tiny_folder, **{RUN_MAX_NEW_KEY: "4"}))
@@ -223,6 +231,17 @@ def test_prefill_decode_run_and_sweep(tiny_folder):
     assert (sweep[["TTFT predicted (ms)", "ITL predicted (ms)"]] > 0).all().all()
     # the theory's shape, independent of this machine's speed: prefill grows with the prompt, a decode step barely
     assert sweep["TTFT predicted (ms)"].iloc[-1] > sweep["TTFT predicted (ms)"].iloc[0]
+
+
+def test_prefill_decode_numbers_and_timeline_come_before_the_prose_and_the_prompt(tiny_folder):
+    """Projector-first (issue 35): the run's metrics (units in their labels, thousands separated) and its timeline
+    lead the page; the intro, the prompt box and the run settings follow (the chart started at 833 px)."""
+    at = ok(open_page("15_Prefill_and_decode_measured", tiny_folder, **{RUN_MAX_NEW_KEY: "3"}))
+    kinds = chart_comes_first(at, "markdown", "text_area", "caption")
+    assert kinds.index("metric") < kinds.index("plotly_chart"), kinds
+    labels = [m.label for m in at.metric]
+    assert labels == ["TTFT (ms)", "Median ITL (ms)", "Decode speed (tokens/s)", "Whole run (ms)"], labels
+    assert all(" " not in m.value for m in at.metric), [m.value for m in at.metric]
 
 
 # ------------------------------------------------------------------------------------------ Walkthrough
@@ -261,3 +280,16 @@ def test_readout_of_a_long_prompt_in_chunks_equals_one_full_pass(tmp_path):
     assert readout.last_resid.shape == (model.config.num_layers, model.config.hidden_size)
     from engine.instruments.readout import logit_lens                           # the last layer's residual IS the prediction
     assert logit_lens(model.weights, model.config, readout.last_resid)[0][-1] == int(np.argmax(full))
+
+
+# ------------------------------------------------------------------------------------------ projector-first
+@pytest.mark.parametrize("stem, later", [
+    ("12_Embeddings_and_the_next_token", ("text_area", "expander")),      # 784 / 1,146 px before (normal / Large)
+    ("12_Sampling", ("text_area",)),                                       # 980 with Large text
+    ("13_Attention", ("text_area",)),                                      # 1,136 with Large text
+])
+def test_inside_pages_draw_their_key_chart_before_the_intro_and_the_prompt(stem, later, tiny_folder):
+    """Projector-first (issue 35): the key chart comes right after the title (and the inputs it needs); the intro's
+    prose and the prompt box follow, so at 1366×768 the chart starts on the first screen."""
+    at = ok(open_page(stem, tiny_folder))
+    chart_comes_first(at, *later)

@@ -193,10 +193,11 @@ def test_class_words_explain_a_batch_worth_less_than_one_stream():
     """"The batch is worth 0.236 lone streams" on a loaded server, while the lesson says the opposite."""
     steps = [SimpleNamespace(ended_at=99.0, seconds=0.5, prefill_tokens=400),
              SimpleNamespace(ended_at=99.5, seconds=0.1, prefill_tokens=0)]
-    snap = SimpleNamespace(steps=steps, taken_at=100.0)
+    snap = SimpleNamespace(steps=steps, taken_at=100.0, running=3)
     said = speedup_words(snap, 0.236)
     assert "fewer, not more" in said and "400 prompt tokens" in said and "83%" in said
     assert "worth **2.50** lone streams" in speedup_words(snap, 2.5)
+    assert speedup_words(SimpleNamespace(steps=steps, taken_at=100.0, running=0), 1.0) == ""   # nobody running now
     assert plural(1, "sequence") == "1 sequence" and plural(3, "sequence") == "3 sequences"
     assert measured_text(float("nan")) == "not measured yet" and measured_text(12.34) == "12.3"
 

@@ -50,7 +50,7 @@ def test_headline_names_the_deployment_as_the_plans_table_has_it(at, row):
     m = metrics(at)
     assert m["Cheapest plan"].value == f"{int(row['gpus'])} × {row['device']}"
     dp = int(row["dp"]) if "dp" in row else 1
-    assert m["TP / PP / EP / DP"].value == f"{int(row['tp'])} / {int(row['pp'])} / {int(row['ep'])} / {dp}"
+    assert m["TP / PP / EP / DP"].value == f"{int(row['tp'])}/{int(row['pp'])}/{int(row['ep'])}/{dp}"   # one line
     assert m["Weights / KV"].value == f"{row['weight_dtype']} / {row['kv_dtype']}"
     assert m["Replicas"].value == f"{int(row['replicas'])}"
     assert m["Batch cap"].value == f"{int(row['batch_cap'])}"
@@ -87,8 +87,8 @@ def test_throughput_section_opens_on_the_chosen_plan(at, row):
 def test_every_section_shows_the_error_of_its_regime(at):
     m = metrics(at)
     rate, top = held_out("under_rate"), held_out("max_throughput")
-    for label in ("$ per 1M output tokens", "$ per 1M input tokens", "Mean ITL at the load", "TTFT p99", "Capacity",
-                  "TTFT p50 / p99", "ITL mean / p99"):
+    for label in ("$ per 1M output tokens", "$ per 1M input tokens", "Mean ITL at the load", "TTFT p99",
+                  "Capacity (req/s)", "TTFT p50 / p99 (ms)", "ITL mean / p99 (ms)"):
         assert rate in m[label].help, label
     for label in ("Output tokens/s", "Sequences per replica", "Step", "Per GPU"):
         assert top in m[label].help, label

@@ -91,6 +91,8 @@ def test_continuous_batching_bad_numbers_are_errors(key, value, message):
         key = next(t.key for t in at.text_input if t.key.startswith("cb.rate."))
     at.text_input(key=key).set_value(str(value)).run()
     assert any(message in e for e in errors(at)) and not at.exception
+    # the stream's fields sit in a closed expander (projector-first, issue 35): a line outside it points there
+    assert any("open “Request stream" in w.value for w in at.warning) == key.startswith(("cb.rate", "cb.n"))
 
 
 def test_continuous_batching_engine_needs_one_count_per_prompt():
@@ -194,6 +196,8 @@ def test_paged_allocation_bad_sizes_are_errors(key, value, message):
     at = page("Paged_KV_cache")
     at.text_input(key=key).set_value(str(value)).run()
     assert any(message in e for e in errors(at)) and not at.exception
+    # the stream's fields sit in a closed expander (projector-first, issue 35): a line outside it points there
+    assert any("open “Request stream" in w.value for w in at.warning) == key.startswith(("cb.rate", "cb.n"))
 
 
 def test_paged_allocation_summary_ranks_paging_first():

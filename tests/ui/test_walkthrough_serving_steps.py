@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from helpers_apptest import chart_specs, errors, run_script
+from helpers_apptest import chart_specs, errors, in_order, run_script
 
 ROOT = Path(__file__).resolve().parents[2]
 PAGE = str(ROOT / "pages" / "01_Walkthrough.py")
@@ -134,18 +134,6 @@ def test_planner_step_says_what_binds_only_when_it_nearly_does():
     text = words(step(11))
     assert "binding:" not in text and "of its limit" not in text
     assert "nothing binds" in text or "what limits it" in text
-
-
-def in_order(node, out=None) -> list[str]:
-    """The page's elements top to bottom: their types (a block's children in their order on the page)."""
-    out = [] if out is None else out
-    children = getattr(node, "children", None)
-    if children:
-        for k in sorted(children):
-            in_order(children[k], out)
-    else:
-        out.append(getattr(node, "type", ""))
-    return out
 
 
 def test_each_steps_heading_chart_and_next_come_before_the_prompt():
