@@ -21,7 +21,7 @@ from specs.model_config import SpecError
 from ui import df_with_download, formula_expander, model_picker, setup_page, show_error
 from ui.kv_layers import show_kv_by_layer_kind
 from ui.charts import DIVERGING, figure, style
-from ui.inside import (Prompt, index_field, kv_bytes_after, run_settings, step_texts, stepper, teacher_prompt,
+from ui.inside import (index_field, kv_bytes_after, run_settings, step_texts, stepper, teacher_prompt,
                        teacher_run)
 from ui.predict import prediction_box
 
