@@ -244,11 +244,18 @@ def read_profile_file(path: Path) -> Profile:
 def write_profile_file(p: Profile, path: Path) -> Path:
     """Write `p` as JSON (gzip-compressed when the name ends in .gz); returns the path. The document is checked as
     a reader would check it first, so a file this writes always loads."""
+    return write_profile_doc(profile_to_doc(p), path)
+
+
+def write_profile_doc(doc: dict, path: Path) -> Path:
+    """Write a profile document (the file's JSON as a dict) after checking it as a reader would (`profile_from_doc`;
+    tables this version does not read are kept in the file), gzip-compressed when the name ends in .gz."""
     path = Path(path)
-    doc = profile_to_doc(p)
-    profile_from_doc(doc, f"profile {p.name!r} (not written to {path})")
-    text = json.dumps(doc, separators=(",", ":"))
-    data = text.encode("utf-8")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        profile_from_doc(doc, f"profile {doc.get('name')!r} (not written to {path})")
+    data = json.dumps(doc, separators=(",", ":")).encode("utf-8")
+    path.parent.mkdir(parents=True, exist_ok=True)
     path.write_bytes(gzip.compress(data, mtime=0) if path.name.endswith(".gz") else data)
     return path
 

@@ -9,6 +9,7 @@ import plotly.graph_objects as go
 import streamlit as st
 
 import calculators.planning.published as published_module
+from calculators.planning.accuracy import group_value_words
 from calculators.planning.published import compare_all, error_table
 from specs.stacks import load_stack
 from ui.charts import style as chart_style
@@ -58,7 +59,8 @@ def published_serving_section() -> None:
     show = table.assign(**{"median |error| %": 100 * table["median_abs_error"],
                            "worst |error| %": 100 * table["worst_abs_error"]}).drop(
         columns=["median_abs_error", "worst_abs_error"])
-    df_with_download(show, "accuracy_by_regime", column_config={
+    words = show.assign(value=[group_value_words(v) for v in show["value"]])      # the CSV keeps the identifiers
+    df_with_download(show, "accuracy_by_regime", drawn=words, column_config={
         "median |error| %": st.column_config.NumberColumn(format="%.1f"),
         "worst |error| %": st.column_config.NumberColumn(format="%.1f")})
     label = [f"{m} {w}, {g}×{d} TP{t}{'' if e == '1' else f' EP{e}'}, {i}/{o}, {mo} {cc}".strip()

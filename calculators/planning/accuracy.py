@@ -17,6 +17,13 @@ REGIME_WORDS = {"max_throughput": "maximum throughput", "under_rate": "under a r
                 "concurrency": "a fixed number of users", "static": "a static batch"}
 
 
+def group_value_words(value: str) -> str:
+    """A group's value in words ("max_throughput, dense" -> "maximum throughput, dense"), for a table a class
+    reads; the JSON and the CSV keep the identifiers."""
+    head, _, rest = str(value).partition(", ")
+    return REGIME_WORDS.get(head, head) + (f", {rest}" if rest else "")
+
+
 @lru_cache(maxsize=1)
 def table() -> tuple:
     if not ACCURACY_JSON.is_file():

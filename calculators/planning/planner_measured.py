@@ -78,6 +78,7 @@ def measured_layouts(profiles: list, config: ModelConfig, devices, di, tp, pp, e
 
 
 _STAGES: dict = {}
+STAGES_KEPT = 2048      # a long-running app answers many workloads: the oldest tables go first past this many
 
 
 def _one_stage(profile, config: ModelConfig, device, tp: int, ep: int, weight_dtype: str, kv_dtype: str,
@@ -93,6 +94,8 @@ def _one_stage(profile, config: ModelConfig, device, tp: int, ep: int, weight_dt
         g = step_grid_tables(profile, config, device, mesh, weight_dtype, kv_dtype, decode_ctx, prompt_len,
                              MEASURED_GRID)
         pa = {P: prompt_attention_ms(profile, config, device, mesh, kv_dtype, P) for P in prompt_lens}
+        if len(_STAGES) >= STAGES_KEPT:
+            del _STAGES[next(iter(_STAGES))]       # dicts keep insertion order: the oldest entry
         hit = _STAGES[key] = (profile, g, pa)
     return hit[1], hit[2]
 

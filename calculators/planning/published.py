@@ -34,6 +34,7 @@ from calculators.multi_gpu.tensor_parallel import Mesh, _link_for
 from calculators.planning.measured_step import resolve_profile
 from calculators.planning.request_latency import request_latency
 from calculators.planning.serve_at import finite_run_at, max_rate_under_slo, serve_at
+from calculators.planning.step import borrowed as borrowed_profile
 from calculators.planning.throughput import batch_limits, max_throughput, step_time
 from specs.devices import load_device
 from specs.model_config import SpecError
@@ -348,10 +349,12 @@ def fit_measured_host(stack_key: str, rows: list[dict] | None = None, sweeps: in
     if not part:
         raise SpecError(f"no fit rows for {stack_key}")
     saved = _doc()["stacks"][stack_key].get("measured_host")
-    vendors = sorted({r["vendor"] for r in part if resolve_profile("auto", load_device(r["device"]), stack_key,
-                                                                    load_preset(r["model"]))[0] is not None
-                      and resolve_profile("auto", load_device(r["device"]), stack_key,
-                                          load_preset(r["model"]))[0].device != load_device(r["device"]).name})
+    def borrowed(r) -> bool:
+        """Whether the row's GPU is priced from another device's kernels (the nearest profiled one)."""
+        dev = load_device(r["device"])
+        prof = resolve_profile("auto", dev, stack_key, load_preset(r["model"]))[0]
+        return prof is not None and borrowed_profile(prof, dev)
+    vendors = sorted({r["vendor"] for r in part if borrowed(r)})
     best = dict(step_overhead_ms=0.5, sequence_overhead_us=4.0, borrowed_scale={v: 1.0 for v in vendors})
 
     def loss(h):

@@ -11,28 +11,20 @@ A run stopped early (budget spent, Ctrl-C) still writes what it measured: proven
 """
 from __future__ import annotations
 
-import gzip
-import json
 import os
 import platform
 import re
 import time
 from pathlib import Path
 
-FORMAT = "inference-lab/profile-1"
+from specs.profile_format import FORMAT, TABLE_COLUMNS, write_profile_doc
+
 PROFILES_DIR = Path(__file__).resolve().parents[2] / "specs" / "profiles"
-COLUMNS = {
-    "gemm": ["dtype", "m", "n", "k", "ms"],
-    "context_attention": ["dtype", "kv_dtype", "batch", "tokens", "prefix", "heads", "kv_heads", "head_dim",
-                          "window", "ms"],
-    "generation_attention": ["dtype", "kv_dtype", "batch", "context", "heads", "kv_heads", "head_dim", "window",
-                             "ms"],
-    "allreduce": ["dtype", "bytes", "gpus", "kind", "ms"],
-    "moe": ["dtype", "tokens", "hidden", "inter", "experts", "topk", "tp", "ep", "distribution", "ms"],
-    "launch": ["kind", "ms"],        # the fixed cost of a tiny op (dispatch or kernel launch): a step's floor
-    "step": ["model", "dtype", "phase", "batch", "tokens", "context", "layers", "layers_timed", "layer_ms",
-             "lm_head_ms", "ms"],    # whole forward steps (tools/gpu_step_profile.py): what the ops should sum to
-}
+# the columns of every table the format reads (specs/profile_format.py), in order, and the step table only this
+# profiler's GPU script writes (whole forward steps, tools/gpu_step_profile.py: what the ops should sum to)
+COLUMNS = {**{name: list(cols) for name, cols in TABLE_COLUMNS.items() if cols != ("ms",)},
+           "step": ["model", "dtype", "phase", "batch", "tokens", "context", "layers", "layers_timed", "layer_ms",
+                    "lm_head_ms", "ms"]}
 MS_DIGITS = 5                       # significant digits kept of each latency
 
 
@@ -120,17 +112,9 @@ def profile_document(*, name: str, device: str, stack: str, stack_version: str, 
 
 
 def write_profile(doc: dict, path: str | Path) -> Path:
-    """Write `doc` as JSON, gzip-compressed when the name ends in .gz; folders are made as needed."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    data = json.dumps(doc, separators=(",", ":"), ensure_ascii=False).encode()
-    if path.suffix == ".gz":
-        with open(path, "wb") as f:
-            with gzip.GzipFile(filename="", mode="wb", fileobj=f, mtime=0) as gz:
-                gz.write(data)
-    else:
-        path.write_bytes(data)
-    return path
+    """Write `doc` where specs.profiles reads it (`specs.profile_format.write_profile_doc`: checked as a reader
+    checks it first, gzip-compressed when the name ends in .gz; folders made as needed)."""
+    return write_profile_doc(doc, Path(path))
 
 
 def default_path(name: str) -> Path:

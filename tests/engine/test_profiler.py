@@ -10,7 +10,7 @@ from calculators.sizing.roofline import layer_ops
 from engine.__main__ import _parser
 from engine.instruments import profile_grid as grid
 from engine.instruments.profile_cli import command_line
-from engine.instruments.profile_file import COLUMNS, FORMAT, slug, write_profile
+from engine.instruments.profile_file import COLUMNS, FORMAT, profile_document, slug, write_profile
 from engine.instruments.profile_numpy import NumpyBackend, attention_pass
 from engine.instruments.profile_timer import Budget, copies_for, cycling, median_seconds
 from engine.instruments.profile_torch import datasheet_name
@@ -298,8 +298,22 @@ def test_the_written_profile_has_the_exact_format(tmp_path):
 
 
 def test_a_plain_json_name_writes_uncompressed(tmp_path):
-    path = write_profile({"format": FORMAT}, tmp_path / "sub" / "p.json")
-    assert json.loads(path.read_text()) == {"format": FORMAT}
+    doc = profile_document(name="p", device="H200", stack="numpy", stack_version="2", detail="test",
+                           provenance={}, tables={"launch": [("numpy_ufunc", 0.001)]})
+    path = write_profile(doc, tmp_path / "sub" / "p.json")
+    assert json.loads(path.read_text()) == doc and doc["format"] == FORMAT
+
+
+def test_a_document_the_reader_would_refuse_is_not_written(tmp_path):
+    """The profiler's files load by name: a document specs.profile_format would refuse (here the datasheet at the
+    top level, as the first CPU profile was written) is one SpecError and no file."""
+    from specs.model_config import SpecError
+    bad = {"format": FORMAT, "name": "p", "device": "CPU: test", "stack": "numpy", "stack_version": "2",
+           "memory_bandwidth_bytes_per_s": 1e10, "peak_flops": {"fp32": 1e11}, "source": {"kind": "profiler", "version": "1"},
+           "provenance": {}, "tables": {}}
+    with pytest.raises(SpecError, match="unknown device 'CPU: test'"):
+        write_profile(bad, tmp_path / "p.json.gz")
+    assert not (tmp_path / "p.json.gz").exists()
 
 
 def test_the_command_line_spells_out_every_choice():
