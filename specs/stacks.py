@@ -62,14 +62,15 @@ class Stack:
     def measured_host(self, vendor: str = "") -> dict | None:
         """The host's work per step when the GPU's is priced from measured kernels (specs/stacks.json
         `measured_host`, fitted on declared fit rows with the kernels measured on each row's GPU): step_overhead_ms,
-        sequence_overhead_us and `borrowed_scale`, the factor on the GPU's time when the kernels were measured on
-        another device (the nearest profiled one) for `vendor`'s devices. None when the stack has no such fit."""
+        sequence_overhead_us and `borrowed_compute_scale`: when the kernels were measured on another device (the
+        nearest profiled one), how many times longer `vendor`'s devices take on compute-bound work than that
+        device's efficiency at their datasheet says (`step.derated`). None when the stack has no such fit."""
         m = self.doc.get("measured_host")
         if not m:
             return None
-        scale = (m.get("borrowed_scale") or {})
+        scale = (m.get("borrowed_compute_scale") or {})
         return dict(step_overhead_ms=float(m["step_overhead_ms"]), sequence_overhead_us=float(m["sequence_overhead_us"]),
-                    borrowed_scale=float(scale.get(vendor, scale.get("other", 1.0))))
+                    borrowed_compute_scale=float(scale.get(vendor, scale.get("other", 1.0))))
 
     def overhead_ms(self, device_class: str) -> float:
         """Fixed cost of one forward step (launches, scheduling, sampling) on a device class; 'other' if absent."""

@@ -101,7 +101,7 @@ def build_ops_parser() -> argparse.ArgumentParser:
 
 def run_ops(args) -> dict:
     from calculators.planning.measured_step import step_ops_table
-    from calculators.planning.step import step_cost
+    from calculators.planning.step import measured_efficiency, step_cost
     from calculators.planning.throughput import deployment_defaults
     from specs.stacks import load_stack
     c, dev = load_model(args.model), load_gpu(args.gpu)
@@ -112,8 +112,9 @@ def run_ops(args) -> dict:
         raise SpecError(f"no op-by-op table without measured kernels ({pricing}); name a profile with --profile")
     kd, _, eff, lk = deployment_defaults(dev, mesh, args.weight_dtype, args.kv_dtype, s, None, None, None, c)
     plen = args.prompt_len or max(args.prompt_tokens, 1)
+    _, scale = measured_efficiency(eff, s, profile, dev)
     ops = step_ops_table(profile, c, dev, mesh, args.weight_dtype, kd, args.decode_rows, args.context,
-                         args.prompt_tokens, plen)
+                         args.prompt_tokens, plen, compute_scale=scale)
     cost = step_cost(c, dev, mesh, args.weight_dtype, kd, eff, lk, s, args.context, plen, profile=profile)
     parts = {k: float(v) for k, v in cost.parts(args.decode_rows, args.prompt_tokens).items()}
     return dict(command="ops", model=c.name, device=dev.name, tp=mesh.tp, ep=mesh.ep, weight_dtype=args.weight_dtype,

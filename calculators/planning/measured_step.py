@@ -15,14 +15,17 @@ linear attention layers (Qwen3-Next).
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 import numpy as np
 
 from calculators import arch
+from calculators.multi_gpu.collectives import allreduce_ms as closed_allreduce_ms
+from calculators.multi_gpu.parallel import tp_allreduce_bytes
 from calculators.multi_gpu.tensor_parallel import Mesh, stage_layers
-from calculators.sizing.measured_ops import (ACT_BYTES, Priced, decode_attention_ms, elementwise_ms, gemm_ms, moe_ms,
-                                             prefill_attention_ms)
-from specs.devices import Device
+from calculators.sizing.measured_ops import (ACT_BYTES, Priced, allreduce_ms, decode_attention_ms, elementwise_ms,
+                                             gemm_ms, moe_ms, prefill_attention_ms)
+from specs.devices import Device, Link
 from specs.model_config import ModelConfig, SpecError
 
 # the tokens per step at which the measured parts are tabulated: the powers of two and their 1.5× (the sizes
@@ -203,11 +206,19 @@ def _prefill_rows(profile, device, tokens, batch, heads, kv_heads, head_dim, kv_
 
 
 def step_ops_table(profile, config: ModelConfig, device: Device, mesh: Mesh, weight_dtype: str, kv_dtype: str,
-                   decode_rows: int, context: float, prompt_tokens: int = 0, prompt_len: int | None = None
-                   ) -> list[dict]:
+                   decode_rows: int, context: float, prompt_tokens: int = 0, prompt_len: int | None = None,
+                   compute_scale: float = 1.0) -> list[dict]:
     """Every op of one step (decode_rows rows at `context`, plus `prompt_tokens` prompt tokens in prompts of
     `prompt_len`) on the busiest GPU: its shape, its roofline and measured ms for all the stage's layers, their
-    ratio, and whether it was extrapolated. What a page or the `ops` command shows beside the step."""
+    ratio, and whether it was extrapolated. What a page or the `ops` command shows beside the step.
+    `compute_scale` (a borrowed profile's, `derated`): the measured times on the derated device, the rooflines on
+    the datasheet's."""
+    if compute_scale != 1.0:
+        args = (mesh, weight_dtype, kv_dtype, decode_rows, context, prompt_tokens, prompt_len)
+        slow = step_ops_table(profile, config, derated(device, compute_scale), *args)
+        for row, own in zip(slow, step_ops_table(profile, config, device, *args)):
+            row.update(ideal_ms=own["ideal_ms"], efficiency=own["ideal_ms"] / row["measured_ms"])
+        return slow
     problem = profile_support(config)
     if problem:
         raise SpecError(problem)
@@ -258,6 +269,58 @@ def step_ops_table(profile, config: ModelConfig, device: Device, mesh: Mesh, wei
                          ideal_ms=float(small[0]), measured_ms=float(small[1]),
                          efficiency=float(small[0] / small[1]), extrapolated=False, note="memory-bound small kernels"))
     return rows
+
+
+def derated(device: Device, compute_scale: float) -> Device:
+    """`device` with every datasheet peak FLOP/s divided by `compute_scale`: what a borrowed profile's efficiencies
+    are read against, so its compute-bound ops (large GEMMs, prefill attention) take `compute_scale` × longer than
+    the profiled device's efficiency at this datasheet would say, and its memory-bound ops (decode GEMVs, decode
+    attention, the small kernels) keep it. The device itself where the scale is 1."""
+    if compute_scale == 1.0:
+        return device
+    return replace(device, peak_flops={k: v / compute_scale for k, v in device.peak_flops.items()},
+                   peak_flops_sparse={k: v / compute_scale for k, v in device.peak_flops_sparse.items()})
+
+
+def allreduces_per_stage(config: ModelConfig, mesh: Mesh) -> float:
+    """The TP all-reduces one pipeline stage runs per step (as `tensor_parallel._comm_per_stage_ms` counts them):
+    two per layer (after attention, after the FFN), or, where the EP group spans data-parallel replicas, one per
+    layer plus one per dense-FFN layer (the MoE layers exchange tokens by all-to-all instead); 0 without TP."""
+    if mesh.tp == 1:
+        return 0.0
+    layers = stage_layers(config, mesh.pp)
+    if mesh.ep > mesh.tp:
+        return layers * (2.0 - arch.moe_layer_count(config) / config.num_layers)
+    return 2.0 * layers
+
+
+def measured_collectives(profile, config: ModelConfig, mesh: Mesh, link: Link | None, stack, tokens,
+                         closed_ms) -> np.ndarray | None:
+    """The stage's collectives at each token count of `tokens` with its TP all-reduces priced from the profile's
+    measured all-reduce table (`measured_ops.allreduce_ms`: efficiency against the link's roofline, interpolated
+    in log bytes, so a borrowed profile is read at this link's datasheet) in place of the closed form's:
+        closed_ms + all-reduces per stage × (measured − closed form) of one [tokens, D] all-reduce
+    The all-to-alls of wide EP stay the closed form's. None where the profile has no all-reduce table (the
+    closed form stands)."""
+    n = allreduces_per_stage(config, mesh)
+    if n == 0 or link is None:
+        return None
+    t = np.asarray(tokens, dtype=float)
+    message = np.array([tp_allreduce_bytes(config.hidden_size, int(math.ceil(x))) for x in t])
+    measured = measured_allreduce_ms(profile, link, message, mesh.tp)
+    if measured is None:
+        return None
+    closed = np.array([closed_allreduce_ms(b, mesh.tp, link, stack) for b in message])
+    return np.asarray(closed_ms, dtype=float) + n * (measured - closed)
+
+
+def measured_allreduce_ms(profile, link: Link, message_bytes, gpus: int):
+    """One all-reduce of `message_bytes` (array allowed) over `gpus` GPUs on `link`, ms, from the profile's
+    measured table (`measured_ops.allreduce_ms`); None where the profile measured none."""
+    priced = allreduce_ms(profile, link.bytes_per_s, message_bytes, int(gpus))
+    if priced is None:
+        return None
+    return priced.ms if np.ndim(message_bytes) == 0 else priced[1]
 
 
 AUTO = "auto"

@@ -43,7 +43,7 @@ from calculators.sizing.params import bytes_per_param, expert_params, param_brea
 from calculators.sizing.roofline import forward_flops_split, gpu_time, step_peaks
 from calculators.multi_gpu.tensor_parallel import Mesh, mesh_problem
 from calculators.planning.screening import apply_bounds, no_steady_state, peak_or_nan, screened_steady_state
-from calculators.planning.measured_step import resolve_profile
+from calculators.planning.measured_step import measured_allreduce_ms, resolve_profile
 from calculators.planning.plan_workload import Workload
 from calculators.planning.planner_measured import gpu_ms as measured_gpu_ms, measured_layouts
 from calculators.planning.serve_at import decode_context
@@ -265,12 +265,22 @@ def plan(config: ModelConfig, devices: list[Device], workload: Workload, space: 
 
     def allreduce_ms(rows):
         """The stack's all-reduce of a [rows, D] activation (`collectives.allreduce`), once per distinct
-        (device, TP, rows)."""
+        (device, TP, rows); where the candidate is priced from measured kernels, the profile's measured
+        all-reduce (`measured_step.measured_allreduce_ms`, as `step.step_cost` prices it)."""
         rows_arr = np.broadcast_to(np.asarray(rows, dtype=float), tp.shape)
-        uniq, inv = _unique_rows(di, tp, rows_arr)
-        vals = np.array([0.0 if int(t) == 1 or links[int(d)] is None else
-                         collective_ms(r * D * 2.0, int(t), links[int(d)], stack) for d, t, r in uniq])
+        on = np.zeros(len(tp), dtype=int) if meas is None else meas["on"].astype(int)
+        uniq, inv = _unique_rows(di, tp, rows_arr, on)
+        vals = np.array([tp_allreduce_ms(int(d), int(t), r, bool(o)) for d, t, r, o in uniq])
         return vals[inv] if len(vals) else np.zeros(len(tp))
+
+    def tp_allreduce_ms(d: int, t: int, rows: float, measured: bool) -> float:
+        if t == 1 or links[d] is None:
+            return 0.0
+        if measured and profiles[d] is not None:
+            m = measured_allreduce_ms(profiles[d], links[d], rows * D * 2.0, t)
+            if m is not None:
+                return float(m)
+        return collective_ms(rows * D * 2.0, t, links[d], stack)
 
     def layer_comm_ms(rows):
         """Per layer: the attention all-reduce and the FFN's (EP inside the TP group sums the experts' partial
@@ -354,7 +364,7 @@ def plan(config: ModelConfig, devices: list[Device], workload: Workload, space: 
         w_gpu=w_gpu, kv_row=kv_seq, share=share, peak_att=peak_att, tpf=tpf, pp=pp, peak=peak, bw=bw, mbu=mbu,
         mfu=mfu, half=half, overhead=overhead, seq_over=seq_over, overlap=overlap, di=di, ep=ep, gpus=g.astype(float),
         layout=layout,
-        comm_table=_comm_table(di, tp, links, stack, D), stage=stage, lbw=lbw, a01=a0 + a1,
+        comm_table=_comm_table(di, tp, links, stack, D, profiles), stage=stage, lbw=lbw, a01=a0 + a1,
         meas_on=np.zeros(len(tp), dtype=bool) if meas is None else meas["on"],
         meas_at=np.zeros(len(tp), dtype=np.intp) if meas is None else meas["at"]), meas)
     apply_bounds(ld, base, viable, slots_ok, itl_one, pre_p99)
@@ -461,16 +471,27 @@ def _eff_or_none(stack: Stack, device: Device, weight_dtype: str, config: ModelC
         return None
 
 
-def _comm_table(di, tp, links, stack: Stack, hidden: int):
+def _comm_table(di, tp, links, stack: Stack, hidden: int, profiles=None):
     """Per (device, TP) group: the all-reduce pair of one layer (after attention and after the FFN) for each
-    tokens count of TOKEN_GRID, in ms (`collectives.allreduce_ms`, the stack's algorithm). Returns (group index
-    per candidate, table [groups, T])."""
+    tokens count of TOKEN_GRID, in ms (`collectives.allreduce_ms`, the stack's algorithm), then the same groups
+    priced from the device's profile where it measured all-reduces (`measured_step.measured_allreduce_ms`; the
+    closed form's row again where not). Returns (group index per candidate, table [2 · groups, T]): a candidate
+    priced from measured kernels reads row group + groups."""
     width = int(np.max(tp)) + 1
     uniq, inv = np.unique(di * width + tp, return_inverse=True)     # (device, TP) coded as one integer
-    tab = np.array([[0.0 if int(t) == 1 or links[int(d)] is None else
-                     2 * collective_ms(r * hidden * 2.0, int(t), links[int(d)], stack) for r in TOKEN_GRID]
-                    for d, t in zip(uniq // width, uniq % width)])
-    return inv.ravel(), tab
+    message = TOKEN_GRID * hidden * 2.0
+    closed, measured = [], []
+    for d, t in zip(uniq // width, uniq % width):
+        d, t = int(d), int(t)
+        if t == 1 or links[d] is None:
+            closed.append(np.zeros(len(TOKEN_GRID)))
+            measured.append(closed[-1])
+            continue
+        closed.append(np.array([2 * collective_ms(b, t, links[d], stack) for b in message]))
+        m = None if profiles is None or profiles[d] is None else measured_allreduce_ms(profiles[d], links[d],
+                                                                                        message, t)
+        measured.append(closed[-1] if m is None else 2 * np.asarray(m, dtype=float))
+    return inv.ravel(), np.array(closed + measured)
 
 
 def _loaded(c: ModelConfig, wl: Workload, S: dict, devices, stack: Stack, viable, lam, B, a: dict,
@@ -503,7 +524,7 @@ def _loaded(c: ModelConfig, wl: Workload, S: dict, devices, stack: Stack, viable
                  mw=v["w_gpu"] / (v["bw"] * v["mbu"]) * 1e3, mk=v["kv_row"] * kv_scale / (v["bw"] * v["mbu"]) * 1e3,
                  p2p_row=np.where(v["pp"] > 1, c.hidden_size * 2.0 / v["lbw"] * 1e3, 0.0),
                  p2p_0=np.where(v["pp"] > 1, v["a01"] * 1e3, 0.0), ppf=v["pp"].astype(float), half_on=v["half"] > 0,
-                 comm_at=groups[sel] * comm_tab.shape[1])
+                 comm_at=(groups[sel] + v["meas_on"] * (len(comm_tab) // 2)) * comm_tab.shape[1])
 
         def step_for(idx, v=v):
             """The step of candidates `idx`, with its `ms_per_context_token` (the slot wait's dispersion)."""

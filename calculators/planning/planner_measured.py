@@ -9,8 +9,8 @@ from __future__ import annotations
 import numpy as np
 
 from calculators.multi_gpu.tensor_parallel import Mesh, mesh_problem, stage_layers
-from calculators.planning.measured_step import (MEASURED_GRID, MEASURED_LOG_GRID, attention_layers, profile_support,
-                                                step_grid_tables)
+from calculators.planning.measured_step import (MEASURED_GRID, MEASURED_LOG_GRID, attention_layers, derated,
+                                                profile_support, step_grid_tables)
 from calculators.planning.step import measured_efficiency
 from calculators.sizing.latency import Efficiency
 from calculators.sizing.measured_ops import prefill_attention_ms
@@ -53,8 +53,9 @@ def measured_layouts(profiles: list, config: ModelConfig, devices, di, tp, pp, e
         mesh = Mesh(tp=int(t), pp=int(q), ep=int(e), gpus=int(t * q))
         if prof is None or mesh_problem(config, mesh) is not None:
             continue
+        eff, scale = measured_efficiency(Efficiency(), stack, prof, devices[int(d)])
         try:
-            g, pa = _one_stage(prof, config, devices[int(d)], int(t), int(e), weight_dtypes[int(w)],
+            g, pa = _one_stage(prof, config, derated(devices[int(d)], scale), int(t), int(e), weight_dtypes[int(w)],
                                kv_dtypes[int(k)], decode_ctx, prompt_len, prompt_lens)
         except SpecError:                        # a format the profile has no table for: the closed form prices it
             continue
@@ -62,13 +63,12 @@ def measured_layouts(profiles: list, config: ModelConfig, devices, di, tp, pp, e
         g = {key: (v if key == "lm_head" else v * layers) for key, v in g.items()}
         pa = {P: v * layers for P, v in pa.items()}
         sel = inv == u
-        eff, scale = measured_efficiency(Efficiency(), stack, prof, devices[int(d)])
         on[sel] = True
         at[sel] = len(flat["gemm"]) * width
         for key in PARTS:
-            flat[key].append(g[key] * scale)
+            flat[key].append(g[key])
         for P in prompt_lens:
-            prompt_attn[P][sel] = pa[P] * scale
+            prompt_attn[P][sel] = pa[P]
         if stack.measured_host(devices[int(d)].vendor) is not None:
             host_step[sel], host_seq[sel] = eff.step_overhead_ms, eff.sequence_overhead_us / 1e3
     if not on.any():
@@ -86,7 +86,8 @@ def _one_stage(profile, config: ModelConfig, device, tp: int, ep: int, weight_dt
     """The measured tables of a whole model (PP 1) at TP `tp` × EP `ep`, and each prompt length's attention,
     computed once per process for the same question (a search asks it for every PP and batch cap, and a page
     asks the same search again)."""
-    key = (id(profile), config.name, config.num_layers, config.hidden_size, device.name, tp, ep, weight_dtype,
+    key = (id(profile), config.name, config.num_layers, config.hidden_size, device.name,
+           tuple(sorted(device.peak_flops.items())), tp, ep, weight_dtype,
            kv_dtype, round(decode_ctx, 3), round(prompt_len, 3), tuple(prompt_lens))
     hit = _STAGES.get(key)
     if hit is None:

@@ -82,14 +82,21 @@ def _prefill(row: dict, c, dev, mesh, stack, eff, profile, batch: int = 1) -> fl
                            profile=profile)["ttft_ms"]
 
 
+def caps(row: dict) -> dict:
+    """The scheduler caps the row's source configured (`max_num_seqs`, `max_num_batched_tokens`; blank: the
+    stack's defaults), as keyword arguments of the planning functions."""
+    return {k: int(row[k]) for k in ("max_num_seqs", "max_num_batched_tokens") if row.get(k)}
+
+
 def _concurrency(row: dict, c, dev, mesh, stack, eff, profile=None) -> float:
     I, O, C = int(row["prompt_tokens"]), int(row["output_tokens"]), int(row["concurrency"])
     w, kv = row["weights"], row["kv"]
-    lim = batch_limits(c, dev, mesh, I, O, w, kv, stack, stack.gpu_memory_utilization)
+    lim = batch_limits(c, dev, mesh, I, O, w, kv, stack, stack.gpu_memory_utilization, **caps(row))
     if row["metric"] == "ttft_ms":
         return _prefill(row, c, dev, mesh, stack, eff, profile)
     if C > lim["batch"] * mesh.replicas and row["metric"] == "output_tok_s":
-        return max_throughput(c, dev, mesh, I, O, w, kv, stack, efficiency=eff, profile=profile)["output_tok_s"]
+        return max_throughput(c, dev, mesh, I, O, w, kv, stack, efficiency=eff, profile=profile,
+                              **caps(row))["output_tok_s"]
     per_replica = max(1, -(-C // mesh.replicas))
     itl = step_time(c, dev, mesh, min(per_replica, lim["batch"]), I, O, w, kv, eff, _link_for(dev, None),
                     stack, profile=profile)["step_ms"]
@@ -122,14 +129,15 @@ def _server(row: dict, c, dev, mesh, stack, eff, profile=None) -> float:
         return rate * O
     rate = float(row["rate_rps"])
     metric = row["metric"]
-    r = serve_at(c, dev, mesh, rate, I, O, row["weights"], row["kv"], stack, efficiency=eff, profile=profile)
+    r = serve_at(c, dev, mesh, rate, I, O, row["weights"], row["kv"], stack, efficiency=eff, profile=profile,
+                 **caps(row))
     if not r["stable"] and row.get("requests"):
         f = finite_run_at(c, dev, mesh, rate, int(row["requests"]), I, O, row["weights"], row["kv"], stack, eff,
-                          profile=profile)
+                          profile=profile, **caps(row))
         return {"itl_ms": f["itl_ms"], "ttft_ms": f["ttft_ms"], "output_tok_s": f["achieved_rps"] * O}[metric]
     if not r["stable"]:
         r = serve_at(c, dev, mesh, 0.99 * r["capacity_requests_per_s"], I, O, row["weights"], row["kv"], stack,
-                     efficiency=eff, profile=profile)
+                     efficiency=eff, profile=profile, **caps(row))
     if metric == "itl_ms":
         return r["tpot_ms"]
     if metric == "ttft_ms":
@@ -148,11 +156,12 @@ def predict(row: dict, efficiency: Efficiency | None = None, profile=None) -> fl
     mode = row["mode"]
     if mode == "offline" and row.get("requests"):
         f = finite_run_at(c, dev, mesh, math.inf, int(row["requests"]), int(row["prompt_tokens"]),
-                          int(row["output_tokens"]), row["weights"], row["kv"], stack, eff, profile=profile)
+                          int(row["output_tokens"]), row["weights"], row["kv"], stack, eff, profile=profile,
+                          **caps(row))
         return f["achieved_rps"] * int(row["output_tokens"])
     if mode == "offline":
         return max_throughput(c, dev, mesh, int(row["prompt_tokens"]), int(row["output_tokens"]), row["weights"],
-                              row["kv"], stack, efficiency=eff, profile=profile)["output_tok_s"]
+                              row["kv"], stack, efficiency=eff, profile=profile, **caps(row))["output_tok_s"]
     if mode == "concurrency":
         return _concurrency(row, c, dev, mesh, stack, eff, profile)
     if mode == "static":
@@ -330,7 +339,7 @@ def write_fit(key: tuple, g: dict, path: Path | None = None) -> None:
 
 # ------------------------------------------------------------- the host's work under measured kernels (fit rows only)
 HOST_GRID = {"step_overhead_ms": (0.0, 0.25, 0.5, 1.0, 2.0, 4.0), "sequence_overhead_us": (0.0, 4.0, 8.0, 16.0, 32.0),
-             "borrowed_scale": (1.0, 1.25, 1.5, 1.75, 2.0, 2.5)}
+             "borrowed_compute_scale": (1.0, 1.25, 1.5, 1.75, 2.0, 2.5, 3.0)}
 
 
 def _with_host(stack_key: str, host: dict):
@@ -341,7 +350,7 @@ def _with_host(stack_key: str, host: dict):
 
 def fit_measured_host(stack_key: str, rows: list[dict] | None = None, sweeps: int = 2) -> dict:
     """The host's work per step that, with each row's GPU priced from kernels measured on it (or on the nearest
-    profiled device, scaled by `borrowed_scale` per vendor), best fits the stack's FIT rows (coordinate search over
+    profiled device, its compute-bound work slowed by `borrowed_compute_scale` per vendor: `step.derated`), best fits the stack's FIT rows (coordinate search over
     HOST_GRID, mean |log error|). Test rows never enter. Returns the fitted entry, its rows' ids and errors."""
     from specs.stacks import _doc
     rows = rows if rows is not None else load_rows()
@@ -355,7 +364,7 @@ def fit_measured_host(stack_key: str, rows: list[dict] | None = None, sweeps: in
         prof = resolve_profile("auto", dev, stack_key, load_preset(r["model"]))[0]
         return prof is not None and borrowed_profile(prof, dev)
     vendors = sorted({r["vendor"] for r in part if borrowed(r)})
-    best = dict(step_overhead_ms=0.5, sequence_overhead_us=4.0, borrowed_scale={v: 1.0 for v in vendors})
+    best = dict(step_overhead_ms=0.5, sequence_overhead_us=4.0, borrowed_compute_scale={v: 1.0 for v in vendors})
 
     def loss(h):
         _with_host(stack_key, h)
@@ -364,14 +373,14 @@ def fit_measured_host(stack_key: str, rows: list[dict] | None = None, sweeps: in
         best_loss = loss(best)
         for _ in range(sweeps):
             for field, values in HOST_GRID.items():
-                targets = [(field, None)] if field != "borrowed_scale" else [(field, v) for v in vendors]
+                targets = [(field, None)] if field != "borrowed_compute_scale" else [(field, v) for v in vendors]
                 for f, vendor in targets:
                     for v in values:
-                        cand = dict(best, borrowed_scale=dict(best["borrowed_scale"]))
+                        cand = dict(best, borrowed_compute_scale=dict(best["borrowed_compute_scale"]))
                         if vendor is None:
                             cand[f] = v
                         else:
-                            cand["borrowed_scale"][vendor] = v
+                            cand["borrowed_compute_scale"][vendor] = v
                         c_loss = loss(cand)
                         if c_loss < best_loss - 1e-12:
                             best, best_loss = cand, c_loss
@@ -392,6 +401,7 @@ def write_measured_host(stack_key: str, g: dict, path: Path | None = None) -> No
         g["host"], fitted_on=g["rows"],
         source=(f"fitted by bench/bench_published.py --fit-measured on the {len(g['rows'])} split=fit rows of "
                 f"bench/published_serving.csv in fitted_on, each row's GPU priced from kernels measured on it "
-                f"(aiconfigurator-core 0.12.0; the nearest profiled GPU for one nothing measured, scaled by "
-                f"borrowed_scale): median |error| {100 * g['median']:.1f}%, worst {100 * g['worst']:.1f}%"))
+                f"(aiconfigurator-core 0.12.0; the nearest profiled GPU for one nothing measured, its "
+                f"compute-bound work slowed by borrowed_compute_scale): median |error| {100 * g['median']:.1f}%, "
+                f"worst {100 * g['worst']:.1f}%"))
     Path(path).write_text(json.dumps(doc, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")

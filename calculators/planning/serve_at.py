@@ -78,16 +78,18 @@ def _replica(config: ModelConfig, device: Device, mesh: Mesh, I: Lengths, O: Len
 
 def finite_run_at(config: ModelConfig, device: Device, mesh: Mesh, rate: float, requests: int, prompt: int,
                   output: int, weight_dtype: str = "bf16", kv_dtype: str | None = None,
-                  stack: Stack | str | None = None, efficiency: Efficiency | None = None, profile=None) -> dict:
+                  stack: Stack | str | None = None, efficiency: Efficiency | None = None, profile=None,
+                  max_num_seqs: int | None = None, max_num_batched_tokens: int | None = None) -> dict:
     """A finite run of `requests` requests sent at `rate`/s (all replicas; each replica gets its share; math.inf:
-    all queued at once, an offline benchmark such as `trtllm-bench throughput`),
+    all queued at once, an offline benchmark such as `trtllm-bench throughput`) under the stack's scheduler caps
+    (or those given),
     followed step by step on the deployment's step (`calculators.serving.finite_run`): what a benchmark of N
     requests at a QPS reports (throughput = N / makespan, mean ITL, mean TTFT), past capacity included, where the
     steady state does not exist."""
     s = stack if isinstance(stack, Stack) else load_stack(stack)
     I, O = lengths_of(prompt, "prompt tokens"), lengths_of(output, "output tokens")
-    step, load, *_ = _replica(config, device, mesh, I, O, weight_dtype, kv_dtype, s, None, efficiency, None, None,
-                              None, None, profile=profile)
+    step, load, *_ = _replica(config, device, mesh, I, O, weight_dtype, kv_dtype, s, None, efficiency, None,
+                              max_num_seqs, max_num_batched_tokens, None, profile=profile)
     per = max(1, math.ceil(check_int("requests", requests, limit=1 << 24) / mesh.replicas))
     lam = math.inf if rate == math.inf else check_rate(rate) / mesh.replicas
     r = finite_run(step, lam, per, I.mean_tokens, int(round(O.mean_tokens)),

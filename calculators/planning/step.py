@@ -10,7 +10,8 @@ sequence) and p prompt tokens, in min(n, pp) microbatches:
                costs added, or overlapped where the stack has an overlap scheduler: `Efficiency.stage_ms`)
 With a device profile (`specs.profiles`: kernels measured on that GPU and stack) the GEMMs and attention are
 instead the sum of the step's ops, each priced from its measured table (`measured_step`), their datasheet
-rooflines kept beside them (`measured_parts`); the collectives and the host's costs are the same.
+rooflines kept beside them (`measured_parts`), and the TP all-reduces from its measured all-reduce table; the
+all-to-alls and the host's costs are the same.
 """
 from __future__ import annotations
 
@@ -20,7 +21,8 @@ from dataclasses import replace
 import numpy as np
 
 from calculators import arch
-from calculators.planning.measured_step import MEASURED_GRID, on_measured_grid, step_grid_tables
+from calculators.planning.measured_step import (MEASURED_GRID, derated, measured_collectives, on_measured_grid,
+                                                step_grid_tables)
 from calculators.sizing.latency import Efficiency, gemm_mfu, stage_with_host, step_weight_bytes
 from calculators.sizing.roofline import forward_flops_split, gpu_time, step_peaks
 from calculators.multi_gpu.tensor_parallel import (Mesh, _comm_per_stage_ms, _expert_flops_extra,
@@ -198,9 +200,6 @@ def context_slope(passes, microbatches, kv_binds, kv_ms_per_position, attention_
     return np.where(hidden, 0.0, passes / microbatches * per)
 
 
-MEASURED_PARTS = ("gemm", "decode_attn", "prefill_attn", "lm_head", "elementwise")
-
-
 def borrowed(profile, device: Device) -> bool:
     """Whether `profile` was measured on another device than `device` (the nearest profiled one)."""
     return profile.device != device.name
@@ -208,14 +207,14 @@ def borrowed(profile, device: Device) -> bool:
 
 def measured_efficiency(efficiency: Efficiency, stack: Stack, profile, device: Device) -> tuple:
     """With measured kernels the host's work per step is the stack's `measured_host` fit (the fitted MBU and MFU
-    are not used), and a borrowed profile's GPU time is scaled by the fit's factor for the device's vendor:
-    (efficiency, scale). The efficiency as given where the stack has no such fit."""
+    are not used), and a borrowed profile's compute-bound work is slowed by the fit's factor for the device's
+    vendor (`derated`): (efficiency, compute scale). The efficiency as given where the stack has no such fit."""
     host = stack.measured_host(device.vendor)
     if host is None:
         return efficiency, 1.0
     e = replace(efficiency, step_overhead_ms=host["step_overhead_ms"],
                 sequence_overhead_us=host["sequence_overhead_us"])
-    return e, host["borrowed_scale"] if borrowed(profile, device) else 1.0
+    return e, host["borrowed_compute_scale"] if borrowed(profile, device) else 1.0
 
 
 def step_cost(config: ModelConfig, device: Device, mesh: Mesh, weight_dtype: str, kv_dtype: str,
@@ -225,14 +224,22 @@ def step_cost(config: ModelConfig, device: Device, mesh: Mesh, weight_dtype: str
     docstring). The token-dependent parts (experts touched, collectives, expert imbalance) are computed by the
     scalar calculators on a log grid of tokens per microbatch and interpolated. With a device `profile`
     (`specs.profiles`), the GPU's work is priced op by op from measured kernels on the same grid
-    (`measured_step.step_grid_tables`); the collectives and the host's work stay as above."""
+    (`measured_step.step_grid_tables`), and its TP all-reduces from the profile's measured all-reduce table
+    (`measured_step.measured_collectives`); the all-to-alls and the host's work stay as above."""
     tables = step_tables(config, mesh, link, stack, weight_dtype, expert_imbalance)
     if profile is not None:
-        grid = step_grid_tables(profile, config, device, mesh, weight_dtype, kv_dtype, decode_ctx, prompt_len,
-                                MEASURED_GRID)
         efficiency, scale = measured_efficiency(efficiency, stack, profile, device)
-        tables["measured"] = {k: (v * scale if k in MEASURED_PARTS else v) for k, v in grid.items()}
+        grid = step_grid_tables(profile, config, derated(device, scale), mesh, weight_dtype, kv_dtype, decode_ctx,
+                                prompt_len, MEASURED_GRID)
+        if scale != 1.0:                     # the rooflines shown beside the ops stay the datasheet's
+            ideal = step_grid_tables(profile, config, device, mesh, weight_dtype, kv_dtype, decode_ctx, prompt_len,
+                                     MEASURED_GRID)
+            grid.update({k: v for k, v in ideal.items() if k.endswith("_ideal")})
+        tables["measured"] = grid
         tables["prompt_len"] = max(1.0, float(prompt_len))
+        comm = measured_collectives(profile, config, mesh, link, stack, TOKEN_GRID, tables["comm"])
+        if comm is not None:
+            tables["comm"] = comm
     return mixed_step(step_terms(config, device, mesh, weight_dtype, kv_dtype, efficiency, decode_ctx, prompt_len),
                       tables)
 
