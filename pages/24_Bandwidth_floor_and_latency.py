@@ -2,7 +2,9 @@
 time and TTFT, ITL, total latency, throughput and cost, ideal (datasheet peaks) and realistic (MBU/MFU knobs),
 the batching table, and a comparison across devices.
 
-Numbers: `calculators.sizing.latency` (generation_latency, batch_table_for, Efficiency), `calculators.explain` (formulas).
+Numbers: `calculators.sizing.latency` (generation_latency, batch_table_for, Efficiency), `calculators.explain` (formulas);
+on several GPUs `calculators.planning.request_latency.latency_with_floor` (the step `python -m calculators latency`
+prices).
 """
 from __future__ import annotations
 
@@ -24,9 +26,12 @@ from ui.model_source import sizing_with_gpus
 from ui.multi_gpu import MultiGPU, show_fit_verdict
 from ui.charts import style as chart_style
 from ui.world import world_weight_dtype
-from calculators.planning.cost import cost_per_request
-from calculators.multi_gpu.tensor_parallel import (Mesh, decode_step_parallel, generation_latency_parallel, per_gpu_memory,
-                                         prefill_parallel)
+from calculators.planning import request_latency as one_request, step as one_step
+from calculators.planning.cost import cost_if_priced, cost_per_request
+from calculators.planning.measured_step import default_profile_choice
+from calculators.planning.request_latency import default_pricing, latency_with_floor
+from calculators.planning.step import pricing_words
+from calculators.multi_gpu.tensor_parallel import Mesh, per_gpu_memory
 
 COMPARE_DEFAULT = ["RTX 4090", "A100 SXM 40GB", "H100 SXM", "H200", "MI300X", "L4"]
 BATCHES = (1, 8, 32, 128)
@@ -68,7 +73,7 @@ def headline(config: ModelConfig, device: Device, setup: MultiGPU, P: int, N: in
     st.subheader(f"{config.name} on {setup.label()} × {device.name}")
     show_fit_verdict(config, device, setup, P + N, B, wd, kd)
     if setup.mesh.gpus_per_replica > 1:
-        return multi_gpu_headline(config, device, setup, P, N, B, wd, kd, eff)
+        return multi_gpu_headline(config, device, setup, P, N, B, wd, kd)
     g = generation_latency(config, device, P, N, B, wd, kd, eff)
     ideal, real = g["ideal"], g["realistic"]
     floor = explain_decode_floor(config, device, P, B, wd, kd)
@@ -111,53 +116,60 @@ def headline(config: ModelConfig, device: Device, setup: MultiGPU, P: int, N: in
         "ideal": st.column_config.NumberColumn(format="%.4g"),
         "realistic": st.column_config.NumberColumn(format="%.4g")})
     st.caption(f"Realistic prefill is {real['prefill_bound']}-bound and decode {real['decode_bound']}-bound.")
-    cost_split(config, device, setup, P, N, B, wd, kd, eff)
+    cost_split(device, cost_if_priced(device.price_usd_per_hour, 1, real["ttft_ms"], real["itl_ms"], B, P, N))
 
 
-def cost_split(config: ModelConfig, device: Device, setup: MultiGPU, P: int, N: int, B: int, wd: str, kd: str,
-               eff: Efficiency) -> None:
-    """$ per request and per 1M input and output tokens: prefill time prices the prompt, decode the reply."""
-    g = generation_latency_parallel(config, device, setup.mesh, P, N, B, wd, kd, eff, setup.link,
-                                    setup.embeddings_16bit)["realistic"]
-    if "usd_per_request" not in g:
+def cost_split(device: Device, cost: dict) -> None:
+    """$ per request and per 1M input and output tokens (`cost`: `calculators.planning.cost.cost_if_priced`)."""
+    if "usd_per_request" not in cost:
         st.caption("No hourly price for this device: enter one (custom device) to see the cost split.")
         return
     c = st.columns(3)
-    c[0].metric("$ per 1M input tokens", usd(g["usd_per_million_input_tokens"]),
+    c[0].metric("$ per 1M input tokens", usd(cost["usd_per_million_input_tokens"]),
                 help="The prompt's share: prefill time × GPUs × price.")
-    c[1].metric("$ per 1M output tokens", usd(g["usd_per_million_output_tokens"]),
+    c[1].metric("$ per 1M output tokens", usd(cost["usd_per_million_output_tokens"]),
                 help="The reply's share: output tokens × ITL / batch × GPUs × price.")
-    c[2].metric("$ per request", usd(g["usd_per_request"]), help=f"price: {device.price_note or 'unknown'}")
+    c[2].metric("$ per request", usd(cost["usd_per_request"]), help=f"price: {device.price_note or 'unknown'}")
     formula_expander("Formula: cost per request (calculators.planning.cost)", inspect.getdoc(cost_per_request))
 
 
 def multi_gpu_headline(config: ModelConfig, device: Device, setup: MultiGPU, P: int, N: int, B: int, wd: str,
-                       kd: str, eff: Efficiency) -> None:
-    g = generation_latency_parallel(config, device, setup.mesh, P, N, B, wd, kd, eff, setup.link,
-                                    setup.embeddings_16bit)
-    ideal, real = g["ideal"], g["realistic"]
+                       kd: str) -> None:
+    """The layout's request on the deployment's step, as `python -m calculators latency --tp --pp` prices it."""
+    measured = st.toggle("Price each op from measured kernels", value=default_profile_choice() != "none",
+                         key="lat.measured", help="As the latency command does by default: kernels measured on "
+                         "this GPU and serving stack where a profile is installed (docs/measured-kernels.md); off: "
+                         "the closed form at the stack's fitted efficiencies.")
+    profile, pricing = default_pricing(device, config, measured)
+    g = latency_with_floor(config, device, setup.mesh, P, N, B, wd, kd, link=setup.link, profile=profile)
+    floor, real = g["floor"], g["realistic"]
     c = st.columns(4)
-    c[0].metric("TTFT", ms(real["ttft_ms"]), help=f"ideal {ms(ideal['ttft_ms'])}; {real['prefill_bound']}-bound")
-    c[1].metric("ITL", ms(real["itl_ms"]), help=f"ideal {ms(ideal['itl_ms'])}; {real['decode_bound']}-bound")
+    c[0].metric("TTFT", ms(real["ttft_ms"]), help=f"floor {ms(floor['ttft_ms'])}")
+    c[1].metric("ITL", ms(real["itl_ms"]), help=f"floor {ms(floor['itl_ms'])}")
     c[2].metric("All-reduce per token", ms(real["allreduce_ms_per_token"]),
                 help=f"{real['decode_comm_fraction']:.1%} of the ITL")
     c[3].metric("All-reduce in the prefill", ms(real["allreduce_ms_prefill"]))
     c = st.columns(3)
-    c[0].metric(f"Total for {N:,} tokens", ms(real["total_ms"]))
+    c[0].metric(f"Total for {N:,} tokens", ms(real["total_ms"]), help=f"floor {ms(floor['total_ms'])}")
     c[1].metric("Tokens/s, all replicas", fmt_num(real["total_tok_s"], 4))
     c[2].metric("$ per 1M tokens (in + out)", usd(real.get("usd_per_million_tokens")))
+    st.caption(f"Priced as `python -m calculators latency` prices this layout, on the deployment's step with "
+               f"{g['stack']}'s all-reduce and host costs; priced from "
+               f"{pricing if profile is not None else pricing_words(None)}. The efficiency knobs "
+               "above price the one-GPU numbers only. The floor is the same step at the datasheet peaks, no host "
+               f"cost. The ITL is taken at the mean context of the reply ({g['mean_context_tokens']:,} tokens).")
     rows = [("TTFT (ms)", "ttft_ms"), ("ITL (ms)", "itl_ms"), ("Total latency (ms)", "total_ms"),
             ("All-reduce per token (ms)", "allreduce_ms_per_token"), ("All-reduce in prefill (ms)",
                                                                       "allreduce_ms_prefill"),
-            ("Tokens/s all replicas", "total_tok_s")]
-    df = pd.DataFrame({"quantity": [r[0] for r in rows], "ideal": [ideal[r[1]] for r in rows],
-                       "realistic": [real[r[1]] for r in rows]})
+            ("Tokens/s all replicas", "total_tok_s"), ("$ per 1M tokens (in + out)", "usd_per_million_tokens")]
+    df = pd.DataFrame({"quantity": [r[0] for r in rows], "floor (datasheet peaks)": [floor.get(r[1]) for r in rows],
+                       "realistic": [real.get(r[1]) for r in rows]})
     df_with_download(df, "multi_gpu_latency", column_config={
-        "ideal": st.column_config.NumberColumn(format="%.4g"),
+        "floor (datasheet peaks)": st.column_config.NumberColumn(format="%.4g"),
         "realistic": st.column_config.NumberColumn(format="%.4g")})
-    formula_expander("How the multi-GPU numbers are computed (calculators.multi_gpu.tensor_parallel)",
-                     inspect.getdoc(decode_step_parallel) + "\n\n" + inspect.getdoc(prefill_parallel))
-    cost_split(config, device, setup, P, N, B, wd, kd, eff)
+    formula_expander("How the multi-GPU numbers are computed (calculators.planning.request_latency, .step)",
+                     inspect.getdoc(one_request) + "\n\n" + inspect.getdoc(one_step))
+    cost_split(device, real)
 
 
 def batching(config: ModelConfig, device: Device, setup: MultiGPU, wd: str, kd: str) -> None:

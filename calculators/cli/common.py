@@ -6,7 +6,6 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import os
 import sys
 from pathlib import Path
 
@@ -95,12 +94,10 @@ def run_and_print(run, render, args, failed=lambda out: False) -> int:
     return 1 if failed(out) else 0
 
 
-PROFILE_ENV = "INFERENCE_LAB_PROFILE"
-
-
 def add_profile_arg(p: argparse.ArgumentParser) -> None:
     """--profile: which measured kernels price the step (calculators.planning.measured_step.resolve_profile)."""
-    p.add_argument("--profile", default=os.environ.get(PROFILE_ENV, "auto"),
+    from calculators.planning.measured_step import PROFILE_ENV, default_profile_choice
+    p.add_argument("--profile", default=default_profile_choice(),
                    help="kernels measured on the device and stack that price each op of a step: 'auto' (the "
                         "newest profile for this GPU and stack where one is installed: pip install -r "
                         "requirements-profiles.txt; the nearest profiled GPU's for one nothing measured), 'none' "

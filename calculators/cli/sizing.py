@@ -11,7 +11,7 @@ import math
 
 from calculators import explain as ex
 from calculators.sizing.kv_cache import kv_bytes_per_token, kv_cache_bytes
-from calculators.sizing.latency import IDEAL, Efficiency, bandwidth_floor_ms, decode_step_bytes, generation_latency
+from calculators.sizing.latency import IDEAL, bandwidth_floor_ms, decode_step_bytes, generation_latency
 from calculators.sizing.memory import DEFAULT_GPU_MEMORY_UTILIZATION, max_batch, max_context, memory_budget
 from calculators.sizing.params import param_breakdown, weight_bytes
 from calculators.sizing.roofline import roofline
@@ -158,9 +158,11 @@ def latency_fields(args, c: ModelConfig, dev: Device, tokens: int, B: int, wd: s
 
 
 def parallel_fields(args, c: ModelConfig, dev: Device, tokens: int, B: int, wd: str, kd: str) -> dict:
-    """Per-GPU memory and the TP/PP communication for --gpus/--tp/--pp/--ep (one GPU when none is given)."""
-    from calculators.multi_gpu.tensor_parallel import (Mesh, decode_step_parallel, fit_verdict, max_batch_per_replica,
-                                             prefill_parallel)
+    """Per-GPU memory and the TP/PP communication for --gpus/--tp/--pp/--ep (one GPU when none is given): the
+    collectives of the deployment's step (`request_latency.step_collectives`), the ones `latency`'s ITL and TTFT
+    include."""
+    from calculators.multi_gpu.tensor_parallel import Mesh, decode_step_parallel, fit_verdict, max_batch_per_replica
+    from calculators.planning.request_latency import step_collectives
     mesh = Mesh(tp=args.tp, pp=args.pp, ep=args.ep, gpus=args.gpus)
     kw = dict(usable_fraction=args.gpu_memory_utilization, embeddings_16bit=not args.quantize_embeddings)
     v = fit_verdict(c, dev, mesh, tokens, B, wd, kd, **kw)
@@ -176,14 +178,10 @@ def parallel_fields(args, c: ModelConfig, dev: Device, tokens: int, B: int, wd: 
             return out
     else:
         out["max_batch_per_replica"] = max_batch_per_replica(c, dev, mesh, tokens, wd, kd, **kw)
-    eff = Efficiency.for_stack(args.stack, dev, config=c)
-    e16 = kw["embeddings_16bit"]
-    dec = decode_step_parallel(c, dev, mesh, tokens, B, wd, kd, eff, embeddings_16bit=e16, stack=args.stack)
-    pre = prefill_parallel(c, dev, mesh, tokens, B, wd, kd, eff, embeddings_16bit=e16, stack=args.stack)
-    floor = decode_step_parallel(c, dev, mesh, tokens, B, wd, kd, embeddings_16bit=e16,      # IDEAL: the floor
-                                 stack=args.stack)
-    out.update(per_gpu_bandwidth_floor_ms=floor["memory_ms"],
-               allreduce_ms_per_token=dec["allreduce_ms_per_token"], allreduce_ms_prefill=pre["allreduce_ms_prefill"])
+    floor = decode_step_parallel(c, dev, mesh, tokens, B, wd, kd, embeddings_16bit=kw["embeddings_16bit"],
+                                 stack=args.stack)                                       # IDEAL: the floor
+    out.update(per_gpu_bandwidth_floor_ms=floor["memory_ms"],      # the step's own, as `latency` prices it
+               **step_collectives(c, dev, mesh, tokens, B, wd, kd, args.stack))
     if args.command in ("floor", "latency"):
         out["fits_in_memory"] = mem["fits"]
     return out

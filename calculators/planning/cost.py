@@ -32,6 +32,14 @@ def cost_per_request(price_usd_per_gpu_hour: float, gpus: int, prefill_ms: float
                 usd_per_million_tokens=(pre_usd + dec_usd) / (P + N) * 1e6)
 
 
+def cost_if_priced(price_usd_per_gpu_hour: float | None, gpus: int, prefill_ms: float, itl_ms: float, batch: int,
+                   prompt_tokens: int, output_tokens: int) -> dict:
+    """`cost_per_request` where the GPU has an hourly price; {} where it has none (some devices list no price)."""
+    if not price_usd_per_gpu_hour:
+        return {}
+    return cost_per_request(price_usd_per_gpu_hour, gpus, prefill_ms, itl_ms, batch, prompt_tokens, output_tokens)
+
+
 def cost_at_load_usd_per_million_tokens(price_usd_per_gpu_hour: float, total_gpus: int, requests_per_s: float,
                                         tokens_per_request: float) -> float:
     """What a deployment costs per 1M tokens it actually serves: all GPUs are paid whether busy or not:

@@ -324,6 +324,14 @@ def measured_allreduce_ms(profile, link: Link, message_bytes, gpus: int):
 
 
 AUTO = "auto"
+PROFILE_ENV = "INFERENCE_LAB_PROFILE"
+
+
+def default_profile_choice() -> str:
+    """What prices a step when nobody says: $INFERENCE_LAB_PROFILE, else "auto" (`resolve_profile`). The commands'
+    --profile default and a page's measured-kernels switch both start from it, so they price alike."""
+    import os
+    return os.environ.get(PROFILE_ENV, AUTO)
 
 
 def nearest_profiled(device: Device, stack_key: str) -> Device | None:

@@ -131,3 +131,63 @@ def test_the_nearest_profiled_device_skips_a_profile_of_a_device_without_a_datas
     assert nearest_profiled(load_device("mi300x"), "vllm").name == "H200"
     monkeypatch.setattr(profiles, "profiled_devices", lambda stack, directory=None: ["CPU: AMD EPYC (2 cores)"])
     assert nearest_profiled(load_device("mi300x"), "vllm") is None
+
+
+# The Bandwidth floor page's multi-GPU section (`latency_with_floor`) against `latency --tp 2`: Llama-3.1-8B on two
+# H100s, a 2,048-token prompt and 128 output tokens. The page priced it with the old pair
+# (`generation_latency_parallel`: prefill_parallel at the stack's prefill MFU, ITL at the page's knobs), 29.2 ms
+# TTFT against the step's 42.2 ms closed form, and a 4.35 ms ITL at the knobs' defaults against 5.13 ms.
+MODEL_31 = load_preset("llama-3.1-8b")
+TP2 = Mesh(tp=2)
+
+
+@pytest.mark.parametrize("batch", [1, 8])
+@pytest.mark.parametrize("priced", ["closed form", "measured"])
+def test_the_bandwidth_floor_page_prices_a_tensor_parallel_request_as_latency_does(capsys, profile_path, priced,
+                                                                                  batch):
+    from calculators.planning.request_latency import latency_with_floor
+    arg = "none" if priced == "closed form" else profile_path
+    prof = None if priced == "closed form" else load_profile(profile_path)
+    code = cli(["latency", "--model", "llama-3.1-8b", "--gpu", "h100", "--tp", "2", "--tokens", "2048",
+                "--output-tokens", "128", "--batch", str(batch), "--profile", arg, "--json"])
+    lat = json.loads(capsys.readouterr().out)
+    assert code == 0
+    page = latency_with_floor(MODEL_31, H100, TP2, 2048, 128, batch, profile=prof)
+    real, floor = page["realistic"], page["floor"]
+    assert real["ttft_ms"] == pytest.approx(lat["ttft_ms"], rel=0.02)
+    assert real["itl_ms"] == pytest.approx(lat["itl_ms"], rel=0.02)
+    assert real["total_ms"] == pytest.approx(lat["total_ms"], rel=0.02)
+    # the all-reduce the page and the command show is the step's own, a share of the ITL shown beside it
+    assert real["allreduce_ms_per_token"] == pytest.approx(lat["allreduce_ms_per_token"], rel=0.02)
+    assert real["allreduce_ms_prefill"] == pytest.approx(lat["allreduce_ms_prefill"], rel=0.02)
+    assert real["decode_comm_fraction"] * real["itl_ms"] == pytest.approx(real["allreduce_ms_per_token"])
+    assert 0 < real["allreduce_ms_per_token"] < real["itl_ms"]
+    # the floor: the same step at the datasheet peaks, no faster than any pricing of it
+    assert floor["ttft_ms"] < real["ttft_ms"] and floor["itl_ms"] < real["itl_ms"]
+    assert ("measured kernels" in page["priced_from"]) == (prof is not None)
+    assert real["usd_per_million_tokens"] > 0
+
+
+@pytest.mark.parametrize("batch", [1, 8])
+def test_the_old_pair_priced_that_work_more_than_2_percent_apart(batch):
+    """Why the test above can fail: the page's old pricing of the same work, at the stack's efficiencies and at the
+    page's knobs, is more than 2% from `latency`'s step (the TTFT by 44%)."""
+    from calculators.multi_gpu.tensor_parallel import generation_latency_parallel
+    from calculators.sizing.latency import Efficiency
+    step = request_latency(MODEL_31, H100, TP2, 2048, 128, batch)
+    for eff in (None, Efficiency()):
+        old = generation_latency_parallel(MODEL_31, H100, TP2, 2048, 128, batch, efficiency=eff)["realistic"]
+        assert old["ttft_ms"] != pytest.approx(step["ttft_ms"], rel=0.02)
+    assert old["itl_ms"] != pytest.approx(step["itl_ms"], rel=0.02)
+
+
+def test_the_page_prices_with_what_latency_defaults_to(capsys, monkeypatch):
+    """The page's measured-kernels switch starts where `--profile` does ($INFERENCE_LAB_PROFILE, else auto): on,
+    it names the profile `latency --profile auto` uses (the closed form where none is installed); off, the
+    closed form."""
+    from calculators.planning.request_latency import default_pricing
+    assert default_pricing(H100, MODEL_31, measured=False) == (None, "closed form (asked for)")
+    monkeypatch.setenv("INFERENCE_LAB_PROFILE", "auto")
+    profile, words = default_pricing(H100, MODEL_31)
+    assert cli(["latency", "--model", "llama-3.1-8b", "--gpu", "h100", "--tp", "2", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["pricing"] == words

@@ -72,6 +72,12 @@ def test_latency_page_on_an_8_gpu_node_shows_allreduce_and_the_fit_verdict():
     assert not at.exception
     assert any(m.label == "All-reduce per token" for m in at.metric)
     assert any("Fits" in s and "8 × A100" in s for s in texts(at.success))
+    # priced as the latency command prices it, and saying so: the closed form here (the tests' default), the
+    # command's default profile with the switch on (the closed form again where no profile is installed)
+    assert any("Priced as `python -m calculators latency`" in c and "closed form" in c for c in texts(at.caption))
+    at.toggle(key="lat.measured").set_value(True).run()
+    assert not at.exception and not texts(at.error)
+    assert any("Priced as `python -m calculators latency`" in c for c in texts(at.caption))
     at.text_input(key="mg.tp").set_value(str(3)).run()                # 3 does not divide TinyLlama's 32 heads
     assert not at.exception and any("does not divide" in e for e in texts(at.sidebar.error))
 
