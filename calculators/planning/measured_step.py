@@ -354,6 +354,19 @@ def nearest_profiled(device: Device, stack_key: str) -> Device | None:
     return best
 
 
+def _derate_words(stack_key: str, device: Device) -> str:
+    """How a borrowed profile's compute-bound work is slowed on `device` (the stack's `measured_host` fit)."""
+    from specs.stacks import load_stack
+    try:
+        host = load_stack(stack_key).measured_host(device.vendor)
+    except SpecError:
+        return ""
+    if not host or host["borrowed_compute_scale"] == 1.0:
+        return ""
+    return (f", its compute-bound work {host['borrowed_compute_scale']:g}x slower, fitted on published "
+            f"{device.vendor or device.name} rows")
+
+
 def resolve_profile(profile, device: Device, stack_key: str, config: ModelConfig | None = None):
     """The profile a command prices with, and a sentence saying which and why:
         None or "none"   the closed form
@@ -375,7 +388,7 @@ def resolve_profile(profile, device: Device, stack_key: str, config: ModelConfig
                 return None, f"closed form: no kernels measured with {stack_key} are installed"
             found = profile_for(near.name, stack_key)
             note = (f" (nothing measured on {device.name}: the efficiencies of the nearest profiled device, "
-                    f"{near.name}, at {device.name}'s datasheet roofline)")
+                    f"{near.name}, at {device.name}'s datasheet roofline{_derate_words(stack_key, device)})")
         profile = found
     elif isinstance(profile, str):
         profile = load_profile(profile)
