@@ -88,7 +88,7 @@ def main() -> None:
         return
     wd, kd = formats(profile)
     st.caption(profile_caption(profile, device))
-    problem = profile_support(config)
+    problem = profile_support(config, profile)
     if problem:
         st.info(f"{problem}: the planner prices it by the closed form. Pick another model in the sidebar.")
         return

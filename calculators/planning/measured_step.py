@@ -9,8 +9,10 @@ The ops of one layer, per GPU of a TP group of t (`layer_gemms`):
 and once per step the LM head (m = the sequences that sample a token, V/t columns). m is the tokens the step
 carries. A step = Σ ops + the collectives + the stack's host work (`step.mixed_step`).
 
-What a profile cannot price yet falls back to the closed form, and `profile_support` says why: MLA (DeepSeek),
-linear attention layers (Qwen3-Next).
+An MLA layer (DeepSeek) runs its low-rank projections (q_a, q_b, kv_a, the absorbed W_UK and W_UV as GEMMs of the
+same FLOPs and weights, o) and its attention from the profile's MLA tables. What a profile cannot price falls back
+to the closed form, and `profile_support` says why: linear attention layers (Qwen3-Next), MLA where the profile
+measured none.
 """
 from __future__ import annotations
 
@@ -24,7 +26,7 @@ from calculators.multi_gpu.collectives import allreduce_ms as closed_allreduce_m
 from calculators.multi_gpu.parallel import tp_allreduce_bytes
 from calculators.multi_gpu.tensor_parallel import Mesh, stage_layers
 from calculators.sizing.measured_ops import (ACT_BYTES, Priced, allreduce_ms, decode_attention_ms, elementwise_ms,
-                                             gemm_ms, moe_ms, prefill_attention_ms)
+                                             gemm_ms, mla_decode_ms, mla_prefill_ms, moe_ms, prefill_attention_ms)
 from specs.devices import Device, Link
 from specs.model_config import ModelConfig, SpecError
 
@@ -50,10 +52,11 @@ def lm_head_dtype(weight_dtype: str) -> str:
     return weight_dtype if weight_dtype in ("bf16", "fp16", "fp32") else "bf16"
 
 
-def profile_support(config: ModelConfig) -> str | None:
-    """Why a profile cannot price this model's step (None if it can)."""
-    if arch.is_mla(config):
-        return f"{config.name} uses MLA, whose measured tables are not read yet"
+def profile_support(config: ModelConfig, profile=None) -> str | None:
+    """Why a profile (this one, when given) cannot price this model's step (None if it can)."""
+    tables = getattr(profile, "tables", None)
+    if arch.is_mla(config) and tables is not None and not {"mla_generation", "mla_context"} <= set(tables):
+        return f"{config.name} uses MLA, and profile {profile.name} measured no MLA kernels"
     if arch.kind_counts(config)[arch.LINEAR]:
         return f"{config.name} has linear-attention layers, whose measured tables are not read yet"
     return None
@@ -71,10 +74,7 @@ def layer_gemms(config: ModelConfig, mesh: Mesh) -> list[tuple[str, int, int, fl
     c, tp = config, mesh.tp
     layers = stage_layers(c, mesh.pp)
     share = layers / c.num_layers
-    kv = max(1, c.num_kv_heads // tp) * c.head_dim
-    q = arch.q_out_dim(c) // tp
-    out = [("qkv projection", q + 2 * kv, c.hidden_size, layers),
-           ("o projection", c.hidden_size, c.q_dim // tp, layers)]
+    out = _mla_gemms(c, tp, layers) if arch.is_mla(c) else _attention_gemms(c, tp, layers)
     moe_layers = arch.moe_layer_count(c) * share if arch.is_moe(c) else 0.0
     dense_layers = layers - moe_layers
     if dense_layers > 0:
@@ -85,6 +85,57 @@ def layer_gemms(config: ModelConfig, mesh: Mesh) -> list[tuple[str, int, int, fl
             out += [(f"shared expert {n}", nn, k, cnt) for n, nn, k, cnt in _ffn_gemms(c, shared, tp, moe_layers)]
         out.append(("router", c.num_experts, c.hidden_size, moe_layers))
     return out
+
+
+def _attention_gemms(c: ModelConfig, tp: int, layers: float) -> list[tuple[str, int, int, float]]:
+    kv = max(1, c.num_kv_heads // tp) * c.head_dim
+    return [("qkv projection", arch.q_out_dim(c) // tp + 2 * kv, c.hidden_size, layers),
+            ("o projection", c.hidden_size, c.q_dim // tp, layers)]
+
+
+def _mla_gemms(c: ModelConfig, tp: int, layers: float) -> list[tuple[str, int, int, float]]:
+    """MLA's projections on one GPU of a TP group (heads split, the latent down-projections replicated): q_a and
+    q_b (or one q projection), kv_a (the latent and the shared RoPE key), the absorbed W_UK and W_UV (per-head
+    products, priced as one GEMM of the same FLOPs and weight bytes) and o."""
+    h, D = max(1, c.num_heads // tp), c.hidden_size
+    qk = c.qk_nope_head_dim + c.qk_rope_head_dim
+    q = [("q_a projection", c.q_lora_rank, D, layers), ("q_b projection", h * qk, c.q_lora_rank, layers)] \
+        if c.q_lora_rank else [("q projection", h * qk, D, layers)]
+    return q + [("kv_a projection", c.kv_lora_rank + c.qk_rope_head_dim, D, layers),
+                ("q absorb (W_UK)", h * c.kv_lora_rank, c.qk_nope_head_dim, layers),
+                ("v up-projection (W_UV)", h * c.v_head_dim, c.kv_lora_rank, layers),
+                ("o projection", D, h * c.v_head_dim, layers)]
+
+
+def decode_attention_op(profile, device: Device, config: ModelConfig, mesh: Mesh, rows, context: float,
+                        kv_dtype: str):
+    """One layer's decode attention on one GPU of the TP group: MLA's (absorbed, from the MLA table) or
+    GQA/MQA's (heads and KV heads split by TP)."""
+    h, kvh = _heads(config, mesh)
+    c = config
+    if arch.is_mla(c):
+        return mla_decode_ms(profile, device, rows, context, h, c.kv_lora_rank, c.qk_rope_head_dim, kv_dtype)
+    return decode_attention_ms(profile, device, rows, context, h, kvh, c.head_dim, kv_dtype)
+
+
+def prefill_attention_op(profile, device: Device, config: ModelConfig, mesh: Mesh, tokens, kv_dtype: str,
+                         batch=1.0):
+    """One layer's causal prefill attention of `batch` prompts of `tokens` on one GPU of the TP group (MLA's
+    from the MLA table)."""
+    h, kvh = _heads(config, mesh)
+    c = config
+    if arch.is_mla(c):
+        return mla_prefill_ms(profile, device, tokens, h, c.qk_nope_head_dim + c.qk_rope_head_dim, c.v_head_dim,
+                              kv_dtype, batch=batch)
+    return prefill_attention_ms(profile, device, tokens, h, kvh, c.head_dim, kv_dtype, batch=batch)
+
+
+def attention_shape(config: ModelConfig, mesh: Mesh) -> str:
+    """The attention's per-GPU heads in words, for an op table."""
+    h, kvh = _heads(config, mesh)
+    if arch.is_mla(config):
+        return f"{h} heads, MLA latent {config.kv_lora_rank} + {config.qk_rope_head_dim}"
+    return f"{h} heads / {kvh} KV"
 
 
 def moe_shape(config: ModelConfig, mesh: Mesh) -> dict | None:
@@ -115,6 +166,13 @@ KERNELS_PER_LAYER = 4       # two fused residual-add + norm kernels, RoPE, the g
 KERNELS_PER_STEP = 2        # the final norm and the sampler
 
 
+def kernels_per_layer(config: ModelConfig) -> int:
+    """The small kernels of one layer: KERNELS_PER_LAYER, plus MLA's norms of its latents (q_a's and kv_a's)."""
+    if arch.is_mla(config):
+        return KERNELS_PER_LAYER + (2 if config.q_lora_rank else 1)
+    return KERNELS_PER_LAYER
+
+
 def elementwise_bytes_per_token(config: ModelConfig, mesh: Mesh) -> float:
     """Bytes the small kernels of one layer move per token on one GPU: two fused residual-add + norms (each
     reads and writes the hidden state and the residual), RoPE over q and k, and the gate's activation (reads
@@ -122,7 +180,11 @@ def elementwise_bytes_per_token(config: ModelConfig, mesh: Mesh) -> float:
     c, tp = config, mesh.tp
     ffn = (c.moe_intermediate_size or c.intermediate_size) * (c.num_experts_per_tok or 1) if arch.is_moe(c) \
         else c.intermediate_size
-    qk = (arch.q_out_dim(c) + max(1, c.num_kv_heads // tp) * c.head_dim * tp) / tp
+    if arch.is_mla(c):             # RoPE over the heads' rope part and the shared key, the latents' norms
+        qk = max(1, c.num_heads // tp) * c.qk_rope_head_dim + c.qk_rope_head_dim + c.kv_lora_rank + \
+            (c.q_lora_rank or 0)
+    else:
+        qk = (arch.q_out_dim(c) + max(1, c.num_kv_heads // tp) * c.head_dim * tp) / tp
     return (2 * 4 * c.hidden_size + 2 * qk + 3 * ffn / tp) * ACT_BYTES
 
 
@@ -138,7 +200,7 @@ def step_grid_tables(profile, config: ModelConfig, device: Device, mesh: Mesh, w
         prefill_attn attention of g prompt tokens as prompts of `prompt_len` (a chunk of g < P tokens alone)
         lm_head      the LM head for g sequences
     and their datasheet rooflines (`*_ideal`) and where any was extrapolated (`extrapolated`)."""
-    problem = profile_support(config)
+    problem = profile_support(config, profile)
     if problem:
         raise SpecError(problem)
     wd = WEIGHT_FORMATS.get(str(weight_dtype), str(weight_dtype))
@@ -157,19 +219,18 @@ def step_grid_tables(profile, config: ModelConfig, device: Device, mesh: Mesh, w
         gemm += layers * ms
         gemm_ideal += layers * ideal
         past |= ex
-    h, kvh = _heads(config, mesh)
     dec, dec_ideal, pre, pre_ideal = (np.zeros_like(g) for _ in range(4))
     P = max(1.0, float(prompt_len))
     for window, count in attention_layers(config, mesh):
         ctx = min(decode_ctx, window) if window else decode_ctx
-        ideal, ms, ex = decode_attention_ms(profile, device, g, max(ctx, 1.0), h, kvh, config.head_dim, kv_dtype)
+        ideal, ms, ex = decode_attention_op(profile, device, config, mesh, g, max(ctx, 1.0), kv_dtype)
         dec += count * ms
         dec_ideal += count * ideal
         past |= ex
         whole = g >= P                                   # whole prompts: g / P of them at P tokens each
         tok = np.where(whole, P, g)
         batch = np.where(whole, g / P, 1.0)
-        p_ideal, p_ms = _prefill_rows(profile, device, tok, batch, h, kvh, config.head_dim, kv_dtype, window)
+        p_ideal, p_ms = _prefill_rows(profile, device, config, mesh, tok, batch, kv_dtype, window)
         pre += count * p_ms
         pre_ideal += count * p_ideal
     vocab_n = max(1, config.vocab_size // mesh.tp)
@@ -178,13 +239,13 @@ def step_grid_tables(profile, config: ModelConfig, device: Device, mesh: Mesh, w
     past |= ex
     layers = stage_layers(config, mesh.pp)
     small = elementwise_ms(profile, device, g * elementwise_bytes_per_token(config, mesh) * layers,
-                           KERNELS_PER_LAYER * layers + KERNELS_PER_STEP)
+                           kernels_per_layer(config) * layers + KERNELS_PER_STEP)
     ew_ideal, ew = small if small is not None else (np.zeros_like(g), np.zeros_like(g))
     return dict(elementwise=ew, elementwise_ideal=ew_ideal, gemm=gemm, gemm_ideal=gemm_ideal, decode_attn=dec, decode_attn_ideal=dec_ideal, prefill_attn=pre,
                 prefill_attn_ideal=pre_ideal, lm_head=lm, lm_head_ideal=lm_ideal, extrapolated=past)
 
 
-def _prefill_rows(profile, device, tokens, batch, heads, kv_heads, head_dim, kv_dtype, window):
+def _prefill_rows(profile, device, config, mesh, tokens, batch, kv_dtype, window):
     """Prefill attention at each (tokens, batch) pair of the grid: whole prompts (batch ≥ 1 at the prompt's
     length, priced along the batch) and a chunk shorter than a prompt (batch 1, priced along its tokens); past a
     sliding window a token attends to `window` keys, so it costs what a window-long prompt's tokens cost."""
@@ -197,10 +258,9 @@ def _prefill_rows(profile, device, tokens, batch, heads, kv_heads, head_dim, kv_
         t_eff = np.minimum(t, window) if window else t
         scale = t / t_eff
         if by_batch:
-            i, m, _ = prefill_attention_ms(profile, device, float(t_eff[0]), heads, kv_heads, head_dim, kv_dtype,
-                                           batch=b)
+            i, m, _ = prefill_attention_op(profile, device, config, mesh, float(t_eff[0]), kv_dtype, batch=b)
         else:
-            i, m, _ = prefill_attention_ms(profile, device, t_eff, heads, kv_heads, head_dim, kv_dtype, batch=1.0)
+            i, m, _ = prefill_attention_op(profile, device, config, mesh, t_eff, kv_dtype, batch=1.0)
         ideal[sel], ms[sel] = i * scale, m * scale
     return ideal, ms
 
@@ -219,7 +279,7 @@ def step_ops_table(profile, config: ModelConfig, device: Device, mesh: Mesh, wei
         for row, own in zip(slow, step_ops_table(profile, config, device, *args)):
             row.update(ideal_ms=own["ideal_ms"], efficiency=own["ideal_ms"] / row["measured_ms"])
         return slow
-    problem = profile_support(config)
+    problem = profile_support(config, profile)
     if problem:
         raise SpecError(problem)
     wd = WEIGHT_FORMATS.get(str(weight_dtype), str(weight_dtype))
@@ -240,32 +300,32 @@ def step_ops_table(profile, config: ModelConfig, device: Device, mesh: Mesh, wei
         add("routed experts (fused MoE)",
             f"{m:,} tokens, {moe['experts']} experts top-{moe['topk']}, {moe['hidden']:,} × {moe['inter']:,}, "
             f"TP {moe['tp']} × EP {moe['ep']}", moe_ms(profile, device, m, dtype=wd, **moe), layers)
-    h, kvh = _heads(config, mesh)
+    heads = attention_shape(config, mesh)
     for window, count in attention_layers(config, mesh):
         tag = f" (window {window:,})" if window else ""
         if decode_rows:
             ctx = min(context, window) if window else context
-            add("decode attention" + tag, f"{decode_rows:,} rows × {ctx:,.0f} positions, {h} heads / {kvh} KV",
-                decode_attention_ms(profile, device, int(decode_rows), max(float(ctx), 1.0), h, kvh,
-                                    config.head_dim, kv_dtype), count)
+            add("decode attention" + tag, f"{decode_rows:,} rows × {ctx:,.0f} positions, {heads}",
+                decode_attention_op(profile, device, config, mesh, int(decode_rows), max(float(ctx), 1.0),
+                                    kv_dtype), count)
         if prompt_tokens:
             P = int(prompt_len or prompt_tokens)
             n_prompts = max(1.0, prompt_tokens / P)
             tok = min(P, prompt_tokens)
-            add("prefill attention" + tag, f"{n_prompts:g} prompt(s) × {tok:,} tokens, {h} heads / {kvh} KV",
-                prefill_attention_ms(profile, device, float(min(tok, window) if window else tok), h, kvh,
-                                     config.head_dim, kv_dtype, batch=n_prompts), count)
+            add("prefill attention" + tag, f"{n_prompts:g} prompt(s) × {tok:,} tokens, {heads}",
+                prefill_attention_op(profile, device, config, mesh, float(min(tok, window) if window else tok),
+                                     kv_dtype, batch=n_prompts), count)
     sequences = int(decode_rows) + (math.ceil(prompt_tokens / (prompt_len or prompt_tokens)) if prompt_tokens else 0)
     head_dtype = lm_head_dtype(wd)
     add("LM head", f"{sequences:,} × {config.hidden_size:,} · {config.hidden_size:,} × "
         f"{max(1, config.vocab_size // mesh.tp):,}",
         gemm_ms(profile, device, sequences, max(1, config.vocab_size // mesh.tp), config.hidden_size, head_dtype), 1)
     layers = stage_layers(config, mesh.pp)
-    small = elementwise_ms(profile, device, m * elementwise_bytes_per_token(config, mesh) * layers,
-                           KERNELS_PER_LAYER * layers + KERNELS_PER_STEP)
+    kernels = kernels_per_layer(config) * layers + KERNELS_PER_STEP
+    small = elementwise_ms(profile, device, m * elementwise_bytes_per_token(config, mesh) * layers, kernels)
     if small is not None:
-        rows.append(dict(op="norms, RoPE, activation, sampling", shape=f"{m:,} tokens, "
-                         f"{KERNELS_PER_LAYER * layers + KERNELS_PER_STEP:,} kernels", layers=layers,
+        rows.append(dict(op="norms, RoPE, activation, sampling", shape=f"{m:,} tokens, {kernels:,} kernels",
+                         layers=layers,
                          ideal_ms=float(small[0]), measured_ms=float(small[1]),
                          efficiency=float(small[0] / small[1]), extrapolated=False, note="memory-bound small kernels"))
     return rows
@@ -392,7 +452,7 @@ def resolve_profile(profile, device: Device, stack_key: str, config: ModelConfig
         profile = found
     elif isinstance(profile, str):
         profile = load_profile(profile)
-    problem = profile_support(config) if config is not None else None
+    problem = profile_support(config, profile) if config is not None else None
     if problem:
         return None, f"closed form: {problem}"
     return profile, f"measured kernels: {profile.name}{note}"

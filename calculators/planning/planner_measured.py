@@ -10,10 +10,9 @@ import numpy as np
 
 from calculators.multi_gpu.tensor_parallel import Mesh, mesh_problem, stage_layers
 from calculators.planning.measured_step import (MEASURED_GRID, MEASURED_LOG_GRID, attention_layers, derated,
-                                                profile_support, step_grid_tables)
+                                                prefill_attention_op, profile_support, step_grid_tables)
 from calculators.planning.step import measured_efficiency
 from calculators.sizing.latency import Efficiency
-from calculators.sizing.measured_ops import prefill_attention_ms
 from specs.model_config import ModelConfig, SpecError
 
 PARTS = ("gemm", "decode_attn", "prefill_attn", "lm_head", "elementwise")
@@ -21,11 +20,10 @@ PARTS = ("gemm", "decode_attn", "prefill_attn", "lm_head", "elementwise")
 
 def prompt_attention_ms(profile, config: ModelConfig, device, mesh: Mesh, kv_dtype: str, prompt_tokens: int) -> float:
     """One prompt of `prompt_tokens` alone: its causal attention in every layer of the busiest stage, measured."""
-    h, kvh = max(1, config.num_heads // mesh.tp), max(1, config.num_kv_heads // mesh.tp)
     total = 0.0
     for window, count in attention_layers(config, mesh):
         t = min(prompt_tokens, window) if window else prompt_tokens
-        total += count * prefill_attention_ms(profile, device, float(t), h, kvh, config.head_dim, kv_dtype).ms * \
+        total += count * prefill_attention_op(profile, device, config, mesh, float(t), kv_dtype).ms * \
             prompt_tokens / t
     return total
 

@@ -97,6 +97,33 @@ def prefill_attention_roofline_ms(device: Device, batch, tokens: float, prefix: 
     return np.maximum(flops / peak_flops(device, dtype), bytes_ / device.memory_bandwidth_bytes_per_s) * 1e3
 
 
+# aiconfigurator-core measures MLA at DeepSeek-V3's shapes: a latent of 512 + a 64-wide RoPE key cached per token,
+# and prefill's up-projected heads of 128 + 64 (query/key) and 128 (value); its rows are read against these
+MLA_TABLE_RANK, MLA_TABLE_ROPE, MLA_TABLE_QK, MLA_TABLE_V = 512, 64, 192, 128
+
+
+def mla_decode_roofline_ms(device: Device, batch, context: float, heads: float, rank: float, rope: float,
+                           kv_dtype: str, dtype: str = "bf16"):
+    """One layer's MLA decode attention in its absorbed form: every row reads its latent cache (context × (rank +
+    rope)) once, and each head scores it (2 · (rank + rope) FLOPs per position) and sums the latent values
+    (2 · rank). Arrays in batch."""
+    b = np.asarray(batch, dtype=float)
+    bytes_ = b * context * (rank + rope) * dtype_bytes(kv_dtype)
+    flops = 2.0 * b * heads * context * (2 * rank + rope)
+    return np.maximum(flops / peak_flops(device, dtype), bytes_ / device.memory_bandwidth_bytes_per_s) * 1e3
+
+
+def mla_prefill_roofline_ms(device: Device, batch, tokens: float, prefix: float, heads: float, qk_dim: float,
+                            v_dim: float, dtype: str = "bf16"):
+    """One layer's causal MLA prefill, keys and values up-projected per head (qk_dim wide keys, v_dim wide
+    values): 2 · heads · (qk_dim + v_dim) · tokens · (prefix + (tokens + 1)/2) FLOPs; Q and O of the new tokens
+    and K and V of every key read once in 16 bits. Arrays in batch."""
+    b = np.asarray(batch, dtype=float)
+    flops = 2.0 * b * heads * (qk_dim + v_dim) * tokens * (prefix + (tokens + 1) / 2)
+    bytes_ = b * (2 * tokens + prefix) * heads * (qk_dim + v_dim) * ACT_BYTES
+    return np.maximum(flops / peak_flops(device, dtype), bytes_ / device.memory_bandwidth_bytes_per_s) * 1e3
+
+
 def experts_hit(experts: float, topk: float, tokens):
     """Expected distinct experts `tokens` tokens route to (top-k of E each, uniform): E·(1 − (1 − k/E)^t)."""
     t = np.asarray(tokens, dtype=float)
@@ -371,6 +398,68 @@ def prefill_attention_ms(profile, device: Device, tokens, heads: int, kv_heads: 
     else:
         le, past = interpolate(lines, tokens, dict(batch=max(float(batch), 1.0), heads=heads, kv_heads=kv_heads))
     return _priced("prefill attention", ideal, ideal / np.exp(le), past, note, np.ndim(tokens) or np.ndim(batch))
+
+
+@_memo
+def _mla_lines(profile, device: Device, table: str, kv_dtype: str, primary: str) -> _Lines | None:
+    t, keep = _rows_of(profile, table, kv_dtype=kv_dtype)
+    if t is None:
+        return None
+    col = (lambda c: np.asarray(t[c], dtype=float)[keep] if c in t else np.zeros(int(keep.sum())))
+    b, h, ms = col("batch"), col("heads"), col("ms")
+    if table == "mla_generation":
+        ctx = col("context")
+        ideal = mla_decode_roofline_ms(device, b, ctx, h, MLA_TABLE_RANK, MLA_TABLE_ROPE, kv_dtype)
+        return _build_lines(b, dict(context=ctx, heads=h), np.log(ideal / ms))
+    tok, pre = col("tokens"), col("prefix")
+    ideal = mla_prefill_roofline_ms(device, b, tok, pre, h, MLA_TABLE_QK, MLA_TABLE_V)
+    if primary == "batch":
+        return _build_lines(b, dict(tokens=tok, heads=h), np.log(ideal / ms))
+    return _build_lines(tok, dict(batch=b, heads=h), np.log(ideal / ms))
+
+
+def _mla_table_lines(profile, table: str, kv_dtype: str, primary: str, what: str):
+    """The MLA table's lines for this KV format, else bf16's (and a note), else one SpecError."""
+    kd = _kv_dtype_name(kv_dtype)
+    lines, note = _mla_lines(profile, table, kd, primary), ""
+    if lines is None and kd != "bf16":
+        lines, note = _mla_lines(profile, table, "bf16", primary), f"KV {kd} priced as bf16"
+    if lines is None:
+        raise SpecError(f"profile {profile.name} has no MLA {what} table")
+    return lines, note, kd
+
+
+def _mla_shape_note(note: str, **dims) -> str:
+    measured = dict(rank=MLA_TABLE_RANK, rope=MLA_TABLE_ROPE, qk_dim=MLA_TABLE_QK, v_dim=MLA_TABLE_V)
+    if all(measured[k] == v for k, v in dims.items()):
+        return note
+    return "; ".join(x for x in (note, "MLA measured at DeepSeek-V3's shapes, read at this model's roofline") if x)
+
+
+def mla_decode_ms(profile, device: Device, batch, context: float, heads: int, rank: int, rope: int,
+                  kv_dtype: str = "bf16"):
+    """One layer's MLA decode attention (absorbed) of `batch` rows at `context` cached positions (heads per GPU),
+    from the profile's `mla_generation` table. `batch` may be an array (then arrays come back, as `gemm_ms`)."""
+    lines, note, kd = _mla_table_lines(profile, "mla_generation", kv_dtype, "batch", "decode")
+    ideal = mla_decode_roofline_ms(device, batch, context, heads, rank, rope, kd)
+    le, past = interpolate(lines, batch, dict(context=max(context, 1.0), heads=heads))
+    return _priced("MLA decode attention", ideal, ideal / np.exp(le), past,
+                   _mla_shape_note(note, rank=rank, rope=rope), np.ndim(batch))
+
+
+def mla_prefill_ms(profile, device: Device, tokens, heads: int, qk_dim: int, v_dim: int, kv_dtype: str = "bf16",
+                   batch=1.0, prefix: float = 0.0):
+    """One layer's causal MLA prefill of `batch` prompts of `tokens` each (heads per GPU), from the profile's
+    `mla_context` table. Either `tokens` or `batch` may be an array (then arrays come back)."""
+    primary = "batch" if np.ndim(batch) else "tokens"
+    lines, note, _ = _mla_table_lines(profile, "mla_context", kv_dtype, primary, "prefill")
+    ideal = mla_prefill_roofline_ms(device, batch, tokens, prefix, heads, qk_dim, v_dim)
+    if primary == "batch":
+        le, past = interpolate(lines, np.maximum(batch, 1.0), dict(tokens=float(tokens), heads=heads))
+    else:
+        le, past = interpolate(lines, tokens, dict(batch=max(float(batch), 1.0), heads=heads))
+    return _priced("MLA prefill attention", ideal, ideal / np.exp(le), past,
+                   _mla_shape_note(note, qk_dim=qk_dim, v_dim=v_dim), np.ndim(tokens) or np.ndim(batch))
 
 
 @_memo
