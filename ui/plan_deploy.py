@@ -68,12 +68,15 @@ def plan_profile(best: dict, config, stack, devices=()):
     return resolve_profile("auto", plan_device(best, devices), load_stack(stack).key, config)[0]
 
 
-def error_band(regime: str, device, weight_dtype: str, config, measured: bool = False) -> str:
+def error_band(regime: str, device, weight_dtype: str, config, profile=None) -> str:
     """The held-out error of predictions in `regime` for this vendor, precision and dense/MoE model
     (`calculators.planning.accuracy.band`), with its 'outside what was validated' note when there is one, of the
     pricing that made them (`measured`: from measured kernels). The weights' own format is asked for (int4 weights
-    compute in bf16 but no held-out row ran int4 weights)."""
-    return band(regime, device.vendor or None, weight_dtype, bool(config.num_experts), measured=measured)["text"]
+    compute in bf16 but no held-out row ran int4 weights). `profile`: the device profile that priced them (None:
+    the closed form); one measured on another GPU adds the held-out error of this vendor's rows priced so."""
+    from calculators.planning.step import borrowed
+    return band(regime, device.vendor or None, weight_dtype, bool(config.num_experts), measured=profile is not None,
+                borrowed=profile is not None and borrowed(profile, device))["text"]
 
 
 def layout_words(r: dict) -> str:
@@ -102,7 +105,7 @@ def headline(best: dict, wl, config, stack, devices=(), at: dict | None = None, 
     key chart, on a projector's first screen at 1366×768 in both text sizes."""
     dev = plan_device(best, devices)
     err = error_band("under_rate", dev, best["weight_dtype"], config,
-                     measured=plan_profile(best, config, stack, devices) is not None)
+                     profile=plan_profile(best, config, stack, devices))
     mbt = max_batched_tokens(config, dev, best, wl, stack)
     cost = memory_and_cost(best, dev.price_usd_per_hour)
     c = st.columns([1.6, 1.1, 1, 1])
@@ -156,7 +159,7 @@ def chosen_plan_section(config, best: dict, wl, stack, max_model_len: int, usabl
         memory_and_cost_rows(best, dev)
         return
     err = error_band("under_rate", dev, best["weight_dtype"], config,
-                     measured=plan_profile(best, config, stack, devices) is not None)
+                     profile=plan_profile(best, config, stack, devices))
     metric_row([("Capacity (req/s)", f"{r['capacity_requests_per_s']:,.3g}", f"{r['verdict']}. Error: {err}."),
                 ("TTFT p50 / p99 (ms)", f"{r['ttft_p50_ms']:,.0f} / {r['ttft_p99_ms']:,.0f}", f"Error: {err}."),
                 ("ITL mean / p99 (ms)", f"{r['tpot_ms']:,.0f} / {r['itl_p99_ms']:,.0f}", f"Error: {err}."),

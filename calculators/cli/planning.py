@@ -15,6 +15,7 @@ from calculators.cli.common import (Parser, add_profile_arg, dtype_arg, load_gpu
                                     positive_int, profile_of, run_and_print)
 from calculators.multi_gpu.tensor_parallel import Mesh
 from calculators.planning.accuracy import band
+from calculators.planning.step import borrowed
 from calculators.planning.throughput import max_throughput
 from calculators.sizing.roofline import compute_precision_for
 from calculators.units import KV_DTYPES, WEIGHT_DTYPES, default_kv_dtype, fmt_num
@@ -63,7 +64,8 @@ def run(args) -> dict:
                 weight_dtype=args.weight_dtype, kv_dtype=kd, prompt_tokens=args.prompt_tokens,
                 output_tokens=args.output_tokens, **r, pricing=pricing,
                 accuracy=band("max_throughput", dev.vendor, compute_precision_for(args.weight_dtype),
-                              bool(c.num_experts), measured=profile is not None))
+                              bool(c.num_experts), measured=profile is not None,
+                              borrowed=profile is not None and borrowed(profile, dev)))
 
 
 def render(out: dict) -> str:

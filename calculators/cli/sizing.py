@@ -139,6 +139,7 @@ def latency_fields(args, c: ModelConfig, dev: Device, tokens: int, B: int, wd: s
     roofline (ideal) beside it, and the measured error of this regime."""
     from calculators.multi_gpu.tensor_parallel import Mesh
     from calculators.planning.accuracy import band
+    from calculators.planning.step import borrowed
     from calculators.planning.request_latency import request_latency
     from calculators.sizing.roofline import compute_precision_for
     mesh = Mesh(tp=args.tp, pp=args.pp, ep=args.ep, gpus=args.gpus)
@@ -154,7 +155,8 @@ def latency_fields(args, c: ModelConfig, dev: Device, tokens: int, B: int, wd: s
                 ideal_total_ms=ideal["total_ms"] / mesh.tp, mean_context_tokens=r["mean_context_tokens"],
                 efficiency=r["efficiency"], stack=r["stack"], pricing=pricing,
                 accuracy=band("static" if B > 1 else "batch1", dev.vendor, compute_precision_for(wd),
-                              bool(c.num_experts), measured=profile is not None)["text"])
+                              bool(c.num_experts), measured=profile is not None,
+                              borrowed=profile is not None and borrowed(profile, dev))["text"])
 
 
 def parallel_fields(args, c: ModelConfig, dev: Device, tokens: int, B: int, wd: str, kd: str) -> dict:
@@ -210,9 +212,10 @@ def run_plan(args) -> dict:
     from calculators.planning.accuracy import band
     from calculators.sizing.roofline import compute_precision_for
     for r in out["plans"]:                # each figure with the held-out error of its regime (a rate: under_rate)
-        measured = any(n.startswith(f"{r['device']}: priced from measured") for n in out["pricing"])
+        words = [n for n in out["pricing"] if n.startswith(f"{r['device']}: priced from measured")]
         r["accuracy"] = band("under_rate", next(d.vendor for d in devices if d.name == r["device"]),
-                             compute_precision_for(r["weight_dtype"]), bool(c.num_experts), measured=measured)
+                             compute_precision_for(r["weight_dtype"]), bool(c.num_experts), measured=bool(words),
+                             borrowed=any("nothing measured on" in n for n in words))
     if getattr(args, "launch", False) and out["plans"]:
         out["launch"] = launch_for_plan(out["plans"][0], args.model, (args.prompt_p99 or prompt) + args.output_tokens,
                                         args.gpu_memory_utilization)

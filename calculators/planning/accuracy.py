@@ -36,10 +36,12 @@ def _find(group: str, value: str) -> dict | None:
 
 
 def band(regime: str, vendor: str | None = None, precision: str | None = None, moe: bool | None = None,
-         measured: bool = False) -> dict:
+         measured: bool = False, borrowed: bool = False) -> dict:
     """The held-out error of `regime` (of its MoE or dense rows when `moe` is given and such rows exist), and
     whether the vendor, the precision and an MoE model were validated at all. `measured`: the step was priced
-    from measured kernels (a device profile), whose errors are kept apart (groups "... (measured kernels)")."""
+    from measured kernels (a device profile), whose errors are kept apart (groups "... (measured kernels)");
+    `borrowed`: from another GPU's kernels (nothing measured on this one), so the held-out error of `vendor`'s rows
+    priced that way is added."""
     kind = None if moe is None else ("MoE" if moe else "dense")
     tag = " (measured kernels)" if measured else ""
     r = (_find(f"regime, dense/MoE{tag}", f"{regime}, {kind}") if kind else None) or _find(f"regime{tag}", regime)
@@ -57,4 +59,10 @@ def band(regime: str, vendor: str | None = None, precision: str | None = None, m
     if missing:
         out["text"] += f" (none of them on {' or '.join(missing)}: outside what was validated)"
         out["outside_validated"] = missing
+    v = _find(f"vendor{tag}", vendor) if borrowed and measured and vendor else None
+    if v is not None:
+        out["borrowed_vendor"] = dict(vendor=vendor, n=v["n"], median_abs_error=v["median_abs_error"],
+                                      worst_abs_error=v["worst_abs_error"])
+        out["text"] += (f"; priced from another GPU's kernels, as {vendor}'s held-out rows were: median "
+                        f"{100 * v['median_abs_error']:.0f}%, worst {100 * v['worst_abs_error']:.0f}% over {v['n']}")
     return out

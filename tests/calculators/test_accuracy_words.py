@@ -6,3 +6,20 @@ def test_regimes_read_as_words_and_other_groups_stay():
     assert group_value_words("max_throughput") == REGIME_WORDS["max_throughput"] == "maximum throughput"
     assert group_value_words("under_rate, MoE") == "under a rate, MoE"
     assert group_value_words("NVIDIA") == "NVIDIA" and group_value_words("fp8") == "fp8"
+
+
+def test_a_device_priced_from_another_gpus_kernels_carries_its_vendors_held_out_error():
+    """MI300X priced from H200's kernels: the band adds what AMD's held-out rows priced that way measured (read
+    from bench/published_accuracy.json, the table the bench wrote), and only then."""
+    import json
+    from pathlib import Path
+    from calculators.planning.accuracy import band
+    doc = json.loads((Path(__file__).resolve().parents[2] / "bench" / "published_accuracy.json").read_text())
+    rows = doc["rows"]
+    amd = next(r for r in rows if r["split"] == "test" and r["group"] == "vendor (measured kernels)"
+               and r["value"] == "AMD")
+    got = band("batch1", "AMD", "fp8", False, measured=True, borrowed=True)
+    assert got["borrowed_vendor"]["n"] == amd["n"]
+    assert f"worst {100 * amd['worst_abs_error']:.0f}% over {amd['n']}" in got["text"]
+    assert "another GPU's kernels" not in band("batch1", "AMD", "fp8", False, measured=True)["text"]
+    assert "another GPU's kernels" not in band("batch1", "AMD", "fp8", False, borrowed=True)["text"]
