@@ -225,9 +225,9 @@ def main() -> None:
         return
     best = results(res, wl, config, stack[0], setup, devices, top)
     named_layout(res, devices, sp)
-    what_if_table(config, devices, wl, sp, stack[0], usable_fraction=setup.usable_fraction,
+    what_if_table(config, devices, wl, sp, stack[0], pricing, usable_fraction=setup.usable_fraction,
                   overheads=setup.overheads, embeddings_16bit=setup.embeddings_16bit)
-    throughput_section(config, devices, wl, stack[0], best)
+    throughput_section(config, devices, wl, stack[0], best, pricing)
 
 
 main()

@@ -8,6 +8,7 @@ import streamlit as st
 
 from calculators.planning.frontier import collapse_near_duplicates, pareto_front
 from calculators.planning.plan_explain import formula_markdown, throughput_formulas
+from calculators.planning.measured_step import resolve_profile
 from calculators.planning.planner import layout_words
 from calculators.planning.throughput import max_throughput
 from specs.model_config import SpecError
@@ -77,8 +78,9 @@ def frontier_chart(res, metric: str = "ttft_p99_ms", chosen: dict | None = None)
                   f"{knee['lat']:.3g} ms for ${knee['cost']:.3g}." if knee else ""))
 
 
-def what_if_table(config, devices: list, wl, space, stack_key: str, **plan_kw) -> None:
-    """The cheapest plan now, at twice the request rate, and with prompts twice as long."""
+def what_if_table(config, devices: list, wl, space, stack_key: str, pricing: str | None = None, **plan_kw) -> None:
+    """The cheapest plan now, at twice the request rate, and with prompts twice as long, priced as the page's
+    search is (`pricing`: "auto" for measured kernels, None for the closed form)."""
     from dataclasses import replace
 
     from calculators.planning.planner import plan
@@ -88,7 +90,7 @@ def what_if_table(config, devices: list, wl, space, stack_key: str, **plan_kw) -
     rows = []
     for name, w in cases:
         try:
-            res = plan(config, devices, w, space, None, stack=stack_key, **plan_kw)
+            res = plan(config, devices, w, space, None, stack=stack_key, profile=pricing, **plan_kw)
         except SpecError as e:
             rows.append({"what if": name, "cheapest plan": str(e)})
             continue
@@ -104,10 +106,12 @@ def what_if_table(config, devices: list, wl, space, stack_key: str, **plan_kw) -
         c: st.column_config.NumberColumn(format="%.4g") for c in ("$ per 1M tokens", "TTFT p99 (ms)", "ITL (ms)")})
 
 
-def throughput_section(config, devices: list, wl, stack_key: str, chosen: dict | None = None) -> None:
-    """Maximum throughput of one deployment (all requests queued): `python -m calculators throughput`. Opens on
-    the chosen plan's layout (device, GPUs, TP, PP, EP, precisions); the widgets are keyed on the plan, so a new
-    plan brings its own defaults back, and a button returns to them after edits."""
+def throughput_section(config, devices: list, wl, stack_key: str, chosen: dict | None = None,
+                       pricing: str | None = None) -> None:
+    """Maximum throughput of one deployment (all requests queued): `python -m calculators throughput`, priced as
+    the page's search is (`pricing`). Opens on the chosen plan's layout (device, GPUs, TP, PP, EP, precisions);
+    the widgets are keyed on the plan, so a new plan brings its own defaults back, and a button returns to them
+    after edits."""
     from calculators.planning.plan_explain import plan_mesh
     from ui.plan_deploy import FORMULA_LABELS, error_band
     st.subheader("Maximum throughput of one deployment")
@@ -140,11 +144,13 @@ def throughput_section(config, devices: list, wl, stack_key: str, chosen: dict |
     mesh = None
     try:
         mesh = plan_mesh(dict(tp=tp, pp=pp, ep=ep, gpus=gpus))
-        r = max_throughput(config, dev, mesh, wl.prompt_tokens, wl.output_tokens, wd, kd, stack_key)
+        profile = resolve_profile(pricing, dev, load_stack(stack_key).key, config)[0] if pricing else None
+        r = max_throughput(config, dev, mesh, wl.prompt_tokens, wl.output_tokens, wd, kd, stack_key,
+                           profile=profile)
     except (SpecError, ValueError) as e:
         show_error(e)
         return
-    err = error_band("max_throughput", dev, wd, config)
+    err = error_band("max_throughput", dev, wd, config, profile=profile)
     m = st.columns(4)
     m[0].metric("Output tokens/s", f"{r['output_tok_s']:,.0f}", help=f"total (in + out) {r['total_tok_s']:,.0f}. "
                 f"Error: {err}.")
@@ -153,7 +159,8 @@ def throughput_section(config, devices: list, wl, stack_key: str, chosen: dict |
     m[3].metric("Per GPU", f"{r['output_tok_s_per_gpu']:,.0f} tok/s", help=f"Error: {err}.")
     st.caption(f"{r['stack']} defaults, every request queued at once, {wl.prompt_tokens:,} in / "
                f"{wl.output_tokens:,} out: {r['binds']}. Batch caps: "
-               + ", ".join(f"{k} {v:,}" for k, v in r["batch_caps"].items()) + f". How far to trust these: {err}.")
+               + ", ".join(f"{k} {v:,}" for k, v in r["batch_caps"].items()) + f". Priced from {r['priced_from']}. "
+               f"How far to trust these: {err}.")
     df_with_download(pd.DataFrame([{k: v for k, v in r.items() if not isinstance(v, dict)}]), "max_throughput",
                      show={"output_tok_s": "output tok/s", "total_tok_s": "total tok/s", "requests_per_s": "req/s",
                            "output_tok_s_per_gpu": "tok/s per GPU", "max_batch": "batch", "step_ms": "step ms",

@@ -153,3 +153,25 @@ def test_fitted_efficiencies_from_the_measure_page_replan_the_search():
         return float(t["usd_per_million_tokens"].iloc[0]), float(t["itl_at_load_ms"].iloc[0])
     (c0, _), (c1, _) = cheapest(base), cheapest(fitted)
     assert c1 > c0                                       # a slower GPU costs more per token at the same targets
+
+
+def test_with_measured_kernels_the_throughput_section_prices_as_the_throughput_command(capsys):
+    """The sidebar's measured-kernels switch reaches every section: the chosen plan's maximum throughput is the
+    `throughput` command's with `--profile auto` (within 2%), and says what priced it. Needs the optional extra."""
+    pytest.importorskip("aiconfigurator_core")
+    from calculators.cli import main as cli
+    at = run_script(PAGE, 180, **{"planner.measured": True})
+    assert not errors(at)
+    table = next(d.value for d in at.dataframe if "usd_per_million_output_tokens" in d.value.columns)
+    best = table.iloc[0].to_dict()
+    caption = next(c.value for c in at.caption if "every request queued at once" in c.value)
+    assert "measured kernels" in caption
+    shown = float(metrics(at)["Output tokens/s"].value.replace(",", ""))
+    given = {t.key: t.value for t in at.text_input if t.key in ("plan.prompt", "plan.output")}
+    code = cli(["throughput", "--model", "llama-3.1-70b", "--gpu", best["device"], "--gpus", str(int(best["gpus"])),
+                "--tp", str(int(best["tp"])), "--pp", str(int(best["pp"])), "--ep", str(int(best.get("ep", 1))),
+                "--weight-dtype", best["weight_dtype"], "--kv-dtype", best["kv_dtype"],
+                "--prompt-tokens", given["plan.prompt"], "--output-tokens", given["plan.output"],
+                "--profile", "auto", "--json"])
+    out = json.loads(capsys.readouterr().out)
+    assert code == 0 and shown == pytest.approx(out["output_tok_s"], rel=0.02)
