@@ -27,13 +27,22 @@ COUNT = {"format": "compact"}
 GFLOP = 1e9
 
 
-def parameters_section(c: ModelConfig, dtype: str) -> None:
-    st.subheader("Where the parameters live")
+def parameters_section(c: ModelConfig, dtype: str, first=None) -> None:
+    """The heading, the chart by component and the totals in `first` (the page's first screen); the formulas and
+    the table here."""
+    first = first if first is not None else st.container()
+    first.subheader("Where the parameters live")
     parts = explain_params(c)
     pb = param_breakdown(c)
     total = next(p for p in parts if p.name == "total_params")
     wb = explain_weight_bytes(c, dtype)
-    cols = st.columns(3)
+    components = [p for p in parts if p.name not in ("total_params", "active_params") and p.value > 0]
+    fig = px.bar(x=[p.value for p in components], y=[LABELS.get(p.name, p.name) for p in components],
+                 orientation="h", text=[fmt_count(p.value) for p in components],
+                 labels={"x": "parameters", "y": ""}, title=f"{c.name}: parameters by component")
+    fig.update_layout(height=320, margin=dict(l=10, r=10, t=50, b=10), yaxis=dict(autorange="reversed"))
+    first.plotly_chart(chart_style(fig))
+    cols = first.columns(3)
     cols[0].metric("Parameters", fmt_count(total.value), help=f"{total.value:,.0f} parameters")
     cols[1].metric(f"Weights in {dtype}", fmt_bytes(wb.value), help=f"{wb.value:,.0f} bytes")
     if pb.active != pb.total:
@@ -41,12 +50,6 @@ def parameters_section(c: ModelConfig, dtype: str) -> None:
                        help="Routed experts a token is not sent to do no work for it.")
     else:
         cols[2].metric("Embeddings tied to the LM head", "yes" if pb.tied else "no")
-    components = [p for p in parts if p.name not in ("total_params", "active_params") and p.value > 0]
-    fig = px.bar(x=[p.value for p in components], y=[LABELS.get(p.name, p.name) for p in components],
-                 orientation="h", text=[fmt_count(p.value) for p in components],
-                 labels={"x": "parameters", "y": ""}, title=f"{c.name}: parameters by component")
-    fig.update_layout(height=320, margin=dict(l=10, r=10, t=50, b=10), yaxis=dict(autorange="reversed"))
-    st.plotly_chart(chart_style(fig))
     formula_expander("Formula: total parameters", f"`{total.symbolic}`\n\n{total.formula}\n\nSource: {total.source}")
     formula_expander(f"Formula: weight bytes in {dtype}", f"`{wb.symbolic}`\n\n{wb.formula}\n\nSource: {wb.source}")
     df = pd.DataFrame({
@@ -90,8 +93,11 @@ def ops_table(c: ModelConfig, new_tokens: int, context: int, batch: int, dtype: 
 
 
 def main() -> None:
+    """The inputs in one row and the parameters by component under them (a projector's first screen at 1366×768);
+    the intro, the formulas and the op-by-op tables below."""
     setup_page("Model anatomy", icon=":material/account_tree:")
     st.title("Model anatomy")
+    top = st.container()                  # the inputs and the chart; the sidebar's notes on the world come after
     st.markdown(
         "A transformer is a short list of matrix multiplications repeated layer after layer, so its size and its "
         "cost are both readable from a handful of architecture numbers. Pick a model in the sidebar to see where "
@@ -102,7 +108,7 @@ def main() -> None:
     if config is None:
         st.info("Choose a model to size in the sidebar.")
         return
-    cols = st.columns(3)
+    cols = top.columns(3)
     dtype = choice_field("Weight precision", WEIGHT_DTYPES, "bf16", key="anatomy.dtype", where=cols[0])
     s = int_field("Prompt tokens s", min(2048, config.max_position_embeddings), 1, config.max_position_embeddings,
                   key="anatomy.tokens", where=cols[1], help="Prefill processes s tokens; decode adds one token "
@@ -110,7 +116,7 @@ def main() -> None:
     batch = int_field("Batch B (sequences)", 1, 1, 65536, key="anatomy.batch", where=cols[2])
     units_note()
     try:
-        parameters_section(config, dtype)
+        parameters_section(config, dtype, top)
         if setup is not None and setup.mesh.gpus_per_replica > 1:
             w = per_gpu_weight_bytes(config, setup.mesh, dtype, embeddings_16bit=setup.embeddings_16bit)
             st.info(f"Split over {setup.label()}: the busiest GPU holds {fmt_bytes(w)} of these weights "

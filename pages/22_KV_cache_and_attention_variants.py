@@ -65,10 +65,12 @@ def attention_guide() -> None:
 
 
 # ============================================================================================ sections
-def growth_section(config: ModelConfig) -> int | None:
-    """The line chart; returns the what-if window W (None when its field is invalid)."""
-    st.subheader("How the cache grows with context")
-    cols = st.columns([3, 2, 1])
+def growth_section(config: ModelConfig, first=None) -> int | None:
+    """The heading, the chart's inputs, the line chart and its caption in `first` (the page's first screen); the
+    formula and the chart's data here. Returns the what-if window W (None when its field is invalid)."""
+    first = first if first is not None else st.container()
+    first.subheader("How the cache grows with context")
+    cols = first.columns([3, 2, 1])
     names = list_presets()
     store = remember("kv.compare", [n for n in COMPARE_DEFAULT if n in names])
     st.session_state["kv.compare"] = [n for n in st.session_state.get("kv.compare", []) if n in names]
@@ -79,7 +81,7 @@ def growth_section(config: ModelConfig) -> int | None:
     store = remember("kv.log", True)
     log = cols[2].toggle("Log axes", key="kv.log", on_change=store)
     plain = not config.kv_lora_rank
-    vcols = st.columns([3, 1])
+    vcols = first.columns([3, 1])
     store = remember("kv.variants", [])
     variants = vcols[0].multiselect(f"What-if variants of {config.name}", [MHA, MQA, SWA], key="kv.variants",
                                     on_change=store, disabled=not plain,
@@ -88,7 +90,7 @@ def growth_section(config: ModelConfig) -> int | None:
     window = int_field("Window W (tokens)", 1024, 1, 1 << 24, key="kv.window", where=vcols[1],
                        help="Keys a windowed layer keeps (Gemma 3: 1,024; Mistral 7B: 4,096).")
     if not dtypes:
-        st.info("Pick at least one KV cache precision.")
+        first.info("Pick at least one KV cache precision.")
         return window
     models = [config] + [what_if(config, v, window) for v in (variants if plain else [])
                          if v != SWA or window is not None]
@@ -110,10 +112,10 @@ def growth_section(config: ModelConfig) -> int | None:
     if log:
         fig.update_xaxes(dtick=1, tickformat=",~g")
         fig.update_yaxes(dtick=1, tickformat=",~g")
-    st.plotly_chart(chart_style(fig))
-    st.caption("A full-attention line rises in proportion to the context. A sliding-window layer goes flat once "
-               "the window is full, and a linear-attention layer keeps the same state at any length, so hybrid "
-               "models bend toward flat.")
+    first.plotly_chart(chart_style(fig))
+    first.caption("A full-attention line rises in proportion to the context. A sliding-window layer goes flat once "
+                  "the window is full, and a linear-attention layer keeps the same state at any length, so hybrid "
+                  "models bend toward flat.")
     kd = dtypes[0]
     per = explain_kv_bytes_per_token(config, kd)
     formula_expander(f"Formula: KV bytes per token of {config.name} ({kd})",
@@ -239,8 +241,11 @@ def fit_section(config: ModelConfig, device: Device, setup: MultiGPU, tokens: in
 
 
 def main() -> None:
+    """The growth chart and its inputs under the title (a projector's first screen at 1366×768); the intro, the
+    levers, what fits and the measurement below."""
     setup_page("KV cache and attention variants", icon=":material/storage:")
     st.title("KV cache and attention variants")
+    top = st.container()                  # the chart and its inputs; the sidebar's notes on the world come after
     st.markdown(
         "Every token a model has seen leaves its keys and values behind in each attention layer, so memory for "
         "a conversation grows with its length. Attention variants differ mostly in how much they leave behind, "
@@ -254,7 +259,7 @@ def main() -> None:
         return
     window = None
     try:
-        window = growth_section(config)
+        window = growth_section(config, top)
     except SpecError as e:
         show_error(e)
     cols = st.columns(2)

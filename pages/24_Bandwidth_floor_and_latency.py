@@ -35,6 +35,9 @@ from calculators.multi_gpu.tensor_parallel import Mesh, per_gpu_memory
 
 COMPARE_DEFAULT = ["RTX 4090", "A100 SXM 40GB", "H100 SXM", "H200", "MI300X", "L4"]
 BATCHES = (1, 8, 32, 128)
+# the Compare switch's words: one line with Large text ("$ per 1M output tokens" wrapped onto a second line)
+COMPARE_WORDS = {"ITL (ms)": "ITL (ms)", "TTFT (ms)": "TTFT (ms)", "total latency (ms)": "total (ms)",
+                 "tokens/s all streams": "tokens/s", "$ per 1M output tokens": "$ per 1M output tokens"}
 KNOBS = (("decode_mbu", "Decode MBU", "Fraction of peak memory bandwidth a decode step reaches (model bandwidth "
           "utilisation). Databricks/MosaicML (2023) report about 50-70% at small batch on A100/H100."),
          ("prefill_mfu", "Prefill MFU", "Fraction of peak FLOP/s a prefill reaches (model FLOP/s utilisation). "
@@ -236,8 +239,8 @@ def compare(config: ModelConfig, primary: Device, setup: MultiGPU, P: int, N: in
     if not rows:
         return
     df = pd.DataFrame(rows)
-    metric = top.radio("Compare", ["ITL (ms)", "TTFT (ms)", "total latency (ms)", "tokens/s all streams",
-                                   "$ per 1M output tokens"], horizontal=True, key="lat.compare_metric")
+    metric = top.radio("Compare", list(COMPARE_WORDS), horizontal=True, key="lat.compare_metric",
+                       format_func=COMPARE_WORDS.get)
     fig = px.bar(df, x="device", y=metric, color="case", barmode="group", text_auto=",.3~r",
                  color_discrete_map={"ideal": "#9ecae9", "realistic": "#4C78A8"},
                  title=f"{metric}: {config.name}, prompt {P:,}, reply {N:,}, batch {B:,}")

@@ -21,6 +21,7 @@ from ui.multi_gpu import multi_gpu_sidebar
 from ui.model_source import choice_field, fmt_si, sizing_inputs, table_height
 from ui.world import world_weight_dtype
 from ui.charts import style as chart_style
+from ui.metrics import metric_row
 
 DTYPES = ("fp32", "bf16", "fp16", "fp8")
 SEQ_GRID = (128, 256, 512, 1024, 2048, 4096, 8192, 16384, 32768, 65536, 131072)
@@ -28,20 +29,35 @@ MEASURES = {"HBM traffic per prefill (GB)": ("bytes_per_prefill", GB), "time at 
             "intensity (FLOP/byte)": ("intensity_flop_per_byte", 1)}
 
 
+def chart(where, reports: dict, N: int, d: int, h: int, L: int, dtype: str) -> None:
+    """The unfused and tiled kernels' traffic, time or intensity against N (its switch above it), in `where`."""
+    measure = where.radio("Chart", list(MEASURES), horizontal=True, key="fa.measure")
+    key, scale = MEASURES[measure]
+    rows = [{"N": n, "kernel": k, measure: r[k][key] / scale} for n, r in reports.items() for k in ("unfused", "tiled")]
+    fig = px.line(pd.DataFrame(rows), x="N", y=measure, color="kernel", markers=True, log_x=True, log_y=True,
+                  title=f"{measure} vs sequence length ({h} heads × {L} layers, d = {d}, {dtype})")
+    fig.add_vline(x=N, line_dash="dot", line_color="gray", annotation_text=f"N = {N:,}",
+                  annotation_position="bottom right")
+    fig.update_layout(height=440, margin=dict(l=10, r=10, t=50, b=10))
+    fig.update_xaxes(dtick=1, tickformat=",~g")
+    fig.update_yaxes(dtick=1, tickformat=",~g")
+    where.plotly_chart(chart_style(fig))
+    where.caption("Unfused traffic grows with N² (the score matrices); tiled traffic grows with N²·d / B_q (K and V "
+                  "re-read per query block), a factor of about 2·B_q / d smaller for long sequences.")
+
+
 def main() -> None:
+    """The inputs in one row and the traffic chart under them (a projector's first screen at 1366×768); the
+    intro, the numbers at this N, the formulas and the tables below."""
     setup_page("FlashAttention", icon=":material/bolt:")
     st.title("FlashAttention")
-    st.markdown(
-        "Plain attention writes the N × N score matrix to GPU memory, reads it back for the softmax, writes the "
-        "probabilities, and reads them again for the weighted sum of values: for long prompts that traffic "
-        "dwarfs Q, K and V themselves. A tiled kernel keeps each block of scores in on-chip memory, so the same "
-        "FLOPs move far fewer bytes.")
+    top = st.container()                  # the inputs and the chart; the sidebar's notes on the world come after
     chosen = sizing_inputs()
     if chosen is None:
         return
     config, device = chosen
     multi_gpu_sidebar(config, device)         # attention traffic per head does not depend on the layout
-    cols = st.columns(6)
+    cols = top.columns(6)
     N = int_field("Sequence length N", min(2048, config.max_position_embeddings), 1, 1 << 20, key="fa.seq",
                   where=cols[0], help="Tokens in the prompt (prefill): S and P are N × N per head.")
     d = int_field("Head dim d", config.head_dim, 1, 1 << 14, key=f"fa.d.{config.name}", where=cols[1])
@@ -64,17 +80,21 @@ def main() -> None:
         show_error(e)
         return
     un, ti = rep["unfused"], rep["tiled"]
+    chart(top, reports, N, d, h, L, dtype)
+    st.markdown(
+        "Plain attention writes the N × N score matrix to GPU memory, reads it back for the softmax, writes the "
+        "probabilities, and reads them again for the weighted sum of values: for long prompts that traffic "
+        "dwarfs Q, K and V themselves. A tiled kernel keeps each block of scores in on-chip memory, so the same "
+        "FLOPs move far fewer bytes.")
     st.subheader(f"N = {N:,}, d = {d}, {h} heads × {L} layers, {dtype}, on {device.name}")
-    c = st.columns(4)
-    c[0].metric("Traffic per head, unfused", fmt_bytes(un["bytes_per_head"]),
-                help=f"tiled: {fmt_bytes(ti['bytes_per_head'])}")
-    c[1].metric("Traffic per prefill, unfused", fmt_bytes(un["bytes_per_prefill"]),
-                delta=f"tiled {fmt_bytes(ti['bytes_per_prefill'])}", delta_color="off", delta_arrow="off")
-    c[2].metric("Time at peak bandwidth, unfused", f"{fmt_num(un['time_ms'], 3)} ms",
-                delta=f"tiled {fmt_num(ti['time_ms'], 3)} ms", delta_color="off", delta_arrow="off")
-    c[3].metric("Intensity, unfused", f"{fmt_num(un['intensity_flop_per_byte'], 3)} FLOP/B",
-                delta=f"tiled {fmt_num(ti['intensity_flop_per_byte'], 3)} FLOP/B", delta_color="off",
-                delta_arrow="off")
+    metric_row([("Traffic per head, unfused", fmt_bytes(un["bytes_per_head"]),
+                 f"tiled: {fmt_bytes(ti['bytes_per_head'])}"),
+                ("Traffic per prefill, unfused", fmt_bytes(un["bytes_per_prefill"]), None,
+                 f"tiled {fmt_bytes(ti['bytes_per_prefill'])}"),
+                ("Time at peak bandwidth, unfused (ms)", fmt_num(un["time_ms"], 3), None,
+                 f"tiled {fmt_num(ti['time_ms'], 3)}"),
+                ("Intensity, unfused (FLOP/B)", fmt_num(un["intensity_flop_per_byte"], 3), None,
+                 f"tiled {fmt_num(ti['intensity_flop_per_byte'], 3)}")])
     ridge = device.ridge_flop_per_byte(dtype)
     where = "below" if un["intensity_flop_per_byte"] < ridge else "above"
     st.caption(f"Tiling moves {fmt_num(rep['traffic_ratio'], 3)}× fewer bytes for the same "
@@ -101,19 +121,6 @@ def main() -> None:
         "size (MB)": [v / MB for v in (t["q"], t["k"], t["v"], t["o"], t["s"], t["p"], rep["tile"]["score_tile"],
                                        rep["tile"]["q_block"])],
     })
-    measure = st.radio("Chart", list(MEASURES), horizontal=True, key="fa.measure")
-    key, scale = MEASURES[measure]
-    rows = [{"N": n, "kernel": k, measure: r[k][key] / scale} for n, r in reports.items() for k in ("unfused", "tiled")]
-    fig = px.line(pd.DataFrame(rows), x="N", y=measure, color="kernel", markers=True, log_x=True, log_y=True,
-                  title=f"{measure} vs sequence length ({h} heads × {L} layers, d = {d}, {dtype})")
-    fig.add_vline(x=N, line_dash="dot", line_color="gray", annotation_text=f"N = {N:,}",
-                  annotation_position="bottom right")
-    fig.update_layout(height=440, margin=dict(l=10, r=10, t=50, b=10))
-    fig.update_xaxes(dtick=1, tickformat=",~g")
-    fig.update_yaxes(dtick=1, tickformat=",~g")
-    st.plotly_chart(chart_style(fig))
-    st.caption("Unfused traffic grows with N² (the score matrices); tiled traffic grows with N²·d / B_q (K and V "
-               "re-read per query block), a factor of about 2·B_q / d smaller for long sequences.")
     table = pd.DataFrame({
         "N": list(reports),
         "unfused per head (MB)": [r["unfused"]["bytes_per_head"] / MB for r in reports.values()],

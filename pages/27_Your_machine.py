@@ -27,6 +27,7 @@ from ui.machine import machine_controls, measured_machine
 from ui.model_source import device_caption, fmt_si
 from ui.server import heavy_job
 from ui.charts import style as chart_style
+from ui.metrics import metric_row
 
 ENGINE_DTYPE = "fp32"                       # the engine holds and multiplies float32
 GFLOP = 1e9
@@ -53,16 +54,30 @@ def op_frame(trace: Trace, phase: str) -> pd.DataFrame:
                          "KV read (MB)": [o["kv_read_bytes"] / MB for o in ops.values()]})
 
 
-def show_run(model: Model, pred: dict, run: ProfileRun, n: int, steps: int) -> None:
+def time_by_op(run: ProfileRun, n: int, steps: int) -> pd.DataFrame:
+    """The run's op-by-op rows: the prefill's, then the decode steps' summed."""
+    return pd.concat([op_frame(run.prefill, f"prefill ({n:,} tokens)"),
+                      op_frame(run.decode_all, f"decode ({steps} steps)")])
+
+
+def op_chart(ops: pd.DataFrame, where) -> None:
+    """Where the time goes, op by op, in `where` (the page's first screen)."""
+    fig = px.bar(ops, x="time (ms)", y="op", color="phase", orientation="h", barmode="group",
+                 title="Where the time goes, op by op (summed over layers; decode summed over its steps)")
+    fig.update_layout(height=460, margin=dict(l=10, r=10, t=50, b=10), yaxis=dict(autorange="reversed"),
+                      legend=dict(orientation="h", y=-0.15))
+    where.plotly_chart(chart_style(fig))
+
+
+def show_run(model: Model, pred: dict, run: ProfileRun, n: int, steps: int, ops: pd.DataFrame) -> None:
     pre, decodes = run.prefill, run.decodes
     itl_ms, prefill_ms = run.itl_ms, run.prefill_ms
-    c = st.columns(4)
-    c[0].metric("Measured ITL (median)", f"{fmt_num(itl_ms, 3)} ms", delta_color="off", delta_arrow="off",
-                delta=f"{fmt_num(itl_ms / pred['itl'].value, 3)}× the floor")
-    c[1].metric("ITL floor", f"{fmt_num(pred['itl'].value, 3)} ms")
-    c[2].metric(f"Measured prefill ({n:,} tokens)", f"{fmt_num(prefill_ms, 3)} ms", delta_color="off",
-                delta_arrow="off", delta=f"{fmt_num(prefill_ms / pred['prefill'].value, 3)}× the prediction")
-    c[3].metric("Predicted prefill", f"{fmt_num(pred['prefill'].value, 3)} ms")
+    metric_row([("Measured ITL, median (ms)", fmt_num(itl_ms, 3), None,
+                 f"{fmt_num(itl_ms / pred['itl'].value, 3)}× the floor"),
+                ("ITL floor (ms)", fmt_num(pred["itl"].value, 3), None),
+                (f"Measured prefill, {n:,} tokens (ms)", fmt_num(prefill_ms, 3), None,
+                 f"{fmt_num(prefill_ms / pred['prefill'].value, 3)}× the prediction"),
+                ("Predicted prefill (ms)", fmt_num(pred["prefill"].value, 3), None)])
     first = decodes[0]
     rows = [
         ("decode step time (ms)", pred["itl"].value, itl_ms, "ITL floor vs median of the steps (≥ 1)"),
@@ -90,12 +105,7 @@ def show_run(model: Model, pred: dict, run: ProfileRun, n: int, steps: int) -> N
     f = st.column_config.NumberColumn(format="%.4g")
     df_with_download(df, "predicted_vs_measured", column_config={"predicted": f, "measured": f,
                                                                  "measured / predicted": f})
-    ops = pd.concat([op_frame(pre, f"prefill ({n:,} tokens)"), op_frame(run.decode_all, f"decode ({steps} steps)")])
-    fig = px.bar(ops, x="time (ms)", y="op", color="phase", orientation="h", barmode="group",
-                 title="Where the time goes, op by op (summed over layers; decode summed over its steps)")
-    fig.update_layout(height=460, margin=dict(l=10, r=10, t=50, b=10), yaxis=dict(autorange="reversed"),
-                      legend=dict(orientation="h", y=-0.15))
-    st.plotly_chart(chart_style(fig))
+    st.markdown("**Where the time goes, op by op** (the chart at the top of the page)")
     df_with_download(ops, "time_by_op", column_config={"time (ms)": st.column_config.NumberColumn(format="%.3f"),
                                                        "GFLOP": st.column_config.NumberColumn(format="%.4g"),
                                                        "weights read (MB)": st.column_config.NumberColumn(
@@ -111,8 +121,11 @@ def show_run(model: Model, pred: dict, run: ProfileRun, n: int, steps: int) -> N
 
 
 def main() -> None:
+    """The run's inputs and its button in one row, and once run, where the time went under them (a projector's
+    first screen at 1366×768); the intro, the prediction and the measured numbers below."""
     setup_page("Your machine", icon=":material/computer:")
     st.title("Your machine")
+    top = st.container()
     st.markdown(
         "The other pages predict costs from datasheets; this one checks the predictions where you can watch: the "
         "NumPy engine on this computer. We measure the machine's memory bandwidth and matrix-multiply speed, "
@@ -128,7 +141,7 @@ def main() -> None:
         st.info("Load a model in the sidebar to compare the prediction with a real run.")
         return
     c = model.config
-    cols = st.columns(2)
+    cols = top.columns(3, vertical_alignment="bottom")
     n = int_field("Prompt tokens", 64, 1, c.max_position_embeddings - 1, key="machine.prompt", where=cols[0])
     steps = int_field("Decode steps", 16, 1, 1024, key="machine.steps", where=cols[1])
     if n is None or steps is None:
@@ -142,14 +155,27 @@ def main() -> None:
     except SpecError as e:
         show_error(e)
         return
+    key = (model.source, n, steps)
+    results = st.session_state.setdefault(RESULTS_KEY, {})
+    if cols[2].button("Run the engine", key="machine.run", type="primary", icon=":material/play_arrow:"):
+        try:                                       # a heavy job: one at a time on the server, memory checked
+            with heavy_job("the profiling run", kv_cache_bytes(c, n + steps, kv_dtype=ENGINE_DTYPE)):
+                with st.spinner(f"Prefilling {n:,} tokens, then {steps} decode steps …"):
+                    results[key] = profile_run(model, n, steps)
+        except SpecError as e:
+            show_error(e)
+            return
+    run = results.get(key)
+    ops = None if run is None else time_by_op(run, n, steps)
+    if ops is not None:
+        op_chart(ops, top)                    # right under the button that made it
     st.subheader(f"Predicted for {model.name} on this machine")
-    p = st.columns(3)
-    p[0].metric("Weights read per token (fp32)", fmt_bytes(pred["weight_bytes"]))
-    p[1].metric("ITL floor", f"{fmt_num(pred['itl'].value, 3)} ms",
-                help=f"weights + KV at the measured matvec bandwidth, {fmt_num(device.memory_bandwidth_gb_s, 4)} GB/s")
-    p[2].metric(f"Predicted prefill ({n:,} tokens)", f"{fmt_num(pred['prefill'].value, 3)} ms",
-                help=f"{fmt_si(pred['prefill_flops'], 'FLOP')} at the measured "
-                     f"{fmt_si(device.peak(ENGINE_DTYPE), 'FLOP/s')}")
+    metric_row([("Weights read per token (fp32)", fmt_bytes(pred["weight_bytes"]), None),
+                ("ITL floor (ms)", fmt_num(pred["itl"].value, 3), f"weights + KV at the measured matvec bandwidth, "
+                 f"{fmt_num(device.memory_bandwidth_gb_s, 4)} GB/s"),
+                (f"Predicted prefill, {n:,} tokens (ms)", fmt_num(pred["prefill"].value, 3),
+                 f"{fmt_si(pred['prefill_flops'], 'FLOP')} at the measured "
+                 f"{fmt_si(device.peak(ENGINE_DTYPE), 'FLOP/s')}")])
     itl, pre = pred["itl"], pred["prefill"]
     formula_expander("Formulas: ITL floor and predicted prefill",
                      f"**ITL floor** = bytes a decode step reads and writes (float32 weights as the engine "
@@ -167,23 +193,12 @@ def main() -> None:
                  "calculators.sizing.roofline.forward_flops", "calculators.explain.explain_compute_time"]}),
         "prediction", column_config={"value": st.column_config.NumberColumn(format="%.4g")})
     st.caption("GB = 10⁹ bytes, MB = 10⁶ bytes.")
-    key = (model.source, n, steps)
-    results = st.session_state.setdefault(RESULTS_KEY, {})
-    if st.button("Run the engine", key="machine.run", type="primary", icon=":material/play_arrow:"):
-        try:                                       # a heavy job: one at a time on the server, memory checked
-            with heavy_job("the profiling run", kv_cache_bytes(c, n + steps, kv_dtype=ENGINE_DTYPE)):
-                with st.spinner(f"Prefilling {n:,} tokens, then {steps} decode steps …"):
-                    results[key] = profile_run(model, n, steps)
-        except SpecError as e:
-            show_error(e)
-            return
     st.caption(f"**BLAS threads.** {blas_threads.status().describe()}")
-    run = results.get(key)
     if run is None:
         st.caption("Press **Run the engine** to measure (a prefill and the decode steps, timed op by op).")
         return
     st.subheader("Measured")
-    show_run(model, pred, run, n, steps)
+    show_run(model, pred, run, n, steps, ops)
 
 
 main()

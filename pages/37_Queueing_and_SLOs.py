@@ -60,8 +60,10 @@ def closed_form() -> None:
                      "Pollaczek-Khinchine: Wq = λ·E[S²] / (2(1 − ρ)).")
 
 
-def one_server(model, n: int, prompt: float, output: float, out_kind: str) -> None:
-    st.subheader("One request at a time: the simulator against the formulas")
+def one_server(model, n: int, prompt: float, output: float, out_kind: str, first=None) -> None:
+    """The heading, the hockey stick and its caption in `first` (the page's first screen), the table here."""
+    first = first if first is not None else st.container()
+    first.subheader("One request at a time: the simulator against the formulas")
     try:
         rows = remembered("queue.one", (model, n, prompt, output, out_kind),
                           lambda: load_sweep(model, LOADS, n=n, prompt_mean=prompt, output_mean=output, max_batch=1,
@@ -80,13 +82,13 @@ def one_server(model, n: int, prompt: float, output: float, out_kind: str) -> No
     fig.add_scatter(x=df["measured_rho"], y=df["wait_over_service"], mode="markers", name="simulated",
                     marker=dict(size=12, color="#4c78a8"))
     fig.update_yaxes(range=[0, 25])
-    st.plotly_chart(style(fig, f"Mean wait ÷ service time, batch cap 1, output lengths {out_kind}",
-                          "utilisation ρ", "wait ÷ service time", height=460), key="queue.hockey")
-    st.caption("Fixed lengths make every service equally long, so the simulated server is an M/D/1 queue and its "
-               "waits sit on the dotted curve; geometric output lengths spread the service times and move them "
-               "towards (or past) the M/M/1 curve. Either way: near full load the wait explodes. The formulas are "
-               "steady-state averages; near ρ = 1 a queue takes very long to settle, so a run of a few thousand "
-               "requests measures less than the formula there (more requests per run bring it closer).")
+    first.plotly_chart(style(fig, f"Mean wait ÷ service time, batch cap 1, output lengths {out_kind}",
+                             "utilisation ρ", "wait ÷ service time", height=460), key="queue.hockey")
+    first.caption("Fixed lengths make every service equally long, so the simulated server is an M/D/1 queue and its "
+                  "waits sit on the dotted curve; geometric output lengths spread the service times and move them "
+                  "towards (or past) the M/M/1 curve. Either way: near full load the wait explodes. The formulas are "
+                  "steady-state averages; near ρ = 1 a queue takes very long to settle, so a run of a few thousand "
+                  "requests measures less than the formula there (more requests per run bring it closer).")
     df_with_download(df, "queue_one_server", column_config={
         k: st.column_config.NumberColumn(format="%.4g") for k in df.columns}, show=ONE_SERVER_SHOWN)
 
@@ -166,8 +168,12 @@ def knob(model, n: int, prompt: float, output: float, out_kind: str, ttft_slo: f
 
 
 def main() -> None:
+    """The run's inputs in one row and the hockey stick under them (a projector's first screen at 1366×768); the
+    intro, the closed form, the targets, the batched server and the knob below."""
     setup_page("Queueing and SLOs", icon=":material/queue:")
     st.title("Queueing and SLOs")
+    top = st.container()                  # the inputs and the chart; the sidebar's notes on the world come after
+    model = step_model_inputs()
     st.markdown(
         "Requests arrive when users press Enter, not when a slot frees up. Below full capacity the queue is "
         "usually short, but the wait grows like ρ/(1 − ρ): gently at first, then explosively near 100%. An "
@@ -175,16 +181,16 @@ def main() -> None:
         "that actually meets the latency targets, and tunes the batch cap to trade one user's speed for "
         "everyone's throughput.")
     closed_form()
-    model = step_model_inputs()
     if model is None:
         return
-    c = st.columns(4)
+    c = top.columns(4)
     n = int_field("Requests per run", 2000, 50, 20_000, key="queue.n", where=c[0])
     prompt = float_field("Prompt tokens", 100, 1, 1e6, key="queue.prompt", where=c[1])
     output = float_field("Output tokens (mean)", 50, 1, 1e6, key="queue.output", where=c[2])
     out_kind = choice_field("Output lengths", LENGTH_KINDS, "fixed", key="queue.kind", where=c[3])
     if None in (n, prompt, output):
         return
+    one_server(model, n, prompt, output, out_kind, top)
     hint = suggested_targets(model, prompt, output)
     scale = model.name                                   # a new model or machine starts from its own targets
     c = st.columns(2)
@@ -196,7 +202,6 @@ def main() -> None:
                                        f"({hint['unloaded_itl_ms']:.3g} ms).")
     if None in (ttft_slo, itl_slo):
         return
-    one_server(model, n, prompt, output, out_kind)
     capacity = batched(model, n, prompt, output, out_kind, ttft_slo, itl_slo)
     knob(model, n, prompt, output, out_kind, ttft_slo, itl_slo, capacity)
 

@@ -34,13 +34,18 @@ from ui.model_source import sizing_with_gpus
 from ui.world import DATACENTRE
 from ui.multi_gpu import MultiGPU, fitting_weight_dtype, show_fit_verdict
 from ui.charts import style as chart_style
+from ui.metrics import metric_row
 
 TPS = (1, 2, 4, 8, 16)
 PPS = (1, 2, 4, 8)
 
 
-def tp_section(config: ModelConfig, device: Device, setup: MultiGPU, ctx: int, batch: int, wd: str, kd: str) -> None:
-    st.subheader("Tensor parallelism: every GPU reads a slice of every layer")
+def tp_section(config: ModelConfig, device: Device, setup: MultiGPU, ctx: int, batch: int, wd: str, kd: str,
+               first=None) -> None:
+    """The heading and the decode step by TP degree in `first` (the page's first screen); why, the table and the
+    formulas here."""
+    first = first if first is not None else st.container()
+    first.subheader("Tensor parallelism: every GPU reads a slice of every layer")
     st.markdown("Splitting each weight matrix over several GPUs lets them stream their slices at the same time, so "
                 "the memory time of a decode step falls with the TP degree. The price is two all-reduces per "
                 "layer, and each one costs a fixed few microseconds however small the message: at some degree the "
@@ -60,7 +65,7 @@ def tp_section(config: ModelConfig, device: Device, setup: MultiGPU, ctx: int, b
     fig.update_layout(barmode="stack", height=400, yaxis_title="ms per decode step",
                       title=f"Decode step of {config.name} by TP degree ({setup.link.name if setup.link else 'no link'})",
                       margin=dict(l=10, r=10, t=60, b=10), legend=dict(orientation="h", y=-0.2))
-    st.plotly_chart(chart_style(fig))
+    first.plotly_chart(chart_style(fig))
     st.caption("Stacked parts are added, not overlapped (an upper bound); compute and memory overlap inside a "
                "step, so the step takes the larger of the two, which is the bar's lower part here.")
     df = pd.DataFrame({"TP": [r["tp"] for r in ok],
@@ -124,12 +129,11 @@ def cp_section(config: ModelConfig, setup: MultiGPU, kd: str) -> None:
     if tokens is None or cp is None:
         return
     kv = context_parallel_kv(config.num_layers, config.num_kv_heads, config.head_dim, tokens, kd, cp, setup.mesh.tp)
-    c = st.columns(4)
-    c[0].metric("KV per layer", fmt_bytes(kv["bytes_per_layer"]))
-    c[1].metric("KV, all layers", fmt_bytes(kv["bytes_total"]))
-    c[2].metric(f"Per GPU (CP {cp} × TP {setup.mesh.tp})", fmt_bytes(kv["bytes_per_device"]),
-                help=f"KV heads kept {kv['kv_head_copies']:g}× (replicated once TP exceeds the KV heads)")
-    c[3].metric("Tokens per GPU", f"{kv['tokens_per_device']:,.0f}")
+    metric_row([("KV per layer", fmt_bytes(kv["bytes_per_layer"]), None),
+                ("KV, all layers", fmt_bytes(kv["bytes_total"]), None),
+                (f"Per GPU (CP {cp} × TP {setup.mesh.tp})", fmt_bytes(kv["bytes_per_device"]),
+                 f"KV heads kept {kv['kv_head_copies']:g}× (replicated once TP exceeds the KV heads)"),
+                ("Tokens per GPU", f"{kv['tokens_per_device']:,.0f}", None)])
     if setup.link is not None and cp > 1:
         plain = ring_attention(tokens, cp, kv["bytes_per_token_per_device"], setup.link, load_balanced=False)
         st.caption(f"Ring attention: {plain['passes']} passes of {fmt_bytes(plain['block_bytes'])} each "
@@ -158,10 +162,9 @@ def ep_section(config: ModelConfig, setup: MultiGPU) -> None:
     except SpecError as err:
         show_error(err)
         return
-    c = st.columns(3)
-    c[0].metric("Experts per GPU", f"{e['experts_per_device']:,}")
-    c[1].metric("All-to-all message", fmt_bytes(e["all_to_all_bytes"]))
-    c[2].metric("Dispatch + combine per layer", f"{fmt_num(e['ms_per_layer'], 3)} ms")
+    metric_row([("Experts per GPU", f"{e['experts_per_device']:,}", None),
+                ("All-to-all message", fmt_bytes(e["all_to_all_bytes"]), None),
+                ("Dispatch + combine per layer (ms)", fmt_num(e["ms_per_layer"], 3), None)])
     formula_expander("Formula: expert parallelism", inspect.getdoc(expert_parallel))
 
 
@@ -265,13 +268,12 @@ def galaxy_section(config: ModelConfig) -> None:
         return
     topo = load_topology(topo_key)
     plan = galaxy_plan(model, prompt, out, batch, topo, mlp == "bfp4")
-    c = st.columns(5)
-    c[0].metric("Weights per chip", fmt_bytes(plan["weight_bytes_per_chip"]),
-                help="Two copies, as tt-metal keeps them: interleaved for prefill, ring-padded for decode")
-    c[1].metric("KV per chip", fmt_bytes(plan["kv_bytes_per_chip"]))
-    c[2].metric("TTFT (one prompt)", f"{fmt_num(plan['ttft_ms'], 4)} ms")
-    c[3].metric("ITL", f"{fmt_num(plan['itl_ms'], 4)} ms", help=f"{fmt_num(plan['tok_s_per_user'], 3)} tokens/s a user")
-    c[4].metric("Output tokens/s", fmt_num(plan["output_tok_s"], 4))
+    metric_row([("Weights per chip", fmt_bytes(plan["weight_bytes_per_chip"]),
+                 "Two copies, as tt-metal keeps them: interleaved for prefill, ring-padded for decode"),
+                ("KV per chip", fmt_bytes(plan["kv_bytes_per_chip"]), None),
+                ("TTFT, one prompt (ms)", fmt_num(plan["ttft_ms"], 4), None),
+                ("ITL (ms)", fmt_num(plan["itl_ms"], 4), f"{fmt_num(plan['tok_s_per_user'], 3)} tokens/s a user"),
+                ("Output tokens/s", fmt_num(plan["output_tok_s"], 4), None)])
     if not plan["fits"]:
         st.error(f"Weights + KV need {fmt_bytes(plan['memory_bytes_per_chip'])} a chip, more than the usable "
                  f"{fmt_bytes(plan['usable_bytes_per_chip'])}: fewer users or a shorter context.")
@@ -323,8 +325,11 @@ def galaxy_section(config: ModelConfig) -> None:
 
 
 def main() -> None:
+    """The inputs in one row and the decode step by TP degree under them (a projector's first screen at 1366×768);
+    the intro, the fit verdict, the rest of tensor parallelism and the other three ways below."""
     setup_page("Parallelism", icon=":material/hub:")
     st.title("Parallelism")
+    top = st.container()                  # the inputs and the chart; the sidebar's notes on the world come after
     st.markdown("When a model or its traffic outgrows one GPU, there are four ways to cut the work: by matrix "
                 "(tensor), by layer (pipeline), by sequence (context) and by expert. Each buys something different "
                 "and pays for it in communication; the numbers below say how much.")
@@ -333,7 +338,7 @@ def main() -> None:
     if chosen is None:
         return
     config, device, setup = chosen
-    cols = st.columns(4)
+    cols = top.columns(4)
     opening = fitting_weight_dtype(config, device, setup, min(300, config.max_position_embeddings), 1)
     wd = choice_field("Weight precision", WEIGHT_DTYPES, opening, key="par.wd", where=cols[0],
                       help="Opens on the widest of fp16, fp8 and int4 that fits the sidebar's layout.")
@@ -347,7 +352,7 @@ def main() -> None:
         st.info(f"{device.name} lists no interconnect: choose one in the sidebar to cost the communication.")
         return
     show_fit_verdict(config, device, setup, ctx, batch, wd, kd)
-    for section in (lambda: tp_section(config, device, setup, ctx, batch, wd, kd),
+    for section in (lambda: tp_section(config, device, setup, ctx, batch, wd, kd, top),
                     lambda: pp_section(config, device, setup, ctx, wd, kd),
                     lambda: cp_section(config, setup, kd), lambda: ep_section(config, setup),
                     lambda: sharding_section(config, setup), lambda: galaxy_section(config)):

@@ -42,11 +42,11 @@ def example_rows(config, device, wd: str, kd: str) -> str:
 def main() -> None:
     setup_page("Calibration", icon=":material/tune:")
     st.title("Calibration")
+    published_serving_section()           # its error chart first: a projector's first screen at 1366×768
+    st.subheader("Your measurements")
     st.markdown("Predictions use datasheet peaks scaled by efficiency knobs. Measure your own server, paste the "
                 "results here, and the knobs are fitted to them: the table then says how far each prediction is "
                 "from what you measured.")
-    published_serving_section()
-    st.subheader("Your measurements")
     chosen = sizing_with_gpus()
     if chosen is None:
         return

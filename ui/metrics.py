@@ -31,11 +31,15 @@ def metrics_per_row(values: list[str], large: bool, width_px: float | None = Non
     return math.ceil(len(values) / rows)
 
 
-def metric_row(items: list[tuple[str, str, str | None]], where: Any = None) -> None:
-    """(label, value, help) metrics side by side, in as many rows as their values need at this text size."""
+def metric_row(items: list[tuple], where: Any = None) -> None:
+    """(label, value, help) metrics side by side, in as many rows as their values need at this text size; a fourth
+    item, when given, is a grey note under the value (the other case: "tiled 1.2 GB", "1.3× the floor")."""
     box = where if where is not None else st
-    n = metrics_per_row([v for _, v, _ in items], large_text())
+    n = metrics_per_row([item[1] for item in items], large_text())
     for start in range(0, len(items), n):
         cols = box.columns(n)
-        for col, (label, value, help_) in zip(cols, items[start:start + n]):
-            col.metric(label, value, help=help_)
+        for col, (label, value, help_, *note) in zip(cols, items[start:start + n]):
+            if note and note[0]:
+                col.metric(label, value, help=help_, delta=note[0], delta_color="off", delta_arrow="off")
+            else:
+                col.metric(label, value, help=help_)

@@ -27,7 +27,9 @@ def _compared() -> dict:
 
 
 def published_serving_section() -> None:
-    """Table, error chart and the median / worst error of bench/published_serving.csv."""
+    """The median / worst error of bench/published_serving.csv and its error chart right under them (the Calibration
+    page's first screen at 1366×768; what the rows are in an expander between), then the error by regime and the
+    table."""
     st.subheader("Published data-centre measurements")
     res = _compared()
     df = pd.DataFrame(res["rows"])
@@ -50,19 +52,13 @@ def published_serving_section() -> None:
                     "shown beside the held-out rows")
         c[3].metric("Fit rows: median |error|", f"{100 * f['median_abs_error']:.1f}%", help=fit_help)
         c[4].metric("Fit rows: worst |error|", f"{100 * f['worst_abs_error']:.1f}%", help=fit_help)
-    st.markdown("Each row is a figure read in its source (MLPerf Inference results, TensorRT-LLM's performance "
-                "overview, NVIDIA NIM, AMD ROCm and vLLM pages) with its exact settings. The prediction uses the "
-                "default settings of the stack the source names (specs/stacks.json: its all-reduce, scheduler "
-                "limits, efficiencies and fixed step cost). Those efficiencies were fitted on the **fit** rows "
-                "only; the **test** rows were set aside before fitting, so their error is the accuracy to expect. "
-                "Error = predicted speed ÷ published speed − 1: + means the planner is too optimistic.")
-    show = table.assign(**{"median |error| %": 100 * table["median_abs_error"],
-                           "worst |error| %": 100 * table["worst_abs_error"]}).drop(
-        columns=["median_abs_error", "worst_abs_error"])
-    words = show.assign(value=[group_value_words(v) for v in show["value"]])      # the CSV keeps the identifiers
-    df_with_download(show, "accuracy_by_regime", drawn=words, column_config={
-        "median |error| %": st.column_config.NumberColumn(format="%.1f"),
-        "worst |error| %": st.column_config.NumberColumn(format="%.1f")})
+    with st.expander("What the rows are, and the error's sign"):
+        st.markdown("Each row is a figure read in its source (MLPerf Inference results, TensorRT-LLM's performance "
+                    "overview, NVIDIA NIM, AMD ROCm and vLLM pages) with its exact settings. The prediction uses the "
+                    "default settings of the stack the source names (specs/stacks.json: its all-reduce, scheduler "
+                    "limits, efficiencies and fixed step cost). Those efficiencies were fitted on the **fit** rows "
+                    "only; the **test** rows were set aside before fitting, so their error is the accuracy to expect. "
+                    "Error = predicted speed ÷ published speed − 1: + means the planner is too optimistic.")
     label = [f"{m} {w}, {g}×{d} TP{t}{'' if e == '1' else f' EP{e}'}, {i}/{o}, {mo} {cc}".strip()
              for m, w, g, d, t, e, i, o, mo, cc in zip(df.model, df.weights, df.gpus, df.device, df.tp, df.ep,
                                                        df.prompt_tokens, df.output_tokens, df["mode"],
@@ -77,6 +73,13 @@ def published_serving_section() -> None:
                       title="Prediction error per published figure (dark: held-out test rows; dotted: ±15%)",
                       margin=dict(l=10, r=10, t=60, b=10), yaxis=dict(autorange="reversed"))
     st.plotly_chart(chart_style(fig))
+    show = table.assign(**{"median |error| %": 100 * table["median_abs_error"],
+                           "worst |error| %": 100 * table["worst_abs_error"]}).drop(
+        columns=["median_abs_error", "worst_abs_error"])
+    words = show.assign(value=[group_value_words(v) for v in show["value"]])      # the CSV keeps the identifiers
+    df_with_download(show, "accuracy_by_regime", drawn=words, column_config={
+        "median |error| %": st.column_config.NumberColumn(format="%.1f"),
+        "worst |error| %": st.column_config.NumberColumn(format="%.1f")})
     df["measure"] = [MEASURES.get(m, m) for m in df.metric]
     keep = ["split", "regime", "stack", "model", "weights", "device", "gpus", "tp", "ep", "prompt_tokens", "output_tokens", "mode",
             "concurrency", "metric", "measure", "published", "predicted", "error %", "source", "settings", "url"]

@@ -24,7 +24,7 @@ def test_galaxy_section_shows_the_mesh_collectives_per_axis_and_the_step():
     # TinyLlama (chosen: the class's machine has no links) cannot be laid out on 8 × 4: the section says so and shows 001's model
     assert any("Llama-3-70B, the model of 001" in c.value for c in at.caption)
     labels = {m.label for m in at.metric}
-    assert {"Weights per chip", "KV per chip", "TTFT (one prompt)", "ITL", "Output tokens/s"} <= labels
+    assert {"Weights per chip", "KV per chip", "TTFT, one prompt (ms)", "ITL (ms)", "Output tokens/s"} <= labels
     coll = frame_with(at, "named in 001")
     # prefill of 2,048 tokens (the default): 001's QKV all-reduce along axis 1 over 4 chips, FF2 along axis 0 over 8
     qkv = coll[coll["collective"] == "QKV"].iloc[0]
