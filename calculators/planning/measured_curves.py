@@ -15,9 +15,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from calculators import arch
 from calculators.multi_gpu.tensor_parallel import Mesh
-from calculators.planning.measured_step import WEIGHT_FORMATS, layer_gemms, lm_head_dtype, moe_shape
-from calculators.sizing.measured_ops import (allreduce_ms, decode_attention_ms, gemm_ms, moe_ms, peak_flops)
+from calculators.planning.measured_step import (WEIGHT_FORMATS, attention_shape, decode_attention_op, layer_gemms,
+                                                lm_head_dtype, moe_shape)
+from calculators.sizing.measured_ops import allreduce_ms, gemm_ms, moe_ms, peak_flops
 from calculators.units import fmt_num
 from specs.devices import Device
 from specs.model_config import ModelConfig
@@ -80,20 +82,22 @@ def gemm_curves(profile, device: Device, config: ModelConfig, tp: int = 1, weigh
 def decode_attention_curves(profile, device: Device, config: ModelConfig, tp: int = 1, kv_dtype: str = "bf16",
                             batches=ATTENTION_BATCHES, contexts=CONTEXT_GRID) -> list[Curve]:
     """One layer's decode attention on one GPU of TP `tp` (heads / tp), one curve per batch size, along the
-    context each row reads."""
-    h, kvh = max(1, config.num_heads // tp), max(1, config.num_kv_heads // tp)
+    context each row reads (MLA's from the profile's MLA table: `measured_step.decode_attention_op`)."""
+    mesh = Mesh(tp=tp)
+    h = max(1, config.num_heads // tp)
     b = np.asarray(batches, dtype=float)
     ctx = np.asarray(contexts, dtype=float)
     ideal, ms, past = (np.zeros((len(b), len(ctx))) for _ in range(3))
     note = ""
     for j, c in enumerate(ctx):
-        ideal[:, j], ms[:, j], past[:, j] = decode_attention_ms(profile, device, b, c, h, kvh, config.head_dim,
-                                                                kv_dtype)
-        note = note or decode_attention_ms(profile, device, 1.0, c, h, kvh, config.head_dim, kv_dtype).note
-    flops = 4.0 * b[:, None] * h * config.head_dim * ctx[None, :]
-    bound = _flop_bound(flops, ideal, peak_flops(device, "bf16"))
+        ideal[:, j], ms[:, j], past[:, j] = decode_attention_op(profile, device, config, mesh, b, c, kv_dtype)
+        note = note or decode_attention_op(profile, device, config, mesh, 1.0, c, kv_dtype).note
+    per_position = 2.0 * h * (2 * config.kv_lora_rank + config.qk_rope_head_dim) if arch.is_mla(config) else \
+        4.0 * h * config.head_dim                       # FLOPs per cached position a row reads
+    bound = _flop_bound(per_position * b[:, None] * ctx[None, :], ideal, peak_flops(device, "bf16"))
+    shape = attention_shape(config, mesh) + ("" if arch.is_mla(config) else f", head dim {config.head_dim}")
     return [Curve(f"batch {int(bi):,}", ctx, ideal[i], ms[i], past[i].astype(bool), bound[i],
-                  f"{h} heads / {kvh} KV, head dim {config.head_dim}, {kv_dtype} KV", note)
+                  f"{shape}, {kv_dtype} KV", note)
             for i, bi in enumerate(b)]
 
 

@@ -117,3 +117,12 @@ def test_deepseek_on_a_real_profile_prices_mla_from_measured_kernels_and_the_com
     quiet = serve_at(DSV3, H200, Mesh(tp=8, ep=8, gpus=8), 1e-4, 1000, 200, "fp8", stack="trtllm", profile=prof)
     assert quiet["tpot_ms"] == pytest.approx(lat["itl_ms"], rel=0.02)
     assert quiet["ttft_p50_ms"] == pytest.approx(lat["ttft_ms"], rel=0.02)
+
+
+def test_the_measured_kernels_pages_attention_curves_of_deepseek_are_its_mla():
+    from calculators.planning.measured_curves import decode_attention_curves
+    curves = decode_attention_curves(mla_profile(), H200, DSV3, tp=8, kv_dtype="fp8", batches=(64,),
+                                     contexts=(2048.0,))
+    assert "MLA latent 512 + 64" in curves[0].shape
+    want = mla_decode_roofline_ms(H200, 64, 2048, 16, 512, 64, "fp8") / eff(64)
+    assert float(curves[0].ms[0]) == pytest.approx(float(want), rel=1e-9)
