@@ -111,7 +111,7 @@ def serving_table() -> None:
     priced twice: by the closed form (the stacks' fitted efficiencies) and, where aiconfigurator-core's databases
     are installed (requirements-profiles.txt), by kernels measured on its GPU and stack (the nearest profiled GPU's
     for a GPU nothing measured); the error tables of both go to bench/published_accuracy.json."""
-    from calculators.planning.published import compare_all, error_table
+    from calculators.planning.published import BAR_MEDIAN, BAR_WORST, bar_table, compare_all, error_table
     from specs.aiconfigurator_source import package_dir
     runs = [("closed form", compare_all())]
     if package_dir():
@@ -138,6 +138,11 @@ def serving_table() -> None:
         for e in table:
             print(f"| {e['split']} | {e['group']} | {e['value']} | {e['n']} | {100 * e['median_abs_error']:.1f}% | "
                   f"{100 * e['worst_abs_error']:.1f}% |")
+        print(f"\nIssue 36's bar (held-out rows, median <= {100 * BAR_MEDIAN:.0f}%, worst <= {100 * BAR_WORST:.0f}%):")
+        for b in bar_table(res["rows"]):
+            print(f"  {b['regime']:<20} " + ("no priced held-out row" if not b["n"] else
+                  f"{b['n']:>2} rows, median {100 * b['median_abs_error']:.1f}%, worst "
+                  f"{100 * b['worst_abs_error']:.1f}%: {'meets it' if b['meets'] else 'does not'}"))
         tag = "" if label == "closed form" else f" ({label})"
         accuracy += [dict(e, group=e["group"] + tag) for e in table]
         test = [abs(r["error"]) for r in res["rows"] if r["split"] == "test"]

@@ -208,7 +208,15 @@ def _kind(r: dict) -> str:
     return "MoE" if load_preset(r["model"]).num_experts else "dense"
 
 
-GROUPS = {"regime": lambda r: r["regime"], "dense/MoE": _kind, "vendor": lambda r: r["vendor"],
+def _experts_layout(r: dict) -> str:
+    """How an MoE row spreads its experts: wide EP (attention data-parallel, experts over the replicas), EP inside
+    the TP group, or none (dense, or every GPU holds every expert)."""
+    ep, dp = int(r.get("ep") or 1), int(r.get("dp") or 1)
+    return "wide EP (attention DP)" if ep > 1 and dp > 1 else ("EP inside TP" if ep > 1 else "no EP")
+
+
+GROUPS = {"regime": lambda r: r["regime"], "dense/MoE": _kind, "experts": _experts_layout,
+          "vendor": lambda r: r["vendor"],
           "precision": lambda r: r["weights"], "regime, dense/MoE": lambda r: f"{r['regime']}, {_kind(r)}"}
 
 
@@ -235,6 +243,30 @@ FIT_GRID = {"decode_mbu": (0.35, 0.45, 0.55, 0.65, 0.75, 0.85, 0.9),
             "decode_mfu": (0.15, 0.2, 0.25, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8), "gemm_half_tokens": (0.0, 64.0, 256.0, 1024.0),
             "prefill_mfu": (0.2, 0.3, 0.4, 0.5, 0.6, 0.7), "step_overhead_ms": (0.0, 0.5, 1.0, 2.0, 3.0, 4.0, 6.0, 8.0),
             "sequence_overhead_us": (0.0, 4.0, 8.0, 16.0)}
+
+
+BAR_MEDIAN, BAR_WORST = 0.08, 0.25          # issue 36's acceptance bar on held-out rows, in every regime
+BAR_REGIMES = (("maximum throughput", lambda r: r["regime"] == "max_throughput"),
+               ("under a rate", lambda r: r["regime"] == "under_rate"),
+               ("one request", lambda r: r["regime"] == "batch1"),
+               ("a static batch", lambda r: r["regime"] == "static"),
+               ("MoE, wide EP", lambda r: _experts_layout(r) == "wide EP (attention DP)"),
+               ("AMD fallback", lambda r: r["vendor"] == "AMD"))
+
+
+def bar_table(rows: list[dict]) -> list[dict]:
+    """Issue 36's bar on the held-out (test) rows, regime by regime: median ≤ 8% and worst ≤ 25%, or no priced
+    held-out row at all (a regime the table cannot judge yet)."""
+    out = []
+    for name, keep in BAR_REGIMES:
+        e = [abs(r["error"]) for r in rows if r.get("split") == "test" and keep(r)]
+        if not e:
+            out.append(dict(regime=name, n=0, median_abs_error=None, worst_abs_error=None, meets=None))
+            continue
+        med, worst = statistics.median(e), max(e)
+        out.append(dict(regime=name, n=len(e), median_abs_error=med, worst_abs_error=worst,
+                        meets=med <= BAR_MEDIAN and worst <= BAR_WORST))
+    return out
 
 
 def row_id(row: dict, rows: list[dict]) -> int:
