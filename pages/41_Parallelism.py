@@ -1,8 +1,9 @@
 """Parallelism: tensor, pipeline, context and expert parallelism, each with the numbers that say what it buys and
 what it costs, and a sharding view of one layer on any device mesh.
 
-Numbers: `calculators.multi_gpu.tensor_parallel` (tp_scaling, per-GPU memory, fit verdict), `calculators.multi_gpu.pipeline`
-(pp_scaling, bubble_table), `calculators.multi_gpu.parallel` (context_parallel_kv, ring_attention, expert_parallel),
+Numbers: `calculators.planning.parallel_step` (tp_step_scaling, pp_step_scaling: the step `python -m calculators
+latency --tp/--pp` prices), `calculators.multi_gpu.tensor_parallel` (per-GPU memory, fit verdict),
+`calculators.multi_gpu.pipeline` (bubble_table), `calculators.multi_gpu.parallel` (context_parallel_kv, ring_attention, expert_parallel),
 `calculators.multi_gpu.sharding` (layer_sharding), `calculators.multi_gpu.mesh2d` (the Galaxy: 001's 8 × 4 mesh).
 """
 from __future__ import annotations
@@ -15,13 +16,17 @@ import streamlit as st
 
 from calculators import arch
 from calculators.explain import explain_context_parallel_kv
-from calculators.sizing.latency import Efficiency
 from calculators.multi_gpu.parallel import context_parallel_kv, expert_parallel, ring_allreduce_ms, ring_attention
-from calculators.multi_gpu.pipeline import bubble_table, pp_scaling
+from calculators.multi_gpu.pipeline import bubble_table
 from calculators.multi_gpu.mesh2d import (check_layout, galaxy_plan, layer_collectives, per_axis_summary,
                                           reference_001_check, weight_shards)
 from calculators.multi_gpu.sharding import layer_sharding
-from calculators.multi_gpu.tensor_parallel import tp_scaling
+from calculators.planning import step as one_step
+from calculators.planning.measured_step import default_profile_choice
+from calculators.planning.parallel_step import (decode_step_segments, latency_flags, pp_step_scaling,
+                                                segment_labels, tp_step_scaling)
+from calculators.planning.request_latency import default_pricing
+from calculators.planning.step import pricing_words
 from calculators.units import (GB, KV_DTYPES, WEIGHT_DTYPES, bytes_per_element, default_kv_dtype, fmt_bytes,
                                fmt_num)
 from specs.devices import Device
@@ -38,19 +43,23 @@ from ui.metrics import metric_row
 
 TPS = (1, 2, 4, 8, 16)
 PPS = (1, 2, 4, 8)
+PART_COLORS = dict(memory_ms="#4C78A8", compute_ms="#54A24B", gemm_ms="#4C78A8", attention_ms="#72B7B2",
+                   other_kernels_ms="#54A24B", allreduce_ms="#E45756", host_ms="#9D755D", p2p_ms="#B279A2")
 
 
 def tp_section(config: ModelConfig, device: Device, setup: MultiGPU, ctx: int, batch: int, wd: str, kd: str,
-               first=None) -> None:
+               priced: tuple, first=None) -> None:
     """The heading and the decode step by TP degree in `first` (the page's first screen); why, the table and the
-    formulas here."""
+    formulas here. `priced`: (profile or None, what priced it), the sidebar's measured-kernels switch."""
     first = first if first is not None else st.container()
     first.subheader("Tensor parallelism: every GPU reads a slice of every layer")
     st.markdown("Splitting each weight matrix over several GPUs lets them stream their slices at the same time, so "
                 "the memory time of a decode step falls with the TP degree. The price is two all-reduces per "
-                "layer, and each one costs a fixed few microseconds however small the message: at some degree the "
-                "communication grows faster than the reading shrinks.")
-    rows = tp_scaling(config, device, TPS, ctx, batch, wd, kd, Efficiency(), setup.link, **setup.memory_kw())
+                "layer, and each one costs a fixed few microseconds however small the message; the host's work per "
+                "step does not shrink at all: at some degree what stays fixed outweighs what the split saves.")
+    profile, pricing = priced
+    rows = tp_step_scaling(config, device, TPS, ctx, batch, wd, kd, setup.link, profile=profile,
+                           **setup.memory_kw())
     ok = [r for r in rows if r["problem"] is None]
     for r in rows:
         if r["problem"]:
@@ -58,35 +67,41 @@ def tp_section(config: ModelConfig, device: Device, setup: MultiGPU, ctx: int, b
     if not ok:
         return
     fig = go.Figure()
-    for key, name, color in (("memory_ms", "reading weights + KV", "#4C78A8"), ("compute_ms", "compute", "#54A24B"),
-                             ("allreduce_ms", "all-reduces", "#E45756")):
-        fig.add_bar(x=[f"TP {r['tp']}" for r in ok], y=[r[key] for r in ok], name=name, marker_color=color,
-                    text=[fmt_num(r[key], 3) for r in ok], textposition="inside")
-    fig.update_layout(barmode="stack", height=400, yaxis_title="ms per decode step",
+    for key, name in segment_labels(ok[0]["segments"]):
+        if any(r["segments"][key] > 0 for r in ok):
+            fig.add_bar(x=[f"TP {r['tp']}" for r in ok], y=[r["segments"][key] for r in ok], name=name,
+                        marker_color=PART_COLORS[key], text=[fmt_num(r["segments"][key], 3) for r in ok],
+                        textposition="inside")
+    fig.update_layout(barmode="stack", height=400, yaxis_title="ms per decode step (the ITL)",
                       title=f"Decode step of {config.name} by TP degree ({setup.link.name if setup.link else 'no link'})",
                       margin=dict(l=10, r=10, t=60, b=10), legend=dict(orientation="h", y=-0.2))
     first.plotly_chart(chart_style(fig))
-    st.caption("Stacked parts are added, not overlapped (an upper bound); compute and memory overlap inside a "
-               "step, so the step takes the larger of the two, which is the bar's lower part here.")
+    st.caption(f"Each bar is the ITL `python -m calculators latency {latency_flags(ctx, batch, wd, kd, 'tp')}` "
+               f"reports (the step after a {ctx:,}-token context, {ok[0]['stack']}), cut into the "
+               "parts it adds up: where compute outlasts the reads, only the excess is drawn. Priced from "
+               f"{pricing if profile is not None else pricing_words(None)}.")
     df = pd.DataFrame({"TP": [r["tp"] for r in ok],
                        "weights per GPU (GB)": [r["per_gpu_weight_bytes"] / GB for r in ok],
                        "KV per GPU (GB)": [r["per_gpu_kv_bytes"] / GB for r in ok],
                        "every weight read once (ms)": [r["weights_floor_ms"] for r in ok],
-                       "all-reduce (ms)": [r["allreduce_ms"] for r in ok], "ITL (ms)": [r["itl_ms"] for r in ok],
-                       "speed-up vs TP 1": [r["speedup"] for r in ok], "fits": [r["fits"] for r in ok]})
+                       "all-reduce (ms)": [r["allreduce_ms"] for r in ok], "host (ms)": [r["host_ms"] for r in ok],
+                       "ITL (ms)": [r["itl_ms"] for r in ok], "speed-up vs TP 1": [r["speedup"] for r in ok],
+                       "fits": [r["fits"] for r in ok]})
     df_with_download(df, "tp_scaling", column_config={c: st.column_config.NumberColumn(format="%.3f")
                                                       for c in df.columns if c not in ("TP", "fits")},
                      show=["TP", "ITL (ms)", "speed-up vs TP 1", "fits", "weights per GPU (GB)", "KV per GPU (GB)",
-                           "every weight read once (ms)", "all-reduce (ms)"])        # the verdict first: 1366 px
+                           "every weight read once (ms)", "all-reduce (ms)", "host (ms)"])  # the verdict first
     if arch.is_moe(config):
         st.caption(f"{config.name} is a mixture of experts: a decode step reads only the experts its tokens are "
                    "routed to, so its ITL sits well below the time to read every resident weight once (the "
                    "column beside it, which is what memory holds, not what a step reads).")
-    formula_expander("Formulas: per-GPU memory, decode step, ring all-reduce",
-                     inspect.getdoc(tp_scaling) + "\n\n" + inspect.getdoc(ring_allreduce_ms))
+    formula_expander("Formulas: the decode step by TP degree, its parts, ring all-reduce",
+                     "\n\n".join(inspect.getdoc(f) for f in (tp_step_scaling, decode_step_segments, one_step,
+                                                              ring_allreduce_ms)))
 
 
-def pp_section(config: ModelConfig, device: Device, setup: MultiGPU, ctx: int, wd: str, kd: str) -> None:
+def pp_section(config: ModelConfig, device: Device, setup: MultiGPU, ctx: int, batch: int, wd: str, kd: str,
+               priced: tuple) -> None:
     st.subheader("Pipeline parallelism: more memory, more throughput, no faster reply")
     st.markdown("A pipeline hands each GPU a run of consecutive layers. One request still walks through every "
                 "stage in turn, so it is no quicker; the gain is room for a bigger model and, with one sequence per "
@@ -101,17 +116,24 @@ def pp_section(config: ModelConfig, device: Device, setup: MultiGPU, ctx: int, w
     fig.update_layout(height=330, xaxis_title="microbatches in flight (4 stages)", xaxis_type="category",
                       yaxis_title="idle share (%)", title="Bubble (p − 1)/(m + p − 1)", margin=dict(l=10, r=10, t=60, b=10))
     cols[0].plotly_chart(chart_style(fig, span=1 / 2))
-    pr = [r for r in pp_scaling(config, device, PPS, ctx, wd, kd, Efficiency(), setup.link) if r["problem"] is None]
+    profile, pricing = priced
+    pr = [r for r in pp_step_scaling(config, device, PPS, ctx, batch, wd, kd, setup.link, profile=profile)
+          if r["problem"] is None]
     dfp = pd.DataFrame({"PP": [r["pp"] for r in pr], "layers on busiest stage": [r["stage_layers"] for r in pr],
                         "weights per GPU (GB)": [r["per_gpu_weight_bytes"] / GB for r in pr],
                         "ITL of one request (ms)": [r["single_request_itl_ms"] for r in pr],
+                        f"ITL at batch {batch} (ms)": [r["itl_ms"] for r in pr],
                         "tokens/s, one request": [r["tok_s_batch_1"] for r in pr],
-                        "tokens/s, one per stage in flight": [r["tok_s_pp_in_flight"] for r in pr]})
+                        "tokens/s, one per stage in flight": [r["tok_s_pp_in_flight"] for r in pr],
+                        "bubble, one request (%)": [100 * r["bubble_batch_1"] for r in pr]})
     with cols[1]:                                  # the small table beside the chart; the wide one below it
         df_with_download(df, "pipeline_bubble")
     df_with_download(dfp, "pp_scaling", column_config={c: st.column_config.NumberColumn(format="%.3f")
                                                        for c in dfp.columns[2:]}, show=list(dfp.columns))
-    formula_expander("Formulas: bubble and pipelined decode", inspect.getdoc(pp_scaling))
+    st.caption(f"ITLs as `python -m calculators latency {latency_flags(ctx, 1, wd, kd, 'pp')}` reports them "
+               f"(--batch 1, then {batch}, and one sequence per stage for the last tokens/s); priced from "
+               f"{pricing if profile is not None else pricing_words(None)}.")
+    formula_expander("Formulas: bubble and pipelined decode", inspect.getdoc(pp_step_scaling))
 
 
 def cp_section(config: ModelConfig, setup: MultiGPU, kd: str) -> None:
@@ -343,8 +365,9 @@ def main() -> None:
     wd = choice_field("Weight precision", WEIGHT_DTYPES, opening, key="par.wd", where=cols[0],
                       help="Opens on the widest of fp16, fp8 and int4 that fits the sidebar's layout.")
     kd = choice_field("KV precision", KV_DTYPES, default_kv_dtype(wd), key="par.kd", where=cols[1])
-    ctx = int_field("Context (tokens)", min(300, config.max_position_embeddings), 1, config.max_position_embeddings,
-                    key="par.ctx", where=cols[2])
+    ctx = int_field("Context (tokens)", min(300, config.max_position_embeddings - 1), 1,
+                    config.max_position_embeddings - 1, key="par.ctx", where=cols[2],
+                    help="The tokens each sequence holds; the decode step priced is the next one's.")
     batch = int_field("Batch", 1, 1, 1 << 16, key="par.batch", where=cols[3])
     if ctx is None or batch is None:
         return
@@ -352,8 +375,14 @@ def main() -> None:
         st.info(f"{device.name} lists no interconnect: choose one in the sidebar to cost the communication.")
         return
     show_fit_verdict(config, device, setup, ctx, batch, wd, kd)
-    for section in (lambda: tp_section(config, device, setup, ctx, batch, wd, kd, top),
-                    lambda: pp_section(config, device, setup, ctx, wd, kd),
+    measured = st.sidebar.toggle("Price each op from measured kernels", value=default_profile_choice() != "none",
+                                 key="par.measured", help="As `python -m calculators latency` does by default: "
+                                 "kernels measured on this GPU and serving stack where a profile is installed "
+                                 "(docs/measured-kernels.md); off: the closed form at the stack's fitted "
+                                 "efficiencies.")
+    priced = default_pricing(device, config, measured)
+    for section in (lambda: tp_section(config, device, setup, ctx, batch, wd, kd, priced, top),
+                    lambda: pp_section(config, device, setup, ctx, batch, wd, kd, priced),
                     lambda: cp_section(config, setup, kd), lambda: ep_section(config, setup),
                     lambda: sharding_section(config, setup), lambda: galaxy_section(config)):
         try:

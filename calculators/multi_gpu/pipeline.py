@@ -31,26 +31,3 @@ def bubble_table(stages: int, microbatches: tuple[int, ...] = (1, 4, 16, 64)) ->
     """003 Detail 22's table: p = 4 stages, m = 1, 4, 16, 64 -> 75%, 43%, 16%, ≈ 4% idle."""
     return [dict(stages=stages, microbatches=m, bubble_percent=100 * pipeline_bubble_fraction(stages, m),
                  pass_stage_times=m + stages - 1) for m in microbatches]
-
-
-def pp_scaling(config, device, pps: tuple[int, ...], context_tokens: int, weight_dtype: str = "bf16",
-               kv_dtype: str | None = None, efficiency=None, link=None) -> list[dict]:
-    """One row per PP degree: layers on the busiest stage, per-GPU weights, the ITL of ONE request (batch 1: it
-    visits every stage in turn, so no faster) and the tokens/s with pp sequences in flight (one per stage)."""
-    from calculators.sizing.latency import IDEAL
-    from calculators.multi_gpu.tensor_parallel import Mesh, decode_step_parallel, mesh_problem, per_gpu_weight_bytes
-    eff = efficiency or IDEAL
-    rows = []
-    for pp in pps:
-        mesh = Mesh(pp=pp)
-        problem = mesh_problem(config, mesh)
-        if problem:
-            rows.append(dict(pp=pp, problem=problem))
-            continue
-        one = decode_step_parallel(config, device, mesh, context_tokens, 1, weight_dtype, kv_dtype, eff, link)
-        full = decode_step_parallel(config, device, mesh, context_tokens, pp, weight_dtype, kv_dtype, eff, link)
-        rows.append(dict(pp=pp, problem=None, stage_layers=max(layers_per_stage(config.num_layers, pp)),
-                         per_gpu_weight_bytes=per_gpu_weight_bytes(config, mesh, weight_dtype),
-                         single_request_itl_ms=one["itl_ms"], tok_s_batch_1=one["total_tok_s"],
-                         tok_s_pp_in_flight=full["total_tok_s"], bubble_batch_1=one["bubble_fraction"]))
-    return rows

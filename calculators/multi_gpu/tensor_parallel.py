@@ -442,32 +442,3 @@ def max_context_per_replica(config: ModelConfig, device: Device, mesh: Mesh, bat
     if not ok(0):
         return 0
     return _largest(lambda t: t == 0 or ok(t), config.max_position_embeddings)
-
-
-def tp_scaling(config: ModelConfig, device: Device, tps: tuple[int, ...], context_tokens: int, batch: int = 1,
-               weight_dtype: str = "bf16", kv_dtype: str | None = None, efficiency: Efficiency = IDEAL,
-               link: Link | None = None, stack: Stack | str | None = None, **memory_kw) -> list[dict]:
-    """One row per TP degree: per-GPU weights and KV, the weights-only floor per GPU (003's weights / tp /
-    bandwidth), the decode step split into memory, compute and all-reduce time, the speed-up over TP 1 and the
-    fit verdict. Where the all-reduce column overtakes the memory column, communication eats the gain."""
-    from calculators.multi_gpu.parallel import tp_bandwidth_floor_ms
-    rows, base = [], None
-    for tp in tps:
-        mesh = Mesh(tp=tp)
-        problem = mesh_problem(config, mesh)
-        if problem:
-            rows.append(dict(tp=tp, problem=problem))
-            continue
-        mem = per_gpu_memory(config, device, mesh, context_tokens, batch, weight_dtype, kv_dtype, **memory_kw)
-        d = decode_step_parallel(config, device, mesh, context_tokens, batch, weight_dtype, kv_dtype, efficiency,
-                                 link, embeddings_16bit=memory_kw.get("embeddings_16bit", True), stack=stack)
-        base = base or d["itl_ms"]
-        rows.append(dict(tp=tp, problem=None, per_gpu_weight_bytes=mem["per_gpu_weight_bytes"],
-                         per_gpu_kv_bytes=mem["per_gpu_kv_bytes"], fits=mem["fits"],
-                         weights_floor_ms=tp_bandwidth_floor_ms(resident_weight_bytes(
-                             config, weight_dtype, None, memory_kw.get("embeddings_16bit", True)),
-                             device.memory_bandwidth_bytes_per_s, tp),
-                         memory_ms=d["memory_ms"], compute_ms=d["compute_ms"],
-                         allreduce_ms=d["allreduce_ms_per_token"], itl_ms=d["itl_ms"], speedup=base / d["itl_ms"],
-                         comm_fraction=d["comm_fraction"]))
-    return rows

@@ -8,7 +8,7 @@ from calculators.sizing.latency import IDEAL, decode_step_ms
 from calculators.sizing.memory import RuntimeOverheads, memory_budget, resident_weight_bytes
 from calculators.multi_gpu.pipeline import bubble_table, layers_per_stage, pipeline_pass_ms
 from calculators.multi_gpu.tensor_parallel import (Mesh, decode_step_parallel, fit_verdict, mesh_problem, per_gpu_kv_bytes,
-                                         per_gpu_memory, per_gpu_weight_bytes, tp_scaling)
+                                         per_gpu_memory, per_gpu_weight_bytes)
 from specs.devices import load_device
 from specs.model_config import SpecError
 from specs.presets import list_presets, load_preset
@@ -17,8 +17,9 @@ TINY, L70 = load_preset("tinyllama"), load_preset("llama-3-70b")
 A100, H100 = load_device("a100"), load_device("h100")
 
 
-def test_tp_scaling_reproduces_003_tinyllama_floors_1_41_0_71_0_35_ms():
-    rows = tp_scaling(TINY, A100, (1, 2, 4), 300, 1, "fp16")
+def test_tp_step_scaling_reproduces_003_tinyllama_floors_1_41_0_71_0_35_ms():
+    from calculators.planning.parallel_step import tp_step_scaling
+    rows = tp_step_scaling(TINY, A100, (1, 2, 4), 300, 1, "fp16")
     assert [round(r["weights_floor_ms"], 2) for r in rows] == [1.41, 0.71, 0.35]
 
 

@@ -26,6 +26,15 @@ def test_parallelism_page_shows_tp_floors_bubble_and_the_mesh_view():
     assert not at.exception and not texts(at.error)
     tp = at.dataframe[0].value                     # TinyLlama fp16 on A100 (chosen): 003's TP floors
     assert [round(v, 2) for v in tp["every weight read once (ms)"][:3]] == [1.41, 0.71, 0.35]
+    # each TP and PP degree priced as `latency --tp/--pp` prices it, and saying what priced it: the closed form here
+    # (the tests' default), the command's default profile with the sidebar's switch on
+    assert any("python -m calculators latency" in c and "--tp N" in c and "closed form" in c for c in texts(at.caption))
+    assert any("--pp N" in c for c in texts(at.caption))
+    assert not [c for c in texts(at.caption) if "{" in c]                     # every caption's fields filled in
+    assert (tp["ITL (ms)"] > 0).all() and tp["speed-up vs TP 1"][0] == 1
+    at.sidebar.toggle(key="par.measured").set_value(True).run()
+    assert not at.exception and not texts(at.error)
+    assert any("python -m calculators latency" in c and "--tp N" in c for c in texts(at.caption))
     bubble = next(d.value for d in at.dataframe if "bubble (%)" in d.value.columns)
     assert [round(v) for v in bubble["bubble (%)"]] == [75, 43, 16, 4]
     at.text_input(key="par.mesh.cols").set_value(str(3)).run()      # 3 columns cannot split 32 heads
