@@ -206,6 +206,17 @@ def _moe_a2a(df):
     return _fastest(out, keys)[keys + ["kernel", "ms"]]
 
 
+def _gdn(df):
+    """A gated-delta-rule layer per shape and phase: its two kernels (the causal conv and the delta rule) summed,
+    each the fastest measured at the shape (several models share a shape; the hidden size does not enter them)."""
+    keys = ["phase", "batch", "tokens", "k_heads", "v_heads", "head_k_dim", "head_v_dim"]
+    out = df.assign(phase=df.phase.astype(str), batch=df.batch_size, tokens=df.seq_len, k_heads=df.num_k_heads,
+                    v_heads=df.num_v_heads, ms=df.latency)
+    best = out.groupby(keys + ["kernel_source"], as_index=False)["ms"].min()
+    layer = best.groupby(keys, as_index=False).agg(ms=("ms", "sum"), kernels=("kernel_source", "nunique"))
+    return layer[layer.kernels == 2][keys + ["ms"]]
+
+
 # table -> (family, file, converter); the MLA tables list the kernel file first, the module file second
 _TABLES = {
     "gemm": [("gemm", "gemm_perf.parquet", _gemm)],
@@ -217,6 +228,7 @@ _TABLES = {
     "mla_generation": [("mla", "generation_mla_perf.parquet", lambda d: _mla(d, True, "kernel")),
                        ("mla", "mla_generation_module_perf.parquet", lambda d: _mla(d, True, "module"))],
     "moe_a2a": [("comm", "moe_a2a_perf.parquet", _moe_a2a)],
+    "linear_attention": [("linear_attention", "gdn_perf.parquet", _gdn)],
 }
 
 

@@ -48,7 +48,7 @@ from specs.model_config import SpecError
 
 FORMAT = "inference-lab/profile-1"
 SOURCE_KINDS = ("aiconfigurator-core", "profiler")
-TEXT_COLUMNS = frozenset({"dtype", "kv_dtype", "distribution", "kind", "kernel"})
+TEXT_COLUMNS = frozenset({"dtype", "kv_dtype", "distribution", "kind", "kernel", "phase"})
 TABLE_COLUMNS = {
     "gemm": ("dtype", "m", "n", "k", "ms"),
     "context_attention": ("dtype", "kv_dtype", "batch", "tokens", "prefix", "heads", "kv_heads", "head_dim",
@@ -60,6 +60,9 @@ TABLE_COLUMNS = {
     "mla_context": ("ms",),
     "mla_generation": ("ms",),
     "moe_a2a": ("ms",),
+    # a gated-delta-rule layer (Qwen3-Next's linear attention) on one GPU: the causal conv and the delta rule of a
+    # phase (context: `tokens` per sequence; generation: one token) for `batch` sequences, heads after TP
+    "linear_attention": ("phase", "batch", "tokens", "k_heads", "v_heads", "head_k_dim", "head_v_dim", "ms"),
     "launch": ("kind", "ms"),        # the profiler's floor of a tiny op (dispatch or kernel launch)
 }
 NUMBER_COLUMNS = frozenset(c for cols in TABLE_COLUMNS.values() for c in cols) - TEXT_COLUMNS

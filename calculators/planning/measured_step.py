@@ -10,9 +10,10 @@ and once per step the LM head (m = the sequences that sample a token, V/t column
 carries. A step = Σ ops + the collectives + the stack's host work (`step.mixed_step`).
 
 An MLA layer (DeepSeek) runs its low-rank projections (q_a, q_b, kv_a, the absorbed W_UK and W_UV as GEMMs of the
-same FLOPs and weights, o) and its attention from the profile's MLA tables. What a profile cannot price falls back
-to the closed form, and `profile_support` says why: linear attention layers (Qwen3-Next), MLA where the profile
-measured none.
+same FLOPs and weights, o) and its attention from the profile's MLA tables; a gated-delta-rule layer (Qwen3-Next's
+linear attention) its projections (in_proj_qkvz, in_proj_ba, out_proj) and its conv + delta rule from the profile's
+linear-attention table. What a profile cannot price falls back to the closed form, and `profile_support` says why:
+MLA or linear attention where the profile measured none.
 """
 from __future__ import annotations
 
@@ -26,7 +27,8 @@ from calculators.multi_gpu.collectives import allreduce_ms as closed_allreduce_m
 from calculators.multi_gpu.parallel import tp_allreduce_bytes
 from calculators.multi_gpu.tensor_parallel import Mesh, stage_layers
 from calculators.sizing.measured_ops import (ACT_BYTES, Priced, allreduce_ms, decode_attention_ms, elementwise_ms,
-                                             gemm_ms, mla_decode_ms, mla_prefill_ms, moe_ms, prefill_attention_ms)
+                                             gemm_ms, linear_decode_ms, linear_prefill_ms, mla_decode_ms,
+                                             mla_prefill_ms, moe_ms, prefill_attention_ms)
 from specs.devices import Device, Link
 from specs.model_config import ModelConfig, SpecError
 
@@ -57,8 +59,8 @@ def profile_support(config: ModelConfig, profile=None) -> str | None:
     tables = getattr(profile, "tables", None)
     if arch.is_mla(config) and tables is not None and not {"mla_generation", "mla_context"} <= set(tables):
         return f"{config.name} uses MLA, and profile {profile.name} measured no MLA kernels"
-    if arch.kind_counts(config)[arch.LINEAR]:
-        return f"{config.name} has linear-attention layers, whose measured tables are not read yet"
+    if arch.kind_counts(config)[arch.LINEAR] and tables is not None and "linear_attention" not in tables:
+        return f"{config.name} has linear-attention layers, and profile {profile.name} measured none"
     return None
 
 
@@ -74,7 +76,10 @@ def layer_gemms(config: ModelConfig, mesh: Mesh) -> list[tuple[str, int, int, fl
     c, tp = config, mesh.tp
     layers = stage_layers(c, mesh.pp)
     share = layers / c.num_layers
-    out = _mla_gemms(c, tp, layers) if arch.is_mla(c) else _attention_gemms(c, tp, layers)
+    lin = linear_layers(c, mesh)
+    out = _mla_gemms(c, tp, layers) if arch.is_mla(c) else _attention_gemms(c, tp, layers - lin)
+    if lin:
+        out += _linear_gemms(c, tp, lin)
     moe_layers = arch.moe_layer_count(c) * share if arch.is_moe(c) else 0.0
     dense_layers = layers - moe_layers
     if dense_layers > 0:
@@ -91,6 +96,36 @@ def _attention_gemms(c: ModelConfig, tp: int, layers: float) -> list[tuple[str, 
     kv = max(1, c.num_kv_heads // tp) * c.head_dim
     return [("qkv projection", arch.q_out_dim(c) // tp + 2 * kv, c.hidden_size, layers),
             ("o projection", c.hidden_size, c.q_dim // tp, layers)]
+
+
+def linear_layers(config: ModelConfig, mesh: Mesh) -> float:
+    """The gated-delta-rule (linear attention) layers on the busiest stage."""
+    n = arch.kind_counts(config)[arch.LINEAR]
+    return n * stage_layers(config, mesh.pp) / config.num_layers if n else 0.0
+
+
+def _linear_gemms(c: ModelConfig, tp: int, layers: float) -> list[tuple[str, int, int, float]]:
+    """A gated-delta-rule layer's projections on one GPU of a TP group (heads split): q, k, v and the output gate
+    z (in_proj_qkvz), the update and decay gates (in_proj_ba), and out_proj."""
+    L, D = arch.linear_dims(c), c.hidden_size
+    return [("in_proj_qkvz (linear attention)", max(1, (2 * L["key_dim"] + 2 * L["value_dim"]) // tp), D, layers),
+            ("in_proj_ba (linear attention)", max(1, 2 * L["num_v_heads"] // tp), D, layers),
+            ("out_proj (linear attention)", D, max(1, L["value_dim"] // tp), layers)]
+
+
+def _linear_heads(config: ModelConfig, mesh: Mesh) -> tuple[int, int, int, int]:
+    L = arch.linear_dims(config)
+    return (max(1, L["num_k_heads"] // mesh.tp), max(1, L["num_v_heads"] // mesh.tp), L["head_k"], L["head_v"])
+
+
+def linear_decode_op(profile, device: Device, config: ModelConfig, mesh: Mesh, rows):
+    """One gated-delta-rule layer's decode step of `rows` sequences on one GPU of the TP group."""
+    return linear_decode_ms(profile, device, rows, *_linear_heads(config, mesh))
+
+
+def linear_prefill_op(profile, device: Device, config: ModelConfig, mesh: Mesh, tokens, batch=1.0):
+    """One gated-delta-rule layer's prefill of `batch` prompts of `tokens` on one GPU of the TP group."""
+    return linear_prefill_ms(profile, device, tokens, *_linear_heads(config, mesh), batch=batch)
 
 
 def _mla_gemms(c: ModelConfig, tp: int, layers: float) -> list[tuple[str, int, int, float]]:
@@ -230,9 +265,21 @@ def step_grid_tables(profile, config: ModelConfig, device: Device, mesh: Mesh, w
         whole = g >= P                                   # whole prompts: g / P of them at P tokens each
         tok = np.where(whole, P, g)
         batch = np.where(whole, g / P, 1.0)
-        p_ideal, p_ms = _prefill_rows(profile, device, config, mesh, tok, batch, kv_dtype, window)
+        p_ideal, p_ms = _prefill_rows(lambda t, b: prefill_attention_op(profile, device, config, mesh, t, kv_dtype,
+                                                                         batch=b), tok, batch, window)
         pre += count * p_ms
         pre_ideal += count * p_ideal
+    lin = linear_layers(config, mesh)
+    if lin:                                              # gated delta rule: its state, not the context, is read
+        ideal, ms, ex = linear_decode_op(profile, device, config, mesh, g)
+        dec += lin * ms
+        dec_ideal += lin * ideal
+        past |= ex
+        whole = g >= P
+        p_ideal, p_ms = _prefill_rows(lambda t, b: linear_prefill_op(profile, device, config, mesh, t, batch=b),
+                                      np.where(whole, P, g), np.where(whole, g / P, 1.0), None)
+        pre += lin * p_ms
+        pre_ideal += lin * p_ideal
     vocab_n = max(1, config.vocab_size // mesh.tp)
     head_dtype = lm_head_dtype(wd)
     lm_ideal, lm, ex = gemm_ms(profile, device, g, vocab_n, config.hidden_size, head_dtype)
@@ -245,10 +292,11 @@ def step_grid_tables(profile, config: ModelConfig, device: Device, mesh: Mesh, w
                 prefill_attn_ideal=pre_ideal, lm_head=lm, lm_head_ideal=lm_ideal, extrapolated=past)
 
 
-def _prefill_rows(profile, device, config, mesh, tokens, batch, kv_dtype, window):
+def _prefill_rows(op, tokens, batch, window):
     """Prefill attention at each (tokens, batch) pair of the grid: whole prompts (batch ≥ 1 at the prompt's
     length, priced along the batch) and a chunk shorter than a prompt (batch 1, priced along its tokens); past a
-    sliding window a token attends to `window` keys, so it costs what a window-long prompt's tokens cost."""
+    sliding window a token attends to `window` keys, so it costs what a window-long prompt's tokens cost.
+    `op(tokens, batch)`: one layer's prefill op, (ideal, ms, extrapolated)."""
     ideal, ms = np.zeros_like(tokens), np.zeros_like(tokens)
     chunk = batch <= 1.0
     for sel, by_batch in ((~chunk, True), (chunk, False)):
@@ -258,9 +306,9 @@ def _prefill_rows(profile, device, config, mesh, tokens, batch, kv_dtype, window
         t_eff = np.minimum(t, window) if window else t
         scale = t / t_eff
         if by_batch:
-            i, m, _ = prefill_attention_op(profile, device, config, mesh, float(t_eff[0]), kv_dtype, batch=b)
+            i, m, _ = op(float(t_eff[0]), b)
         else:
-            i, m, _ = prefill_attention_op(profile, device, config, mesh, t_eff, kv_dtype, batch=1.0)
+            i, m, _ = op(t_eff, 1.0)
         ideal[sel], ms[sel] = i * scale, m * scale
     return ideal, ms
 
@@ -315,6 +363,19 @@ def step_ops_table(profile, config: ModelConfig, device: Device, mesh: Mesh, wei
             add("prefill attention" + tag, f"{n_prompts:g} prompt(s) × {tok:,} tokens, {heads}",
                 prefill_attention_op(profile, device, config, mesh, float(min(tok, window) if window else tok),
                                      kv_dtype, batch=n_prompts), count)
+    lin = linear_layers(config, mesh)
+    if lin:
+        kh, vh, dk, dv = _linear_heads(config, mesh)
+        state = f"{kh} key / {vh} value heads, state {dk} × {dv}"
+        if decode_rows:
+            add("linear attention (gated delta rule)", f"{decode_rows:,} rows, {state}",
+                linear_decode_op(profile, device, config, mesh, int(decode_rows)), lin)
+        if prompt_tokens:
+            P = int(prompt_len or prompt_tokens)
+            n_prompts = max(1.0, prompt_tokens / P)
+            add("linear attention prefill", f"{n_prompts:g} prompt(s) × {min(P, prompt_tokens):,} tokens, {state}",
+                linear_prefill_op(profile, device, config, mesh, float(min(P, prompt_tokens)), batch=n_prompts),
+                lin)
     sequences = int(decode_rows) + (math.ceil(prompt_tokens / (prompt_len or prompt_tokens)) if prompt_tokens else 0)
     head_dtype = lm_head_dtype(wd)
     add("LM head", f"{sequences:,} × {config.hidden_size:,} · {config.hidden_size:,} × "

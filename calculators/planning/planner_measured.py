@@ -10,7 +10,8 @@ import numpy as np
 
 from calculators.multi_gpu.tensor_parallel import Mesh, mesh_problem, stage_layers
 from calculators.planning.measured_step import (MEASURED_GRID, MEASURED_LOG_GRID, attention_layers, derated,
-                                                prefill_attention_op, profile_support, step_grid_tables)
+                                                linear_layers, linear_prefill_op, prefill_attention_op,
+                                                profile_support, step_grid_tables)
 from calculators.planning.step import measured_efficiency
 from calculators.sizing.latency import Efficiency
 from specs.model_config import ModelConfig, SpecError
@@ -25,6 +26,9 @@ def prompt_attention_ms(profile, config: ModelConfig, device, mesh: Mesh, kv_dty
         t = min(prompt_tokens, window) if window else prompt_tokens
         total += count * prefill_attention_op(profile, device, config, mesh, float(t), kv_dtype).ms * \
             prompt_tokens / t
+    lin = linear_layers(config, mesh)
+    if lin:
+        total += lin * linear_prefill_op(profile, device, config, mesh, float(prompt_tokens)).ms
     return total
 
 

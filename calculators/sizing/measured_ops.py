@@ -124,6 +124,19 @@ def mla_prefill_roofline_ms(device: Device, batch, tokens: float, prefix: float,
     return np.maximum(flops / peak_flops(device, dtype), bytes_ / device.memory_bandwidth_bytes_per_s) * 1e3
 
 
+def gdn_roofline_ms(device: Device, batch, tokens: float, k_heads: float, v_heads: float, head_k: float,
+                    head_v: float, dtype: str = "bf16"):
+    """One gated-delta-rule layer (linear attention) on one GPU for `batch` sequences of `tokens` new tokens each:
+    6 · h · d_k · d_v FLOPs per token (h = max(k_heads, v_heads): state read-out, delta, rank-1 update; the
+    roofline convention of `roofline.py`), each sequence's float32 state read and written once, and every token's
+    q, k, v and output in 16 bits. Arrays in batch or tokens."""
+    b, t = np.asarray(batch, dtype=float), np.asarray(tokens, dtype=float)
+    h = max(k_heads, v_heads)
+    flops = 6.0 * b * t * h * head_k * head_v
+    bytes_ = b * h * head_k * head_v * 4.0 * 2 + b * t * (2 * k_heads * head_k + 2 * v_heads * head_v) * ACT_BYTES
+    return np.maximum(flops / peak_flops(device, dtype), bytes_ / device.memory_bandwidth_bytes_per_s) * 1e3
+
+
 def experts_hit(experts: float, topk: float, tokens):
     """Expected distinct experts `tokens` tokens route to (top-k of E each, uniform): E·(1 − (1 − k/E)^t)."""
     t = np.asarray(tokens, dtype=float)
@@ -460,6 +473,49 @@ def mla_prefill_ms(profile, device: Device, tokens, heads: int, qk_dim: int, v_d
         le, past = interpolate(lines, tokens, dict(batch=max(float(batch), 1.0), heads=heads))
     return _priced("MLA prefill attention", ideal, ideal / np.exp(le), past,
                    _mla_shape_note(note, qk_dim=qk_dim, v_dim=v_dim), np.ndim(tokens) or np.ndim(batch))
+
+
+@_memo
+def _gdn_lines(profile, device: Device, phase: str, primary: str) -> _Lines | None:
+    t, keep = _rows_of(profile, "linear_attention", phase=phase)
+    if t is None:
+        return None
+    b, tok, kh, vh, dk, dv, ms = (np.asarray(t[c], dtype=float)[keep] for c in
+                                  ("batch", "tokens", "k_heads", "v_heads", "head_k_dim", "head_v_dim", "ms"))
+    ideal = np.array([gdn_roofline_ms(device, *x) for x in zip(b, tok, kh, vh, dk, dv)], dtype=float)
+    if primary == "batch":
+        return _build_lines(b, dict(tokens=tok, k_heads=kh, v_heads=vh), np.log(ideal / ms))
+    return _build_lines(tok, dict(batch=b, k_heads=kh, v_heads=vh), np.log(ideal / ms))
+
+
+def _gdn_priced(profile, device, phase, primary, batch, tokens, k_heads, v_heads, head_k, head_v, what):
+    lines = _gdn_lines(profile, phase, primary)
+    if lines is None:
+        raise SpecError(f"profile {profile.name} has no linear-attention ({phase}) table")
+    ideal = gdn_roofline_ms(device, batch, tokens, k_heads, v_heads, head_k, head_v)
+    if primary == "batch":
+        le, past = interpolate(lines, np.maximum(batch, 1.0), dict(tokens=float(tokens), k_heads=k_heads,
+                                                                   v_heads=v_heads))
+    else:
+        le, past = interpolate(lines, np.maximum(tokens, 1.0), dict(batch=max(float(batch), 1.0), k_heads=k_heads,
+                                                                    v_heads=v_heads))
+    return _priced(what, ideal, ideal / np.exp(le), past, "", np.ndim(batch) or np.ndim(tokens))
+
+
+def linear_decode_ms(profile, device: Device, batch, k_heads: int, v_heads: int, head_k: int, head_v: int):
+    """One gated-delta-rule layer's decode step of `batch` sequences (heads per GPU), from the profile's
+    `linear_attention` generation rows; its cost does not grow with the context. `batch` may be an array."""
+    return _gdn_priced(profile, device, "generation", "batch", batch, 1.0, k_heads, v_heads, head_k, head_v,
+                       "linear attention decode")
+
+
+def linear_prefill_ms(profile, device: Device, tokens, k_heads: int, v_heads: int, head_k: int, head_v: int,
+                      batch=1.0):
+    """One gated-delta-rule layer's prefill of `batch` prompts of `tokens` each (heads per GPU), from the
+    profile's `linear_attention` context rows. Either `tokens` or `batch` may be an array."""
+    primary = "batch" if np.ndim(batch) else "tokens"
+    return _gdn_priced(profile, device, "context", primary, batch, tokens, k_heads, v_heads, head_k, head_v,
+                       "linear attention prefill")
 
 
 @_memo

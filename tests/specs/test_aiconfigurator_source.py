@@ -177,3 +177,22 @@ def test_attention_keeps_the_framework_default_kernel_where_the_package_names_on
     p = aic.convert("b200_sxm", "sglang", "0.5.14", root=tmp_path)
     assert rows(p.table("generation_attention"), ["batch", "context", "kernel", "ms"]) == [
         (8, 1024, "triton", 0.040), (16, 1024, "trtllm_mha", 0.050)]
+
+
+def test_a_gated_delta_rule_layer_is_its_conv_plus_its_delta_rule_each_the_fastest_measured(fake_package):
+    """gdn_perf: two kernels per phase and shape, measured on several models that share the shape; a layer is the
+    fastest of each kernel summed, and a shape with only one of its kernels measured is left out."""
+    shape = {"op_name": "gdn", "d_conv": 4, "num_k_heads": 16, "head_k_dim": 128, "num_v_heads": 32,
+             "head_v_dim": 128}
+    write(fake_package, "h200_sxm/linear_attention/vllm/0.24.0/gdn_perf.parquet", [
+        {**shape, "kernel_source": "causal_conv1d_update", "phase": "generation", "batch_size": 8, "seq_len": 1,
+         "num_tokens": 8, "d_model": 2048, "model_name": "a", "latency": 0.0020},
+        {**shape, "kernel_source": "causal_conv1d_update", "phase": "generation", "batch_size": 8, "seq_len": 1,
+         "num_tokens": 8, "d_model": 4096, "model_name": "b", "latency": 0.0018},
+        {**shape, "kernel_source": "fused_recurrent_gated_delta_rule_packed_decode", "phase": "generation",
+         "batch_size": 8, "seq_len": 1, "num_tokens": 8, "d_model": 2048, "model_name": "a", "latency": 0.0060},
+        {**shape, "kernel_source": "causal_conv1d_fn", "phase": "context", "batch_size": 1, "seq_len": 1024,
+         "num_tokens": 1024, "d_model": 2048, "model_name": "a", "latency": 0.0160}])
+    p = aic.convert("h200_sxm", "vllm", "0.24.0", root=fake_package)
+    assert rows(p.table("linear_attention"), ["phase", "batch", "tokens", "k_heads", "v_heads", "ms"]) == [
+        ("generation", 8, 1, 16, 32, pytest.approx(0.0018 + 0.0060))]
