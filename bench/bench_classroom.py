@@ -532,7 +532,7 @@ def report(r: dict) -> str:
            f"{r['direct']['tokens']} tokens in {r['direct']['wall_s']:.2f} s = "
            f"{r['direct']['aggregate_tokens_per_s']:.1f} tokens/s (TTFT p50 {r['direct']['ttft_ms_p50']:,.0f} ms, "
            f"ITL p50 {r['direct']['itl_ms_p50']:,.1f} ms)",
-           *([f"rounds (class tokens/s / direct tokens/s): " + ", ".join(
+           *(["rounds (class tokens/s / direct tokens/s): " + ", ".join(
                f"{a:.1f} / {b:.1f} = {a / b * 100:.0f}%" for a, b in r["rounds"])] if len(r["rounds"]) > 1 else []),
            f"the app delivers {r['app_vs_direct'] * 100:.0f}% of the server's aggregate tokens/s"
            f"{' (median of the rounds)' if len(r['rounds']) > 1 else ''} (goal: >= 90%)"]

@@ -243,3 +243,23 @@ def token_count_claim(a: str, n_a: int, vocab_a: int, b: str, n_b: int, vocab_b:
         out += (f" Here the smaller vocabulary ({vf:,} ids against {vm:,}) needed fewer: its pieces fit this "
                 "text better than the larger one's.")
     return out
+
+
+def tp_gain_claim(rows: Sequence[dict]) -> str:
+    """What the TP rows shown (`parallel_step.tp_step_scaling`, in increasing degree) say about splitting further:
+    the first degree whose ITL is no lower than the one before (what stays fixed, the all-reduces and the host's
+    work, outweighs what the split saves), or, where every step up still gains, how much the last one bought
+    against the factor the split alone would give."""
+    ok = [r for r in rows if r.get("problem") is None]
+    if len(ok) < 2:
+        return ""
+    for a, b in zip(ok, ok[1:]):
+        if b["itl_ms"] >= a["itl_ms"]:
+            return (f"Here TP {b['tp']} is no faster than TP {a['tp']} ({_ms(b['itl_ms'])} against "
+                    f"{_ms(a['itl_ms'])}): its all-reduces ({_ms(b['allreduce_ms'])}) and the host's work "
+                    f"({_ms(b['host_ms'])}) outweigh what the split saves.")
+    a, b = ok[-2], ok[-1]
+    return (f"Here every step up still gains, by less each time: TP {a['tp']} → {b['tp']} splits the reads "
+            f"{b['tp'] / a['tp']:g}× but cuts the ITL only {a['itl_ms'] / b['itl_ms']:.2f}× ({_ms(a['itl_ms'])} → "
+            f"{_ms(b['itl_ms'])}), the all-reduces ({_ms(b['allreduce_ms'])}) and the host's work "
+            f"({_ms(b['host_ms'])}) staying.")

@@ -15,6 +15,7 @@ import plotly.graph_objects as go
 import streamlit as st
 
 from calculators import arch
+from calculators.claims import tp_gain_claim
 from calculators.explain import explain_context_parallel_kv
 from calculators.multi_gpu.parallel import context_parallel_kv, expert_parallel, ring_allreduce_ms, ring_attention
 from calculators.multi_gpu.pipeline import bubble_table
@@ -56,7 +57,7 @@ def tp_section(config: ModelConfig, device: Device, setup: MultiGPU, ctx: int, b
     st.markdown("Splitting each weight matrix over several GPUs lets them stream their slices at the same time, so "
                 "the memory time of a decode step falls with the TP degree. The price is two all-reduces per "
                 "layer, and each one costs a fixed few microseconds however small the message; the host's work per "
-                "step does not shrink at all: at some degree what stays fixed outweighs what the split saves.")
+                "step does not shrink at all.")
     profile, pricing = priced
     rows = tp_step_scaling(config, device, TPS, ctx, batch, wd, kd, setup.link, profile=profile,
                            **setup.memory_kw())
@@ -76,6 +77,7 @@ def tp_section(config: ModelConfig, device: Device, setup: MultiGPU, ctx: int, b
                       title=f"Decode step of {config.name} by TP degree ({setup.link.name if setup.link else 'no link'})",
                       margin=dict(l=10, r=10, t=60, b=10), legend=dict(orientation="h", y=-0.2))
     first.plotly_chart(chart_style(fig))
+    first.markdown(tp_gain_claim(ok))
     st.caption(f"Each bar is the ITL `python -m calculators latency {latency_flags(ctx, batch, wd, kd, 'tp')}` "
                f"reports (the step after a {ctx:,}-token context, {ok[0]['stack']}), cut into the "
                "parts it adds up: where compute outlasts the reads, only the excess is drawn. Priced from "

@@ -8,7 +8,6 @@ import streamlit as st
 
 from calculators.planning.frontier import collapse_near_duplicates, pareto_front
 from calculators.planning.plan_explain import formula_markdown, throughput_formulas
-from calculators.planning.measured_step import resolve_profile
 from calculators.planning.planner import layout_words
 from calculators.planning.throughput import max_throughput
 from specs.model_config import SpecError
@@ -113,7 +112,7 @@ def throughput_section(config, devices: list, wl, stack_key: str, chosen: dict |
     the widgets are keyed on the plan, so a new plan brings its own defaults back, and a button returns to them
     after edits."""
     from calculators.planning.plan_explain import plan_mesh
-    from ui.plan_deploy import FORMULA_LABELS, error_band
+    from ui.plan_deploy import FORMULA_LABELS, device_profile, error_band
     st.subheader("Maximum throughput of one deployment")
     names = [d.name for d in devices]
     base = chosen if chosen is not None and chosen["device"] in names else \
@@ -144,7 +143,7 @@ def throughput_section(config, devices: list, wl, stack_key: str, chosen: dict |
     mesh = None
     try:
         mesh = plan_mesh(dict(tp=tp, pp=pp, ep=ep, gpus=gpus))
-        profile = resolve_profile(pricing, dev, load_stack(stack_key).key, config)[0] if pricing else None
+        profile = device_profile(dev, config, stack_key, pricing)
         r = max_throughput(config, dev, mesh, wl.prompt_tokens, wl.output_tokens, wd, kd, stack_key,
                            profile=profile)
     except (SpecError, ValueError) as e:

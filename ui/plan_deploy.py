@@ -59,13 +59,18 @@ def pricing_input() -> str | None:
     return st.session_state[PRICING_KEY]
 
 
-def plan_profile(best: dict, config, stack, devices=()):
-    """The profile that priced the plan's device in this session (None: the closed form)."""
-    if st.session_state.get(PRICING_KEY) is None:
+def device_profile(device, config, stack, pricing: str | None):
+    """The profile that prices `device` under `pricing` ("auto": measured kernels; None: the closed form)."""
+    if pricing is None:
         return None
     from calculators.planning.measured_step import resolve_profile
     from specs.stacks import load_stack
-    return resolve_profile("auto", plan_device(best, devices), load_stack(stack).key, config)[0]
+    return resolve_profile(pricing, device, load_stack(stack).key, config)[0]
+
+
+def plan_profile(best: dict, config, stack, devices=()):
+    """The profile that priced the plan's device in this session (None: the closed form)."""
+    return device_profile(plan_device(best, devices), config, stack, st.session_state.get(PRICING_KEY))
 
 
 def error_band(regime: str, device, weight_dtype: str, config, profile=None) -> str:
@@ -76,7 +81,7 @@ def error_band(regime: str, device, weight_dtype: str, config, profile=None) -> 
     the closed form); one measured on another GPU adds the held-out error of this vendor's rows priced so."""
     from calculators.planning.step import borrowed
     return band(regime, device.vendor or None, weight_dtype, bool(config.num_experts), measured=profile is not None,
-                borrowed=profile is not None and borrowed(profile, device))["text"]
+                borrowed=borrowed(profile, device))["text"]
 
 
 def layout_words(r: dict) -> str:

@@ -65,7 +65,7 @@ def run(args) -> dict:
                 output_tokens=args.output_tokens, **r, pricing=pricing,
                 accuracy=band("max_throughput", dev.vendor, compute_precision_for(args.weight_dtype),
                               bool(c.num_experts), measured=profile is not None,
-                              borrowed=profile is not None and borrowed(profile, dev)))
+                              borrowed=borrowed(profile, dev)))
 
 
 def render(out: dict) -> str:

@@ -97,7 +97,7 @@ def run(args) -> dict:
     return dict(command="serve-at", model=c.name, device=dev.name, tp=mesh.tp, pp=mesh.pp, ep=mesh.ep,
                 weight_dtype=args.weight_dtype, kv_dtype=kd, **r, pricing=pricing,
                 accuracy=band("under_rate", dev.vendor, compute_precision_for(args.weight_dtype), bool(c.num_experts),
-                              measured=profile is not None, borrowed=profile is not None and borrowed(profile, dev)))
+                              measured=profile is not None, borrowed=borrowed(profile, dev)))
 
 
 def render(out: dict) -> str:

@@ -156,7 +156,7 @@ def latency_fields(args, c: ModelConfig, dev: Device, tokens: int, B: int, wd: s
                 efficiency=r["efficiency"], stack=r["stack"], pricing=pricing,
                 accuracy=band("static" if B > 1 else "batch1", dev.vendor, compute_precision_for(wd),
                               bool(c.num_experts), measured=profile is not None,
-                              borrowed=profile is not None and borrowed(profile, dev))["text"])
+                              borrowed=borrowed(profile, dev))["text"])
 
 
 def parallel_fields(args, c: ModelConfig, dev: Device, tokens: int, B: int, wd: str, kd: str) -> dict:

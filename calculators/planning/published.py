@@ -394,7 +394,7 @@ def fit_measured_host(stack_key: str, rows: list[dict] | None = None, sweeps: in
         """Whether the row's GPU is priced from another device's kernels (the nearest profiled one)."""
         dev = load_device(r["device"])
         prof = resolve_profile("auto", dev, stack_key, load_preset(r["model"]))[0]
-        return prof is not None and borrowed_profile(prof, dev)
+        return borrowed_profile(prof, dev)
     vendors = sorted({r["vendor"] for r in part if borrowed(r)})
     best = dict(step_overhead_ms=0.5, sequence_overhead_us=4.0, borrowed_compute_scale={v: 1.0 for v in vendors})
 

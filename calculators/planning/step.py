@@ -201,8 +201,9 @@ def context_slope(passes, microbatches, kv_binds, kv_ms_per_position, attention_
 
 
 def borrowed(profile, device: Device) -> bool:
-    """Whether `profile` was measured on another device than `device` (the nearest profiled one)."""
-    return profile.device != device.name
+    """Whether `profile` was measured on another device than `device` (the nearest profiled one); False for the
+    closed form (no profile)."""
+    return profile is not None and profile.device != device.name
 
 
 def measured_efficiency(efficiency: Efficiency, stack: Stack, profile, device: Device) -> tuple:

@@ -30,7 +30,7 @@ def latency_itl(capsys, flag: str, degree: int, batch: int, profile: str) -> dic
 
 @pytest.mark.parametrize("batch", [1, 8])
 @pytest.mark.parametrize("priced", ["closed form", "measured"])
-def test_the_parallelism_page_prices_each_tp_and_pp_degree_as_latency_does(capsys, profile_path, priced, batch):
+def test_the_parallelism_page_prices_each_tp_and_pp_degree_as_latency_does(capsys, profile_path, priced, batch):  # noqa: F811
     arg = "none" if priced == "closed form" else profile_path
     prof = None if priced == "closed form" else load_profile(profile_path)
     tp = tp_step_scaling(L70, H100, (1, 2, 4, 8), CTX, batch, "bf16", profile=prof)

@@ -3,7 +3,6 @@ drawn and links on, and its numbers agree with a second way of getting them (the
 block-filling loop, the planner's table)."""
 from __future__ import annotations
 
-import json
 import re
 from pathlib import Path
 
