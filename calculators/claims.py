@@ -259,7 +259,10 @@ def tp_gain_claim(rows: Sequence[dict]) -> str:
                     f"{_ms(a['itl_ms'])}): its all-reduces ({_ms(b['allreduce_ms'])}) and the host's work "
                     f"({_ms(b['host_ms'])}) outweigh what the split saves.")
     a, b = ok[-2], ok[-1]
-    return (f"Here every step up still gains, by less each time: TP {a['tp']} → {b['tp']} splits the reads "
+    gains = [x["itl_ms"] / y["itl_ms"] for x, y in zip(ok, ok[1:])]
+    shrinking = all(g2 < g1 for g1, g2 in zip(gains, gains[1:]))
+    return (f"Here every step up still gains{', by less each time' if shrinking else ''}: TP {a['tp']} → {b['tp']} "
+            f"splits the reads "
             f"{b['tp'] / a['tp']:g}× but cuts the ITL only {a['itl_ms'] / b['itl_ms']:.2f}× ({_ms(a['itl_ms'])} → "
             f"{_ms(b['itl_ms'])}), the all-reduces ({_ms(b['allreduce_ms'])}) and the host's work "
             f"({_ms(b['host_ms'])}) staying.")
