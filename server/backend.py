@@ -106,10 +106,22 @@ def _client(cfg: BackendConfig, timeout: float = TIMEOUT_S):
     return _shared_client(cfg.base_url, cfg.api_key or "none", timeout)
 
 
+_CLIENT_LOCK = threading.Lock()
+
+
 @functools.lru_cache(maxsize=16)
-def _shared_client(base_url: str, api_key: str, timeout: float):
+def _cached_client(base_url: str, api_key: str, timeout: float):
     import openai
     return openai.OpenAI(base_url=base_url, api_key=api_key, timeout=timeout, max_retries=0)
+
+
+def _shared_client(base_url: str, api_key: str, timeout: float):
+    """The cached client, built under a lock: sessions asking at once for a server none has used would otherwise
+    each build one, the cache keep the last, and the others be collected; the SDK closes a collected client's
+    connection pool, the sockets of the replies being read through it included ('Bad file descriptor')."""
+    with _CLIENT_LOCK:
+        return _cached_client(base_url, api_key, timeout)
+
 
 
 def _explain(err: Exception, cfg: BackendConfig) -> BackendError:
@@ -189,7 +201,9 @@ def _own_socket(response):
     """A duplicate of the streaming response's socket (a second descriptor of the same connection), taken while the
     reply is fresh, or None. Shutting it down hangs up the connection even where the HTTP library has meanwhile
     closed its own socket object under a thread still blocked reading it (seen with three streams opened at once:
-    the object's descriptor read -1, and neither the reader nor the server learnt of the hang-up)."""
+    the object's descriptor read -1, and neither the reader nor the server learnt of the hang-up; the cause was a
+    second client built in a race and collected, which `_shared_client` and the reply's own reference now rule
+    out)."""
     try:
         stream = response.extensions.get("network_stream")
         sock = stream.get_extra_info("socket") if stream is not None else None
@@ -226,6 +240,8 @@ class ReplyStream:
         except Exception as e:
             raise _explain(e, cfg) from None
         self._response = raw.http_response
+        self._client = client        # held while the reply is read: a client the cache evicts and the collector
+                                     # takes closes its connections, this reply's socket included
         self._hangup = _own_socket(self._response)
         self.closed = False
         self.finished = False                 # the reply was read to its end
@@ -251,6 +267,7 @@ class ReplyStream:
                 self._response.close()
             except Exception:
                 pass
+            self._client = None
 
     def __iter__(self) -> Iterator[Piece]:
         try:

@@ -106,6 +106,8 @@ def render(out: dict) -> str:
              f"{out['output']}", f"  {out['verdict']}"]
     for k in SHOWN:
         lines.append(f"  {k:<24} {fmt_num(out[k], 4)}")
+        if k == "ttft_p50_ms" and out.get("ttft_mean_ms") is not None:     # whole prompts: the chain's mean too
+            lines.append(f"  {'ttft_mean_ms':<24} {fmt_num(out['ttft_mean_ms'], 4)}")
     lines.append(f"  priced from              {out['pricing']}")
     lines.append(f"  accuracy                 {out['accuracy']['text']}")
     return "\n".join(lines)

@@ -13,7 +13,8 @@ Row modes:
   the mean context; output tokens/s = B·O / end-to-end.
 Error = predicted speed / published speed − 1 (+ = the prediction is too optimistic), whatever the unit.
 - server (MLPerf Server: Poisson arrivals, p99 TTFT and TPOT limits): the highest rate whose steady state
-  (`serve_at.max_rate_under_slo`) meets both limits, × the mean output length.
+  (`serve_at.max_rate_under_slo`) meets both limits, × the mean output length; at a stated rate, the steady
+  state's TTFT in the statistic the source states (`statistic`: mean or p50) and its mean ITL.
 Attention data-parallel rows (dp > 1: each of dp ranks runs attention for its own requests, the experts spread over
 ep GPUs) are the mesh tp = tp / dp, ep, gpus: EP across the data-parallel replicas.
 Rows whose lengths the source does not state (MLPerf's dataset mean input length where no source was found) load
@@ -141,10 +142,25 @@ def _server(row: dict, c, dev, mesh, stack, eff, profile=None) -> float:
     if metric == "itl_ms":
         return r["tpot_ms"]
     if metric == "ttft_ms":
-        return r["ttft_p50_ms"]
+        return _ttft_statistic(row, r)
     if metric == "output_tok_s":
         return r["output_tok_s"]
     raise SpecError(f"a server row at a rate predicts itl_ms, ttft_ms or output_tok_s, not {metric!r}")
+
+
+def _ttft_statistic(row: dict, r: dict) -> float:
+    """The TTFT the source states (`statistic`: mean, the default for Triton/genai-perf and `vllm bench serve`
+    tables, or p50), read from the steady state `r`. A mean the steady state does not compute (chunked prompts)
+    is a SpecError, never a median passed off as one."""
+    stat = row.get("statistic") or "p50"
+    if stat == "p50":
+        return r["ttft_p50_ms"]
+    if stat == "mean":
+        if r.get("ttft_mean_ms") is None:
+            raise SpecError(f"{row['model']}: the steady state gives no mean TTFT for chunked prompts; the source "
+                            "states a mean")
+        return r["ttft_mean_ms"]
+    raise SpecError(f"a row's TTFT statistic is mean or p50, not {stat!r}")
 
 
 def predict(row: dict, efficiency: Efficiency | None = None, profile=None) -> float:

@@ -879,13 +879,9 @@ def _stream_busy_cdf(grid, tau_cur, tau_f, tau_last, lam, pi, L, eta, prompt_uni
     return np.take_along_axis(per_k, k, axis=2).sum(axis=1) / STREAM_U
 
 
-def _chain_ttft_quantiles(step: StepFn, n, lam, load: "Load", qs, busy=None) -> list:
-    """TTFT quantiles with whole prompts, from the prompt chain: an arrival lands in a step of state K with
-    probability ∝ π_K·τ_K (a long step is more likely to be hit), waits the rest of it (uniform), then its own
-    step carries it and the Poisson(λ·τ_K) others that arrived meanwhile. While the replica is idle
-    (P = e^(−slots held), taken out of the steps without a prompt) the own step starts at once. CDF on a grid
-    (`_landing_grid`), inverted. Returns the quantiles, the own step
-    alone and the chain (π, τ_K)."""
+def _chain_landing(step: StepFn, n, lam, load: "Load"):
+    """The prompt chain as an arrival sees it: (π, τ_K) of `prompt_chain`, the own step with j others (own_j),
+    the share of arrivals landing in a step of state K (w_K ∝ π_K·τ_K) and P(j others arrive meanwhile | K)."""
     pi, tau_k = prompt_chain(step, n, lam, load)
     n = np.asarray(n, dtype=float)
     kt = tau_k.shape[-1]
@@ -897,6 +893,29 @@ def _chain_ttft_quantiles(step: StepFn, n, lam, load: "Load", qs, busy=None) -> 
     m = np.asarray(lam, dtype=float)[..., None] * tau_k / 1e3
     kk = np.arange(kt, dtype=float).reshape((kt,) + (1,) * m.ndim)
     others = np.moveaxis(_poisson(kk, m), 0, -1)
+    return pi, tau_k, own, w, others
+
+
+def chain_ttft_mean(tau_k, own, w, others, busy) -> np.ndarray:
+    """Mean TTFT with whole prompts (no slot wait), the mean of the prompt chain's law in `_chain_ttft_quantiles`:
+        E = Σ_K w_K·(τ_K / 2 + Σ_j P(j | K)·own_j) − idle·(τ_0 / 2 + Σ_j P(j | 0)·own_j − own_0)
+    (the rest of the step landed in is uniform, so half of it on average; an arrival at an idle replica starts
+    its own step at once). Sources that report a mean TTFT (genai-perf, `vllm bench serve`, guidellm) are read
+    against this, not against the median: the law is skewed right, so the mean is the larger. Arguments: the
+    landing of `_chain_landing` and the share of time the replica is busy."""
+    per_k = tau_k / 2 + np.einsum("...kj,...j->...k", others, own)
+    idle = np.minimum(1 - np.asarray(busy, dtype=float), w[..., 0])
+    return (w * per_k).sum(axis=-1) - idle * (per_k[..., 0] - own[..., 0])
+
+
+def _chain_ttft_quantiles(step: StepFn, n, lam, load: "Load", qs, busy=None) -> list:
+    """TTFT quantiles with whole prompts, from the prompt chain: an arrival lands in a step of state K with
+    probability ∝ π_K·τ_K (a long step is more likely to be hit), waits the rest of it (uniform), then its own
+    step carries it and the Poisson(λ·τ_K) others that arrived meanwhile. While the replica is idle
+    (P = e^(−slots held), taken out of the steps without a prompt) the own step starts at once. CDF on a grid
+    (`_landing_grid`), inverted. Returns the quantiles, the own step
+    alone, the chain (π, τ_K) and the mean (`chain_ttft_mean`; with `busy`, else nan)."""
+    pi, tau_k, own, w, others = _chain_landing(step, n, lam, load)
     grid = _landing_grid(own, tau_k, w, np.einsum("...k,...kj->...j", w, others))
     cdf = _landing_cdf(grid, own, tau_k, w, others)
     if busy is not None:                      # an arrival at an idle replica starts its own step at once
@@ -906,7 +925,8 @@ def _chain_ttft_quantiles(step: StepFn, n, lam, load: "Load", qs, busy=None) -> 
         quiet = np.einsum("...j,...jt->...t", others[..., 0, :],
                           np.clip((grid[..., None, :] - own[..., :, None]) / tau_k[..., :1, None], 0, 1))
         cdf = cdf + idle * ((grid >= own[..., :1]) - quiet)
-    return [_invert(grid, cdf, q) for q in qs], own[..., 0], (pi, tau_k)
+    mean = chain_ttft_mean(tau_k, own, w, others, busy) if busy is not None else np.full(own.shape[:-1], np.nan)
+    return [_invert(grid, cdf, q) for q in qs], own[..., 0], (pi, tau_k), mean
 
 
 GRID_TAIL = 1e-5          # `_landing_grid` ends where the step landed in and the others with it pass this tail
@@ -953,6 +973,7 @@ def _landing_cdf(grid, own, tau_k, w, others, rows: int = 16):
 
 
 LEVELS = (0.5, 0.7, 0.9, 0.97, 0.99, 0.997, 0.999)   # quantiles of the TTFT without the slot wait
+MEAN_POINTS = 16          # midpoint quantiles of the prompt length averaged for the mean TTFT's own prefill
 
 
 def ttft_quantile(X, p_wait, mean_wait_ms, q):
@@ -1007,14 +1028,19 @@ def operating_point(step: StepFn, rate, load: Load, chain: bool = True, near_ste
     busy = 1 - np.exp(-held)
     # X = TTFT without the wait for a slot (prefill budget wait + own prefill), at each of LEVELS
     xs, tpot = [], t
+    x_mean = np.full_like(t, np.nan)                  # the mean TTFT: the prompt chain's (whole prompts) only
     if whole and chain:
-        cq, alone, (pi, tau_k) = _chain_ttft_quantiles(step, n, lam, load, LEVELS, busy)
+        cq, alone, (pi, tau_k), chain_mean = _chain_ttft_quantiles(step, n, lam, load, LEVELS, busy)
         tpot = t + chain_tpot_excess(pi, tau_k, lam, load.output)
         if load.output.kind == "geometric":               # the pair's deaths are memoryless (below)
             tpot = tpot + decode_count_tpot_excess(step, n, lam, load, pi, tau_k)
         for u, c in zip(LEVELS, cq):
             longer = step(n, p + I.quantile(u)) - step(n, p + I.mean_tokens)     # a longer own prompt
             xs.append((np.zeros_like(t), c + np.maximum(longer, 0)))
+        mids = (np.arange(MEAN_POINTS) + 0.5) / MEAN_POINTS                  # the own prompt's length, averaged
+        longer_mean = sum(np.maximum(step(n, p + I.quantile(u)) - step(n, p + I.mean_tokens), 0)
+                          for u in mids) / MEAN_POINTS if I.kind != "fixed" else 0.0
+        x_mean = chain_mean + longer_mean
     elif whole:
         for u in LEVELS:
             resid = np.where(u <= 1 - busy, 0.0, t * (u - (1 - busy)) / np.maximum(busy, 1e-12))
@@ -1063,6 +1089,8 @@ def operating_point(step: StepFn, rate, load: Load, chain: bool = True, near_ste
         out[f"slot_wait_{tag}_ms"] = slot_wait_quantile_s(lam, steps_per_req, step_at, load.slots, q, held,
                                                           law=law) * 1e3
         out[f"ttft_{tag}_ms"] = np.where(stable, ttft_quantile(X, p_wait, mean_ms, q), np.inf)
+    with np.errstate(invalid="ignore"):
+        ttft_mean = x_mean + np.where(p_wait > 0, p_wait * mean_ms, 0.0)
     # ITL: a decode step; its p99 is a step that carries a prompt (or a chunk) when ≥ 1% of steps do
     with_prompt = 1 - np.exp(-lam * t / 1e3 * load.prefill_steps) if whole else np.minimum(1.0, rho_p)
     q_in = np.clip(1 - 0.01 / np.maximum(with_prompt, 1e-12), 0.0, 1.0)
@@ -1079,6 +1107,7 @@ def operating_point(step: StepFn, rate, load: Load, chain: bool = True, near_ste
                 itl_p99_ms=np.where(stable, itl_p99, inf),
                 ttft_p50_ms=np.where(stable, out["ttft_p50_ms"], inf),
                 ttft_p99_ms=np.where(stable, out["ttft_p99_ms"], inf),
+                ttft_mean_ms=np.where(stable, ttft_mean, inf),
                 slot_wait_p99_ms=out["slot_wait_p99_ms"], prefill_wait_p99_ms=out["prefill_wait_p99_ms"],
                 slot_wait_probability=law[0],
                 output_tok_s=lam * load.output.mean_tokens, requests_per_s=lam)

@@ -173,3 +173,29 @@ def test_the_committed_measured_kernel_error_bars_are_the_tables_own():
                                                                 b["n"])
         assert a["median_abs_error"] == pytest.approx(b["median_abs_error"], rel=1e-6)
         assert a["worst_abs_error"] == pytest.approx(b["worst_abs_error"], rel=1e-6)
+
+
+def test_a_row_at_a_rate_is_read_in_the_statistic_its_source_states():
+    """The Triton rows state mean TTFTs (their settings say so; `statistic` = mean): `predict` reads the steady
+    state's mean, which for this skewed law is above its median, and equals serve-at's `ttft_mean_ms`. The same row
+    marked p50 gets the median; an unknown statistic is refused, and so is a mean the steady state does not compute
+    (chunked prompts), instead of a median passed off as a mean."""
+    from calculators.planning.published import _setup, predict
+    from calculators.planning.serve_at import serve_at
+    from specs.model_config import SpecError
+    means = [r for r in ROWS if r["metric"] == "ttft_ms" and r["mode"] == "server" and r.get("rate_rps")]
+    assert means and all(r["statistic"] == "mean" and "mean TTFT" in r["settings"] for r in means)
+    def steady(row):
+        c, dev, mesh, stack, eff = _setup(row)
+        return serve_at(c, dev, mesh, float(row["rate_rps"]), int(row["prompt_tokens"]), int(row["output_tokens"]),
+                        row["weights"], row["kv"], stack, efficiency=eff)
+    row = dict(means[0], rate_rps="4")           # well inside capacity: the steady state, not the finite run
+    s = steady(row)
+    assert s["stable"]
+    assert predict(row) == pytest.approx(s["ttft_mean_ms"], rel=1e-9)
+    assert predict(dict(row, statistic="p50")) == pytest.approx(s["ttft_p50_ms"], rel=1e-9)
+    assert s["ttft_mean_ms"] > s["ttft_p50_ms"]
+    with pytest.raises(SpecError, match="mean or p50"):
+        predict(dict(row, statistic="p90"))
+    with pytest.raises(SpecError, match="no mean TTFT for chunked prompts"):
+        predict(dict(row, prompt_tokens="6000", rate_rps="0.5", requests="", max_num_batched_tokens="2048"))

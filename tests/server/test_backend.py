@@ -180,3 +180,49 @@ def test_an_error_event_mid_stream_is_one_clear_message():
     finally:
         httpd.shutdown()
         httpd.server_close()
+
+
+def test_a_stream_outlives_its_client_leaving_the_cache(ours):
+    """The shared clients live in a small cache: one evicted (a 17th server) or lost to a race is garbage, and the
+    OpenAI SDK closes a collected client's connection pool, sockets in use included. A reply being read must keep
+    its client: here the cache forgets every client mid-stream and the collector runs, and the reply still comes
+    back whole (without the reference it failed with 'Bad file descriptor' or a closed stream)."""
+    import gc
+    from server.backend import _cached_client
+    ids = prompt(6, seed=4)
+    want = [t.token_id for t in ours.worker.model.generate(ids, max_new_tokens=6, stop_at_eos=False)]
+    stream = ReplyStream(BackendConfig(ours.url), "tiny", prompt=ids, max_tokens=6)
+    _cached_client.cache_clear()
+    gc.collect()
+    got = [p.token_id for p in stream if p.token_id is not None]
+    assert got and got == want[:len(got)]
+
+
+def test_sessions_asking_at_once_for_a_new_server_get_one_client(monkeypatch):
+    """Thirty sessions pressing Generate at once against a server none has used yet: every one must get the same
+    client (two built at once, the one the cache dropped would be collected and close its streams' sockets).
+    The SDK's constructor is slowed so that all eight threads are inside it together."""
+    import time
+    import openai
+    from server.backend import _cached_client, _client
+    real = openai.OpenAI
+
+    def slow(*a, **k):
+        time.sleep(0.05)
+        return real(*a, **k)
+
+    monkeypatch.setattr(openai, "OpenAI", slow)
+    _cached_client.cache_clear()
+    cfg = BackendConfig("http://127.0.0.1:9/v1")
+    barrier, got = threading.Barrier(8), []
+
+    def one() -> None:
+        barrier.wait()
+        got.append(_client(cfg))
+
+    threads = [threading.Thread(target=one) for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(10)
+    assert len(got) == 8 and len({id(c) for c in got}) == 1
