@@ -25,10 +25,11 @@ import numpy as np
 from calculators import arch
 from calculators.multi_gpu.collectives import allreduce_ms as closed_allreduce_ms
 from calculators.multi_gpu.parallel import tp_allreduce_bytes
-from calculators.multi_gpu.tensor_parallel import Mesh, stage_layers
+from calculators.multi_gpu.moe import moe_layer_comm_ms
+from calculators.multi_gpu.tensor_parallel import Mesh, expert_imbalance_for, stage_layers
 from calculators.sizing.measured_ops import (ACT_BYTES, Priced, allreduce_ms, decode_attention_ms, elementwise_ms,
                                              gemm_ms, linear_decode_ms, linear_prefill_ms, mla_decode_ms,
-                                             mla_prefill_ms, moe_ms, prefill_attention_ms)
+                                             mla_prefill_ms, moe_a2a_ms, moe_ms, prefill_attention_ms)
 from specs.devices import Device, Link
 from specs.model_config import ModelConfig, SpecError
 
@@ -173,6 +174,14 @@ def attention_shape(config: ModelConfig, mesh: Mesh) -> str:
     return f"{h} heads / {kvh} KV"
 
 
+def experts_fan_in(mesh: Mesh) -> float:
+    """How many replicas' tokens one GPU's experts see: ep / tp where the EP group spans data-parallel replicas
+    (attention DP, wide EP: every replica dispatches its tokens to every expert's GPU), else 1 (EP inside the TP
+    group: the group's GPUs share one replica's tokens). A measured MoE table counts the tokens of the whole EP
+    group, so a replica's g tokens are g × this there."""
+    return mesh.ep / mesh.tp if mesh.ep > mesh.tp else 1.0
+
+
 def moe_shape(config: ModelConfig, mesh: Mesh) -> dict | None:
     """The fused-MoE op's sizes on one GPU and the stage's MoE layers (None for a dense model)."""
     c = config
@@ -250,7 +259,7 @@ def step_grid_tables(profile, config: ModelConfig, device: Device, mesh: Mesh, w
     moe = moe_shape(config, mesh)
     if moe:
         layers = moe.pop("layers")
-        ideal, ms, ex = moe_ms(profile, device, g, dtype=wd, **moe)
+        ideal, ms, ex = moe_ms(profile, device, g * experts_fan_in(mesh), dtype=wd, **moe)
         gemm += layers * ms
         gemm_ideal += layers * ideal
         past |= ex
@@ -345,9 +354,11 @@ def step_ops_table(profile, config: ModelConfig, device: Device, mesh: Mesh, wei
     moe = moe_shape(config, mesh)
     if moe:
         layers = moe.pop("layers")
+        fan = experts_fan_in(mesh)
+        seen = f"{m:,} tokens × {fan:g} replicas" if fan > 1 else f"{m:,} tokens"
         add("routed experts (fused MoE)",
-            f"{m:,} tokens, {moe['experts']} experts top-{moe['topk']}, {moe['hidden']:,} × {moe['inter']:,}, "
-            f"TP {moe['tp']} × EP {moe['ep']}", moe_ms(profile, device, m, dtype=wd, **moe), layers)
+            f"{seen}, {moe['experts']} experts top-{moe['topk']}, {moe['hidden']:,} × {moe['inter']:,}, "
+            f"TP {moe['tp']} × EP {moe['ep']}", moe_ms(profile, device, m * fan, dtype=wd, **moe), layers)
     heads = attention_shape(config, mesh)
     for window, count in attention_layers(config, mesh):
         tag = f" (window {window:,})" if window else ""
@@ -416,23 +427,60 @@ def allreduces_per_stage(config: ModelConfig, mesh: Mesh) -> float:
 
 
 def measured_collectives(profile, config: ModelConfig, mesh: Mesh, link: Link | None, stack, tokens,
-                         closed_ms) -> np.ndarray | None:
+                         closed_ms, weight_dtype: str = "bf16", expert_imbalance: float | None = None
+                         ) -> np.ndarray | None:
     """The stage's collectives at each token count of `tokens` with its TP all-reduces priced from the profile's
     measured all-reduce table (`measured_ops.allreduce_ms`: efficiency against the link's roofline, interpolated
     in log bytes, so a borrowed profile is read at this link's datasheet) in place of the closed form's:
         closed_ms + all-reduces per stage × (measured − closed form) of one [tokens, D] all-reduce
-    The all-to-alls of wide EP stay the closed form's. None where the profile has no all-reduce table (the
-    closed form stands)."""
-    n = allreduces_per_stage(config, mesh)
-    if n == 0 or link is None:
+    and, where the EP group spans data-parallel replicas (wide EP), each MoE layer's dispatch and combine from
+    its measured all-to-all table (`measured_a2a_ms`) in place of the closed form's (`moe.moe_layer_comm_ms` at
+    the same imbalance). None where the profile measured neither (the closed form stands)."""
+    if link is None:
         return None
     t = np.asarray(tokens, dtype=float)
-    message = np.array([tp_allreduce_bytes(config.hidden_size, int(math.ceil(x))) for x in t])
-    measured = measured_allreduce_ms(profile, link, message, mesh.tp)
-    if measured is None:
+    out, used = np.asarray(closed_ms, dtype=float).copy(), False
+    n = allreduces_per_stage(config, mesh)
+    if n:
+        message = np.array([tp_allreduce_bytes(config.hidden_size, int(math.ceil(x))) for x in t])
+        measured = measured_allreduce_ms(profile, link, message, mesh.tp)
+        if measured is not None:
+            closed = np.array([closed_allreduce_ms(b, mesh.tp, link, stack) for b in message])
+            out, used = out + n * (measured - closed), True
+    a2a = measured_a2a_ms(profile, config, mesh, link, weight_dtype, t) if mesh.ep > mesh.tp else None
+    if a2a is not None:
+        rows = [int(math.ceil(x)) for x in t]
+        closed = np.array([moe_layer_comm_ms(r, config, mesh.ep, link,
+                                             imbalance=expert_imbalance_for(config, mesh, r, expert_imbalance))
+                           for r in rows])
+        out, used = out + moe_layers_per_stage(config, mesh) * (a2a - closed), True
+    return out if used else None
+
+
+def moe_layers_per_stage(config: ModelConfig, mesh: Mesh) -> float:
+    """The MoE layers one pipeline stage runs."""
+    return arch.moe_layer_count(config) * stage_layers(config, mesh.pp) / config.num_layers
+
+
+def dispatch_format(weight_dtype: str) -> str:
+    """What a wide-EP dispatch sends: NVFP4 activations for FP4 experts (quantized before the all-to-all), else
+    16-bit; the combine sends 16-bit results back."""
+    return "nvfp4" if WEIGHT_FORMATS.get(str(weight_dtype), str(weight_dtype)) == "fp4" else "bfloat16"
+
+
+def measured_a2a_ms(profile, config: ModelConfig, mesh: Mesh, link: Link, weight_dtype: str, tokens):
+    """One MoE layer's dispatch + combine on the busiest GPU of a wide-EP mesh for `tokens` tokens per replica
+    (each of the replica's tp GPUs sends tokens / tp), from the profile's measured all-to-all table
+    (`measured_ops.moe_a2a_ms`: DeepEP, the fastest backend at each size); None where either phase was not
+    measured in its format. The tables' routing is their benchmark's (random), so `expert_imbalance` does not
+    move them."""
+    per_gpu = np.maximum(np.asarray(tokens, dtype=float) / mesh.tp, 1.0)
+    shape = dict(hidden=config.hidden_size, topk=config.num_experts_per_tok, experts=config.num_experts, ep=mesh.ep)
+    parts = [moe_a2a_ms(profile, link.bytes_per_s, per_gpu, phase=phase, dtype=dtype, **shape)
+             for phase, dtype in (("dispatch", dispatch_format(weight_dtype)), ("combine", "bfloat16"))]
+    if any(p is None for p in parts):
         return None
-    closed = np.array([closed_allreduce_ms(b, mesh.tp, link, stack) for b in message])
-    return np.asarray(closed_ms, dtype=float) + n * (measured - closed)
+    return sum(np.asarray(p[1], dtype=float) for p in parts)
 
 
 def measured_allreduce_ms(profile, link: Link, message_bytes, gpus: int):

@@ -10,8 +10,8 @@ sequence) and p prompt tokens, in min(n, pp) microbatches:
                costs added, or overlapped where the stack has an overlap scheduler: `Efficiency.stage_ms`)
 With a device profile (`specs.profiles`: kernels measured on that GPU and stack) the GEMMs and attention are
 instead the sum of the step's ops, each priced from its measured table (`measured_step`), their datasheet
-rooflines kept beside them (`measured_parts`), and the TP all-reduces from its measured all-reduce table; the
-all-to-alls and the host's costs are the same.
+rooflines kept beside them (`measured_parts`), the TP all-reduces from its measured all-reduce table and wide
+EP's dispatch and combine from its measured all-to-all table (DeepEP); the host's costs are the same.
 """
 from __future__ import annotations
 
@@ -226,7 +226,8 @@ def step_cost(config: ModelConfig, device: Device, mesh: Mesh, weight_dtype: str
     scalar calculators on a log grid of tokens per microbatch and interpolated. With a device `profile`
     (`specs.profiles`), the GPU's work is priced op by op from measured kernels on the same grid
     (`measured_step.step_grid_tables`), and its TP all-reduces from the profile's measured all-reduce table
-    (`measured_step.measured_collectives`); the all-to-alls and the host's work stay as above."""
+    (`measured_step.measured_collectives`), and a wide-EP mesh's all-to-alls from its measured all-to-all table
+    where it has one; the host's work stays as above."""
     tables = step_tables(config, mesh, link, stack, weight_dtype, expert_imbalance)
     if profile is not None:
         efficiency, scale = measured_efficiency(efficiency, stack, profile, device)
@@ -238,7 +239,8 @@ def step_cost(config: ModelConfig, device: Device, mesh: Mesh, weight_dtype: str
             grid.update({k: v for k, v in ideal.items() if k.endswith("_ideal")})
         tables["measured"] = grid
         tables["prompt_len"] = max(1.0, float(prompt_len))
-        comm = measured_collectives(profile, config, mesh, link, stack, TOKEN_GRID, tables["comm"])
+        comm = measured_collectives(profile, config, mesh, link, stack, TOKEN_GRID, tables["comm"], weight_dtype,
+                                    expert_imbalance)
         if comm is not None:
             tables["comm"] = comm
     return mixed_step(step_terms(config, device, mesh, weight_dtype, kv_dtype, efficiency, decode_ctx, prompt_len),

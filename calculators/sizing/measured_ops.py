@@ -156,6 +156,20 @@ def moe_roofline_ms(device: Device, tokens, hidden: float, inter: float, experts
     return np.maximum(flops / peak_flops(device, dtype), bytes_ / device.memory_bandwidth_bytes_per_s) * 1e3
 
 
+# the element sizes of the formats an all-to-all table sends (NVFP4: 4-bit values and one 8-bit scale per 16)
+A2A_BYTES = {"bfloat16": 2.0, "bf16": 2.0, "fp16": 2.0, "fp8": 1.0, "nvfp4": 0.5625, "fp4": 0.5625}
+
+
+def a2a_roofline_ms(link_bytes_per_s: float, tokens, hidden: float, topk: int, experts: int, ep: int,
+                    dtype: str):
+    """One dispatch (or combine) of `tokens` tokens per GPU among `ep` GPUs: each token goes once to each distinct
+    remote GPU holding one of its top-k experts (`moe.dispatch_copies_per_token`, uniform routing) as `hidden`
+    values of `dtype`, over one direction of the link (every GPU sends at once), ms. Arrays in tokens."""
+    from calculators.multi_gpu.moe import dispatch_copies_per_token
+    copies = dispatch_copies_per_token(int(experts), int(topk), int(ep))
+    return np.asarray(tokens, dtype=float) * copies * hidden * A2A_BYTES[dtype] / link_bytes_per_s * 1e3
+
+
 def allreduce_roofline_ms(link_bytes_per_s: float, bytes_, gpus: float):
     """A ring all-reduce's wire time: 2(n − 1)/n × the message over one direction of the link, ms."""
     b = np.asarray(bytes_, dtype=float)
@@ -581,6 +595,41 @@ def allreduce_ms(profile, link_bytes_per_s: float, bytes_, gpus: int):
     ideal = allreduce_roofline_ms(link_bytes_per_s, bytes_, gpus)
     le, past = interpolate(lines, np.maximum(bytes_, 1.0), dict(gpus=gpus))
     return _priced("all-reduce", ideal, ideal / np.exp(le), past, "", np.ndim(bytes_))
+
+
+@_memo
+def _a2a_lines(profile, _device, phase: str, dtype: str, link_bytes_per_s: float) -> _Lines | None:
+    t, keep = _rows_of(profile, "moe_a2a", phase=phase, dtype=dtype)
+    if t is None:
+        return None
+    if "nodes" in t:                                     # one node: the NVLink domain the link stands for
+        keep &= np.asarray(t["nodes"], dtype=float) == 1
+    cols = ("tokens", "hidden", "topk", "experts", "ep", "ms")
+    tok, hid, k, e, ep, ms = (np.asarray(t[c], dtype=float)[keep] for c in cols)
+    if not len(ms):
+        return None
+    # several backends measured at one shape (DeepEP low-latency below a few hundred tokens, high-throughput at
+    # every size): the stack switches to the faster, so the fastest is kept, as for the all-reduces
+    sizes, at = np.unique(np.stack([tok, hid, k, e, ep], axis=1), axis=0, return_inverse=True)
+    fastest = np.full(len(sizes), np.inf)
+    np.minimum.at(fastest, at.ravel(), ms)
+    ideal = np.array([a2a_roofline_ms(link_bytes_per_s, *row, dtype) for row in sizes], dtype=float)
+    tok, hid, k, e, ep = sizes.T
+    return _build_lines(tok, dict(hidden=hid, topk=k, experts=e, ep=ep), np.log(ideal / fastest))
+
+
+def moe_a2a_ms(profile, link_bytes_per_s: float, tokens, hidden: int, topk: int, experts: int, ep: int,
+               phase: str, dtype: str):
+    """One MoE layer's dispatch or combine (`phase`) of `tokens` tokens per GPU (array allowed) among `ep` GPUs,
+    sending `dtype` (bfloat16, fp8, nvfp4), from the profile's measured all-to-all table (DeepEP); None where the
+    profile measured none in that format. Its efficiency against `a2a_roofline_ms` is interpolated in log tokens
+    (an EP size between those measured: between their lines; past them, held at the edge and marked)."""
+    lines = _a2a_lines(profile, str(phase), str(dtype), float(link_bytes_per_s))
+    if lines is None:
+        return None
+    ideal = a2a_roofline_ms(link_bytes_per_s, tokens, hidden, topk, experts, ep, dtype)
+    le, past = interpolate(lines, np.maximum(tokens, 1.0), dict(hidden=hidden, topk=topk, experts=experts, ep=ep))
+    return _priced(f"all-to-all {phase}", ideal, ideal / np.exp(le), past, "", np.ndim(tokens))
 
 
 def elementwise_ms(profile, device: Device, bytes_, kernels: float):

@@ -56,10 +56,16 @@ def test_held_out_rows_are_within_12_percent_at_the_median(result):
 
 
 def test_held_out_rows_are_within_35_percent_at_worst(result):
-    """Issue 26's bar: ≤ 35% worst on the test rows (23.2%: Qwen3-235B FP8 on 8 × H100, once TensorRT-LLM's MoE
-    efficiency is fitted apart on its MoE fit rows; 48.1% with one efficiency for dense and MoE models)."""
-    test = sorted(abs(r["error"]) for r in result["rows"] if r["split"] == "test")
+    """Issue 26's bar: ≤ 35% worst on the test rows of the regimes it judged (23.2%: Qwen3-235B FP8 on 8 × H100,
+    once TensorRT-LLM's MoE efficiency is fitted apart on its MoE fit rows; 48.1% with one efficiency for dense and
+    MoE models). Wide EP (attention DP) came into the table later (rows 103-105, 29 Nov 2026): its held-out row is
+    judged by issue 36's bar table, where the closed form's +39% shows, and is kept out of this one."""
+    from calculators.planning.published import _experts_layout
+    test = sorted(abs(r["error"]) for r in result["rows"] if r["split"] == "test"
+                  and _experts_layout(r) != "wide EP (attention DP)")
     assert test[-1] <= 0.35
+    wide = [r for r in result["rows"] if r["split"] == "test" and _experts_layout(r) == "wide EP (attention DP)"]
+    assert wide and all(abs(r["error"]) > 0.35 for r in wide)     # still out: a change that meets it says so here
 
 
 def test_error_table_splits_test_from_fit_and_counts_every_priced_row(result):

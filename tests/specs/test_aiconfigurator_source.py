@@ -196,3 +196,18 @@ def test_a_gated_delta_rule_layer_is_its_conv_plus_its_delta_rule_each_the_faste
     p = aic.convert("h200_sxm", "vllm", "0.24.0", root=fake_package)
     assert rows(p.table("linear_attention"), ["phase", "batch", "tokens", "k_heads", "v_heads", "ms"]) == [
         ("generation", 8, 1, 16, 32, pytest.approx(0.0018 + 0.0060))]
+
+
+def test_the_all_to_all_table_is_read_in_microseconds(fake_package):
+    """moe_a2a_perf keeps DeepEP's latency in microseconds (its `transmit_us` + `notify_us`), unlike the other
+    tables' milliseconds: 307.3 µs is 0.3073 ms in the profile, and of two backends at one shape both stay (the
+    reader keeps the faster)."""
+    a2a = {"op_name": "moe_a2a", "kernel_source": "deepep", "phase": "dispatch", "comm_dtype": "nvfp4", "ep_size": 8,
+           "node_num": 1, "hidden_size": 7168, "topk": 8, "num_experts": 256, "num_tokens": 1024, "sms": 0,
+           "notify_us": 0.0}
+    write(fake_package, "h200_sxm/comm/vllm/0.24.0/moe_a2a_perf.parquet", [
+        {**a2a, "comm_backend": "deepep_ht", "transmit_us": 307.3, "latency": 307.3},
+        {**a2a, "comm_backend": "deepep_ll", "transmit_us": 512.0, "latency": 512.0}])
+    p = aic.convert("h200_sxm", "vllm", "0.24.0", root=fake_package)
+    assert sorted(rows(p.table("moe_a2a"), ["backend", "tokens", "ms"])) == [
+        ("deepep_ht", 1024, pytest.approx(0.3073)), ("deepep_ll", 1024, pytest.approx(0.512))]

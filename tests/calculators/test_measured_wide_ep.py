@@ -1,0 +1,168 @@
+"""Wide expert parallelism (attention data-parallel, the experts spread over the replicas' GPUs) priced from
+measured kernels (issue 36): each MoE layer's dispatch and combine from the profile's all-to-all table (DeepEP), and
+the fused MoE read at the tokens of the whole EP group. The made-up tables here follow a law the test states, so
+each expected value comes from that law and the datasheet; the real B200 profile is checked against its own
+parquet files, read here with pandas (skipped without aiconfigurator-core)."""
+import numpy as np
+import pytest
+
+from calculators.multi_gpu.moe import dispatch_copies_per_token, moe_layer_comm_ms
+from calculators.multi_gpu.tensor_parallel import Mesh, expert_imbalance_for
+from calculators.planning.measured_step import (dispatch_format, experts_fan_in, measured_a2a_ms,
+                                                measured_collectives, moe_layers_per_stage)
+from calculators.sizing.measured_ops import a2a_roofline_ms, moe_a2a_ms
+from specs.devices import device_link, load_device
+from specs.presets import load_preset
+from specs.stacks import load_stack
+
+B200 = load_device("b200")
+LINK = device_link(B200)
+R1 = load_preset("deepseek-r1")
+TRT = load_stack("trtllm")
+TOKENS = 2.0 ** np.arange(0, 15)                         # 1 .. 16,384 tokens per GPU measured
+WIDE = Mesh(tp=1, ep=8, gpus=8)
+
+
+def law(tokens, phase):
+    """A made-up all-to-all efficiency against the link's roofline: 1% at one token rising to 60% (dispatch) or
+    45% (combine)."""
+    top = 0.6 if phase == "dispatch" else 0.45
+    return np.clip(0.01 * np.asarray(tokens, dtype=float) ** 0.5, 0.01, top)
+
+
+def a2a_profile():
+    """A profile with only an all-to-all table: both phases at EP 8 for DeepSeek-R1's shape, dispatch in NVFP4 and
+    bf16, combine in bf16, each measured by a fast backend (the law) and a slow one (3× the law's time)."""
+    from types import SimpleNamespace
+    rows = {c: [] for c in ("backend", "phase", "dtype", "ep", "nodes", "hidden", "topk", "experts", "tokens",
+                            "sms", "kernel", "ms")}
+    for phase, dtype in (("dispatch", "nvfp4"), ("dispatch", "bfloat16"), ("combine", "bfloat16")):
+        for backend, slow in (("ht", 1.0), ("ll", 3.0)):
+            for t in TOKENS:
+                ms = float(a2a_roofline_ms(LINK.bytes_per_s, t, 7168, 8, 256, 8, dtype) / law(t, phase)) * slow
+                for col, v in zip(rows, (backend, phase, dtype, 8, 1, 7168, 8, 256, t, 0, "deepep", ms)):
+                    rows[col].append(v)
+    return SimpleNamespace(name="law-a2a", device=B200.name, tables={"moe_a2a": {k: np.asarray(v)
+                                                                               for k, v in rows.items()}})
+
+
+def test_the_roofline_sends_each_token_once_to_each_distinct_remote_gpu():
+    """1,024 tokens of 7,168 NVFP4 values (4.5 bits each with the scales) to 7 × (1 − C(224, 8)/C(256, 8)) remote
+    GPUs, over NVLink 5's 900 GB/s one way."""
+    from math import comb
+    copies = 7 * (1 - comb(224, 8) / comb(256, 8))
+    want = 1024 * copies * 7168 * 0.5625 / 900e9 * 1e3
+    assert float(a2a_roofline_ms(LINK.bytes_per_s, 1024, 7168, 8, 256, 8, "nvfp4")) == pytest.approx(want, rel=1e-12)
+    assert copies == pytest.approx(dispatch_copies_per_token(256, 8, 8), rel=1e-12)
+
+
+def test_a_measured_size_comes_back_from_the_fastest_backend_and_between_sizes_in_log():
+    p = a2a_profile()
+    for t in (1.0, 64.0, 4096.0):
+        got = moe_a2a_ms(p, LINK.bytes_per_s, t, 7168, 8, 256, 8, "combine", "bfloat16")
+        want = float(a2a_roofline_ms(LINK.bytes_per_s, t, 7168, 8, 256, 8, "bfloat16") / law(t, "combine"))
+        assert got.ms == pytest.approx(want, rel=1e-9) and not got.extrapolated     # the slow backend set aside
+    mid = moe_a2a_ms(p, LINK.bytes_per_s, np.sqrt(64 * 128), 7168, 8, 256, 8, "dispatch", "nvfp4")
+    assert mid.efficiency == pytest.approx(np.sqrt(law(64, "dispatch") * law(128, "dispatch")), rel=1e-9)
+    assert moe_a2a_ms(p, LINK.bytes_per_s, 64.0, 7168, 8, 256, 8, "combine", "fp8") is None    # not measured
+    past = moe_a2a_ms(p, LINK.bytes_per_s, 64.0, 7168, 8, 256, 16, "combine", "bfloat16")
+    assert past.extrapolated                                  # EP 16 was never measured: marked
+
+
+def test_wide_ep_collectives_are_the_measured_dispatch_and_combine_in_every_moe_layer():
+    """Where the EP group spans the replicas, the stage's collectives become the closed form's with each MoE
+    layer's all-to-alls replaced: moe_layers × (dispatch in NVFP4 for FP4 experts + combine in bf16), both from the
+    law; the closed form's were several times less. EP inside the TP group runs no all-to-all: nothing measured to
+    put in (None, the closed form stands)."""
+    p, tokens = a2a_profile(), np.array([1.0, 128.0, 1024.0, 4096.0])
+    closed_a2a = np.array([moe_layer_comm_ms(int(t), R1, 8, LINK, imbalance=expert_imbalance_for(R1, WIDE, int(t), None))
+                           for t in tokens])
+    closed = 5.0 + moe_layers_per_stage(R1, WIDE) * closed_a2a           # 5 ms of other collectives kept
+    got = measured_collectives(p, R1, WIDE, LINK, TRT, tokens, closed, "fp4")
+    per_layer = (a2a_roofline_ms(LINK.bytes_per_s, tokens, 7168, 8, 256, 8, "nvfp4") / law(tokens, "dispatch")
+                 + a2a_roofline_ms(LINK.bytes_per_s, tokens, 7168, 8, 256, 8, "bfloat16") / law(tokens, "combine"))
+    np.testing.assert_allclose(got, 5.0 + 58 * per_layer, rtol=1e-9)
+    assert moe_layers_per_stage(R1, WIDE) == 58                          # 61 layers, the first 3 dense
+    bf16 = measured_collectives(p, R1, WIDE, LINK, TRT, tokens, closed, "fp8")     # FP8 experts dispatch 16 bits
+    assert np.all(bf16 > got)
+    assert measured_collectives(p, R1, Mesh(tp=8, ep=8), LINK, TRT, tokens, closed, "fp4") is None
+    assert dispatch_format("fp4") == "nvfp4" and dispatch_format("bf16") == "bfloat16"
+
+
+def test_one_gpus_experts_see_the_tokens_of_every_replica_in_its_ep_group():
+    assert experts_fan_in(WIDE) == 8 and experts_fan_in(Mesh(tp=2, ep=8, gpus=8)) == 4
+    assert experts_fan_in(Mesh(tp=8, ep=8)) == 1 and experts_fan_in(Mesh(tp=4)) == 1
+
+
+# ------------------------------------------------------------------------------------------ the real B200 profile
+@pytest.fixture(scope="module")
+def b200():
+    from specs import aiconfigurator_source as aic
+    if aic.package_dir() is None or not aic.readers_installed():
+        pytest.skip("aiconfigurator-core is not installed (pip install -r requirements-profiles.txt)")
+    from calculators.planning.measured_step import resolve_profile
+    prof, words = resolve_profile("auto", B200, "trtllm", R1)
+    assert prof is not None, words
+    return prof, aic.package_dir() / "systems" / "data" / "b200_sxm"
+
+
+def _fastest(df, **equal):
+    for k, v in equal.items():
+        df = df[df[k] == v]
+    assert len(df), equal
+    return float(df.latency.min())
+
+
+def test_the_real_b200_all_to_all_is_deepeps_measured_dispatch_and_combine(b200):
+    """1,024 tokens per GPU, EP 8: the fastest dispatch measured in NVFP4 plus the fastest combine in bf16, read
+    from the package's parquet here (µs there, ms in the step)."""
+    pd = pytest.importorskip("pandas")
+    prof, data = b200
+    df = pd.concat([pd.read_parquet(p) for p in data.glob("comm/trtllm/*/moe_a2a_perf.parquet")])
+    shape = dict(ep_size=8, node_num=1, hidden_size=7168, topk=8, num_experts=256, num_tokens=1024)
+    want = (_fastest(df, phase="dispatch", comm_dtype="nvfp4", **shape)
+            + _fastest(df, phase="combine", comm_dtype="bfloat16", **shape)) / 1e3
+    got = measured_a2a_ms(prof, R1, WIDE, LINK, "fp4", np.array([1024.0]))
+    assert float(got[0]) == pytest.approx(want, rel=1e-6)
+    assert 0.3 < want < 1.5                                   # DeepEP's order of magnitude, in ms
+
+
+def test_the_real_b200_fused_moe_of_a_wide_ep_step_reads_the_whole_groups_tokens(b200):
+    """A replica's step of 512 tokens: its GPU's experts take the 8 replicas' 4,096 tokens, so the op is the
+    package's fastest balanced NVFP4 EP-8 fused MoE at 4,096 tokens (not at 512: a third less) in each MoE
+    layer."""
+    pd = pytest.importorskip("pandas")
+    from calculators.planning.measured_step import step_ops_table
+    prof, data = b200
+    df = pd.concat([pd.read_parquet(p) for p in data.glob(f"moe/trtllm/{prof.stack_version}/moe_perf.parquet")])
+    shape = dict(moe_dtype="nvfp4", hidden_size=7168, inter_size=2048, num_experts=256, topk=8, moe_tp_size=1,
+                 moe_ep_size=8, distribution="balanced")
+    at_group, at_replica = _fastest(df, num_tokens=4096, **shape), _fastest(df, num_tokens=512, **shape)
+    ops = step_ops_table(prof, R1, B200, WIDE, "fp4", "fp8", 512, 2048.0)
+    moe = next(r for r in ops if r["op"].startswith("routed experts"))
+    assert moe["measured_ms"] == pytest.approx(58 * at_group, rel=1e-6)
+    assert at_group > 1.3 * at_replica and "× 8 replicas" in moe["shape"]
+
+
+def test_the_real_b200_wide_ep_step_prices_its_weights_as_its_ops_table_shows(b200):
+    """The step's grid (what every command prices) and the ops table (what the page shows) read the fused MoE at
+    the same group's tokens: their GEMMs, experts included, agree at 512 rows."""
+    from calculators.planning.measured_step import step_grid_tables, step_ops_table
+    prof, _ = b200
+    grid = step_grid_tables(prof, R1, B200, WIDE, "fp4", "fp8", 2048.0, 1024.0, np.array([512.0]))
+    ops = step_ops_table(prof, R1, B200, WIDE, "fp4", "fp8", 512, 2048.0)
+    weights = sum(r["measured_ms"] for r in ops if "attention" not in r["op"] and r["op"] != "LM head"
+                  and not r["op"].startswith("norms"))
+    assert float(grid["gemm"][0]) == pytest.approx(weights, rel=1e-6)
+
+
+def test_the_planner_says_its_wide_ep_rows_are_the_closed_forms_when_kernels_price_the_rest(b200):
+    """The planner's wide-EP candidates are costed by the closed form even when a profile prices the others:
+    with measured kernels it says so (serve-at prices the same layout from the tables), without them it has
+    nothing to say."""
+    from calculators.planning.planner import SearchSpace, Workload, plan
+    space = SearchSpace(weight_dtypes=("fp4",), gpu_counts=(8,))
+    wl = Workload(5.0, 1024, 2048, 5000, 100)
+    said = [plan(R1, [B200], wl, space, stack="trtllm", profile=p).notes for p in (None, "auto")]
+    assert not any("wide-EP rows" in n for n in said[0])
+    assert any("wide-EP rows" in n and "closed form" in n for n in said[1])
