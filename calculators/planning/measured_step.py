@@ -40,9 +40,23 @@ MEASURED_GRID = np.unique(np.concatenate([2.0 ** np.arange(21), 1.5 * 2.0 ** np.
 MEASURED_LOG_GRID = np.log(MEASURED_GRID)
 
 
+def read_log_grid(table, log_grid: np.ndarray, tokens) -> np.ndarray:
+    """A table on the tokens whose logs are `log_grid`, read at `tokens` (≥ 1), linear in log tokens (np.interp).
+    `table` is [G], or [K, G] with one row per candidate: then the last axis of `tokens` runs over the K."""
+    table = np.asarray(table, dtype=float)
+    lt = np.log(np.maximum(tokens, 1.0))
+    if table.ndim == 1:
+        return np.interp(lt, log_grid, table)
+    pos = np.interp(lt, log_grid, np.arange(len(log_grid), dtype=float))
+    i0 = np.minimum(pos.astype(int), len(log_grid) - 2)
+    f = pos - i0
+    k = np.broadcast_to(np.arange(table.shape[0]), pos.shape) if table.shape[0] > 1 else 0
+    return table[k, i0] * (1 - f) + table[k, i0 + 1] * f
+
+
 def on_measured_grid(table, tokens):
-    """A MEASURED_GRID table read at `tokens` (≥ 1), linear in log tokens."""
-    return np.interp(np.log(np.maximum(tokens, 1.0)), MEASURED_LOG_GRID, table)
+    """A MEASURED_GRID table ([G] or [K, G], `read_log_grid`) read at `tokens`."""
+    return read_log_grid(table, MEASURED_LOG_GRID, tokens)
 
 
 WEIGHT_FORMATS = {"bf16": "bf16", "fp16": "fp16", "fp8": "fp8", "fp8_block": "fp8_block", "fp4": "fp4",

@@ -376,11 +376,7 @@ def plan(config: ModelConfig, devices: list[Device], workload: Workload, space: 
     if arch.is_moe(c) and space.expert_parallel:
         from calculators.planning.wide_ep import wide_ep_candidates
         wide = wide_ep_candidates(c, devices, wl, space, stack, eff_tab, usable_fraction, overheads,
-                                  embeddings_16bit, links)
-        if any(pr is not None for pr in profiles) and len(wide["di"]):
-            notes.append("wide-EP rows (attention DP, EP over the replicas) are priced by the closed form here: "
-                         "serve-at prices the same layout from measured kernels (DeepEP all-to-alls, the fused MoE "
-                         "at the EP group's tokens) and can differ")
+                                  embeddings_16bit, links, profiles)
         raw = {k: np.concatenate([v, np.asarray(wide[k], dtype=v.dtype)]) for k, v in raw.items()}
     return _rank(raw, wl, devices, space, notes)
 

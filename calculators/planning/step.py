@@ -22,7 +22,7 @@ import numpy as np
 
 from calculators import arch
 from calculators.planning.measured_step import (MEASURED_GRID, derated, measured_collectives, on_measured_grid,
-                                                step_grid_tables)
+                                                read_log_grid, step_grid_tables)
 from calculators.sizing.latency import Efficiency, gemm_mfu, stage_with_host, step_weight_bytes
 from calculators.sizing.roofline import forward_flops_split, gpu_time, step_peaks
 from calculators.multi_gpu.tensor_parallel import (Mesh, _comm_per_stage_ms, _expert_flops_extra,
@@ -98,15 +98,7 @@ def step_terms(config: ModelConfig, device: Device, mesh: Mesh, weight_dtype: st
 def on_grid(table: np.ndarray, tokens) -> np.ndarray:
     """A TOKEN_GRID table read at `tokens`, linear in log tokens (np.interp). `table` is [G], or [K, G] with one
     row per candidate: then the last axis of `tokens` runs over the K candidates."""
-    table = np.asarray(table, dtype=float)
-    lt = np.log(np.maximum(tokens, 1.0))
-    if table.ndim == 1:
-        return np.interp(lt, LOG_GRID, table)
-    pos = np.interp(lt, LOG_GRID, np.arange(len(LOG_GRID), dtype=float))
-    i0 = np.minimum(pos.astype(int), len(LOG_GRID) - 2)
-    f = pos - i0
-    k = np.broadcast_to(np.arange(table.shape[0]), pos.shape) if table.shape[0] > 1 else 0
-    return table[k, i0] * (1 - f) + table[k, i0 + 1] * f
+    return read_log_grid(table, LOG_GRID, tokens)
 
 
 def mixed_step(terms: dict, tables: dict):
@@ -228,7 +220,17 @@ def step_cost(config: ModelConfig, device: Device, mesh: Mesh, weight_dtype: str
     (`measured_step.step_grid_tables`), and its TP all-reduces from the profile's measured all-reduce table
     (`measured_step.measured_collectives`), and a wide-EP mesh's all-to-alls from its measured all-to-all table
     where it has one; the host's work stays as above."""
-    tables = step_tables(config, mesh, link, stack, weight_dtype, expert_imbalance)
+    return mixed_step(*step_inputs(config, device, mesh, weight_dtype, kv_dtype, efficiency, link, stack, decode_ctx,
+                                   prompt_len, expert_imbalance, profile))
+
+
+def step_inputs(config: ModelConfig, device: Device, mesh: Mesh, weight_dtype: str, kv_dtype: str,
+                efficiency: Efficiency, link: Link | None, stack: Stack, decode_ctx: float, prompt_len: float,
+                expert_imbalance: float | None = None, profile=None, tables: dict | None = None) -> tuple:
+    """`step_cost`'s (terms, tables) before `mixed_step` joins them: for a caller that stacks the steps of many
+    candidates (the planner's wide-EP search). `tables`: this layout's `step_tables`, when the caller has them."""
+    tables = dict(tables) if tables is not None else step_tables(config, mesh, link, stack, weight_dtype,
+                                                                  expert_imbalance)
     if profile is not None:
         efficiency, scale = measured_efficiency(efficiency, stack, profile, device)
         grid = step_grid_tables(profile, config, derated(device, scale), mesh, weight_dtype, kv_dtype, decode_ctx,
@@ -243,8 +245,7 @@ def step_cost(config: ModelConfig, device: Device, mesh: Mesh, weight_dtype: str
                                     expert_imbalance)
         if comm is not None:
             tables["comm"] = comm
-    return mixed_step(step_terms(config, device, mesh, weight_dtype, kv_dtype, efficiency, decode_ctx, prompt_len),
-                      tables)
+    return step_terms(config, device, mesh, weight_dtype, kv_dtype, efficiency, decode_ctx, prompt_len), tables
 
 
 def pricing_words(profile) -> str:

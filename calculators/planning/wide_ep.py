@@ -10,9 +10,10 @@ group sharded over its e GPUs, attention, dense layers and shared experts replic
 Layouts `mesh_problem` refuses (EP not dividing the experts, TP not dividing the heads) are not tried. No pipeline
 parallelism.
 
-Each candidate is costed with `serve_at`'s step (`step.step_terms`, `step_tables`, `mixed_step`: dispatch
+Each candidate is costed with `serve_at`'s step (`step.step_inputs`, `step_tables`, `mixed_step`: dispatch
 and combine all-to-alls, the busiest EP rank's expert imbalance, the experts the tokens of all d replicas
-touch), vectorised over the candidates of a device, and the steady state per replica at rate / d as the planner
+touch; from the device's measured kernels where the planner was given a profile, as `step.step_cost`),
+vectorised over the candidates of a device, and the steady state per replica at rate / d as the planner
 solves it (`planner.screened_steady_state`: screened, then `serve_at`'s prompt chain near the targets at the
 three cheapest GPU counts, where the figures equal `serve_at`'s for the same layout and rate); its memory is
 `tensor_parallel.per_gpu_memory`'s sum (weights + KV of the batch cap + activations + overheads + DeepEP's
@@ -33,7 +34,7 @@ from calculators.multi_gpu.tensor_parallel import (Mesh, mesh_problem, per_gpu_a
                                                    per_gpu_weight_bytes)
 from calculators.planning.screening import apply_bounds, no_steady_state, peak_or_nan, screened_steady_state
 from calculators.planning.serve_at import decode_context
-from calculators.planning.step import mixed_step, step_tables, step_terms
+from calculators.planning.step import mixed_step, step_inputs, step_tables
 from specs.model_config import ModelConfig
 
 
@@ -54,10 +55,11 @@ def wide_ep_groups(config: ModelConfig, gpu_counts, tp_degrees) -> list[tuple[Me
 
 
 def wide_ep_candidates(config: ModelConfig, devices, wl, space, stack, eff_tab, usable_fraction, overheads,
-                       embeddings_16bit: bool, links) -> dict:
+                       embeddings_16bit: bool, links, profiles=None) -> dict:
     """The planner's raw columns (see `planner._rank`) for every wide-EP layout × device × weight and KV precision
     × batch cap on a device with an interconnect. Those whose weights do not fit, or whose weight format the device
-    cannot run, are there too (rejected for memory or precision) but not costed."""
+    cannot run, are there too (rejected for memory or precision) but not costed. `profiles` (one per device, or
+    None): a device with one is priced from its measured kernels, as `step.step_cost` prices the layout."""
     c = config
     mem_ctx = wl.prompt_tokens + wl.output_tokens
     ctx = decode_context(wl.prompt_lengths(), wl.output_lengths())
@@ -88,11 +90,13 @@ def wide_ep_candidates(config: ModelConfig, devices, wl, space, stack, eff_tab, 
                 costed = eff is not None and not np.isnan(peak) and w + over + act[0] <= dev.memory_bytes * \
                     usable_fraction
                 tables = tables_for(links[d], m) if costed else None
+                prof = profiles[d] if profiles is not None else None
                 for ki, kd in enumerate(space.kv_dtypes):
+                    terms, tb = step_inputs(c, dev, m, wd, kd, eff, links[d], stack, ctx, wl.prompt_tokens,
+                                            profile=prof, tables=tables) if costed else (None, None)
                     groups.append(dict(di=d, mesh=m, k=k, wdi=wi, kdi=ki, w=w, act=act, over=over, peak=peak,
                                        kv=per_gpu_kv_bytes(c, m, mem_ctx, 1, kd), price=dev.price_usd_per_hour,
-                                       terms=step_terms(c, dev, m, wd, kd, eff, ctx, wl.prompt_tokens) if costed
-                                       else None, tables=tables))
+                                       terms=terms, tables=tb))
     K = len(caps)
     n = len(groups) * K
     group_of = np.repeat(np.arange(len(groups)), K)
@@ -120,8 +124,12 @@ def wide_ep_candidates(config: ModelConfig, devices, wl, space, stack, eff_tab, 
     def step_of(idx):
         """One vectorised step over the candidates `idx` (the last axis of n and p runs over them)."""
         gs = [groups[i] for i in group_of[idx]]
-        return mixed_step({k: np.array([x["terms"][k] for x in gs], dtype=float) for k in gs[0]["terms"]},
-                          {k: np.stack([x["tables"][k] for x in gs]) for k in ("ratio", "extra", "comm", "p2p")})
+        tables = {k: np.stack([x["tables"][k] for x in gs]) for k in ("ratio", "extra", "comm", "p2p")}
+        if "measured" in gs[0]["tables"]:        # one device per call: all priced from its kernels, or none
+            tables["measured"] = {k: np.stack([x["tables"]["measured"][k] for x in gs])
+                                  for k in gs[0]["tables"]["measured"]}
+            tables["prompt_len"] = np.array([x["tables"]["prompt_len"] for x in gs], dtype=float)
+        return mixed_step({k: np.array([x["terms"][k] for x in gs], dtype=float) for k in gs[0]["terms"]}, tables)
     figures = {k: np.full(n, np.inf) for k in ("itl_ms", "decode_memory_ms", "decode_compute_ms", "decode_comm_ms",
                                                "prefill_ms", "prefill_p99_ms", "itl_one")}
     for d in range(len(devices)):                # each candidate's step alone: decode at the cap and at 1, prefill

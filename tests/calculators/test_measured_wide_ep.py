@@ -156,13 +156,31 @@ def test_the_real_b200_wide_ep_step_prices_its_weights_as_its_ops_table_shows(b2
     assert float(grid["gemm"][0]) == pytest.approx(weights, rel=1e-6)
 
 
-def test_the_planner_says_its_wide_ep_rows_are_the_closed_forms_when_kernels_price_the_rest(b200):
-    """The planner's wide-EP candidates are costed by the closed form even when a profile prices the others:
-    with measured kernels it says so (serve-at prices the same layout from the tables), without them it has
-    nothing to say."""
-    from calculators.planning.planner import SearchSpace, Workload, plan
-    space = SearchSpace(weight_dtypes=("fp4",), gpu_counts=(8,))
-    wl = Workload(5.0, 1024, 2048, 5000, 100)
-    said = [plan(R1, [B200], wl, space, stack="trtllm", profile=p).notes for p in (None, "auto")]
-    assert not any("wide-EP rows" in n for n in said[0])
-    assert any("wide-EP rows" in n and "closed form" in n for n in said[1])
+def test_the_planners_wide_ep_rows_price_as_serve_at_does_from_the_same_kernels():
+    """DeepSeek-R1 on 8 H200 in FP8 at 16 requests/s (the wide-EP planner test's case), priced from the H200
+    TensorRT-LLM profile: each wide-EP row the planner ranks carries serve-at's figures for its layout, cap and
+    rate within 1%, and they are not the closed form's (the all-to-alls alone are several times longer)."""
+    from specs import aiconfigurator_source as aic
+    if aic.package_dir() is None or not aic.readers_installed():
+        pytest.skip("aiconfigurator-core is not installed (pip install -r requirements-profiles.txt)")
+    from calculators.planning.planner import SearchSpace, Workload, plan, plan_rows
+    from calculators.planning.serve_at import serve_at
+    h200 = load_device("h200")
+    wl = Workload(requests_per_s=16.0, prompt_tokens=2000, output_tokens=500, ttft_p99_ms=3000, itl_ms=150)
+    space = SearchSpace(gpu_counts=(8,), tp=(1, 2, 8), pp=(1,), batch_caps=(64, 256), weight_dtypes=("fp8",),
+                        kv_dtypes=("fp8",))
+    rows = {p: [r for r in plan_rows(plan(R1, [h200], wl, space, stack="trtllm", profile=p), 40) if r["dp"] > 1]
+            for p in (None, "auto")}
+    assert rows["auto"]
+    from calculators.planning.measured_step import resolve_profile
+    prof, _ = resolve_profile("auto", h200, "trtllm", R1)
+    for r in rows["auto"][:3]:
+        s = serve_at(R1, h200, Mesh(tp=r["tp"], ep=r["ep"], gpus=r["gpus"]), 16.0, wl.prompt_lengths(),
+                     wl.output_lengths(), "fp8", "fp8", "trtllm", max_num_seqs=r["batch_cap"], with_capacity=False,
+                     profile=prof)
+        assert "measured kernels" in s["priced_from"]
+        for mine, theirs in (("itl_at_load_ms", "tpot_ms"), ("step_ms_at_load", "step_ms"),
+                             ("ttft_p99_ms", "ttft_p99_ms")):
+            assert r[mine] == pytest.approx(s[theirs], rel=0.01), mine
+    pairs = [(c, r) for r in rows["auto"] for c in rows[None] if (c["tp"], c["batch_cap"]) == (r["tp"], r["batch_cap"])]
+    assert pairs and all(abs(c["step_ms_at_load"] / r["step_ms_at_load"] - 1) > 0.05 for c, r in pairs)
