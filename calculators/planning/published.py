@@ -114,7 +114,11 @@ def _static(row: dict, c, dev, mesh, stack, eff, profile=None) -> float:
     return e2e if row["metric"] == "e2e_ms" else B * O / e2e * 1e3
 
 
-def _server(row: dict, c, dev, mesh, stack, eff, profile=None) -> float:
+_SAME_RUN = ("stack", "model", "device", "gpus", "tp", "ep", "dp", "weights", "kv", "prompt_tokens", "output_tokens",
+             "rate_rps", "requests", "max_num_seqs", "max_num_batched_tokens")   # a run's columns, not its metric's
+
+
+def _server(row: dict, c, dev, mesh, stack, eff, profile=None, memo: dict | None = None) -> float:
     """MLPerf Server (limits given): the highest rate meeting them × mean output. A stated rate (an online
     benchmark of `requests` requests sent at a QPS): the steady state at the rate SENT where the deployment
     sustains it (the run's middle is that steady state); past capacity there is no steady state, and the run is
@@ -130,11 +134,18 @@ def _server(row: dict, c, dev, mesh, stack, eff, profile=None) -> float:
         return rate * O
     rate = float(row["rate_rps"])
     metric = row["metric"]
-    r = serve_at(c, dev, mesh, rate, I, O, row["weights"], row["kv"], stack, efficiency=eff, profile=profile,
-                 **caps(row))
-    if not r["stable"] and row.get("requests"):
+    key = (tuple(row.get(k) for k in _SAME_RUN), id(profile), repr(eff))
+    if memo is not None and key in memo:               # a source's ITL and TTFT of one run: one steady state
+        r, f = memo[key]
+    else:
+        r = serve_at(c, dev, mesh, rate, I, O, row["weights"], row["kv"], stack, efficiency=eff, profile=profile,
+                     **caps(row))
         f = finite_run_at(c, dev, mesh, rate, int(row["requests"]), I, O, row["weights"], row["kv"], stack, eff,
-                          profile=profile, **caps(row))
+                          profile=profile, **caps(row)) if not r["stable"] and row.get("requests") else None
+        if memo is not None:
+            memo[key] = (r, f)
+            memo.setdefault("_alive", []).append(profile)       # its id stays its own while the memo lives
+    if f is not None:
         return {"itl_ms": f["itl_ms"], "ttft_ms": f["ttft_ms"], "output_tok_s": f["achieved_rps"] * O}[metric]
     if not r["stable"]:
         r = serve_at(c, dev, mesh, 0.99 * r["capacity_requests_per_s"], I, O, row["weights"], row["kv"], stack,
@@ -163,7 +174,7 @@ def _ttft_statistic(row: dict, r: dict) -> float:
     raise SpecError(f"a row's TTFT statistic is mean or p50, not {stat!r}")
 
 
-def predict(row: dict, efficiency: Efficiency | None = None, profile=None) -> float:
+def predict(row: dict, efficiency: Efficiency | None = None, profile=None, memo: dict | None = None) -> float:
     """The planner's figure for one row, in the row's unit, with the row's stack's defaults (or `efficiency`),
     its step priced by the closed form or, with `profile` ("auto", a name or a Profile), by measured kernels."""
     c, dev, mesh, stack, eff = _setup(row, efficiency)
@@ -183,7 +194,7 @@ def predict(row: dict, efficiency: Efficiency | None = None, profile=None) -> fl
     if mode == "static":
         return _static(row, c, dev, mesh, stack, eff, profile)
     if mode == "server":
-        return _server(row, c, dev, mesh, stack, eff, profile)
+        return _server(row, c, dev, mesh, stack, eff, profile, memo)
     raise SpecError(f"unknown mode {mode!r}: offline, concurrency, static or server")
 
 
@@ -201,8 +212,9 @@ def priced(row: dict) -> bool:
 def compare_all(rows: list[dict] | None = None, profile=None) -> dict:
     """Every priced row with its prediction and error, the median and worst |error|, and the rows left unpriced.
     `profile` ("auto"): each row priced from the kernels measured on its device and stack where a profile exists
-    (`measured_step.resolve_profile`; the row's `pricing` says which)."""
-    out, unpriced = [], []
+    (`measured_step.resolve_profile`; the row's `pricing` says which). Rows of one run (a source's ITL and TTFT at
+    one rate) share its steady state."""
+    out, unpriced, memo = [], [], {}
     for r in rows if rows is not None else load_rows():
         if not priced(r):
             unpriced.append(r)
@@ -213,7 +225,7 @@ def compare_all(rows: list[dict] | None = None, profile=None) -> dict:
             prof, pricing = resolve_profile(profile, dev, stack.key, c)
         else:
             prof = None
-        p = predict(r, profile=prof if prof is not None else None)
+        p = predict(r, profile=prof if prof is not None else None, memo=memo)
         out.append(dict(r, predicted=p, error=speed_error(r, p), pricing=pricing))
     errs = [abs(r["error"]) for r in out]
     return dict(rows=out, unpriced=unpriced, median_abs_error=statistics.median(errs) if errs else None,

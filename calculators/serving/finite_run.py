@@ -31,14 +31,21 @@ from calculators.serving.steady_state import StepFn, check_rate
 MAX_STEPS = 2_000_000
 
 
-def _quiet_steps(cohorts, tau: float, t: float, next_arrival_ms: float | None) -> int:
-    """Steps that repeat unchanged from time t when nobody is admitted (the slots are full, or nobody waits):
-    until the first cohort leaves (its last step included), and, when nobody waits, only the steps that start
-    before the next arrival (floor: never one too many). At least 1."""
-    m = min((k for _, k in cohorts), default=1)
+def _quiet_steps(cohorts, s: int, tau: float, t: float, next_arrival_ms: float | None) -> int:
+    """Steps that repeat unchanged from time t, step s next, when nobody is admitted (the slots are full, or nobody
+    waits): until the first cohort leaves (its last step included), and, when nobody waits, only the steps that
+    start before the next arrival (floor: never one too many). At least 1."""
+    m = cohorts[0][1] - s + 1 if cohorts else 1
     if next_arrival_ms is not None and tau > 0:
         m = min(m, max(1, math.floor((next_arrival_ms - t) / tau)))
     return max(1, m)
+
+
+def _leave(cohorts: deque, s: int, decoding: int) -> int:
+    """Drop the cohorts whose last step came before step s; the sequences still decoding."""
+    while cohorts and cohorts[0][1] < s:
+        decoding -= cohorts.popleft()[0]
+    return decoding
 
 
 def finite_run(step: StepFn, rate: float, requests: int, prompt_tokens: float, output_tokens: int,
@@ -56,8 +63,9 @@ def finite_run(step: StepFn, rate: float, requests: int, prompt_tokens: float, o
     cap = int(slots) if math.isfinite(slots) else N
     t = 0.0                                       # ms since the first arrival
     admitted = 0                                  # requests admitted so far
-    cohorts: deque = deque()                      # (size, decode steps left) of the decoding cohorts
-    decoding = 0
+    cohorts: deque = deque()                      # (size, the step it decodes last in) of the decoding cohorts:
+    decoding = 0                                  # admitted in order with one length, so they leave in order
+    s = 1                                         # the next step's number
     tok_gaps = tok_count = 0.0                    # Σ n·τ and Σ n over the steps
     ttft_sum = 0.0
     peak = 0.0
@@ -74,13 +82,13 @@ def finite_run(step: StepFn, rate: float, requests: int, prompt_tokens: float, o
         a = max(0, min(waiting, cap - decoding, per_step))
         tau = float(step(decoding, a * I))
         if a == 0:                                                # nobody admitted: the same step repeats
-            m = _quiet_steps(cohorts, tau, t, None if waiting or arrived >= N else arrived / lam * 1e3)
+            m = _quiet_steps(cohorts, s, tau, t, None if waiting or arrived >= N else arrived / lam * 1e3)
             if m > 1:
                 steps += m - 1
                 tok_gaps += decoding * tau * m
                 tok_count += decoding * m
-                cohorts = deque((size, k - m) for size, k in cohorts if k > m)
-                decoding = sum(size for size, _ in cohorts)
+                s += m
+                decoding = _leave(cohorts, s, decoding)
                 t += m * tau
                 continue
         # the requests admitted are i = admitted … admitted + a − 1, sent at i / λ
@@ -88,17 +96,13 @@ def finite_run(step: StepFn, rate: float, requests: int, prompt_tokens: float, o
         ttft_sum += a * (t + tau - min(mean_arrival_ms, t))
         tok_gaps += decoding * tau
         tok_count += decoding
-        # the step ends: every decoding cohort emits a token, the admitted one has its first
-        nxt = deque()
-        left = 0
-        for size, k in cohorts:
-            if k > 1:
-                nxt.append((size, k - 1))
-                left += size
+        # the step ends: every decoding cohort emits a token (those in their last step leave), the admitted one has
+        # its first and decodes in the next O − 1 steps
+        s += 1
+        decoding = _leave(cohorts, s, decoding)
         if a > 0 and dec > 0:
-            nxt.append((a, dec))
-            left += a
-        cohorts, decoding = nxt, left
+            cohorts.append((a, s + dec - 1))
+            decoding += a
         admitted += a
         peak = max(peak, decoding)
         t += tau
