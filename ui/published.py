@@ -9,7 +9,7 @@ import plotly.graph_objects as go
 import streamlit as st
 
 import calculators.planning.published as published_module
-from calculators.planning.accuracy import group_value_words
+from calculators.planning.accuracy import BAR_MEDIAN, BAR_WORST, bar_by_pricing, group_value_words
 from calculators.planning.published import compare_all, error_table
 from specs.stacks import load_stack
 from ui.charts import style as chart_style
@@ -59,10 +59,12 @@ def published_serving_section() -> None:
                     "limits, efficiencies and fixed step cost). Those efficiencies were fitted on the **fit** rows "
                     "only; the **test** rows were set aside before fitting, so their error is the accuracy to expect. "
                     "Error = predicted speed ÷ published speed − 1: + means the planner is too optimistic.")
-    label = [f"{m} {w}, {g}×{d} TP{t}{'' if e == '1' else f' EP{e}'}, {i}/{o}, {mo} {cc}".strip()
-             for m, w, g, d, t, e, i, o, mo, cc in zip(df.model, df.weights, df.gpus, df.device, df.tp, df.ep,
-                                                       df.prompt_tokens, df.output_tokens, df["mode"],
-                                                       df.concurrency)]
+    # attention data-parallel rows say so: TP 8 with DP 8 is 8 replicas of TP 1 attention, experts over all 8
+    label = [f"{m} {w}, {g}×{d} TP{t}{'' if str(dp or 1) == '1' else f' DP{dp}'}{'' if e == '1' else f' EP{e}'}, "
+             f"{i}/{o}, {mo} {cc}".strip()
+             for m, w, g, d, t, dp, e, i, o, mo, cc in zip(df.model, df.weights, df.gpus, df.device, df.tp, df.dp,
+                                                           df.ep, df.prompt_tokens, df.output_tokens, df["mode"],
+                                                           df.concurrency)]
     fig = go.Figure(go.Bar(y=[f"{sp} · {lab} · {human_heading(m)}" for sp, lab, m in zip(df.split, label, df.metric)],
                            x=df["error %"], orientation="h",
                            marker_color=["#c0392b" if abs(x) > 35 else ("#2e86c1" if sp == "test" else "#9ab7d3")
@@ -80,6 +82,13 @@ def published_serving_section() -> None:
     df_with_download(show, "accuracy_by_regime", drawn=words, column_config={
         "median |error| %": st.column_config.NumberColumn(format="%.1f"),
         "worst |error| %": st.column_config.NumberColumn(format="%.1f")})
+    st.markdown("**Closed form or measured kernels, regime by regime** (held-out rows; issue 36's bar: median "
+                f"≤ {100 * BAR_MEDIAN:.0f}%, worst ≤ {100 * BAR_WORST:.0f}%). With aiconfigurator-core installed the "
+                "planner prices each op from kernels measured on the GPU and stack: these are its errors, from "
+                "bench/published_accuracy.json as `python bench/bench_published.py` last wrote it.")
+    bar = pd.DataFrame(bar_by_pricing())
+    df_with_download(bar, "accuracy_closed_form_and_measured", column_config={
+        c: st.column_config.NumberColumn(format="%.1f") for c in bar.columns if c.endswith("%")})
     df["measure"] = [MEASURES.get(m, m) for m in df.metric]
     keep = ["split", "regime", "stack", "model", "weights", "device", "gpus", "tp", "ep", "prompt_tokens", "output_tokens", "mode",
             "concurrency", "metric", "measure", "published", "predicted", "error %", "source", "settings", "url"]

@@ -30,6 +30,7 @@ import statistics
 from pathlib import Path
 
 from calculators import arch
+from calculators.planning.accuracy import BAR_GROUPS, BAR_MEDIAN, BAR_WORST
 from calculators.sizing.latency import Efficiency
 from calculators.multi_gpu.tensor_parallel import Mesh, _link_for
 from calculators.planning.measured_step import resolve_profile
@@ -273,13 +274,9 @@ FIT_GRID = {"decode_mbu": (0.35, 0.45, 0.55, 0.65, 0.75, 0.85, 0.9),
             "sequence_overhead_us": (0.0, 4.0, 8.0, 16.0)}
 
 
-BAR_MEDIAN, BAR_WORST = 0.08, 0.25          # issue 36's acceptance bar on held-out rows, in every regime
-BAR_REGIMES = (("maximum throughput", lambda r: r["regime"] == "max_throughput"),
-               ("under a rate", lambda r: r["regime"] == "under_rate"),
-               ("one request", lambda r: r["regime"] == "batch1"),
-               ("a static batch", lambda r: r["regime"] == "static"),
-               ("MoE, wide EP", lambda r: _experts_layout(r) == "wide EP (attention DP)"),
-               ("AMD fallback", lambda r: r["vendor"] == "AMD"))
+# issue 36's bar on held-out rows (accuracy.BAR_GROUPS: each regime as a group of the error table, and its value)
+BAR_REGIMES = tuple((words, lambda r, g=group, v=value: GROUPS[g](r) == v)
+                    for words, group, value in BAR_GROUPS)
 
 
 def bar_table(rows: list[dict]) -> list[dict]:

@@ -205,3 +205,21 @@ def test_a_row_at_a_rate_is_read_in_the_statistic_its_source_states():
         predict(dict(row, statistic="p90"))
     with pytest.raises(SpecError, match="no mean TTFT for chunked prompts"):
         predict(dict(row, prompt_tokens="6000", rate_rps="0.5", requests="", max_num_batched_tokens="2048"))
+
+
+def test_the_bar_side_by_side_reads_the_same_errors_as_the_tables_own_rows(result):
+    """`accuracy.bar_by_pricing` reads the committed file; its closed-form columns are the bar of the rows priced
+    here (`published.bar_table` on `compare_all`), regime by regime, and a regime meets the bar only with a median
+    ≤ 8% and a worst ≤ 25%."""
+    from calculators.planning.accuracy import bar_by_pricing
+    from calculators.planning.published import bar_table
+    mine = bar_by_pricing()
+    for got, want in zip(mine, bar_table(result["rows"])):
+        assert got["regime"] == want["regime"] and got["closed n"] == want["n"]
+        assert got["closed median %"] == pytest.approx(100 * want["median_abs_error"], rel=1e-9)
+        assert got["closed worst %"] == pytest.approx(100 * want["worst_abs_error"], rel=1e-9)
+        assert got["closed meets"] == want["meets"]
+    for r in mine:
+        for side in ("closed", "measured"):
+            if r[f"{side} n"]:
+                assert r[f"{side} meets"] == (r[f"{side} median %"] <= 8 and r[f"{side} worst %"] <= 25)

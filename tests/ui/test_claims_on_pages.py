@@ -82,6 +82,10 @@ def test_calibration_defaults_raise_no_warning_in_either_world():
     mbu = next(m.value for m in at.metric if m.label == "Decode MBU (fitted)")
     assert float(mbu) <= 1
     assert any("made for" in c for c in captions(at))
+    # the published section sets the closed form and measured kernels side by side, regime by regime
+    bar = next(d.value for d in at.dataframe if "measured median %" in d.value.columns)
+    assert list(bar["regime"]) == ["maximum throughput", "under a rate", "one request", "a static batch",
+                                   "MoE, wide EP", "AMD fallback"]
 
 
 # ------------------------------------------------------------------------------------------ Parallelism
