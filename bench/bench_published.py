@@ -111,13 +111,17 @@ def serving_table() -> None:
     priced twice: by the closed form (the stacks' fitted efficiencies) and, where aiconfigurator-core's databases
     are installed (requirements-profiles.txt), by kernels measured on its GPU and stack (the nearest profiled GPU's
     for a GPU nothing measured); the error tables of both go to bench/published_accuracy.json."""
-    from calculators.planning.published import BAR_MEDIAN, BAR_WORST, bar_table, compare_all, error_table
+    from calculators.planning.published import (BAR_MEDIAN, BAR_WORST, bar_table, compare_all, error_table,
+                                                load_rows, row_id, source_row)
     from specs.aiconfigurator_source import package_dir
-    runs = [("closed form", compare_all())]
+    rows = load_rows()
+    runs = [("closed form", compare_all(rows))]
     if package_dir():
-        runs.append(("measured kernels", compare_all(profile="auto")))
-    accuracy = []
+        runs.append(("measured kernels", compare_all(rows, profile="auto")))
+    accuracy, predictions = [], []
     for label, res in runs:
+        predictions += [dict(row=row_id(source_row(r), rows), pricing=label, predicted=r["predicted"],
+                             error=r["error"]) for r in res["rows"]]
         print(f"\n### {label}\n")
         print("| split | regime | stack | model | GPUs | in / out | mode | metric | published | predicted | error | "
               "priced from | source |")
@@ -152,16 +156,19 @@ def serving_table() -> None:
               f"efficiencies were fitted on them, not an accuracy): {len(fit_rows)} priced, median "
               f"{100 * statistics.median(fit_rows):.1f}%, worst {100 * max(fit_rows):.1f}%. "
               f"{len(res['unpriced'])} rows not priced (no stated mean input length); docs/validation_table.md.")
-    write_accuracy(accuracy)
+    write_accuracy(accuracy, predictions)
 
 
-def write_accuracy(rows: list[dict]) -> None:
-    """bench/published_accuracy.json: the error table the app and the CLI quote as each prediction's error bar."""
+def write_accuracy(rows: list[dict], predictions: list[dict]) -> None:
+    """bench/published_accuracy.json: the error table the app and the CLI quote as each prediction's error bar, and
+    each priced row's prediction (by its 1-based row id in bench/published_serving.csv) that the Calibration page
+    draws without pricing the table again."""
     import json
     from calculators.planning.accuracy import ACCURACY_JSON
     ACCURACY_JSON.write_text(json.dumps(dict(about="Held-out (split=test) and fit errors of bench/published_serving.csv "
-                                             "by regime, dense/MoE, vendor and precision; written by "
-                                             "bench/bench_published.py", rows=rows), indent=1) + "\n", encoding="utf-8")
+                                             "by regime, dense/MoE, vendor and precision, and each row's prediction; "
+                                             "written by bench/bench_published.py", rows=rows,
+                                             predictions=predictions), indent=1) + "\n", encoding="utf-8")
 
 
 def fit() -> None:

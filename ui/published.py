@@ -10,7 +10,7 @@ import streamlit as st
 
 import calculators.planning.published as published_module
 from calculators.planning.accuracy import BAR_MEDIAN, BAR_WORST, bar_by_pricing, group_value_words
-from calculators.planning.published import compare_all, error_table
+from calculators.planning.published import committed_comparison, compare_all, error_table
 from specs.stacks import load_stack
 from ui.charts import style as chart_style
 from ui.headings import human_heading
@@ -22,16 +22,22 @@ MEASURES = {"output_tok_s": "tok/s", "itl_ms": "ITL ms", "ttft_ms": "TTFT ms", "
 
 
 @st.cache_data(show_spinner=False)
-def _compared() -> dict:
-    return compare_all()
+def _compared(pricing: str) -> dict:
+    """The rows as bench/bench_published.py last priced them (instant), else priced now by the closed form."""
+    return committed_comparison(pricing) or compare_all()
 
 
 def published_serving_section() -> None:
     """The median / worst error of bench/published_serving.csv and its error chart right under them (the Calibration
     page's first screen at 1366×768; what the rows are in an expander between), then the error by regime and the
-    table."""
+    table. Priced by the closed form, or by measured kernels where bench/bench_published.py ran with them."""
     st.subheader("Published data-centre measurements")
-    res = _compared()
+    choices = ["closed form"] + (["measured kernels"] if committed_comparison("measured kernels") else [])
+    pricing = st.radio("Priced by", choices, horizontal=True, key="published.pricing",
+                       help="Closed form: datasheet rooflines at each stack's fitted efficiencies. Measured kernels: "
+                            "each op from kernels measured on the GPU and stack (aiconfigurator-core), as the "
+                            "planner prices when that extra is installed; recorded by bench/bench_published.py")
+    res = _compared(pricing)
     df = pd.DataFrame(res["rows"])
     df["error %"] = 100 * df["error"]
     df["stack"] = [load_stack(s).name for s in df["stack"]]

@@ -25,10 +25,22 @@ def group_value_words(value: str) -> str:
 
 
 @lru_cache(maxsize=1)
-def table() -> tuple:
+def _file() -> dict:
     if not ACCURACY_JSON.is_file():
-        return ()
-    return tuple(json.loads(ACCURACY_JSON.read_text(encoding="utf-8"))["rows"])
+        return {}
+    return json.loads(ACCURACY_JSON.read_text(encoding="utf-8"))
+
+
+def table() -> tuple:
+    return tuple(_file().get("rows", ()))
+
+
+def committed_predictions(pricing: str = "closed form") -> dict:
+    """{1-based row id of bench/published_serving.csv: (predicted, error)} as bench/bench_published.py last priced
+    the table, "closed form" or "measured kernels" ({} where it did not: the file is older, or the extra was not
+    installed). A test recomputes them."""
+    return {p["row"]: (p["predicted"], p["error"]) for p in _file().get("predictions", ())
+            if p["pricing"] == pricing}
 
 
 def _find(group: str, value: str) -> dict | None:

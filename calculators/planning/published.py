@@ -233,6 +233,25 @@ def compare_all(rows: list[dict] | None = None, profile=None) -> dict:
                 worst_abs_error=max(errs) if errs else None)
 
 
+def committed_comparison(pricing: str = "closed form", rows: list[dict] | None = None) -> dict | None:
+    """`compare_all`'s answer as bench/bench_published.py last wrote it (`accuracy.committed_predictions`), without
+    pricing the table again: "closed form" or "measured kernels". None where the file does not hold a prediction
+    for every priced row (older than the table, or that pricing never ran here): then price it."""
+    from calculators.planning.accuracy import committed_predictions
+    got = committed_predictions(pricing)
+    out, unpriced = [], []
+    for i, r in enumerate(rows if rows is not None else load_rows(), 1):
+        if not priced(r):
+            unpriced.append(r)
+        elif i not in got:
+            return None
+        else:
+            out.append(dict(r, predicted=got[i][0], error=got[i][1], pricing=pricing))
+    errs = [abs(r["error"]) for r in out]
+    return dict(rows=out, unpriced=unpriced, median_abs_error=statistics.median(errs) if errs else None,
+                worst_abs_error=max(errs) if errs else None)
+
+
 def _kind(r: dict) -> str:
     return "MoE" if load_preset(r["model"]).num_experts else "dense"
 
@@ -292,6 +311,14 @@ def bar_table(rows: list[dict]) -> list[dict]:
         out.append(dict(regime=name, n=len(e), median_abs_error=med, worst_abs_error=worst,
                         meets=med <= BAR_MEDIAN and worst <= BAR_WORST))
     return out
+
+
+PRICED_KEYS = ("predicted", "error", "pricing")      # what compare_all adds to a row
+
+
+def source_row(priced_row: dict) -> dict:
+    """A row of `compare_all` back as it was read (without what the comparison added)."""
+    return {k: v for k, v in priced_row.items() if k not in PRICED_KEYS}
 
 
 def row_id(row: dict, rows: list[dict]) -> int:

@@ -7,7 +7,8 @@ from urllib.parse import urlparse
 
 import pytest
 
-from calculators.planning.published import compare_all, error_table, load_rows, row_id, speed_error
+from calculators.planning.published import (committed_comparison, compare_all, error_table, load_rows, row_id,
+                                            speed_error)
 from specs.stacks import STACKS_FILE
 
 ROWS = load_rows()
@@ -92,6 +93,10 @@ def test_the_committed_error_bars_are_the_tables_own_and_every_regime_has_its_ba
     committed = [r for r in json.loads(ACCURACY_JSON.read_text(encoding="utf-8"))["rows"]
                  if not r["group"].endswith(MEASURED_TAG)]
     fresh = error_table(result["rows"])
+    kept = committed_comparison("closed form", ROWS)                   # what the Calibration page draws
+    assert [r["predicted"] for r in kept["rows"]] == pytest.approx([r["predicted"] for r in result["rows"]],
+                                                                   rel=1e-9)
+    assert len(kept["unpriced"]) == len(result["unpriced"])
     assert len(committed) == len(fresh)
     for a, b in zip(committed, fresh):
         assert (a["split"], a["group"], a["value"], a["n"]) == (b["split"], b["group"], b["value"], b["n"])
@@ -172,7 +177,11 @@ def test_the_committed_measured_kernel_error_bars_are_the_tables_own():
     from calculators.planning.accuracy import ACCURACY_JSON
     committed = [r for r in json.loads(ACCURACY_JSON.read_text(encoding="utf-8"))["rows"]
                  if r["group"].endswith(MEASURED_TAG)]
-    fresh = error_table(compare_all(ROWS, profile="auto")["rows"])
+    priced_now = compare_all(ROWS, profile="auto")
+    fresh = error_table(priced_now["rows"])
+    kept = committed_comparison("measured kernels", ROWS)              # what the Calibration page draws
+    assert [r["predicted"] for r in kept["rows"]] == pytest.approx([r["predicted"] for r in priced_now["rows"]],
+                                                                   rel=1e-6)
     assert len(committed) == len(fresh)
     for a, b in zip(committed, fresh):
         assert (a["split"], a["group"], a["value"], a["n"]) == (b["split"], b["group"] + MEASURED_TAG, b["value"],
@@ -223,3 +232,11 @@ def test_the_bar_side_by_side_reads_the_same_errors_as_the_tables_own_rows(resul
         for side in ("closed", "measured"):
             if r[f"{side} n"]:
                 assert r[f"{side} meets"] == (r[f"{side} median %"] <= 8 and r[f"{side} worst %"] <= 25)
+
+
+def test_a_table_longer_than_its_committed_predictions_is_priced_again():
+    """A priced row the file holds no prediction for (the table grew after bench/bench_published.py last ran):
+    `committed_comparison` gives None, so the page prices the table instead of drawing a stale one."""
+    assert committed_comparison("closed form", ROWS) is not None
+    assert committed_comparison("closed form", ROWS + [next(r for r in ROWS if r["mode"] == "offline")]) is None
+    assert committed_comparison("no such pricing", ROWS) is None

@@ -88,6 +88,26 @@ def test_calibration_defaults_raise_no_warning_in_either_world():
                                    "MoE, wide EP", "AMD fallback"]
 
 
+def test_calibration_draws_the_published_rows_priced_either_way_without_pricing_them_again():
+    """The published section reads the predictions bench/bench_published.py committed: by the closed form, and by
+    measured kernels where it ran with them. Switching to measured kernels shows their held-out median, the
+    file's own figure."""
+    from calculators.planning.published import committed_comparison
+    import statistics
+    at = page("43_")
+    radio = next(r for r in at.radio if r.label == "Priced by")
+    measured = committed_comparison("measured kernels")
+    if measured is None:
+        assert radio.options == ["closed form"]
+        return
+    want = statistics.median(abs(r["error"]) for r in measured["rows"] if r["split"] == "test")
+    at = radio.set_value("measured kernels").run()
+    shown = next(m.value for m in at.metric if m.label == "Held-out rows: median |error|")
+    assert shown == f"{100 * want:.1f}%"
+    closed = statistics.median(abs(r["error"]) for r in committed_comparison()["rows"] if r["split"] == "test")
+    assert f"{100 * closed:.1f}%" != shown
+
+
 # ------------------------------------------------------------------------------------------ Parallelism
 def test_parallelism_default_fits():
     at = clean(page("41_"))
