@@ -10,9 +10,10 @@ from __future__ import annotations
 import pandas as pd
 import streamlit as st
 
-from calculators.planning.measured_curves import (CONTEXT_GRID, MESSAGE_GRID, TOKEN_GRID, allreduce_caption,
-                                                  allreduce_curves, attention_caption, borrowed_profiles,
-                                                  decode_attention_curves, gemm_caption, gemm_curves)
+from calculators.planning.measured_curves import (CONTEXT_GRID, MESSAGE_GRID, TOKEN_GRID, a2a_caption, a2a_curves,
+                                                  allreduce_caption, allreduce_curves, attention_caption,
+                                                  borrowed_profiles, decode_attention_curves, gemm_caption,
+                                                  gemm_curves)
 from calculators.planning.measured_step import profile_support, step_ops_table
 from calculators.multi_gpu.tensor_parallel import Mesh
 from calculators.sizing.measured_ops import profile_device
@@ -133,6 +134,14 @@ def main() -> None:
     else:
         st.caption(f"{profile.name} has no all-reduce table" + ("" if device.interconnect_bytes_per_s else
                                                                  f", and {device.name} no peer link") + ".")
+
+    a2a = a2a_curves(profile, device, config, wd) if config.num_experts else []
+    if a2a:
+        st.subheader("Expert all-to-all (wide EP) by tokens per GPU")
+        st.plotly_chart(chart(a2a, "tokens per GPU", count_text, 3,
+                              f"DeepEP dispatch and combine on {device.interconnect_name}", "% of the link",
+                              roof="the link's one-way bandwidth = 100%"))
+        st.markdown(a2a_caption(a2a, device.interconnect_name))
 
     st.subheader("One step, op by op")
     cols = st.columns(3)

@@ -118,6 +118,34 @@ def allreduce_curves(profile, device: Device, gpus=ALLREDUCE_GPUS, sizes=MESSAGE
     return out
 
 
+def a2a_curves(profile, device: Device, config: ModelConfig, weight_dtype: str = "bf16",
+               tokens=TOKEN_GRID) -> list[Curve]:
+    """Wide EP's dispatch and combine of one MoE layer (DeepEP, the faster backend at each size) by tokens per GPU,
+    on each EP size the profile measured, against the device's one-way link roofline (`measured_ops.moe_a2a_ms`:
+    each token sent once to each distinct remote GPU holding one of its experts); [] for a dense model, a device
+    without a peer link, or a profile without the table."""
+    from calculators.planning.measured_step import dispatch_format
+    from calculators.sizing.measured_ops import moe_a2a_ms
+    link = device.interconnect_bytes_per_s
+    table = getattr(profile, "tables", {}).get("moe_a2a")
+    if not config.num_experts or not link or not table:
+        return []
+    t = np.asarray(tokens, dtype=float)
+    shape = dict(hidden=config.hidden_size, topk=config.num_experts_per_tok, experts=config.num_experts)
+    out = []
+    for ep in sorted({int(e) for e in np.asarray(table["ep"], dtype=float)}):
+        if config.num_experts % ep:
+            continue
+        for phase, dtype in (("dispatch", dispatch_format(weight_dtype)), ("combine", "bfloat16")):
+            priced = moe_a2a_ms(profile, link, t, phase=phase, dtype=dtype, ep=ep, **shape)
+            if priced is not None:
+                ideal, ms, past = priced
+                out.append(Curve(f"{phase}, EP {ep} ({dtype})", t, ideal, ms, past, np.zeros_like(past),
+                                 f"{config.hidden_size:,} values a token, top-{config.num_experts_per_tok} of "
+                                 f"{config.num_experts} experts"))
+    return out
+
+
 # ------------------------------------------------------------------------------------------- sentences
 def pct(x: float) -> str:
     """0.56 -> "56%", 0.004 -> "0.4%" (a small share keeps a digit instead of reading "0%")."""
@@ -201,6 +229,18 @@ def allreduce_caption(curves: list[Curve], link_name: str, link_bytes_per_s: flo
         text += f"; no message measured gets past {pct(eff[best])} of the link's ring bound (best at " \
                 f"{fmt_bytes(c.x[best], binary=True)})"
     return text + "."
+
+
+def a2a_caption(curves: list[Curve], link_name: str) -> str:
+    """What the all-to-all curves say: each phase's time and share of the link at 1,024 tokens per GPU (or the
+    largest measured below it), and the best share either reaches."""
+    at = [int(np.argmin(np.abs(np.log(c.x / 1024.0)))) for c in curves]
+    parts = [f"{c.label.split(',')[0]} {fmt_num(c.ms[i] * 1e3, 3)} µs ({pct(c.efficiency[i])} of the link)"
+             for c, i in zip(curves, at)]
+    best = max(curves, key=lambda c: float(c.efficiency.max()))
+    return (f"At {tokens_text(curves[0].x[at[0]])} per GPU one MoE layer's {' and '.join(parts)} on {link_name}; "
+            f"the best any size reaches is {pct(float(best.efficiency.max()))} ({best.label.split(' (')[0]}). The "
+            "planner prices wide EP with these: a dispatch and a combine in every MoE layer.")
 
 
 def borrowed_profiles(stack: str, profiled: list[str]) -> list[dict]:

@@ -184,3 +184,20 @@ def test_the_planners_wide_ep_rows_price_as_serve_at_does_from_the_same_kernels(
             assert r[mine] == pytest.approx(s[theirs], rel=0.01), mine
     pairs = [(c, r) for r in rows["auto"] for c in rows[None] if (c["tp"], c["batch_cap"]) == (r["tp"], r["batch_cap"])]
     assert pairs and all(abs(c["step_ms_at_load"] / r["step_ms_at_load"] - 1) > 0.05 for c, r in pairs)
+
+
+def test_the_all_to_all_curves_read_the_law_back_and_their_caption_quotes_them():
+    """The Measured kernels page's all-to-all curves on the made-up table: at each measured size the efficiency is
+    the law's; the caption quotes 1,024 tokens' times and shares from those curves; a dense model gets none."""
+    from calculators.planning.measured_curves import a2a_caption, a2a_curves
+    curves = a2a_curves(a2a_profile(), B200, R1, "fp4")
+    assert [c.label for c in curves] == ["dispatch, EP 8 (nvfp4)", "combine, EP 8 (bfloat16)"]
+    for c, phase in zip(curves, ("dispatch", "combine")):
+        np.testing.assert_allclose(c.efficiency, law(c.x, phase), rtol=1e-9)
+    i = list(curves[0].x).index(1024.0)
+    text = a2a_caption(curves, "NVLink 5")
+    d_us, c_us = curves[0].ms[i] * 1e3, curves[1].ms[i] * 1e3
+    assert f"dispatch {d_us:,.3g} µs ({100 * law(1024, 'dispatch'):.0f}% of the link)" in text
+    assert f"combine {c_us:,.3g} µs ({100 * law(1024, 'combine'):.0f}% of the link)" in text
+    assert "the best any size reaches is 60% (dispatch, EP 8)" in text
+    assert a2a_curves(a2a_profile(), B200, load_preset("llama-3.1-8b")) == []

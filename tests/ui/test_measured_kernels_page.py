@@ -89,3 +89,17 @@ def test_the_formats_offered_are_those_the_profile_measured():
     p = hand_made_h200_profile()
     assert mk.measured_formats(p, "gemm", "dtype", mk.WEIGHT_CHOICES) == ["bf16"]         # a CPU's: ["fp32"]
     assert mk.measured_formats(p, "context_attention", "kv_dtype", mk.KV_CHOICES) == list(mk.KV_CHOICES)
+
+
+def test_an_moe_model_on_a_profile_with_deepep_tables_gets_the_all_to_all_chart():
+    """DeepSeek-R1 on aiconfigurator-core's B200 TensorRT-LLM profile (skipped without it): a fourth chart, DeepEP's
+    dispatch and combine by tokens per GPU against the link, with its sentence under it."""
+    from specs import aiconfigurator_source as aic
+    if aic.package_dir() is None or not aic.readers_installed():
+        pytest.skip("aiconfigurator-core is not installed (pip install -r requirements-profiles.txt)")
+    name = next(n for n in aic.shipped() if n[0] == "b200_sxm" and n[1] == "trtllm")
+    at = run_script(PAGE, 180, choice=None, **{"kernels.profile": aic.profile_name(*name, aic.package_version()),
+                                                "kernels.model": "DeepSeek-R1", "kernels.wd": "fp4"})
+    assert not at.exception and not errors(at)
+    assert any(h.value == "Expert all-to-all (wide EP) by tokens per GPU" for h in at.subheader)
+    assert "At 1,024 tokens per GPU one MoE layer's dispatch" in page_text(at)
