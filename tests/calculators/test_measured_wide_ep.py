@@ -129,14 +129,15 @@ def test_the_real_b200_all_to_all_is_deepeps_measured_dispatch_and_combine(b200)
 
 def test_the_real_b200_fused_moe_of_a_wide_ep_step_reads_the_whole_groups_tokens(b200):
     """A replica's step of 512 tokens: its GPU's experts take the 8 replicas' 4,096 tokens, so the op is the
-    package's fastest balanced NVFP4 EP-8 fused MoE at 4,096 tokens (not at 512: a third less) in each MoE
+    package's fastest NVFP4 EP-8 fused MoE at aiconfigurator's default routing (power law 1.01) at 4,096 tokens
+    (not at 512: a third less) in each MoE
     layer."""
     pd = pytest.importorskip("pandas")
     from calculators.planning.measured_step import step_ops_table
     prof, data = b200
     df = pd.concat([pd.read_parquet(p) for p in data.glob(f"moe/trtllm/{prof.stack_version}/moe_perf.parquet")])
     shape = dict(moe_dtype="nvfp4", hidden_size=7168, inter_size=2048, num_experts=256, topk=8, moe_tp_size=1,
-                 moe_ep_size=8, distribution="balanced")
+                 moe_ep_size=8, distribution="power_law_1.01")
     at_group, at_replica = _fastest(df, num_tokens=4096, **shape), _fastest(df, num_tokens=512, **shape)
     ops = step_ops_table(prof, R1, B200, WIDE, "fp4", "fp8", 512, 2048.0)
     moe = next(r for r in ops if r["op"].startswith("routed experts"))
@@ -159,7 +160,7 @@ def test_the_real_b200_wide_ep_step_prices_its_weights_as_its_ops_table_shows(b2
 def test_the_planners_wide_ep_rows_price_as_serve_at_does_from_the_same_kernels():
     """DeepSeek-R1 on 8 H200 in FP8 at 16 requests/s (the wide-EP planner test's case), priced from the H200
     TensorRT-LLM profile: each wide-EP row the planner ranks carries serve-at's figures for its layout, cap and
-    rate within 1%, and they are not the closed form's (the all-to-alls alone are several times longer)."""
+    rate within 1%, and they are not the closed form's (its decode step at the batch cap is 20% off or more)."""
     from specs import aiconfigurator_source as aic
     if aic.package_dir() is None or not aic.readers_installed():
         pytest.skip("aiconfigurator-core is not installed (pip install -r requirements-profiles.txt)")
@@ -183,7 +184,7 @@ def test_the_planners_wide_ep_rows_price_as_serve_at_does_from_the_same_kernels(
                              ("ttft_p99_ms", "ttft_p99_ms")):
             assert r[mine] == pytest.approx(s[theirs], rel=0.01), mine
     pairs = [(c, r) for r in rows["auto"] for c in rows[None] if (c["tp"], c["batch_cap"]) == (r["tp"], r["batch_cap"])]
-    assert pairs and all(abs(c["step_ms_at_load"] / r["step_ms_at_load"] - 1) > 0.05 for c, r in pairs)
+    assert pairs and all(abs(c["itl_ms"] / r["itl_ms"] - 1) > 0.2 for c, r in pairs)     # the step at its cap
 
 
 def test_the_all_to_all_curves_read_the_law_back_and_their_caption_quotes_them():
