@@ -111,8 +111,8 @@ def serving_table() -> None:
     priced twice: by the closed form (the stacks' fitted efficiencies) and, where aiconfigurator-core's databases
     are installed (requirements-profiles.txt), by kernels measured on its GPU and stack (the nearest profiled GPU's
     for a GPU nothing measured); the error tables of both go to bench/published_accuracy.json."""
-    from calculators.planning.published import (BAR_MEDIAN, BAR_WORST, bar_table, compare_all, error_table,
-                                                load_rows, row_id, source_row)
+    from calculators.planning.accuracy import BAR_MEDIAN, BAR_WORST
+    from calculators.planning.published import bar_table, compare_all, error_table, load_rows, row_id, source_row
     from specs.aiconfigurator_source import package_dir
     rows = load_rows()
     runs = [("closed form", compare_all(rows))]

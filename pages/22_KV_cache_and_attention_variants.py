@@ -106,8 +106,8 @@ def growth_section(config: ModelConfig, first=None) -> int | None:
     df = pd.DataFrame(rows)
     fig = px.line(df, x="context tokens", y="KV per sequence (GB)", color="model",
                   line_dash="KV precision" if len(dtypes) > 1 else None, log_x=log, log_y=log,
-                  title="KV cache of ONE sequence vs context length (each line ends at the model's context window)")
-    fig.update_layout(height=520, legend=dict(orientation="h", yanchor="top", y=-0.18, x=0),
+                  title="KV cache of ONE sequence by context (a line ends at its context window)")
+    fig.update_layout(height=520, legend=dict(orientation="h", yanchor="top", y=-0.18, x=0, title_text=""),
                       margin=dict(l=10, r=10, t=50, b=10))
     if log:
         fig.update_xaxes(dtick=1, tickformat=",~g")

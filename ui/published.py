@@ -22,9 +22,15 @@ MEASURES = {"output_tok_s": "tok/s", "itl_ms": "ITL ms", "ttft_ms": "TTFT ms", "
 
 
 @st.cache_data(show_spinner=False)
-def _compared(pricing: str) -> dict:
-    """The rows as bench/bench_published.py last priced them (instant), else priced now by the closed form."""
-    return committed_comparison(pricing) or compare_all()
+def _committed(pricing: str) -> dict | None:
+    """The rows as bench/bench_published.py last priced them (instant; None where the file does not hold them)."""
+    return committed_comparison(pricing)
+
+
+@st.cache_data(show_spinner=False)
+def _priced_now() -> dict:
+    """The rows priced here by the closed form (seconds): where the committed file is older than the table."""
+    return compare_all()
 
 
 def published_serving_section() -> None:
@@ -32,12 +38,12 @@ def published_serving_section() -> None:
     page's first screen at 1366×768; what the rows are in an expander between), then the error by regime and the
     table. Priced by the closed form, or by measured kernels where bench/bench_published.py ran with them."""
     st.subheader("Published data-centre measurements")
-    choices = ["closed form"] + (["measured kernels"] if committed_comparison("measured kernels") else [])
+    choices = ["closed form"] + (["measured kernels"] if _committed("measured kernels") else [])
     pricing = st.radio("Priced by", choices, horizontal=True, key="published.pricing",
                        help="Closed form: datasheet rooflines at each stack's fitted efficiencies. Measured kernels: "
                             "each op from kernels measured on the GPU and stack (aiconfigurator-core), as the "
                             "planner prices when that extra is installed; recorded by bench/bench_published.py")
-    res = _compared(pricing)
+    res = _committed(pricing) or _priced_now()        # measured kernels is offered only where committed
     df = pd.DataFrame(res["rows"])
     df["error %"] = 100 * df["error"]
     df["stack"] = [load_stack(s).name for s in df["stack"]]

@@ -203,8 +203,7 @@ def moe_shape(config: ModelConfig, mesh: Mesh) -> dict | None:
         return None
     ep = max(1, mesh.ep)
     return dict(hidden=c.hidden_size, inter=c.moe_intermediate_size or c.intermediate_size, experts=c.num_experts,
-                topk=c.num_experts_per_tok, tp=max(1, mesh.tp // ep), ep=ep,
-                layers=arch.moe_layer_count(c) * stage_layers(c, mesh.pp) / c.num_layers)
+                topk=c.num_experts_per_tok, tp=max(1, mesh.tp // ep), ep=ep, layers=moe_layers_per_stage(c, mesh))
 
 
 def attention_layers(config: ModelConfig, mesh: Mesh) -> list[tuple[int | None, float]]:
@@ -311,8 +310,9 @@ def step_grid_tables(profile, config: ModelConfig, device: Device, mesh: Mesh, w
     small = elementwise_ms(profile, device, g * elementwise_bytes_per_token(config, mesh) * layers,
                            kernels_per_layer(config) * layers + KERNELS_PER_STEP)
     ew_ideal, ew = small if small is not None else (np.zeros_like(g), np.zeros_like(g))
-    return dict(elementwise=ew, elementwise_ideal=ew_ideal, gemm=gemm, gemm_ideal=gemm_ideal, decode_attn=dec, decode_attn_ideal=dec_ideal, prefill_attn=pre,
-                prefill_attn_ideal=pre_ideal, lm_head=lm, lm_head_ideal=lm_ideal, extrapolated=past)
+    return dict(elementwise=ew, elementwise_ideal=ew_ideal, gemm=gemm, gemm_ideal=gemm_ideal, decode_attn=dec,
+                decode_attn_ideal=dec_ideal, prefill_attn=pre, prefill_attn_ideal=pre_ideal, lm_head=lm,
+                lm_head_ideal=lm_ideal, extrapolated=past)
 
 
 def _prefill_rows(op, tokens, batch, window):

@@ -7,8 +7,8 @@ Row modes:
   (`serve_at.finite_run_at` at an unbounded rate): N·O / makespan, the ramp while the batch fills and the drain of
   the last wave included; without it, `throughput.max_throughput`'s steady output tokens/s;
 - concurrency C (a closed loop of C users, AIPerf/genai-perf): ITL = one steady-state step with C sequences,
-  TTFT = the prompt's prefill (the deployment's step at 0 decode rows, `request_latency`), output tokens/s = C·O / (TTFT + (O − 1)·ITL), or the maximum throughput once C
-  exceeds the batch the deployment can hold;
+  TTFT = the prompt's prefill (the deployment's step at 0 decode rows, `request_latency`), output tokens/s =
+  C·O / (TTFT + (O − 1)·ITL), or the maximum throughput once C exceeds the batch the deployment can hold;
 - static batch B (every sequence starts together): end-to-end = prefill of B prompts + (O − 1) decode steps at
   the mean context; output tokens/s = B·O / end-to-end.
 Error = predicted speed / published speed − 1 (+ = the prediction is too optimistic), whatever the unit.
@@ -30,7 +30,7 @@ import statistics
 from pathlib import Path
 
 from calculators import arch
-from calculators.planning.accuracy import BAR_GROUPS, BAR_MEDIAN, BAR_WORST
+from calculators.planning.accuracy import BAR_GROUPS, meets_bar
 from calculators.sizing.latency import Efficiency
 from calculators.multi_gpu.tensor_parallel import Mesh, _link_for
 from calculators.planning.measured_step import resolve_profile
@@ -137,15 +137,14 @@ def _server(row: dict, c, dev, mesh, stack, eff, profile=None, memo: dict | None
     metric = row["metric"]
     key = (tuple(row.get(k) for k in _SAME_RUN), id(profile), repr(eff))
     if memo is not None and key in memo:               # a source's ITL and TTFT of one run: one steady state
-        r, f = memo[key]
+        r, f, _ = memo[key]
     else:
         r = serve_at(c, dev, mesh, rate, I, O, row["weights"], row["kv"], stack, efficiency=eff, profile=profile,
                      **caps(row))
         f = finite_run_at(c, dev, mesh, rate, int(row["requests"]), I, O, row["weights"], row["kv"], stack, eff,
                           profile=profile, **caps(row)) if not r["stable"] and row.get("requests") else None
-        if memo is not None:
-            memo[key] = (r, f)
-            memo.setdefault("_alive", []).append(profile)       # its id stays its own while the memo lives
+        if memo is not None:                           # the profile kept with them: its id stays its own
+            memo[key] = (r, f, profile)
     if f is not None:
         return {"itl_ms": f["itl_ms"], "ttft_ms": f["ttft_ms"], "output_tok_s": f["achieved_rps"] * O}[metric]
     if not r["stable"]:
@@ -228,6 +227,11 @@ def compare_all(rows: list[dict] | None = None, profile=None) -> dict:
             prof = None
         p = predict(r, profile=prof if prof is not None else None, memo=memo)
         out.append(dict(r, predicted=p, error=speed_error(r, p), pricing=pricing))
+    return _summary(out, unpriced)
+
+
+def _summary(out: list[dict], unpriced: list[dict]) -> dict:
+    """The priced rows, the rows left unpriced, and the median and worst |error| of the priced ones."""
     errs = [abs(r["error"]) for r in out]
     return dict(rows=out, unpriced=unpriced, median_abs_error=statistics.median(errs) if errs else None,
                 worst_abs_error=max(errs) if errs else None)
@@ -247,9 +251,7 @@ def committed_comparison(pricing: str = "closed form", rows: list[dict] | None =
             return None
         else:
             out.append(dict(r, predicted=got[i][0], error=got[i][1], pricing=pricing))
-    errs = [abs(r["error"]) for r in out]
-    return dict(rows=out, unpriced=unpriced, median_abs_error=statistics.median(errs) if errs else None,
-                worst_abs_error=max(errs) if errs else None)
+    return _summary(out, unpriced)
 
 
 def _kind(r: dict) -> str:
@@ -309,7 +311,7 @@ def bar_table(rows: list[dict]) -> list[dict]:
             continue
         med, worst = statistics.median(e), max(e)
         out.append(dict(regime=name, n=len(e), median_abs_error=med, worst_abs_error=worst,
-                        meets=med <= BAR_MEDIAN and worst <= BAR_WORST))
+                        meets=meets_bar(med, worst)))
     return out
 
 
@@ -434,8 +436,9 @@ def _with_host(stack_key: str, host: dict):
 
 def fit_measured_host(stack_key: str, rows: list[dict] | None = None, sweeps: int = 2) -> dict:
     """The host's work per step that, with each row's GPU priced from kernels measured on it (or on the nearest
-    profiled device, its compute-bound work slowed by `borrowed_compute_scale` per vendor: `step.derated`), best fits the stack's FIT rows (coordinate search over
-    HOST_GRID, mean |log error|). Test rows never enter. Returns the fitted entry, its rows' ids and errors."""
+    profiled device, its compute-bound work slowed by `borrowed_compute_scale` per vendor: `step.derated`), best
+    fits the stack's FIT rows (coordinate search over HOST_GRID, mean |log error|). Test rows never enter. Returns
+    the fitted entry, its rows' ids and errors."""
     from specs.stacks import _doc
     rows = rows if rows is not None else load_rows()
     part = [r for r in rows if r["split"] == "fit" and priced(r) and r["stack"] == stack_key]

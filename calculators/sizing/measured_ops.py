@@ -156,8 +156,8 @@ def moe_roofline_ms(device: Device, tokens, hidden: float, inter: float, experts
     return np.maximum(flops / peak_flops(device, dtype), bytes_ / device.memory_bandwidth_bytes_per_s) * 1e3
 
 
-# the element sizes of the formats an all-to-all table sends (NVFP4: 4-bit values and one 8-bit scale per 16)
-A2A_BYTES = {"bfloat16": 2.0, "bf16": 2.0, "fp16": 2.0, "fp8": 1.0, "nvfp4": 0.5625, "fp4": 0.5625}
+# the format names an all-to-all table uses, as `dtype_bytes` knows them
+A2A_FORMATS = {"bfloat16": "bf16", "nvfp4": "fp4"}
 
 
 def a2a_roofline_ms(link_bytes_per_s: float, tokens, hidden: float, topk: int, experts: int, ep: int,
@@ -167,7 +167,8 @@ def a2a_roofline_ms(link_bytes_per_s: float, tokens, hidden: float, topk: int, e
     values of `dtype`, over one direction of the link (every GPU sends at once), ms. Arrays in tokens."""
     from calculators.multi_gpu.moe import dispatch_copies_per_token
     copies = dispatch_copies_per_token(int(experts), int(topk), int(ep))
-    return np.asarray(tokens, dtype=float) * copies * hidden * A2A_BYTES[dtype] / link_bytes_per_s * 1e3
+    return np.asarray(tokens, dtype=float) * copies * hidden * dtype_bytes(A2A_FORMATS.get(dtype, dtype)) / \
+        link_bytes_per_s * 1e3
 
 
 def allreduce_roofline_ms(link_bytes_per_s: float, bytes_, gpus: float):
@@ -572,6 +573,15 @@ def moe_ms(profile, device: Device, tokens, hidden: int, inter: int, experts: in
     return _priced("moe experts", ideal, ideal_used / np.exp(le), past | bool(note), note, np.ndim(tokens))
 
 
+def _fastest_per_size(columns: tuple, ms: np.ndarray) -> tuple:
+    """The distinct sizes among `columns` (equal-length arrays) and, at each, the least of `ms`: several kernels
+    measured at one size, of which the stack runs the fastest."""
+    sizes, at = np.unique(np.stack(columns, axis=1), axis=0, return_inverse=True)
+    fastest = np.full(len(sizes), np.inf)
+    np.minimum.at(fastest, at.ravel(), ms)
+    return tuple(sizes.T), fastest
+
+
 @_memo
 def _allreduce_lines(profile, _device, gpus: int, link_bytes_per_s: float) -> _Lines | None:
     t = _table(profile, "allreduce")
@@ -585,10 +595,7 @@ def _allreduce_lines(profile, _device, gpus: int, link_bytes_per_s: float) -> _L
             keep &= graph
     b, g, ms = (np.asarray(t[c], dtype=float)[keep] for c in ("bytes", "gpus", "ms"))
     # several kernels measured at one size (custom, NCCL): the stack runs the fastest, as its AUTO strategy picks
-    sizes, at = np.unique(np.stack([b, g], axis=1), axis=0, return_inverse=True)
-    fastest = np.full(len(sizes), np.inf)
-    np.minimum.at(fastest, at.ravel(), ms)
-    b, g, ms = sizes[:, 0], sizes[:, 1], fastest
+    (b, g), ms = _fastest_per_size((b, g), ms)
     ideal = np.array([allreduce_roofline_ms(link_bytes_per_s, bi, gi) for bi, gi in zip(b, g)], dtype=float)
     return _build_lines(b, dict(gpus=g), np.log(ideal / ms))
 
@@ -616,12 +623,10 @@ def _a2a_lines(profile, _device, phase: str, dtype: str, link_bytes_per_s: float
         return None
     # several backends measured at one shape (DeepEP low-latency below a few hundred tokens, high-throughput at
     # every size): the stack switches to the faster, so the fastest is kept, as for the all-reduces
-    sizes, at = np.unique(np.stack([tok, hid, k, e, ep], axis=1), axis=0, return_inverse=True)
-    fastest = np.full(len(sizes), np.inf)
-    np.minimum.at(fastest, at.ravel(), ms)
-    ideal = np.array([a2a_roofline_ms(link_bytes_per_s, *row, dtype) for row in sizes], dtype=float)
-    tok, hid, k, e, ep = sizes.T
-    return _build_lines(tok, dict(hidden=hid, topk=k, experts=e, ep=ep), np.log(ideal / fastest))
+    (tok, hid, k, e, ep), ms = _fastest_per_size((tok, hid, k, e, ep), ms)
+    ideal = np.array([a2a_roofline_ms(link_bytes_per_s, *row, dtype) for row in zip(tok, hid, k, e, ep)],
+                     dtype=float)
+    return _build_lines(tok, dict(hidden=hid, topk=k, experts=e, ep=ep), np.log(ideal / ms))
 
 
 def moe_a2a_ms(profile, link_bytes_per_s: float, tokens, hidden: int, topk: int, experts: int, ep: int,
