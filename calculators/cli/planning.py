@@ -17,12 +17,14 @@ from calculators.multi_gpu.tensor_parallel import Mesh
 from calculators.planning.accuracy import band
 from calculators.planning.step import borrowed
 from calculators.planning.throughput import max_throughput
+from calculators.planning.trtllm_bench import trtllm_bench_caps
 from calculators.sizing.roofline import compute_precision_for
 from calculators.units import KV_DTYPES, WEIGHT_DTYPES, default_kv_dtype, fmt_num
 from specs.model_config import SpecError
 from specs.stacks import list_stacks
 
 COMMANDS = ("throughput", "ops")
+CAPS_RULES = ("stack", "trtllm-bench")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -47,9 +49,23 @@ def build_parser() -> argparse.ArgumentParser:
                    "(default: the stack's)")
     p.add_argument("--max-num-batched-tokens", type=positive_int, default=None,
                    help="scheduler cap on tokens per step (default: the stack's)")
+    p.add_argument("--caps", choices=CAPS_RULES, default="stack",
+                   help="where the scheduler caps come from when not given: the stack's server defaults (stack), "
+                        "or the upper bounds `trtllm-bench throughput` picks for itself from the lengths and the "
+                        "memory (trtllm-bench; its KV fraction is --gpu-memory-utilization, default 0.9)")
     add_profile_arg(p)
     p.add_argument("--json", action="store_true", help="print JSON instead of a table")
     return p
+
+
+def scheduler_caps(args, c, dev, mesh, kd) -> dict:
+    """The caps given on the command line; the rest from `--caps` (the stack's defaults: none passed)."""
+    given = dict(max_num_seqs=args.max_num_seqs, max_num_batched_tokens=args.max_num_batched_tokens)
+    if args.caps == "trtllm-bench":
+        rule = trtllm_bench_caps(c, dev, mesh.tp, mesh.pp, args.prompt_tokens, args.output_tokens,
+                                 args.weight_dtype, kd, args.gpu_memory_utilization or 0.9)
+        given = {k: v if v is not None else rule[k] for k, v in given.items()}
+    return given
 
 
 def run(args) -> dict:
@@ -58,11 +74,10 @@ def run(args) -> dict:
     kd = args.kv_dtype or default_kv_dtype(args.weight_dtype)
     profile, pricing = profile_of(args, dev, c)
     r = max_throughput(c, dev, mesh, args.prompt_tokens, args.output_tokens, args.weight_dtype, kd, args.stack,
-                       args.gpu_memory_utilization, max_num_seqs=args.max_num_seqs,
-                       max_num_batched_tokens=args.max_num_batched_tokens, profile=profile)
+                       args.gpu_memory_utilization, **scheduler_caps(args, c, dev, mesh, kd), profile=profile)
     return dict(command="throughput", model=c.name, device=dev.name, tp=mesh.tp, pp=mesh.pp, ep=mesh.ep,
                 weight_dtype=args.weight_dtype, kv_dtype=kd, prompt_tokens=args.prompt_tokens,
-                output_tokens=args.output_tokens, **r, pricing=pricing,
+                output_tokens=args.output_tokens, **r, pricing=pricing, caps_from=args.caps,
                 accuracy=band("max_throughput", dev.vendor, compute_precision_for(args.weight_dtype),
                               bool(c.num_experts), measured=profile is not None,
                               borrowed=borrowed(profile, dev)))
@@ -77,7 +92,8 @@ def render(out: dict) -> str:
     lines.append(f"  binds                  {out['binds']}")
     lines.append(f"  priced from            {out['pricing']}")
     lines.append(f"  accuracy               {out['accuracy']['text']}")
-    lines.append("  batch caps             " + ", ".join(f"{k} {v:,}" for k, v in out["batch_caps"].items()))
+    lines.append("  batch caps             " + ", ".join(f"{k} {v:,}" for k, v in out["batch_caps"].items()) +
+                 (" (scheduler caps: trtllm-bench's own upper bounds)" if out.get("caps_from") == "trtllm-bench" else ""))
     return "\n".join(lines)
 
 

@@ -17,8 +17,8 @@ import numpy as np
 
 from calculators import arch
 from calculators.multi_gpu.tensor_parallel import Mesh
-from calculators.planning.measured_step import (WEIGHT_FORMATS, attention_shape, decode_attention_op, layer_gemms,
-                                                lm_head_dtype, moe_shape)
+from calculators.planning.measured_step import (WEIGHT_FORMATS, attention_shape, decode_attention_op, gemm_dtype,
+                                                layer_gemms, lm_head_dtype, moe_shape)
 from calculators.sizing.measured_ops import allreduce_ms, gemm_ms, moe_ms, peak_flops
 from calculators.units import fmt_num
 from specs.devices import Device
@@ -62,7 +62,7 @@ def gemm_curves(profile, device: Device, config: ModelConfig, tp: int = 1, weigh
     m = np.asarray(tokens, dtype=float)
     mesh = Mesh(tp=tp)
     head = lm_head_dtype(wd)
-    shapes = [(name, n, k, wd) for name, n, k, _ in layer_gemms(config, mesh)]
+    shapes = [(name, n, k, gemm_dtype(name, wd)) for name, n, k, _ in layer_gemms(config, mesh)]
     shapes.append(("LM head", max(1, config.vocab_size // tp), config.hidden_size, head))
     out = []
     for name, n, k, dtype in shapes:

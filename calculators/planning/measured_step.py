@@ -69,6 +69,13 @@ def lm_head_dtype(weight_dtype: str) -> str:
     return weight_dtype if weight_dtype in ("bf16", "fp16", "fp32") else "bf16"
 
 
+def gemm_dtype(name: str, weight_dtype: str) -> str:
+    """The weight format a layer GEMM runs in: the MoE router stays in 16 bits in quantized checkpoints (ModelOpt
+    and DeepSeek's FP8 leave `mlp.gate` unquantized; aiconfigurator prices it in bf16 too), like the LM head;
+    every other layer GEMM in the model's weight format."""
+    return lm_head_dtype(weight_dtype) if name == "router" else weight_dtype
+
+
 def profile_support(config: ModelConfig, profile=None) -> str | None:
     """Why a profile (this one, when given) cannot price this model's step (None if it can)."""
     tables = getattr(profile, "tables", None)
@@ -264,8 +271,8 @@ def step_grid_tables(profile, config: ModelConfig, device: Device, mesh: Mesh, w
     g = np.asarray(grid, dtype=float)
     past = np.zeros_like(g, dtype=bool)
     gemm, gemm_ideal = np.zeros_like(g), np.zeros_like(g)
-    for _, n, k, count in layer_gemms(config, mesh):
-        ideal, ms, ex = gemm_ms(profile, device, g, n, k, wd)
+    for name, n, k, count in layer_gemms(config, mesh):
+        ideal, ms, ex = gemm_ms(profile, device, g, n, k, gemm_dtype(name, wd))
         gemm += count * ms
         gemm_ideal += count * ideal
         past |= ex
@@ -364,7 +371,8 @@ def step_ops_table(profile, config: ModelConfig, device: Device, mesh: Mesh, wei
                          measured_ms=priced.ms * count, efficiency=priced.efficiency,
                          extrapolated=priced.extrapolated, note=priced.note))
     for name, n, k, count in layer_gemms(config, mesh):
-        add(name, f"{m:,} × {k:,} · {k:,} × {n:,} ({wd})", gemm_ms(profile, device, m, n, k, wd), count)
+        dt = gemm_dtype(name, wd)
+        add(name, f"{m:,} × {k:,} · {k:,} × {n:,} ({dt})", gemm_ms(profile, device, m, n, k, dt), count)
     moe = moe_shape(config, mesh)
     if moe:
         layers = moe.pop("layers")

@@ -1,6 +1,8 @@
 """`python -m calculators throughput ... --json`: the fields issue 17 names, and one line for bad input."""
 import json
 
+import pytest
+
 from calculators.cli import main
 
 
@@ -24,3 +26,22 @@ def test_bad_stack_and_bad_ep_are_one_line(capsys):
                  "--prompt-tokens", "10", "--output-tokens", "10"]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "EP 6 does not divide" in err
+
+
+def test_caps_trtllm_bench_runs_under_the_caps_that_tool_picks_and_a_given_cap_still_wins(capsys):
+    """Qwen3-235B FP8 on 8 × H200, 1,000 / 1,000: trtllm-bench's rule gives 2,304 sequences and 4,608 tokens
+    (worked in tests/calculators/test_trtllm_bench_caps.py) where the server defaults are 2,048 and 8,192."""
+    base = ["throughput", "--model", "qwen3-235b-a22b", "--gpu", "h200", "--tp", "8", "--ep", "8",
+            "--weight-dtype", "fp8", "--kv-dtype", "fp8", "--prompt-tokens", "1000", "--output-tokens", "1000",
+            "--stack", "trtllm", "--json"]
+    got = {}
+    for extra in ([], ["--caps", "trtllm-bench"], ["--caps", "trtllm-bench", "--max-num-seqs", "1000"]):
+        assert main(base + extra) == 0
+        got[tuple(extra)] = json.loads(capsys.readouterr().out)
+    stack, rule, given = got.values()
+    assert (stack["max_num_seqs"], stack["max_num_batched_tokens"], stack["caps_from"]) == (2048, 8192, "stack")
+    assert (rule["max_num_seqs"], rule["max_num_batched_tokens"], rule["caps_from"]) == (2304, 4608, "trtllm-bench")
+    assert (given["max_num_seqs"], given["max_num_batched_tokens"]) == (1000, 4608)
+    with pytest.raises(SystemExit) as bad:
+        main(base[:-1] + ["--caps", "sglang"])
+    assert bad.value.code == 2 and "invalid choice: 'sglang'" in capsys.readouterr().err

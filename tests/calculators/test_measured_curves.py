@@ -118,3 +118,48 @@ def test_on_the_h200_vllm_profile_attention_streams_near_the_datasheet_and_a_gem
     assert 0.8 < max(c.efficiency.max() for c in attn) < 1.0                       # streams the KV near 90%
     assert attn[0].efficiency[0] < 0.5 * attn[-1].efficiency[0]                   # batch 1 at 1k: fixed cost
     assert "only" in attention_caption(attn) and "compute-bound" in gemm_caption(qkv)
+
+
+def test_the_moe_router_is_priced_in_16_bits_when_the_layers_are_fp8():
+    """Quantized checkpoints leave the router (`mlp.gate`) in bf16: its curve and the step's GEMMs read the bf16
+    table (made here at 50% of the roofline) while the qkv projection reads the fp8 one (10%)."""
+    import numpy as np
+    from calculators.multi_gpu.tensor_parallel import Mesh
+    from calculators.planning.measured_step import gemm_dtype, step_grid_tables
+    from calculators.sizing.measured_ops import (decode_attention_roofline_ms, gemm_roofline_ms, moe_roofline_ms,
+                                                 prefill_attention_roofline_ms)
+    from specs.presets import load_preset
+    from specs.profile_format import Profile, tables_from_columns
+    qwen = load_preset("qwen3-30b-a3b")
+    shapes = [(n, k) for n, k in ((5120, 2048), (2048, 4096), (128, 2048), (151936, 2048))]
+    gemm = [(dt, m, n, k, float(gemm_roofline_ms(H200, m, n, k, dt)) / eff)
+            for dt, eff in (("bf16", 0.5), ("fp8", 0.1)) for n, k in shapes for m in (1, 64, 4096)]
+    moe = [("fp8", t, 2048, 768, 128, 8, 1, 1, "power_law_1.01",
+            float(moe_roofline_ms(H200, t, 2048, 768, 128, 8, 1, 1, "fp8")) / 0.3) for t in (1, 64, 4096)]
+    dec = [("bf16", "fp8", b, ctx, 32, 4, 128, 0,
+            float(decode_attention_roofline_ms(H200, b, ctx, 32, 4, 128, "fp8")) / 0.9)
+           for b in (1, 64, 4096) for ctx in (1024, 32768)]
+    pre = [("bf16", "fp8", b, t, 0, 32, 4, 128, 0,
+            float(prefill_attention_roofline_ms(H200, b, t, 0, 32, 4, 128, "fp8")) / 0.5)
+           for b in (1, 8) for t in (128, 1024, 8192)]
+    tables = tables_from_columns({
+        "gemm": {c: [r[i] for r in gemm] for i, c in enumerate(("dtype", "m", "n", "k", "ms"))},
+        "generation_attention": {c: [r[i] for r in dec] for i, c in enumerate(
+            ("dtype", "kv_dtype", "batch", "context", "heads", "kv_heads", "head_dim", "window", "ms"))},
+        "context_attention": {c: [r[i] for r in pre] for i, c in enumerate(
+            ("dtype", "kv_dtype", "batch", "tokens", "prefix", "heads", "kv_heads", "head_dim", "window", "ms"))},
+        "moe": {c: [r[i] for r in moe] for i, c in enumerate(("dtype", "tokens", "hidden", "inter", "experts",
+                                                               "topk", "tp", "ep", "distribution", "ms"))}}, "test")
+    p = Profile(name="h200-router-test", device="H200", stack="trtllm", stack_version="0-test",
+                source={"kind": "profiler", "version": "test", "detail": "hand-made"}, provenance={}, tables=tables)
+    assert [gemm_dtype(n, "fp8") for n in ("router", "qkv projection")] == ["bf16", "fp8"]
+    assert gemm_dtype("router", "fp16") == "fp16"
+    curves = {c.label: c for c in gemm_curves(p, H200, qwen, weight_dtype="fp8", tokens=[64])}
+    assert curves["router"].efficiency == pytest.approx([0.5]) and "(bf16)" in curves["router"].shape
+    assert curves["qkv projection"].efficiency == pytest.approx([0.1])
+    g = step_grid_tables(p, qwen, H200, Mesh(), "fp8", "fp8", 1024.0, 1000.0, np.array([64.0]))
+    layers = qwen.num_layers
+    want = layers * sum(float(gemm_roofline_ms(H200, 64, n, k, dt)) / eff for (n, k), dt, eff in
+                        (((5120, 2048), "fp8", 0.1), ((2048, 4096), "fp8", 0.1), ((128, 2048), "bf16", 0.5))) \
+        + layers * float(moe_roofline_ms(H200, 64, 2048, 768, 128, 8, 1, 1, "fp8")) / 0.3
+    assert float(g["gemm"][0]) == pytest.approx(want, rel=1e-9)
