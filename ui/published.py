@@ -33,13 +33,30 @@ def _priced_now() -> dict:
     return compare_all()
 
 
+@st.cache_resource(show_spinner=False)
+def _extra_installed() -> bool:
+    """Whether the extra that ships measured kernels (aiconfigurator-core and its readers) is installed."""
+    from specs.aiconfigurator_source import shipped
+    return bool(shipped())
+
+
+def _planner_pricing(choices: list[str]) -> str:
+    """The pricing the page opens on: the one the planner here uses when nobody says (measured kernels where the
+    extra is installed and $INFERENCE_LAB_PROFILE does not ask for the closed form, and committed), so the error
+    shown first is the error of the numbers the planner gives."""
+    from calculators.planning.measured_step import default_profile_choice
+    measured = "measured kernels" in choices and default_profile_choice() != "none" and _extra_installed()
+    return "measured kernels" if measured else "closed form"
+
+
 def published_serving_section() -> None:
     """The median / worst error of bench/published_serving.csv and its error chart right under them (the Calibration
     page's first screen at 1366×768; what the rows are in an expander between), then the error by regime and the
     table. Priced by the closed form, or by measured kernels where bench/bench_published.py ran with them."""
     st.subheader("Published data-centre measurements")
     choices = ["closed form"] + (["measured kernels"] if _committed("measured kernels") else [])
-    pricing = st.radio("Priced by", choices, horizontal=True, key="published.pricing",
+    pricing = st.radio("Priced by", choices, index=choices.index(_planner_pricing(choices)), horizontal=True,
+                       key="published.pricing",
                        help="Closed form: datasheet rooflines at each stack's fitted efficiencies. Measured kernels: "
                             "each op from kernels measured on the GPU and stack (aiconfigurator-core), as the "
                             "planner prices when that extra is installed; recorded by bench/bench_published.py")

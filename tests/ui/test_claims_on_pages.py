@@ -100,12 +100,26 @@ def test_calibration_draws_the_published_rows_priced_either_way_without_pricing_
     if measured is None:
         assert radio.options == ["closed form"]
         return
+    assert radio.value == "closed form"          # the tests price with the closed form ($INFERENCE_LAB_PROFILE none)
     want = statistics.median(abs(r["error"]) for r in measured["rows"] if r["split"] == "test")
     at = radio.set_value("measured kernels").run()
     shown = next(m.value for m in at.metric if m.label == "Held-out rows: median |error|")
     assert shown == f"{100 * want:.1f}%"
     closed = statistics.median(abs(r["error"]) for r in committed_comparison()["rows"] if r["split"] == "test")
     assert f"{100 * closed:.1f}%" != shown
+    at = at.radio(key="published.pricing").set_value("closed form").run()
+    assert next(m.value for m in at.metric if m.label == "Held-out rows: median |error|") == f"{100 * closed:.1f}%"
+
+
+def test_calibration_opens_on_the_pricing_the_planner_uses_here(monkeypatch):
+    """Where the measured-kernels extra is installed and nothing asks for the closed form, the planner prices with
+    measured kernels, and the Calibration page opens on their errors; else on the closed form's."""
+    from calculators.planning.published import committed_comparison
+    from specs.aiconfigurator_source import shipped
+    monkeypatch.setenv("INFERENCE_LAB_PROFILE", "auto")
+    radio = next(r for r in page("43_").radio if r.label == "Priced by")
+    measured = committed_comparison("measured kernels") is not None and bool(shipped())
+    assert radio.value == ("measured kernels" if measured else "closed form")
 
 
 # ------------------------------------------------------------------------------------------ Parallelism
