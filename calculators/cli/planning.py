@@ -92,8 +92,8 @@ def render(out: dict) -> str:
     lines.append(f"  binds                  {out['binds']}")
     lines.append(f"  priced from            {out['pricing']}")
     lines.append(f"  accuracy               {out['accuracy']['text']}")
-    lines.append("  batch caps             " + ", ".join(f"{k} {v:,}" for k, v in out["batch_caps"].items()) +
-                 (" (scheduler caps: trtllm-bench's own upper bounds)" if out.get("caps_from") == "trtllm-bench" else ""))
+    rule = " (scheduler caps: trtllm-bench's own upper bounds)" if out.get("caps_from") == "trtllm-bench" else ""
+    lines.append("  batch caps             " + ", ".join(f"{k} {v:,}" for k, v in out["batch_caps"].items()) + rule)
     return "\n".join(lines)
 
 
