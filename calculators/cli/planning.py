@@ -21,7 +21,7 @@ from calculators.planning.trtllm_bench import trtllm_bench_caps
 from calculators.sizing.roofline import compute_precision_for
 from calculators.units import KV_DTYPES, WEIGHT_DTYPES, default_kv_dtype, fmt_num
 from specs.model_config import SpecError
-from specs.stacks import list_stacks
+from specs.stacks import list_stacks, load_stack
 
 COMMANDS = ("throughput", "ops")
 CAPS_RULES = ("stack", "trtllm-bench")
@@ -62,6 +62,9 @@ def scheduler_caps(args, c, dev, mesh, kd) -> dict:
     """The caps given on the command line; the rest from `--caps` (the stack's defaults: none passed)."""
     given = dict(max_num_seqs=args.max_num_seqs, max_num_batched_tokens=args.max_num_batched_tokens)
     if args.caps == "trtllm-bench":
+        if load_stack(args.stack).key != "trtllm":
+            raise SpecError("--caps trtllm-bench are the caps TensorRT-LLM's benchmark picks: use it with --stack "
+                            "trtllm")
         rule = trtllm_bench_caps(c, dev, mesh.tp, mesh.pp, args.prompt_tokens, args.output_tokens,
                                  args.weight_dtype, kd, args.gpu_memory_utilization or 0.9)
         given = {k: v if v is not None else rule[k] for k, v in given.items()}

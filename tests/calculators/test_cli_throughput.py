@@ -42,6 +42,9 @@ def test_caps_trtllm_bench_runs_under_the_caps_that_tool_picks_and_a_given_cap_s
     assert (stack["max_num_seqs"], stack["max_num_batched_tokens"], stack["caps_from"]) == (2048, 8192, "stack")
     assert (rule["max_num_seqs"], rule["max_num_batched_tokens"], rule["caps_from"]) == (2304, 4608, "trtllm-bench")
     assert (given["max_num_seqs"], given["max_num_batched_tokens"]) == (1000, 4608)
+    assert main([a if a != "trtllm" else "vllm" for a in base] + ["--caps", "trtllm-bench"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "use it with --stack trtllm" in err
     with pytest.raises(SystemExit) as bad:
         main(base[:-1] + ["--caps", "sglang"])
     assert bad.value.code == 2 and "invalid choice: 'sglang'" in capsys.readouterr().err
