@@ -160,6 +160,7 @@ def render_ops(out: dict) -> str:
                  f"{100 * out['ops_roofline_ms'] / out['ops_measured_ms']:>11.0f}%")
     lines.append(f"  + collectives {fmt_num(out['comm_ms'], 3)} ms, host {fmt_num(out['host_ms'], 3)} ms "
                  f"= step {fmt_num(out['step_ms'], 4)} ms")
+    lines += [f"  note, {o['op']}: {o['note']}" for o in out["ops"] if o.get("note")]
     return "\n".join(lines)
 
 

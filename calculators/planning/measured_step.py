@@ -30,6 +30,7 @@ from calculators.multi_gpu.tensor_parallel import Mesh, expert_imbalance_for, st
 from calculators.sizing.measured_ops import (ACT_BYTES, Priced, allreduce_ms, decode_attention_ms, elementwise_ms,
                                              gemm_ms, linear_decode_ms, linear_prefill_ms, mla_decode_ms,
                                              mla_prefill_ms, moe_a2a_ms, moe_ms, prefill_attention_ms)
+from calculators.units import fmt_num
 from specs.devices import Device, Link
 from specs.model_config import ModelConfig, SpecError
 
@@ -366,13 +367,15 @@ def step_ops_table(profile, config: ModelConfig, device: Device, mesh: Mesh, wei
         raise SpecError("a step carries at least one token: give decode rows or prompt tokens")
     rows = []
 
-    def add(name, shape, priced: Priced, count):
+    def add(name, shape, priced: Priced, count, wide=None, dtype=""):
+        note = "; ".join(x for x in (priced.note, _slower_than_16_bits(priced, wide, count, dtype)) if x)
         rows.append(dict(op=name, shape=shape, layers=count, ideal_ms=priced.ideal_ms * count,
                          measured_ms=priced.ms * count, efficiency=priced.efficiency,
-                         extrapolated=priced.extrapolated, note=priced.note))
+                         extrapolated=priced.extrapolated, note=note))
     for name, n, k, count in layer_gemms(config, mesh):
         dt = gemm_dtype(name, wd)
-        add(name, f"{m:,} × {k:,} · {k:,} × {n:,} ({dt})", gemm_ms(profile, device, m, n, k, dt), count)
+        add(name, f"{m:,} × {k:,} · {k:,} × {n:,} ({dt})", gemm_ms(profile, device, m, n, k, dt), count,
+            _in_16_bits(lambda w: gemm_ms(profile, device, m, n, k, w), dt), dt)
     moe = moe_shape(config, mesh)
     if moe:
         layers = moe.pop("layers")
@@ -380,7 +383,8 @@ def step_ops_table(profile, config: ModelConfig, device: Device, mesh: Mesh, wei
         seen = f"{m:,} tokens × {fan:g} replicas" if fan > 1 else f"{m:,} tokens"
         add("routed experts (fused MoE)",
             f"{seen}, {moe['experts']} experts top-{moe['topk']}, {moe['hidden']:,} × {moe['inter']:,}, "
-            f"TP {moe['tp']} × EP {moe['ep']}", moe_ms(profile, device, m * fan, dtype=wd, **moe), layers)
+            f"TP {moe['tp']} × EP {moe['ep']}", moe_ms(profile, device, m * fan, dtype=wd, **moe), layers,
+            _in_16_bits(lambda w: moe_ms(profile, device, m * fan, dtype=w, **moe), wd), wd)
     heads = attention_shape(config, mesh)
     for window, count in attention_layers(config, mesh):
         tag = f" (window {window:,})" if window else ""
@@ -423,6 +427,27 @@ def step_ops_table(profile, config: ModelConfig, device: Device, mesh: Mesh, wei
                          ideal_ms=float(small[0]), measured_ms=float(small[1]),
                          efficiency=float(small[0] / small[1]), extrapolated=False, note="memory-bound small kernels"))
     return rows
+
+
+def _in_16_bits(price, dtype: str) -> Priced | None:
+    """The same op priced from the profile's bf16 table (`price(dtype)`), where the op runs in a narrower format
+    and the profile measured bf16 at it; else None."""
+    if dtype in ("bf16", "fp16", "fp32"):
+        return None
+    try:
+        wide = price("bf16")
+    except SpecError:
+        return None
+    return None if wide.note else wide
+
+
+def _slower_than_16_bits(priced: Priced, wide: Priced | None, count: float, dtype: str) -> str:
+    """A note where the profile's quantized kernel measures slower than its bf16 kernel at the same shape (by
+    10% or more): the planner takes the format asked for, and the user should know that here it costs time."""
+    if wide is None or priced.ms < 1.1 * wide.ms:
+        return ""
+    return (f"this profile's bf16 kernel is faster at this shape: {fmt_num(wide.ms * count, 3)} ms in these "
+            f"layers against {fmt_num(priced.ms * count, 3)} ms in {dtype}")
 
 
 def derated(device: Device, compute_scale: float) -> Device:

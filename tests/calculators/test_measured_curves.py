@@ -120,12 +120,9 @@ def test_on_the_h200_vllm_profile_attention_streams_near_the_datasheet_and_a_gem
     assert "only" in attention_caption(attn) and "compute-bound" in gemm_caption(qkv)
 
 
-def test_the_moe_router_is_priced_in_16_bits_when_the_layers_are_fp8():
-    """Quantized checkpoints leave the router (`mlp.gate`) in bf16: its curve and the step's GEMMs read the bf16
-    table (made here at 50% of the roofline) while the qkv projection reads the fp8 one (10%)."""
-    import numpy as np
-    from calculators.multi_gpu.tensor_parallel import Mesh
-    from calculators.planning.measured_step import gemm_dtype, step_grid_tables
+def _router_profile():
+    """A hand-made H200 profile for Qwen3-30B-A3B's shapes (TP 1): bf16 GEMMs at 50% of their roofline, fp8 ones
+    at 10%, the fused MoE measured in fp8 only (30%), decode attention at 90% and prefill attention at 50%."""
     from calculators.sizing.measured_ops import (decode_attention_roofline_ms, gemm_roofline_ms, moe_roofline_ms,
                                                  prefill_attention_roofline_ms)
     from specs.presets import load_preset
@@ -152,6 +149,17 @@ def test_the_moe_router_is_priced_in_16_bits_when_the_layers_are_fp8():
                                                                "topk", "tp", "ep", "distribution", "ms"))}}, "test")
     p = Profile(name="h200-router-test", device="H200", stack="trtllm", stack_version="0-test",
                 source={"kind": "profiler", "version": "test", "detail": "hand-made"}, provenance={}, tables=tables)
+    return p, qwen
+
+
+def test_the_moe_router_is_priced_in_16_bits_when_the_layers_are_fp8():
+    """Quantized checkpoints leave the router (`mlp.gate`) in bf16: its curve and the step's GEMMs read the bf16
+    table (made here at 50% of the roofline) while the qkv projection reads the fp8 one (10%)."""
+    import numpy as np
+    from calculators.multi_gpu.tensor_parallel import Mesh
+    from calculators.planning.measured_step import gemm_dtype, step_grid_tables
+    from calculators.sizing.measured_ops import gemm_roofline_ms, moe_roofline_ms
+    p, qwen = _router_profile()
     assert [gemm_dtype(n, "fp8") for n in ("router", "qkv projection")] == ["bf16", "fp8"]
     assert gemm_dtype("router", "fp16") == "fp16"
     curves = {c.label: c for c in gemm_curves(p, H200, qwen, weight_dtype="fp8", tokens=[64])}
@@ -163,3 +171,24 @@ def test_the_moe_router_is_priced_in_16_bits_when_the_layers_are_fp8():
                         (((5120, 2048), "fp8", 0.1), ((2048, 4096), "fp8", 0.1), ((128, 2048), "bf16", 0.5))) \
         + layers * float(moe_roofline_ms(H200, 64, 2048, 768, 128, 8, 1, 1, "fp8")) / 0.3
     assert float(g["gemm"][0]) == pytest.approx(want, rel=1e-9)
+
+
+def test_an_op_whose_quantized_kernel_measures_slower_than_bf16_says_so():
+    """The fp8 GEMMs of this hand-made profile run at 10% of their roofline, the bf16 ones at 50%: at half the
+    bytes an fp8 GEMV then takes 2.5x the bf16 one, and the ops table says so with both times; a bf16 op (the
+    router) and an op the bf16 table cannot price (the fused MoE, measured in fp8 only) say nothing."""
+    import numpy as np
+    from calculators.multi_gpu.tensor_parallel import Mesh
+    from calculators.planning.measured_step import step_ops_table
+    from calculators.sizing.measured_ops import gemm_roofline_ms
+    p, qwen = _router_profile()
+    rows = {r["op"]: r for r in step_ops_table(p, qwen, H200, Mesh(), "fp8", "fp8", 64, 1024)}
+    layers = qwen.num_layers
+    bf16 = layers * float(gemm_roofline_ms(H200, 64, 5120, 2048, "bf16")) / 0.5
+    fp8 = layers * float(gemm_roofline_ms(H200, 64, 5120, 2048, "fp8")) / 0.1
+    assert fp8 > 1.1 * bf16 and rows["qkv projection"]["measured_ms"] == pytest.approx(fp8, rel=1e-9)
+    note = rows["qkv projection"]["note"]
+    assert note.startswith("this profile's bf16 kernel is faster at this shape") and "in fp8" in note
+    assert f"{bf16:.3g}" in note or f"{bf16:.3f}" in note
+    assert rows["router"]["note"] == "" and "bf16 kernel" not in rows["routed experts (fused MoE)"]["note"]
+    assert np.isfinite(sum(r["measured_ms"] for r in rows.values()))
