@@ -98,9 +98,28 @@ class Stack:
     def scheduler_limits(self, memory_gib: float, device_name: str = "") -> tuple[int, int]:
         """(max sequences, max batched tokens per step) the stack defaults to on a GPU of this size."""
         s = self.small_gpu_limits
-        if s and (memory_gib < s.get("below_gib", 0) or s.get("or_name_contains", "\0") in device_name.lower()):
+        if s and self._small(memory_gib, device_name):
             return int(s["max_num_seqs"]), int(s["max_num_batched_tokens"])
         return self.max_num_seqs, self.max_num_batched_tokens
+
+    def _small(self, memory_gib: float, device_name: str) -> bool:
+        s = self.small_gpu_limits or {}
+        return memory_gib < s.get("below_gib", 0) or s.get("or_name_contains", "\0") in device_name.lower()
+
+    def offline_limits(self, memory_gib: float, device_name: str = "") -> tuple[int, int] | None:
+        """(max sequences, max batched tokens) of the stack's own offline benchmark where they differ from the
+        server's (specs/stacks.json scheduler `offline`: vLLM's LLM class behind `vllm bench throughput`), on a
+        GPU of this size; None where the stack states none."""
+        off = self.doc.get("scheduler", {}).get("offline")
+        if not off:
+            return None
+        s = off["small_gpu"] if "small_gpu" in off and self._small(memory_gib, device_name) else off
+        return int(s["max_num_seqs"]), int(s["max_num_batched_tokens"])
+
+    @property
+    def offline_tool(self) -> str | None:
+        """The offline benchmark whose defaults `offline_limits` gives (e.g. "vllm-bench")."""
+        return self.doc.get("scheduler", {}).get("offline", {}).get("tool")
 
 
 def _key(name: str) -> str:

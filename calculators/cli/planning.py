@@ -24,7 +24,7 @@ from specs.model_config import SpecError
 from specs.stacks import list_stacks, load_stack
 
 COMMANDS = ("throughput", "ops")
-CAPS_RULES = ("stack", "trtllm-bench")
+CAPS_RULES = ("stack", "trtllm-bench", "vllm-bench")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -51,8 +51,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="scheduler cap on tokens per step (default: the stack's)")
     p.add_argument("--caps", choices=CAPS_RULES, default="stack",
                    help="where the scheduler caps come from when not given: the stack's server defaults (stack), "
-                        "or the upper bounds `trtllm-bench throughput` picks for itself from the lengths and the "
-                        "memory (trtllm-bench; its KV fraction is --gpu-memory-utilization, default 0.9)")
+                        "the upper bounds `trtllm-bench throughput` picks for itself from the lengths and the "
+                        "memory (trtllm-bench; its KV fraction is --gpu-memory-utilization, default 0.9), or the "
+                        "defaults of vLLM's LLM class that `vllm bench throughput` runs (vllm-bench: 16,384 "
+                        "tokens a step on a GPU of 70 GiB or more, not an A100, where the server takes 8,192)")
     add_profile_arg(p)
     p.add_argument("--json", action="store_true", help="print JSON instead of a table")
     return p
@@ -68,6 +70,14 @@ def scheduler_caps(args, c, dev, mesh, kd) -> dict:
         rule = trtllm_bench_caps(c, dev, mesh.tp, mesh.pp, args.prompt_tokens, args.output_tokens,
                                  args.weight_dtype, kd, args.gpu_memory_utilization or 0.9)
         given = {k: v if v is not None else rule[k] for k, v in given.items()}
+    elif args.caps == "vllm-bench":
+        stack = load_stack(args.stack)
+        if stack.offline_tool != "vllm-bench":
+            raise SpecError("--caps vllm-bench are the defaults of the LLM class `vllm bench throughput` runs: use "
+                            "it with --stack vllm")
+        seqs, tokens = stack.offline_limits(dev.memory_bytes / 2 ** 30, dev.name)
+        given = dict(max_num_seqs=given["max_num_seqs"] or seqs,
+                     max_num_batched_tokens=given["max_num_batched_tokens"] or tokens)
     return given
 
 
@@ -95,7 +105,9 @@ def render(out: dict) -> str:
     lines.append(f"  binds                  {out['binds']}")
     lines.append(f"  priced from            {out['pricing']}")
     lines.append(f"  accuracy               {out['accuracy']['text']}")
-    rule = " (scheduler caps: trtllm-bench's own upper bounds)" if out.get("caps_from") == "trtllm-bench" else ""
+    rule = {"trtllm-bench": " (scheduler caps: trtllm-bench's own upper bounds)",
+            "vllm-bench": " (scheduler caps: the defaults of vLLM's LLM class, as in vllm bench throughput)"
+            }.get(out.get("caps_from"), "")
     lines.append("  batch caps             " + ", ".join(f"{k} {v:,}" for k, v in out["batch_caps"].items()) + rule)
     return "\n".join(lines)
 

@@ -48,3 +48,23 @@ def test_caps_trtllm_bench_runs_under_the_caps_that_tool_picks_and_a_given_cap_s
     with pytest.raises(SystemExit) as bad:
         main(base[:-1] + ["--caps", "sglang"])
     assert bad.value.code == 2 and "invalid choice: 'sglang'" in capsys.readouterr().err
+
+
+def test_caps_vllm_bench_takes_the_llm_class_defaults_that_vllm_bench_throughput_runs(capsys):
+    """vllm/engine/arg_utils.py get_batch_defaults: the LLM class takes 16,384 tokens a step and 1,024 sequences on a
+    GPU of 70 GiB or more that is not an A100 (the API server 8,192), and 8,192 and 256 otherwise (the server 2,048
+    and 256). A cap given on the command line wins; another stack is one line."""
+    def run(*extra):
+        assert main(["throughput", "--model", "llama-3.1-8b", "--prompt-tokens", "2000", "--output-tokens", "200",
+                     "--json", *extra]) == 0
+        return json.loads(capsys.readouterr().out)
+    got = run("--gpu", "h100", "--caps", "vllm-bench")
+    assert (got["max_num_seqs"], got["max_num_batched_tokens"]) == (1024, 16384)
+    assert run("--gpu", "h100")["max_num_batched_tokens"] == 8192
+    got = run("--gpu", "a100-80gb", "--caps", "vllm-bench")
+    assert (got["max_num_seqs"], got["max_num_batched_tokens"]) == (256, 8192)
+    assert run("--gpu", "h100", "--caps", "vllm-bench", "--max-num-batched-tokens", "4096")["max_num_batched_tokens"] \
+        == 4096
+    assert main(["throughput", "--model", "llama-3.1-8b", "--gpu", "h100", "--prompt-tokens", "2000",
+                 "--output-tokens", "200", "--stack", "trtllm", "--caps", "vllm-bench"]) == 2
+    assert "use it with --stack vllm" in capsys.readouterr().err
