@@ -7,7 +7,7 @@ import pytest
 
 from calculators.planning.measured_curves import (Curve, allreduce_caption, allreduce_curves, attention_caption,
                                                   decode_attention_curves, gemm_caption, gemm_curves)
-from helpers_profiles import H200, hand_made_h200_profile
+from helpers_profiles import H200, hand_made_h200_profile, qwen3_moe_fp8_slow_profile
 from specs.presets import load_preset
 
 LLAMA = load_preset("Llama-3.1-8B")
@@ -120,38 +120,6 @@ def test_on_the_h200_vllm_profile_attention_streams_near_the_datasheet_and_a_gem
     assert "only" in attention_caption(attn) and "compute-bound" in gemm_caption(qkv)
 
 
-def _router_profile():
-    """A hand-made H200 profile for Qwen3-30B-A3B's shapes (TP 1): bf16 GEMMs at 50% of their roofline, fp8 ones
-    at 10%, the fused MoE measured in fp8 only (30%), decode attention at 90% and prefill attention at 50%."""
-    from calculators.sizing.measured_ops import (decode_attention_roofline_ms, gemm_roofline_ms, moe_roofline_ms,
-                                                 prefill_attention_roofline_ms)
-    from specs.presets import load_preset
-    from specs.profile_format import Profile, tables_from_columns
-    qwen = load_preset("qwen3-30b-a3b")
-    shapes = [(n, k) for n, k in ((5120, 2048), (2048, 4096), (128, 2048), (151936, 2048))]
-    gemm = [(dt, m, n, k, float(gemm_roofline_ms(H200, m, n, k, dt)) / eff)
-            for dt, eff in (("bf16", 0.5), ("fp8", 0.1)) for n, k in shapes for m in (1, 64, 4096)]
-    moe = [("fp8", t, 2048, 768, 128, 8, 1, 1, "power_law_1.01",
-            float(moe_roofline_ms(H200, t, 2048, 768, 128, 8, 1, 1, "fp8")) / 0.3) for t in (1, 64, 4096)]
-    dec = [("bf16", "fp8", b, ctx, 32, 4, 128, 0,
-            float(decode_attention_roofline_ms(H200, b, ctx, 32, 4, 128, "fp8")) / 0.9)
-           for b in (1, 64, 4096) for ctx in (1024, 32768)]
-    pre = [("bf16", "fp8", b, t, 0, 32, 4, 128, 0,
-            float(prefill_attention_roofline_ms(H200, b, t, 0, 32, 4, 128, "fp8")) / 0.5)
-           for b in (1, 8) for t in (128, 1024, 8192)]
-    tables = tables_from_columns({
-        "gemm": {c: [r[i] for r in gemm] for i, c in enumerate(("dtype", "m", "n", "k", "ms"))},
-        "generation_attention": {c: [r[i] for r in dec] for i, c in enumerate(
-            ("dtype", "kv_dtype", "batch", "context", "heads", "kv_heads", "head_dim", "window", "ms"))},
-        "context_attention": {c: [r[i] for r in pre] for i, c in enumerate(
-            ("dtype", "kv_dtype", "batch", "tokens", "prefix", "heads", "kv_heads", "head_dim", "window", "ms"))},
-        "moe": {c: [r[i] for r in moe] for i, c in enumerate(("dtype", "tokens", "hidden", "inter", "experts",
-                                                               "topk", "tp", "ep", "distribution", "ms"))}}, "test")
-    p = Profile(name="h200-router-test", device="H200", stack="trtllm", stack_version="0-test",
-                source={"kind": "profiler", "version": "test", "detail": "hand-made"}, provenance={}, tables=tables)
-    return p, qwen
-
-
 def test_the_moe_router_is_priced_in_16_bits_when_the_layers_are_fp8():
     """Quantized checkpoints leave the router (`mlp.gate`) in bf16: its curve and the step's GEMMs read the bf16
     table (made here at 50% of the roofline) while the qkv projection reads the fp8 one (10%)."""
@@ -159,7 +127,7 @@ def test_the_moe_router_is_priced_in_16_bits_when_the_layers_are_fp8():
     from calculators.multi_gpu.tensor_parallel import Mesh
     from calculators.planning.measured_step import gemm_dtype, step_grid_tables
     from calculators.sizing.measured_ops import gemm_roofline_ms, moe_roofline_ms
-    p, qwen = _router_profile()
+    p, qwen = qwen3_moe_fp8_slow_profile()
     assert [gemm_dtype(n, "fp8") for n in ("router", "qkv projection")] == ["bf16", "fp8"]
     assert gemm_dtype("router", "fp16") == "fp16"
     curves = {c.label: c for c in gemm_curves(p, H200, qwen, weight_dtype="fp8", tokens=[64])}
@@ -181,7 +149,7 @@ def test_an_op_whose_quantized_kernel_measures_slower_than_bf16_says_so():
     from calculators.multi_gpu.tensor_parallel import Mesh
     from calculators.planning.measured_step import step_ops_table
     from calculators.sizing.measured_ops import gemm_roofline_ms
-    p, qwen = _router_profile()
+    p, qwen = qwen3_moe_fp8_slow_profile()
     rows = {r["op"]: r for r in step_ops_table(p, qwen, H200, Mesh(), "fp8", "fp8", 64, 1024)}
     layers = qwen.num_layers
     bf16 = layers * float(gemm_roofline_ms(H200, 64, 5120, 2048, "bf16")) / 0.5

@@ -103,3 +103,20 @@ def test_an_moe_model_on_a_profile_with_deepep_tables_gets_the_all_to_all_chart(
     assert not at.exception and not errors(at)
     assert any(h.value == "Expert all-to-all (wide EP) by tokens per GPU" for h in at.subheader)
     assert "At 1,024 tokens per GPU one MoE layer's dispatch" in page_text(at)
+
+
+def test_the_op_table_says_where_the_profiles_fp8_kernel_is_slower_than_its_bf16_one(tmp_path, monkeypatch):
+    """A hand-made profile whose fp8 GEMMs run at 10% of their roofline and bf16 ones at 50%: on Qwen3-30B-A3B in fp8
+    the op table's note column says the bf16 kernel is faster for the qkv projection, and the router (bf16 in
+    quantized checkpoints) says nothing."""
+    from helpers_profiles import qwen3_moe_fp8_slow_profile
+    name = "h200-trtllm-slow-fp8"
+    profile, qwen = qwen3_moe_fp8_slow_profile(name)
+    save_profile(profile, tmp_path / f"{name}.json")
+    monkeypatch.setattr(mk, "PROFILES_DIRECTORY", tmp_path)
+    at = run_script(PAGE, 90, choice=None, **{"kernels.profile": name, "kernels.model": qwen.name,
+                                              "kernels.wd": "fp8", "kernels.kd": "fp8"})
+    assert not at.exception and not errors(at)
+    step = at.dataframe[0].value.set_index("op")
+    assert step.loc["qkv projection", "note"].startswith("this profile's bf16 kernel is faster at this shape")
+    assert step.loc["router", "note"] == "" and "(bf16)" in step.loc["router", "shape"]
