@@ -33,19 +33,13 @@ def _priced_now() -> dict:
     return compare_all()
 
 
-@st.cache_resource(show_spinner=False)
-def _extra_installed() -> bool:
-    """Whether the extra that ships measured kernels (aiconfigurator-core and its readers) is installed."""
-    from specs.aiconfigurator_source import shipped
-    return bool(shipped())
-
-
 def _planner_pricing(choices: list[str]) -> str:
-    """The pricing the page opens on: the one the planner here uses when nobody says (measured kernels where the
-    extra is installed and $INFERENCE_LAB_PROFILE does not ask for the closed form, and committed), so the error
-    shown first is the error of the numbers the planner gives."""
+    """The pricing the page opens on: the one the planner here uses when nobody says (measured kernels where a
+    profile is installed, from aiconfigurator-core or this project's profiler, and $INFERENCE_LAB_PROFILE does not
+    ask for the closed form; and committed), so the error shown first is the error of the numbers it gives."""
     from calculators.planning.measured_step import default_profile_choice
-    measured = "measured kernels" in choices and default_profile_choice() != "none" and _extra_installed()
+    from specs.profiles import available_profiles
+    measured = "measured kernels" in choices and default_profile_choice() != "none" and bool(available_profiles())
     return "measured kernels" if measured else "closed form"
 
 

@@ -20,6 +20,7 @@ from calculators.planning.throughput import max_throughput
 from calculators.planning.trtllm_bench import trtllm_bench_caps
 from calculators.sizing.roofline import compute_precision_for
 from calculators.units import KV_DTYPES, WEIGHT_DTYPES, default_kv_dtype, fmt_num
+from specs.devices import GiB
 from specs.model_config import SpecError
 from specs.stacks import list_stacks, load_stack
 
@@ -75,7 +76,7 @@ def scheduler_caps(args, c, dev, mesh, kd) -> dict:
         if stack.offline_tool != "vllm-bench":
             raise SpecError("--caps vllm-bench are the defaults of the LLM class `vllm bench throughput` runs: use "
                             "it with --stack vllm")
-        seqs, tokens = stack.offline_limits(dev.memory_bytes / 2 ** 30, dev.name)
+        seqs, tokens = stack.offline_limits(dev.memory_bytes / GiB, dev.name)
         given = dict(max_num_seqs=given["max_num_seqs"] or seqs,
                      max_num_batched_tokens=given["max_num_batched_tokens"] or tokens)
     return given

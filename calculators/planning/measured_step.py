@@ -386,6 +386,8 @@ def step_ops_table(profile, config: ModelConfig, device: Device, mesh: Mesh, wei
             f"TP {moe['tp']} × EP {moe['ep']}", moe_ms(profile, device, m * fan, dtype=wd, **moe), layers,
             _in_16_bits(lambda w: moe_ms(profile, device, m * fan, dtype=w, **moe), wd), wd)
     heads = attention_shape(config, mesh)
+    P = int(prompt_len or prompt_tokens or 1)            # the step's prompts: n_prompts of tok tokens each
+    n_prompts, tok = max(1.0, prompt_tokens / P), min(P, int(prompt_tokens))
     for window, count in attention_layers(config, mesh):
         tag = f" (window {window:,})" if window else ""
         if decode_rows:
@@ -394,9 +396,6 @@ def step_ops_table(profile, config: ModelConfig, device: Device, mesh: Mesh, wei
                 decode_attention_op(profile, device, config, mesh, int(decode_rows), max(float(ctx), 1.0),
                                     kv_dtype), count)
         if prompt_tokens:
-            P = int(prompt_len or prompt_tokens)
-            n_prompts = max(1.0, prompt_tokens / P)
-            tok = min(P, prompt_tokens)
             add("prefill attention" + tag, f"{n_prompts:g} prompt(s) × {tok:,} tokens, {heads}",
                 prefill_attention_op(profile, device, config, mesh, float(min(tok, window) if window else tok),
                                      kv_dtype, batch=n_prompts), count)
@@ -408,12 +407,9 @@ def step_ops_table(profile, config: ModelConfig, device: Device, mesh: Mesh, wei
             add("linear attention (gated delta rule)", f"{decode_rows:,} rows, {state}",
                 linear_decode_op(profile, device, config, mesh, int(decode_rows)), lin)
         if prompt_tokens:
-            P = int(prompt_len or prompt_tokens)
-            n_prompts = max(1.0, prompt_tokens / P)
-            add("linear attention prefill", f"{n_prompts:g} prompt(s) × {min(P, prompt_tokens):,} tokens, {state}",
-                linear_prefill_op(profile, device, config, mesh, float(min(P, prompt_tokens)), batch=n_prompts),
-                lin)
-    sequences = int(decode_rows) + (math.ceil(prompt_tokens / (prompt_len or prompt_tokens)) if prompt_tokens else 0)
+            add("linear attention prefill", f"{n_prompts:g} prompt(s) × {tok:,} tokens, {state}",
+                linear_prefill_op(profile, device, config, mesh, float(tok), batch=n_prompts), lin)
+    sequences = int(decode_rows) + (math.ceil(prompt_tokens / P) if prompt_tokens else 0)
     head_dtype = lm_head_dtype(wd)
     add("LM head", f"{sequences:,} × {config.hidden_size:,} · {config.hidden_size:,} × "
         f"{max(1, config.vocab_size // mesh.tp):,}",

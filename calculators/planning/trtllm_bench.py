@@ -22,10 +22,9 @@ import math
 from calculators.sizing.kv_cache import kv_bytes_per_token_from_shape
 from calculators.sizing.params import total_params
 from calculators.units import check_fraction, check_int
-from specs.devices import Device
+from specs.devices import Device, GiB
 from specs.model_config import ModelConfig, SpecError
 
-GiB = 2 ** 30
 BYTES_PER_ELEMENT = {"fp8": 1.0, "fp8_block": 1.0, "fp4": 0.5}   # tuning.py BYTES_PER_ELEM; anything else: 2
 MAX_REQUESTS = 4096
 MAX_TOKENS = 32768

@@ -160,3 +160,16 @@ def test_an_op_whose_quantized_kernel_measures_slower_than_bf16_says_so():
     assert f"{bf16:.3g}" in note or f"{bf16:.3f}" in note
     assert rows["router"]["note"] == "" and "bf16 kernel" not in rows["routed experts (fused MoE)"]["note"]
     assert np.isfinite(sum(r["measured_ms"] for r in rows.values()))
+
+
+def test_the_slower_than_bf16_note_needs_ten_percent_and_a_bf16_measurement():
+    """Both sides of the note's condition: 1.10x the bf16 kernel's time says so (with both times over the layers),
+    1.09x and a faster quantized kernel say nothing, nor does an op with no bf16 measurement."""
+    from calculators.planning.measured_step import _slower_than_16_bits
+    from calculators.sizing.measured_ops import Priced
+    wide = Priced("gemm", 0.5, 1.0, False)
+    note = _slower_than_16_bits(Priced("gemm", 0.25, 1.10, False), wide, 10, "fp8")
+    assert note == "this profile's bf16 kernel is faster at this shape: 10.0 ms in these layers against 11.0 ms in fp8"
+    assert _slower_than_16_bits(Priced("gemm", 0.25, 1.09, False), wide, 10, "fp8") == ""
+    assert _slower_than_16_bits(Priced("gemm", 0.25, 0.6, False), wide, 10, "fp8") == ""
+    assert _slower_than_16_bits(Priced("gemm", 0.25, 5.0, False), None, 10, "fp8") == ""

@@ -112,13 +112,13 @@ def test_calibration_draws_the_published_rows_priced_either_way_without_pricing_
 
 
 def test_calibration_opens_on_the_pricing_the_planner_uses_here(monkeypatch):
-    """Where the measured-kernels extra is installed and nothing asks for the closed form, the planner prices with
-    measured kernels, and the Calibration page opens on their errors; else on the closed form's."""
+    """Where a profile is installed and nothing asks for the closed form, the planner prices with measured kernels,
+    and the Calibration page opens on their errors; else on the closed form's."""
     from calculators.planning.published import committed_comparison
-    from specs.aiconfigurator_source import shipped
+    from specs.profiles import available_profiles
     monkeypatch.setenv("INFERENCE_LAB_PROFILE", "auto")
     radio = next(r for r in page("43_").radio if r.label == "Priced by")
-    measured = committed_comparison("measured kernels") is not None and bool(shipped())
+    measured = committed_comparison("measured kernels") is not None and bool(available_profiles())
     assert radio.value == ("measured kernels" if measured else "closed form")
 
 
