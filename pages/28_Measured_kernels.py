@@ -163,6 +163,9 @@ def main() -> None:
                      column_config={"% of datasheet": st.column_config.NumberColumn(format="%.0f%%")})
     st.caption(f"On one {device_word(device)} of TP {tp}: each op's time summed over its layers. Communication and "
                "the stack's host work come on top (the Capacity planner adds them).")
+    for o in ops:
+        if o["slower_than_bf16"]:
+            st.warning(f"{o['op']}: {o['slower_than_bf16']}.")
 
     with st.expander("A device nothing measured"):
         profiled = profiled_here(profile.stack)

@@ -349,7 +349,8 @@ def step_ops_table(profile, config: ModelConfig, device: Device, mesh: Mesh, wei
                    compute_scale: float = 1.0) -> list[dict]:
     """Every op of one step (decode_rows rows at `context`, plus `prompt_tokens` prompt tokens in prompts of
     `prompt_len`) on the busiest GPU: its shape, its roofline and measured ms for all the stage's layers, their
-    ratio, and whether it was extrapolated. What a page or the `ops` command shows beside the step.
+    ratio, whether it was extrapolated, and (`slower_than_bf16`) where its quantized kernel measures slower than
+    the profile's bf16 one. What a page or the `ops` command shows beside the step.
     `compute_scale` (a borrowed profile's, `derated`): the measured times on the derated device, the rooflines on
     the datasheet's."""
     if compute_scale != 1.0:
@@ -368,10 +369,11 @@ def step_ops_table(profile, config: ModelConfig, device: Device, mesh: Mesh, wei
     rows = []
 
     def add(name, shape, priced: Priced, count, wide=None, dtype=""):
-        note = "; ".join(x for x in (priced.note, _slower_than_16_bits(priced, wide, count, dtype)) if x)
+        slower = _slower_than_16_bits(priced, wide, count, dtype)
         rows.append(dict(op=name, shape=shape, layers=count, ideal_ms=priced.ideal_ms * count,
                          measured_ms=priced.ms * count, efficiency=priced.efficiency,
-                         extrapolated=priced.extrapolated, note=note))
+                         extrapolated=priced.extrapolated, note="; ".join(x for x in (priced.note, slower) if x),
+                         slower_than_bf16=slower))
     for name, n, k, count in layer_gemms(config, mesh):
         dt = gemm_dtype(name, wd)
         add(name, f"{m:,} × {k:,} · {k:,} × {n:,} ({dt})", gemm_ms(profile, device, m, n, k, dt), count,
@@ -421,7 +423,8 @@ def step_ops_table(profile, config: ModelConfig, device: Device, mesh: Mesh, wei
         rows.append(dict(op="norms, RoPE, activation, sampling", shape=f"{m:,} tokens, {kernels:,} kernels",
                          layers=layers,
                          ideal_ms=float(small[0]), measured_ms=float(small[1]),
-                         efficiency=float(small[0] / small[1]), extrapolated=False, note="memory-bound small kernels"))
+                         efficiency=float(small[0] / small[1]), extrapolated=False, note="memory-bound small kernels",
+                         slower_than_bf16=""))
     return rows
 
 
