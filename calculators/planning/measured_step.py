@@ -603,7 +603,8 @@ def resolve_profile(profile, device: Device, stack_key: str, config: ModelConfig
                 return None, f"closed form: no kernels measured with {stack_key} are installed"
             found = profile_for(near.name, stack_key)
             note = (f" (nothing measured on {device.name}: the efficiencies of the nearest profiled device, "
-                    f"{near.name}, at {device.name}'s datasheet roofline{_derate_words(stack_key, device)})")
+                    f"{near.name}, at {device.name}'s datasheet roofline without its GEMMs' kernel-size cliffs"
+                    f"{_derate_words(stack_key, device)})")
         profile = found
     elif isinstance(profile, str):
         profile = load_profile(profile)

@@ -12,7 +12,8 @@ linearly in the logs of the sizes (one primary size, e.g. the GEMM's m, and the 
 sizes fall in), then prices the op at roofline / efficiency. Efficiency moves slowly where latency moves fast
 (a GEMM's latency grows a thousandfold from m = 1 to m = 16,384, its efficiency a few times), so the
 interpolation is gentle, and past the table's edge the efficiency is held at the edge's value: the op is then
-extrapolated by the roofline, and `Priced.extrapolated` says so.
+extrapolated by the roofline, and `Priced.extrapolated` says so. A profile read for another device (the nearest
+profiled one, borrowed) keeps its efficiencies but not its library's kernel-size cliffs (`padding_envelope`).
 """
 from __future__ import annotations
 
@@ -312,12 +313,29 @@ def _rows_of(profile, name: str, **equal):
     return (t, keep) if keep.any() else (None, None)
 
 
+def padding_envelope(primary, others, ms):
+    """Each line's latencies made non-decreasing in its primary size: at every size, the fastest latency measured
+    at that size or a larger one on the same line (a kernel can always be run padded to a larger measured size).
+    `others`: [rows, d] the other sizes that name a line. What a BORROWED profile's GEMMs are read through: the
+    profiled library's kernel-size cliffs (vLLM's FP8 GEMM of a 16,384 × 16,384 weight on an H200 measures 0.32 ms
+    at m = 257 and 0.18 ms at m = 512) belong to that library's dispatch on that chip, not to
+    another vendor's, so another device keeps the curve's level and loses its cliffs."""
+    envelope = ms.copy()
+    for key in np.unique(others, axis=0):
+        idx = np.flatnonzero((others == key).all(axis=1))
+        idx = idx[np.argsort(primary[idx], kind="stable")]
+        envelope[idx] = np.minimum.accumulate(ms[idx][::-1])[::-1]
+    return envelope
+
+
 @_memo
-def _gemm_lines(profile, device: Device, dtype: str) -> _Lines | None:
+def _gemm_lines(profile, device: Device, dtype: str, envelope: bool = False) -> _Lines | None:
     t, keep = _rows_of(profile, "gemm", dtype=dtype)
     if t is None:
         return None
     m, n, k, ms = (np.asarray(t[c], dtype=float)[keep] for c in ("m", "n", "k", "ms"))
+    if envelope:
+        ms = padding_envelope(m, np.stack([n, k], axis=1), ms)
     ideal = np.array([gemm_roofline_ms(device, mi, ni, ki, dtype) for mi, ni, ki in zip(m, n, k)], dtype=float)
     return _build_lines(m, dict(n=n, k=k), np.log(ideal / ms))
 
@@ -333,8 +351,10 @@ def _fallback(builder, profile, dtype: str):
 
 def gemm_ms(profile, device: Device, m, n: int, k: int, dtype: str = "bf16") -> Priced | list:
     """A weight GEMM [m × k] · [k × n] at `dtype` weights: measured, interpolated (see the module docstring).
-    `m` may be an array: then the return value is (ideal ms, ms, extrapolated) arrays."""
-    lines, used, note = _fallback(_gemm_lines, profile, dtype)
+    `m` may be an array: then the return value is (ideal ms, ms, extrapolated) arrays. On another device than the
+    profile's (a borrowed profile) the table is read through its `padding_envelope`."""
+    borrowed = device.name != profile_device(profile).name
+    lines, used, note = _fallback(lambda p, d: _gemm_lines(p, d, borrowed), profile, dtype)
     ideal = gemm_roofline_ms(device, m, n, k, dtype)
     if lines is None:
         raise SpecError(f"profile {profile.name} has no GEMM table for {dtype}")

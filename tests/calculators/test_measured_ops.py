@@ -2,6 +2,7 @@
 space, the datasheet roofline beside them, extrapolation marked. The tables here are made by the tests from a known
 efficiency law, so every expected value is computed from that law, not by the code under test."""
 import math
+from dataclasses import replace
 from types import SimpleNamespace
 
 import numpy as np
@@ -68,10 +69,15 @@ def test_past_the_table_the_edge_efficiency_prices_the_roofline_and_says_so():
 
 
 def test_another_device_is_priced_at_its_own_roofline_with_the_profiles_efficiency():
+    """At a compute-bound size, where the law's latency rises with m (so the borrowed reading's envelope, tested
+    below, leaves it as measured)."""
     p = profile_from_law("H100")
-    got = gemm_ms(p, H200, 8, 4096, 4096)
-    assert got.ms == pytest.approx(float(gemm_roofline_ms(H200, 8, 4096, 4096, "bf16") / law(8, 4096)), rel=1e-9)
-    assert got.ms < gemm_ms(p, H100, 8, 4096, 4096).ms      # more bandwidth, same efficiency: faster
+    got = gemm_ms(p, H200, 2048, 4096, 4096)
+    assert got.ms == pytest.approx(float(gemm_roofline_ms(H200, 2048, 4096, 4096, "bf16") / law(2048, 4096)),
+                                   rel=1e-9)
+    assert got.ms < gemm_ms(p, H100, 2048, 4096, 4096).ms * 1.0001   # same FP16 peak, same efficiency
+    small = gemm_ms(p, H200, 1, 4096, 4096)                          # memory-bound: more bandwidth, faster
+    assert small.ms < gemm_ms(p, H100, 1, 4096, 4096).ms
 
 
 def test_a_format_not_measured_is_priced_by_the_next_wider_one_and_marked():
@@ -115,3 +121,36 @@ def test_decode_attention_streams_the_kv_at_the_measured_fraction_of_the_datashe
     got = decode_attention_ms(p, dev, 16, 8192, 32, 8, 128, "bf16")
     assert got.efficiency == pytest.approx(0.85, rel=1e-6) and not got.extrapolated
     assert got.ms == pytest.approx(16 * 8192 * 4096 / (0.85 * dev.memory_bandwidth_bytes_per_s) * 1e3, rel=1e-6)
+
+
+def sawtooth_profile(device_name="H200"):
+    """One GEMM line (4,096 × 4,096, bf16) whose latency jumps past each power of two and falls again, as vLLM's
+    FP8 tables do on an H200: m = 257 measured slower than m = 512."""
+    dev = load_device(device_name)
+    ms = {1: 0.010, 256: 0.020, 257: 0.060, 512: 0.030, 513: 0.090, 1024: 0.050}
+    tables = {"gemm": {"dtype": np.array(["bf16"] * len(ms)), "m": np.array(list(ms), dtype=float),
+                       "n": np.full(len(ms), 4096.0), "k": np.full(len(ms), 4096.0),
+                       "ms": np.array(list(ms.values()))}}
+    return SimpleNamespace(name="sawtooth", device=dev.name, tables=tables), ms
+
+
+def test_on_its_own_device_a_profile_keeps_its_kernel_size_cliffs():
+    p, ms = sawtooth_profile()
+    for m, t in ms.items():
+        assert gemm_ms(p, H200, m, 4096, 4096).ms == pytest.approx(t, rel=1e-9)
+
+
+def test_a_borrowed_profile_loses_its_cliffs_but_keeps_its_level():
+    """On another device (here a twin of the H200 under another name, so the rooflines are the same) each
+    measured size is priced at the fastest latency measured at that size or a larger one (brute force over the
+    table): no cliff, no size slower than a larger one, and the fastest points as measured."""
+    p, ms = sawtooth_profile()
+    twin = replace(H200, name="H200 twin")
+    for m in ms:
+        assert gemm_ms(p, twin, m, 4096, 4096).ms == pytest.approx(min(t for mm, t in ms.items() if mm >= m),
+                                                                    rel=1e-9)
+    _, t, _ = gemm_ms(p, twin, np.geomspace(1, 1024, 200), 4096, 4096)
+    assert np.all(np.diff(t) >= -1e-12)
+    on_h100 = gemm_ms(p, H100, 1024, 4096, 4096)            # another roofline: the envelope's efficiency there
+    assert on_h100.efficiency == pytest.approx(float(gemm_roofline_ms(H200, 1024, 4096, 4096, "bf16")) / 0.05,
+                                               rel=1e-9)
