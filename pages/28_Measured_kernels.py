@@ -12,8 +12,8 @@ import streamlit as st
 
 from calculators.planning.measured_curves import (CONTEXT_GRID, MESSAGE_GRID, TOKEN_GRID, a2a_caption, a2a_curves,
                                                   allreduce_caption, allreduce_curves, attention_caption,
-                                                  borrowed_profiles, decode_attention_curves, gemm_caption,
-                                                  gemm_curves)
+                                                  borrowed_profiles, decode_attention_curves, gather_scatter_caption,
+                                                  gather_scatter_curves, gemm_caption, gemm_curves)
 from calculators.planning.measured_step import profile_support, step_ops_table
 from calculators.multi_gpu.tensor_parallel import Mesh
 from calculators.sizing.measured_ops import profile_device
@@ -24,7 +24,7 @@ from ui.charts import figure, style
 from ui.measured_kernels import (COLORS, EXTRAPOLATED_NOTE, KV_CHOICES, NONE_INSTALLED, WEIGHT_CHOICES, bytes_text,
                                  cached_profile, count_text, curve_traces, default_profile, device_word, log_axis,
                                  measured_formats, ops_frame, profile_caption, profile_names, profiled_here,
-                                 ridge_marks, roof_marks, stack_label)
+                                 ridge_marks, roof_marks, stack_exchange, stack_label)
 from ui.model_source import choice_field, table_height
 
 DEFAULT_MODEL = "Llama-3.1-8B"
@@ -135,13 +135,22 @@ def main() -> None:
         st.caption(f"{profile.name} has no all-reduce table" + ("" if device.interconnect_bytes_per_s else
                                                                  f", and {device.name} no peer link") + ".")
 
+    method = stack_exchange(profile)
+    ring = gather_scatter_curves(profile, device, sizes=MESSAGE_GRID) if config.num_experts else []
+    if ring:
+        st.subheader("All-gather and reduce-scatter (wide EP's token exchange) by buffer size")
+        st.plotly_chart(chart(ring, "whole buffer", bytes_text, 3,
+                              f"NCCL all-gather and reduce-scatter on {device.interconnect_name}",
+                              "% of the ring's wire time", roof="(n − 1)/n of the buffer at the link's one-way "
+                                                                "bandwidth = 100%"))
+        st.markdown(gather_scatter_caption(ring, device.interconnect_name, method[0], method[1]))
     a2a = a2a_curves(profile, device, config, wd) if config.num_experts else []
     if a2a:
-        st.subheader("Expert all-to-all (wide EP) by tokens per GPU")
+        st.subheader("Expert all-to-all (DeepEP) by tokens per GPU")
         st.plotly_chart(chart(a2a, "tokens per GPU", count_text, 3,
                               f"DeepEP dispatch and combine on {device.interconnect_name}", "% of the link",
                               roof="the link's one-way bandwidth = 100%"))
-        st.markdown(a2a_caption(a2a, device.interconnect_name))
+        st.markdown(a2a_caption(a2a, device.interconnect_name, method[1]))
 
     st.subheader("One step, op by op")
     cols = st.columns(3)

@@ -38,6 +38,9 @@ How each table maps (`_TABLES`; latency -> ms everywhere; dtypes through `_DTYPE
   "kernel") where the framework has them, else mla_context_module_perf / mla_generation_module_perf (the whole MLA
   module with its projections, scope "module", with gemm_dtype and model). Columns: dtype, kv_dtype, batch, tokens
   and prefix (context) or context (generation, isl + step), heads (the source's num_heads), tp, scope, kernel, ms.
+- allgather, reduce_scatter <- comm/nccl/<v>/nccl_perf (ops all_gather, reduce_scatter; the all-reduce's NCCL
+  version): dtype, bytes (the whole gathered or reduced buffer: message_size elements x the dtype's size), gpus,
+  kind nccl. The MoE exchange of attention data-parallel ranks (`Stack.moe_dp_comm`) runs on them.
 - moe_a2a <- comm/moe_a2a_perf (DeepEP dispatch/combine): backend, phase, dtype, ep, nodes, hidden, topk, experts,
   tokens, sms, ms.
 """
@@ -187,6 +190,24 @@ def _allreduce(custom, nccl):
     return _fastest(out, keys)[keys + ["kernel", "ms"]]
 
 
+def _ring_collective(nccl, op: str):
+    """NCCL's `op` rows (all_gather, reduce_scatter) as (dtype, bytes, gpus, kind, kernel, ms); message_size
+    counts the ELEMENTS of the whole gathered (or reduced) buffer, as for the all-reduce: at 64 Mi elements on
+    8 B200 an all-gather takes 0.54x the all-reduce's time, the ratio of their ring traffic, (n - 1)/n against
+    2 (n - 1)/n of the same buffer."""
+    df = nccl[nccl.op_name == op]
+    if df.empty:
+        return None
+    dtype = _dtype(df.nccl_dtype)
+    unknown = sorted(set(dtype) - set(_BYTES))
+    if unknown:
+        raise SpecError(f"{op} rows in dtype {', '.join(unknown)}: element size unknown")
+    out = df.assign(dtype=dtype, bytes=df.message_size * dtype.map(_BYTES), gpus=df.num_gpus, kind="nccl",
+                    kernel=df.kernel_source, ms=df.latency)
+    keys = ["dtype", "bytes", "gpus", "kind"]
+    return _fastest(out, keys)[keys + ["kernel", "ms"]]
+
+
 def _mla(df, generation: bool, scope: str):
     out = df.assign(dtype=_dtype(df.mla_dtype), kv_dtype=_dtype(df.kv_cache_dtype), batch=df.batch_size,
                     heads=df.num_heads, tp=df.tp_size, scope=scope, kernel=df.kernel_source, ms=df.latency)
@@ -317,6 +338,10 @@ def convert(gpu: str, framework: str, version: str, root: Path | None = None) ->
     if custom or nccl:
         tables["allreduce"] = _converted(_allreduce, [custom and _read(custom), nccl and _read(nccl)], custom or nccl)
         files += [p for p in (custom, nccl) if p]
+    for table, op in (("allgather", "all_gather"), ("reduce_scatter", "reduce_scatter")):
+        ring = _converted(lambda df: _ring_collective(df, op), [_read(nccl)], nccl) if nccl else None
+        if ring is not None:
+            tables[table] = ring
     rel = [str(p.relative_to(root)) for p in files]
     pkg = package_version() or "unknown"
     columns = {name: {c: df[c].tolist() for c in df.columns} for name, df in tables.items()}

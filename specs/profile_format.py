@@ -15,6 +15,8 @@ Tables and the columns each must have (extra columns are allowed and kept, e.g. 
 - moe: one MoE layer's grouped GEMMs over `tokens` tokens: dtype, tokens, hidden, inter, experts, topk, tp, ep,
   distribution, ms
 - allreduce: one all-reduce of `bytes` bytes across `gpus` GPUs, algorithm family `kind`: dtype, bytes, gpus, kind, ms
+- allgather, reduce_scatter (optional): one all-gather (or reduce-scatter) whose whole buffer is `bytes` bytes
+  across `gpus` GPUs: dtype, bytes, gpus, kind, ms
 - mla_context, mla_generation, moe_a2a (optional): the source's own columns (see the adapter) and ms
 
 `window` 0 means full attention. `dtype` strings are the project's precision names where one exists (bf16, fp16,
@@ -57,6 +59,8 @@ TABLE_COLUMNS = {
                              "ms"),
     "moe": ("dtype", "tokens", "hidden", "inter", "experts", "topk", "tp", "ep", "distribution", "ms"),
     "allreduce": ("dtype", "bytes", "gpus", "kind", "ms"),
+    "allgather": ("dtype", "bytes", "gpus", "kind", "ms"),
+    "reduce_scatter": ("dtype", "bytes", "gpus", "kind", "ms"),
     "mla_context": ("ms",),
     "mla_generation": ("ms",),
     "moe_a2a": ("ms",),

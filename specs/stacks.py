@@ -15,6 +15,7 @@ from specs.model_config import SpecError
 
 STACKS_FILE = Path(__file__).parent / "stacks.json"
 DEVICE_CLASSES = ("datacenter-gpu", "consumer-gpu", "apple", "tpu", "cpu", "other")
+MOE_DP_COMM = ("allgather_reducescatter", "all_to_all")   # `Stack.moe_dp_comm`
 _ALIASES = {"vllm": "vllm", "sglang": "sglang", "trtllm": "trtllm", "tensorrtllm": "trtllm", "trt": "trtllm",
             "llamacpp": "llamacpp", "llama.cpp": "llamacpp", "nccl": "nccl", "plainnccl": "nccl"}
 
@@ -51,6 +52,17 @@ class Stack:
         """Whether the stack prepares step k + 1 on the host while the GPU runs step k (an overlap scheduler), so
         its per-step host work hides behind the GPU's (specs/stacks.json `overlap_scheduler`, with its source)."""
         return bool(self.doc.get("overlap_scheduler", False))
+
+    @property
+    def moe_dp_comm(self) -> str:
+        """How the stack moves tokens between attention data-parallel ranks and the experts spread over them
+        (specs/stacks.json `moe_dp_comm`, with its source): "allgather_reducescatter" (every rank gathers the EP
+        group's tokens, runs its experts on all of them, and the partial outputs are reduce-scattered: the default
+        of TensorRT-LLM on one node, vLLM and SGLang) or "all_to_all" (DeepEP-style dispatch and combine, opt-in)."""
+        method = self.doc.get("moe_dp_comm", "allgather_reducescatter")
+        if method not in MOE_DP_COMM:
+            raise SpecError(f"stack {self.key}: moe_dp_comm {method!r} is not one of {', '.join(MOE_DP_COMM)}")
+        return method
 
     @property
     def kv_fraction_of_free(self) -> bool:

@@ -65,6 +65,17 @@ def stack_label(profile) -> str:
     return f"{name} {profile.stack_version}"
 
 
+def stack_exchange(profile) -> tuple[str, str]:
+    """(the stack's name, how it exchanges a wide-EP MoE layer's tokens: `Stack.moe_dp_comm`); a stack
+    specs/stacks.json does not know (a CPU profile) gathers, as the stacks do by default."""
+    from specs.stacks import load_stack
+    try:
+        s = load_stack(profile.stack)
+    except SpecError:
+        return str(profile.stack), "allgather_reducescatter"
+    return s.name, s.moe_dp_comm
+
+
 WEIGHT_CHOICES = ("bf16", "fp16", "fp32", "fp8", "fp8_block", "fp4", "int8")   # in the order offered
 KV_CHOICES = ("bf16", "fp16", "fp32", "fp8")
 

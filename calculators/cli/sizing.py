@@ -166,7 +166,9 @@ def parallel_fields(args, c: ModelConfig, dev: Device, tokens: int, B: int, wd: 
     from calculators.multi_gpu.tensor_parallel import Mesh, decode_step_parallel, fit_verdict, max_batch_per_replica
     from calculators.planning.request_latency import step_collectives
     mesh = Mesh(tp=args.tp, pp=args.pp, ep=args.ep, gpus=args.gpus)
-    kw = dict(usable_fraction=args.gpu_memory_utilization, embeddings_16bit=not args.quantize_embeddings)
+    from specs.stacks import load_stack
+    kw = dict(usable_fraction=args.gpu_memory_utilization, embeddings_16bit=not args.quantize_embeddings,
+              moe_dp_comm=load_stack(args.stack).moe_dp_comm)
     v = fit_verdict(c, dev, mesh, tokens, B, wd, kd, **kw)
     mem = v["memory"]
     out = dict(gpus=mesh.total_gpus, tp=mesh.tp, pp=mesh.pp, ep=mesh.ep, replicas=mesh.replicas,

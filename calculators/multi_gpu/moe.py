@@ -92,9 +92,40 @@ def routing_imbalance(tokens: float, num_experts: int, top_k: int, ep: int) -> f
     return (mean + z * math.sqrt(var)) / mean
 
 
+def exchange_bytes(weight_dtype: str) -> float:
+    """Bytes per element of the tokens a MoE layer's exchange sends: NVFP4 (0.5 + one FP8 scale per 16 values)
+    ahead of FP4 experts, which quantize before sending, else 16 bits."""
+    return 0.5 + 1 / 16 if str(weight_dtype) in ("fp4", "nvfp4") else 2.0
+
+
+def ring_pass_ms(total_bytes: float, n: int, link: Link) -> float:
+    """One ring all-gather (or reduce-scatter) of `total_bytes` in all among n GPUs: alpha_base + (n − 1)·hop +
+    (n − 1)/n · total / per-direction bandwidth (each GPU sends and receives (n − 1)/n of the total)."""
+    if n == 1:
+        return 0.0
+    if link.bytes_per_s is None:
+        raise SpecError(f"{link.name} has no bandwidth of its own here; take it from a device (device_link)")
+    return (link.alpha_base_s + (n - 1) * link.alpha_per_hop_s + (n - 1) / n * total_bytes / link.bytes_per_s) * 1e3
+
+
+def gather_scatter_bytes(tokens: int, config: ModelConfig, ep: int, act_bytes: float | str = 2) -> tuple:
+    """(all-gather, reduce-scatter) bytes in all of one MoE layer for `tokens` tokens on each of `ep` GPUs: every
+    GPU gathers the group's ep × tokens hidden vectors (in `act_bytes`, NVFP4 where the experts are FP4) and the
+    partial outputs go back in 16 bits."""
+    n = check_int("tokens", tokens, minimum=0, limit=1 << 40) * check_int("ep", ep) * config.hidden_size
+    return n * bytes_per_element(act_bytes), n * 2.0
+
+
 def moe_layer_comm_ms(tokens: int, config: ModelConfig, ep: int, link: Link, act_bytes: float | str = 2,
-                      imbalance: float = 1.0, dedup: bool = True) -> float:
-    """Dispatch + combine of one MoE layer for `tokens` tokens on each GPU: two all-to-alls, the busiest GPU
-    receiving `imbalance` × the mean."""
+                      imbalance: float = 1.0, dedup: bool = True, method: str = "all_to_all") -> float:
+    """The MoE layer's token exchange for `tokens` tokens on each GPU, by `method` (`Stack.moe_dp_comm`):
+    "all_to_all", dispatch + combine (the busiest GPU receiving `imbalance` × the mean), or
+    "allgather_reducescatter", one ring all-gather of the group's tokens and one ring reduce-scatter of the
+    outputs (every GPU gets every token, so routing imbalance does not move it)."""
+    if method == "allgather_reducescatter":
+        gathered, scattered = gather_scatter_bytes(tokens, config, ep, act_bytes)
+        return ring_pass_ms(gathered, ep, link) + ring_pass_ms(scattered, ep, link)
+    if method != "all_to_all":
+        raise SpecError(f"MoE token exchange {method!r}: all_to_all or allgather_reducescatter")
     b = all_to_all_bytes(tokens, config, ep, act_bytes, dedup) * max(1.0, imbalance)
     return 2 * all_to_all_ms(b, ep, link)

@@ -24,14 +24,14 @@ from calculators.sizing.memory import (DEFAULT_GPU_MEMORY_UTILIZATION, DEFAULT_P
                                 _largest, ffn_width, prefill_scratch_bytes, resident_weight_bytes)
 from calculators.multi_gpu.collectives import allreduce_ms
 from calculators.multi_gpu.deepep import wide_ep_buffer_bytes
-from calculators.multi_gpu.moe import ep_problem, moe_layer_comm_ms, routing_imbalance
+from calculators.multi_gpu.moe import ep_problem, exchange_bytes, moe_layer_comm_ms, routing_imbalance
 from calculators.multi_gpu.parallel import kv_head_replication, p2p_ms, tp_allreduce_bytes
 from calculators.sizing.params import bytes_per_param, expert_params, param_breakdown
 from calculators.sizing.roofline import forward_flops_split, gpu_time, step_peaks
 from calculators.units import bytes_per_element, check_fraction, check_int, default_kv_dtype
 from specs.devices import Device, Link, device_link
 from specs.model_config import ModelConfig, SpecError
-from specs.stacks import Stack
+from specs.stacks import Stack, load_stack
 
 
 @dataclass(frozen=True)
@@ -188,10 +188,13 @@ def per_gpu_memory(config: ModelConfig, device: Device, mesh: Mesh, context_toke
                    weight_dtype: str = "bf16", kv_dtype: str | None = None,
                    usable_fraction: float = DEFAULT_GPU_MEMORY_UTILIZATION,
                    overheads: RuntimeOverheads = RuntimeOverheads(), embeddings_16bit: bool = True,
-                   group_size: int | None = None, kv_fraction_of_free: bool = False) -> dict:
+                   group_size: int | None = None, kv_fraction_of_free: bool = False,
+                   moe_dp_comm: str = "allgather_reducescatter") -> dict:
     """The busiest GPU's memory: weights + KV (`batch` sequences of `context_tokens`, spread over the replicas'
     pipelines as they are) + activations + runtime overheads + DeepEP's all-to-all buffers where the EP group spans
-    several attention replicas (`deepep.wide_ep_buffer_bytes`, vLLM's defaults) vs usable = device ×
+    several attention replicas and the stack exchanges the tokens by DeepEP (`moe_dp_comm` "all_to_all", the
+    stack's `Stack.moe_dp_comm`; `deepep.wide_ep_buffer_bytes`, vLLM's defaults; the default gathers through
+    NCCL's own buffers, in the runtime overheads) vs usable = device ×
     gpu_memory_utilization (vLLM: the fraction bounds everything). `kv_fraction_of_free` (TensorRT-LLM's
     free_gpu_memory_fraction): the fraction bounds the KV cache alone, as a share of what the weights, activations,
     overheads and buffers leave free, so usable = those + fraction × (device − those). `batch` is the number of
@@ -201,7 +204,7 @@ def per_gpu_memory(config: ModelConfig, device: Device, mesh: Mesh, context_toke
     kv = per_gpu_kv_bytes(config, mesh, context_tokens, batch, kd)
     act = per_gpu_activation_bytes(config, mesh, context_tokens, batch)
     over = overheads.total_bytes(mesh.communicating_gpus)      # communication buffers past 1 GPU
-    a2a = wide_ep_buffer_bytes(config, mesh.tp, mesh.ep)       # DeepEP's, with attention DP only
+    a2a = deepep_buffer_bytes(config, mesh, moe_dp_comm)       # DeepEP's, with attention DP only
     frac = check_fraction("usable_fraction", usable_fraction)
     rest = w + act + over + a2a
     usable = rest + frac * max(device.memory_bytes - rest, 0.0) if kv_fraction_of_free else device.memory_bytes * frac
@@ -212,6 +215,12 @@ def per_gpu_memory(config: ModelConfig, device: Device, mesh: Mesh, context_toke
                 fits=needed <= usable, headroom_bytes=usable - needed, short_by_bytes=max(0.0, needed - usable),
                 stage_layers=stage_layers(config, mesh.pp),
                 kv_head_copies=1.0 if arch.is_mla(config) else kv_head_replication(config.num_kv_heads, mesh.tp))
+
+
+def deepep_buffer_bytes(config: ModelConfig, mesh: Mesh, moe_dp_comm: str) -> float:
+    """DeepEP's buffers on one GPU of `mesh` (`deepep.wide_ep_buffer_bytes`) where the stack exchanges a wide-EP
+    MoE layer's tokens by all-to-all; 0 where it gathers them (`Stack.moe_dp_comm`)."""
+    return wide_ep_buffer_bytes(config, mesh.tp, mesh.ep) if moe_dp_comm == "all_to_all" else 0.0
 
 
 def max_batch_per_replica(config: ModelConfig, device: Device, mesh: Mesh, context_tokens: int,
@@ -239,11 +248,12 @@ def _weight_read_ratio(config: ModelConfig, weight_dtype: str, rows: int) -> flo
 
 
 def _comm_per_stage_ms(config: ModelConfig, mesh: Mesh, rows: int, link: Link | None,
-                       stack: Stack | str | None = None, imbalance: float = 1.0) -> float:
+                       stack: Stack | str | None = None, imbalance: float = 1.0, weight_dtype: str = "bf16") -> float:
     """Collectives one stage runs for `rows` tokens: an all-reduce after attention in each of its layers; after
     the FFN an all-reduce (dense, MoE without EP or with EP inside the TP group), or, when the EP group spans
-    data-parallel replicas, dispatch + combine all-to-alls in the MoE layers (`moe.moe_layer_comm_ms`). The
-    all-reduce is the one `stack` runs (`calculators.multi_gpu.collectives`; vLLM when None)."""
+    data-parallel replicas, the stack's token exchange in the MoE layers (`moe.moe_layer_comm_ms` by
+    `Stack.moe_dp_comm`: all-gather + reduce-scatter, or dispatch + combine all-to-alls; the tokens in NVFP4 for
+    FP4 experts). The all-reduce is the one `stack` runs (`calculators.multi_gpu.collectives`; vLLM when None)."""
     c, tp = config, mesh.tp
     if (tp == 1 and mesh.ep == 1) or link is None:
         return 0.0
@@ -251,7 +261,9 @@ def _comm_per_stage_ms(config: ModelConfig, mesh: Mesh, rows: int, link: Link | 
     share_moe = arch.moe_layer_count(c) / c.num_layers if mesh.ep > 1 else 0.0
     ar = allreduce_ms(tp_allreduce_bytes(c.hidden_size, rows), tp, link, stack)
     if mesh.ep > tp:                       # data-parallel attention, EP across replicas: two all-to-alls per MoE layer
-        a2a = moe_layer_comm_ms(rows, c, mesh.ep, link, imbalance=imbalance)
+        s = stack if isinstance(stack, Stack) else load_stack(stack)
+        a2a = moe_layer_comm_ms(rows, c, mesh.ep, link, exchange_bytes(weight_dtype), imbalance,
+                                method=s.moe_dp_comm)
         return n_layers * (ar + (1 - share_moe) * ar + share_moe * a2a)
     # EP inside the TP group: after attention's all-reduce every rank holds every token, runs its own experts on
     # them and the partial outputs are summed by the FFN's all-reduce, exactly as for a TP-split dense FFN
@@ -276,7 +288,7 @@ def _stage(c: ModelConfig, device: Device, mesh: Mesh, tokens: int, kd: str, wei
     mem_w, mem_kv = w / bw * 1e3, kv / bw * 1e3
     comp_w = fl["weights"] / (pk["weights"] * mfu) * 1e3
     comp_a = fl["attention"] / (pk["attention"] * mfu) * 1e3
-    comm_ms = _comm_per_stage_ms(c, mesh, tokens, link, stack, imb)
+    comm_ms = _comm_per_stage_ms(c, mesh, tokens, link, stack, imb, weight_dtype)
     return dict(weight_bytes=w, kv_bytes=kv, flops=fl["weights"] + fl["attention"], precision=pk["precision"],
                 memory_ms=mem_w + mem_kv, compute_ms=comp_w + comp_a, comm_ms=comm_ms,
                 stage_ms=float(efficiency.stage_ms(gpu_time(mem_w, comp_w, mem_kv, comp_a) + comm_ms, sequences)))

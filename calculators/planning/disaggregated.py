@@ -59,7 +59,8 @@ def size_disaggregated(config: ModelConfig, prefill_device: Device, prefill_mesh
     wait = max(0.0, math.log(100 * rho)) * pre / (1 - rho) if rho > 0 else 0.0
     hand = kv_handoff_ms(config, P, kd, link, prefill_mesh.gpus_per_replica)
 
-    b_mem = max_batch_per_replica(config, decode_device, decode_mesh, P + O, weight_dtype, kd, limit=batch_limit)
+    b_mem = max_batch_per_replica(config, decode_device, decode_mesh, P + O, weight_dtype, kd, limit=batch_limit,
+                                  moe_dp_comm=s.moe_dp_comm)
     if b_mem == 0:
         raise SpecError(f"{config.name} does not fit on the decode instance ({decode_mesh.gpus_per_replica} × "
                         f"{decode_device.name}) with one sequence of {P + O:,} tokens")

@@ -118,6 +118,28 @@ def allreduce_curves(profile, device: Device, gpus=ALLREDUCE_GPUS, sizes=MESSAGE
     return out
 
 
+def gather_scatter_curves(profile, device: Device, sizes=MESSAGE_GRID) -> list[Curve]:
+    """The all-gather and the reduce-scatter of each buffer size (the whole gathered or reduced buffer) on the
+    most GPUs the profile measured, against the ring's wire time on the device's own link
+    (`measured_ops.ring_collective_ms`); [] where the profile has neither table or the device no peer link."""
+    from calculators.sizing.measured_ops import ring_collective_ms
+    link = device.interconnect_bytes_per_s
+    tables = getattr(profile, "tables", {})
+    if not link:
+        return []
+    s = np.asarray(sizes, dtype=float)
+    out = []
+    for table, label in (("allgather", "all-gather"), ("reduce_scatter", "reduce-scatter")):
+        if table not in tables:
+            continue
+        g = int(max(np.asarray(tables[table]["gpus"], dtype=float)))
+        priced = ring_collective_ms(profile, table, link, s, g)
+        if priced is not None:
+            ideal, ms, past = priced
+            out.append(Curve(f"{label}, {g} GPUs", s, ideal, ms, past, np.zeros_like(past), f"{g} GPUs"))
+    return out
+
+
 def a2a_curves(profile, device: Device, config: ModelConfig, weight_dtype: str = "bf16",
                tokens=TOKEN_GRID) -> list[Curve]:
     """Wide EP's dispatch and combine of one MoE layer (DeepEP, the faster backend at each size) by tokens per GPU,
@@ -231,16 +253,35 @@ def allreduce_caption(curves: list[Curve], link_name: str, link_bytes_per_s: flo
     return text + "."
 
 
-def a2a_caption(curves: list[Curve], link_name: str) -> str:
+def gather_scatter_caption(curves: list[Curve], link_name: str, stack_name: str, method: str) -> str:
+    """What the all-gather / reduce-scatter curves say: each one's time and share of the ring's wire time at a
+    16 MiB buffer (or the nearest drawn), and whether `stack_name` exchanges a MoE layer's tokens this way."""
+    from calculators.units import fmt_bytes
+    at = [int(np.argmin(np.abs(np.log(c.x / float(1 << 24))))) for c in curves]
+    parts = [f"the {c.label.split(',')[0]} {fmt_num(c.ms[i] * 1e3, 3)} µs ({pct(c.efficiency[i])} of the ring's "
+             f"wire time)" for c, i in zip(curves, at)]
+    text = f"A {fmt_bytes(curves[0].x[at[0]], binary=True)} buffer on {curves[0].label.split(', ')[1]} of " \
+           f"{link_name}: {' and '.join(parts)}. "
+    if method == "allgather_reducescatter":
+        return text + (f"{stack_name} moves a wide-EP MoE layer's tokens this way by default (attention "
+                       "data-parallel ranks gather the group's tokens, run their experts on all of them and "
+                       "reduce-scatter the outputs), and the planner prices that exchange with these.")
+    return text + f"{stack_name} is set to DeepEP's all-to-all instead (below)."
+
+
+def a2a_caption(curves: list[Curve], link_name: str, method: str = "all_to_all") -> str:
     """What the all-to-all curves say: each phase's time and share of the link at 1,024 tokens per GPU (or the
-    largest measured below it), and the best share either reaches."""
+    largest measured below it), the best share either reaches, and whether the planner prices wide EP with them
+    (`method`: the stack's `moe_dp_comm`)."""
     at = [int(np.argmin(np.abs(np.log(c.x / 1024.0)))) for c in curves]
     parts = [f"{c.label.split(',')[0]} {fmt_num(c.ms[i] * 1e3, 3)} µs ({pct(c.efficiency[i])} of the link)"
              for c, i in zip(curves, at)]
     best = max(curves, key=lambda c: float(c.efficiency.max()))
     return (f"At {tokens_text(curves[0].x[at[0]])} per GPU one MoE layer's {' and '.join(parts)} on {link_name}; "
-            f"the best any size reaches is {pct(float(best.efficiency.max()))} ({best.label.split(' (')[0]}). The "
-            "planner prices wide EP with these: a dispatch and a combine in every MoE layer.")
+            f"the best any size reaches is {pct(float(best.efficiency.max()))} ({best.label.split(' (')[0]}). "
+            + ("The planner prices wide EP with these: a dispatch and a combine in every MoE layer." if
+               method == "all_to_all" else "DeepEP is opt-in on this stack (its default exchange is the all-gather "
+               "and reduce-scatter above), so the planner does not price wide EP with these."))
 
 
 def borrowed_profiles(stack: str, profiled: list[str]) -> list[dict]:

@@ -25,14 +25,16 @@ import numpy as np
 from calculators import arch
 from calculators.multi_gpu.collectives import allreduce_ms as closed_allreduce_ms
 from calculators.multi_gpu.parallel import tp_allreduce_bytes
-from calculators.multi_gpu.moe import moe_layer_comm_ms
+from calculators.multi_gpu.moe import exchange_bytes, moe_layer_comm_ms
 from calculators.multi_gpu.tensor_parallel import Mesh, expert_imbalance_for, stage_layers
 from calculators.sizing.measured_ops import (ACT_BYTES, Priced, allreduce_ms, decode_attention_ms, elementwise_ms,
                                              gemm_ms, linear_decode_ms, linear_prefill_ms, mla_decode_ms,
-                                             mla_prefill_ms, moe_a2a_ms, moe_ms, prefill_attention_ms)
+                                             mla_prefill_ms, moe_a2a_ms, moe_ms, prefill_attention_ms,
+                                             ring_collective_ms)
 from calculators.units import fmt_num
 from specs.devices import Device, Link
 from specs.model_config import ModelConfig, SpecError
+from specs.stacks import Stack, load_stack
 
 # the tokens per step at which the measured parts are tabulated: the powers of two and their 1.5× (the sizes
 # profiles measure) with the planner's log grid between them, so a measured size is read back exactly
@@ -479,9 +481,11 @@ def measured_collectives(profile, config: ModelConfig, mesh: Mesh, link: Link | 
     measured all-reduce table (`measured_ops.allreduce_ms`: efficiency against the link's roofline, interpolated
     in log bytes, so a borrowed profile is read at this link's datasheet) in place of the closed form's:
         closed_ms + all-reduces per stage × (measured − closed form) of one [tokens, D] all-reduce
-    and, where the EP group spans data-parallel replicas (wide EP), each MoE layer's dispatch and combine from
-    its measured all-to-all table (`measured_a2a_ms`) in place of the closed form's (`moe.moe_layer_comm_ms` at
-    the same imbalance). None where the profile measured neither (the closed form stands)."""
+    and, where the EP group spans data-parallel replicas (wide EP), each MoE layer's token exchange the stack
+    runs (`Stack.moe_dp_comm`) from its measured tables: all-gather + reduce-scatter (`measured_gather_scatter_ms`)
+    or DeepEP's dispatch and combine (`measured_a2a_ms`), in place of the closed form's (`moe.moe_layer_comm_ms`
+    by the same method, at the same imbalance). None where the profile measured neither (the closed form
+    stands)."""
     if link is None:
         return None
     t = np.asarray(tokens, dtype=float)
@@ -493,14 +497,31 @@ def measured_collectives(profile, config: ModelConfig, mesh: Mesh, link: Link | 
         if measured is not None:
             closed = np.array([closed_allreduce_ms(b, mesh.tp, link, stack) for b in message])
             out, used = out + n * (measured - closed), True
-    a2a = measured_a2a_ms(profile, config, mesh, link, weight_dtype, t) if mesh.ep > mesh.tp else None
-    if a2a is not None:
+    method = stack.moe_dp_comm if isinstance(stack, Stack) else load_stack(stack).moe_dp_comm
+    exchange = (measured_a2a_ms(profile, config, mesh, link, weight_dtype, t) if method == "all_to_all" else
+                measured_gather_scatter_ms(profile, config, mesh, link, weight_dtype, t)) \
+        if mesh.ep > mesh.tp else None
+    if exchange is not None:
         rows = [int(math.ceil(x)) for x in t]
-        closed = np.array([moe_layer_comm_ms(r, config, mesh.ep, link,
-                                             imbalance=expert_imbalance_for(config, mesh, r, expert_imbalance))
+        closed = np.array([moe_layer_comm_ms(r, config, mesh.ep, link, exchange_bytes(weight_dtype),
+                                             expert_imbalance_for(config, mesh, r, expert_imbalance), method=method)
                            for r in rows])
-        out, used = out + moe_layers_per_stage(config, mesh) * (a2a - closed), True
+        out, used = out + moe_layers_per_stage(config, mesh) * (exchange - closed), True
     return out if used else None
+
+
+def measured_gather_scatter_ms(profile, config: ModelConfig, mesh: Mesh, link: Link, weight_dtype: str, tokens):
+    """One MoE layer's all-gather + reduce-scatter on a wide-EP mesh (`Stack.moe_dp_comm` "allgather_reducescatter")
+    for `tokens` tokens per replica: each of the ep GPUs gathers every GPU's tokens / tp (NVFP4 ahead of FP4
+    experts, else 16 bits: `moe.exchange_bytes`) and reduce-scatters their 16-bit outputs, from the profile's
+    measured NCCL tables (`measured_ops.ring_collective_ms`); None where either was not measured."""
+    per_gpu = np.maximum(np.asarray(tokens, dtype=float) / mesh.tp, 1.0)
+    vectors = per_gpu * mesh.ep * config.hidden_size
+    parts = [ring_collective_ms(profile, table, link.bytes_per_s, vectors * size, mesh.ep)
+             for table, size in (("allgather", exchange_bytes(weight_dtype)), ("reduce_scatter", 2.0))]
+    if any(p is None for p in parts):
+        return None
+    return sum(np.asarray(p[1], dtype=float) for p in parts)
 
 
 def moe_layers_per_stage(config: ModelConfig, mesh: Mesh) -> float:
@@ -571,7 +592,6 @@ def nearest_profiled(device: Device, stack_key: str) -> Device | None:
 
 def _derate_words(stack_key: str, device: Device) -> str:
     """How a borrowed profile's compute-bound work is slowed on `device` (the stack's `measured_host` fit)."""
-    from specs.stacks import load_stack
     try:
         host = load_stack(stack_key).measured_host(device.vendor)
     except SpecError:

@@ -99,9 +99,9 @@ def _concurrency(row: dict, c, dev, mesh, stack, eff, profile=None) -> float:
     if C > lim["batch"] * mesh.replicas and row["metric"] == "output_tok_s":
         return max_throughput(c, dev, mesh, I, O, w, kv, stack, efficiency=eff, profile=profile,
                               **caps(row))["output_tok_s"]
-    per_replica = max(1, -(-C // mesh.replicas))
-    itl = step_time(c, dev, mesh, min(per_replica, lim["batch"]), I, O, w, kv, eff, _link_for(dev, None),
-                    stack, profile=profile)["step_ms"]
+    rows = min(max(1, -(-C // mesh.replicas)), lim["batch"])
+    itl = step_time(c, dev, mesh, rows, I, O, w, kv, eff, _link_for(dev, None), stack, profile=profile,
+                    prompting_rows=rows - 1)["step_ms"]          # the other users' prompts, not its own
     if row["metric"] == "itl_ms":
         return itl
     ttft = _prefill(row, c, dev, mesh, stack, eff, profile)

@@ -51,7 +51,8 @@ def step_tables(config: ModelConfig, mesh: Mesh, link: Link | None, stack: Stack
             np.ones_like(g)
     imb = [expert_imbalance_for(c, mesh, t, expert_imbalance) for t in g]
     extra = np.array([_expert_flops_extra(c, mesh, t, i) * share for t, i in zip(g, imb)])
-    comm = np.array([_comm_per_stage_ms(c, mesh, int(math.ceil(t)), link, stack, i) for t, i in zip(g, imb)])
+    comm = np.array([_comm_per_stage_ms(c, mesh, int(math.ceil(t)), link, stack, i, weight_dtype)
+                     for t, i in zip(g, imb)])
     return dict(ratio=ratio, extra=extra, comm=comm, p2p=p2p_ms(c, mesh, link, g))
 
 

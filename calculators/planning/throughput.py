@@ -60,7 +60,7 @@ def batch_limits(config: ModelConfig, device: Device, mesh: Mesh, prompt_tokens:
     ctx = reserved_context(prompt_tokens, output_tokens, stack.kv_reservation)
     b_mem = max_batch_per_replica(config, device, mesh, ctx, weight_dtype, kv_dtype, limit=1 << 17,
                                   usable_fraction=gpu_memory_utilization,
-                                  kv_fraction_of_free=stack.kv_fraction_of_free)
+                                  kv_fraction_of_free=stack.kv_fraction_of_free, moe_dp_comm=stack.moe_dp_comm)
     b_tok = max(1, tokens * output_tokens // (prompt_tokens + output_tokens))
     caps = {"memory (KV cache)": b_mem, "scheduler max sequences": seqs, "scheduler token budget": b_tok}
     binding = min(caps, key=caps.get)
@@ -70,17 +70,20 @@ def batch_limits(config: ModelConfig, device: Device, mesh: Mesh, prompt_tokens:
 
 def step_time(config: ModelConfig, device: Device, mesh: Mesh, batch: int, prompt_tokens: int, output_tokens: int,
               weight_dtype: str, kv_dtype: str, efficiency: Efficiency, link: Link | None, stack: Stack,
-              expert_imbalance: float | None = None, profile=None) -> dict:
-    """One steady-state step of `batch` decode rows plus batch·I/O prompt tokens on the busiest GPU: the
+              expert_imbalance: float | None = None, profile=None, prompting_rows: float | None = None) -> dict:
+    """One steady-state step of `batch` decode rows plus prompting_rows·I/O prompt tokens on the busiest GPU: the
     deployment's step (`step.step_cost`, the one step model) at that mix, each microbatch holding ⌈batch / m⌉
-    rows at context I + O/2."""
+    rows at context I + O/2. `prompting_rows`: the rows whose next prompts are spread over the steps (default
+    `batch`, every row's: the step the deployment averages). The steps one user of a fixed number of users sees
+    between its tokens carry the OTHER users' prompts only (its own came before its first token): batch − 1."""
     c, I, O = config, prompt_tokens, output_tokens
     m = min(batch, mesh.pp)
     rows = math.ceil(batch / m)
-    step_tokens = rows + rows * I / O
+    prompting = rows * m if prompting_rows is None else max(0.0, float(prompting_rows))
+    step_tokens = rows + prompting / m * I / O
     cost = step_cost(c, device, mesh, weight_dtype, kv_dtype, efficiency, link, stack, I + O // 2, I,
                      expert_imbalance, profile)
-    d = {k: float(np.asarray(v)) for k, v in cost.parts(rows * m, rows * m * I / O).items()}
+    d = {k: float(np.asarray(v)) for k, v in cost.parts(rows * m, prompting * I / O).items()}
     pk = step_peaks(device, weight_dtype, kv_dtype)
     gpu_roofline = float(gpu_time(d["weights_memory_ms"], d["gemm_compute_ms"], d["kv_memory_ms"],
                                   d["attention_compute_ms"]))

@@ -16,8 +16,9 @@ touch; from the device's measured kernels where the planner was given a profile,
 vectorised over the candidates of a device, and the steady state per replica at rate / d as the planner
 solves it (`planner.screened_steady_state`: screened, then `serve_at`'s prompt chain near the targets at the
 three cheapest GPU counts, where the figures equal `serve_at`'s for the same layout and rate); its memory is
-`tensor_parallel.per_gpu_memory`'s sum (weights + KV of the batch cap + activations + overheads + DeepEP's
-all-to-all buffers, `deepep.wide_ep_buffer_bytes` at vLLM's defaults: ≈ 4.9 GB per GPU for DeepSeek-R1). The
+`tensor_parallel.per_gpu_memory`'s sum (weights + KV of the batch cap + activations + overheads, and DeepEP's
+all-to-all buffers where the stack runs DeepEP, `deepep.wide_ep_buffer_bytes` at vLLM's defaults: ≈ 4.9 GB per GPU
+for DeepSeek-R1; the stacks' default exchange gathers through NCCL and holds none). The
 figures come back as the planner's columns (`planner._rank` ranks them with the rest):
     itl_ms       the step of `batch_cap` decode rows alone (its memory, compute and collectives say what binds)
     prefill_ms   the step of the mean (p99) prompt alone
@@ -29,13 +30,12 @@ import functools
 import numpy as np
 
 from calculators import arch
-from calculators.multi_gpu.deepep import wide_ep_buffer_bytes
-from calculators.multi_gpu.tensor_parallel import (Mesh, mesh_problem, per_gpu_activation_bytes, per_gpu_kv_bytes,
-                                                   per_gpu_weight_bytes)
+from calculators.multi_gpu.tensor_parallel import (Mesh, deepep_buffer_bytes, mesh_problem, per_gpu_activation_bytes,
+                                                   per_gpu_kv_bytes, per_gpu_weight_bytes)
 from calculators.planning.screening import apply_bounds, no_steady_state, peak_or_nan, screened_steady_state
 from calculators.planning.serve_at import decode_context
 from calculators.planning.step import mixed_step, step_inputs, step_tables
-from specs.model_config import ModelConfig
+from specs.model_config import ModelConfig, SpecError
 
 
 def wide_ep_layouts(config: ModelConfig, gpu_counts, tp_degrees) -> list[Mesh]:
@@ -54,6 +54,17 @@ def wide_ep_groups(config: ModelConfig, gpu_counts, tp_degrees) -> list[tuple[Me
                                                                       tp_degrees)]
 
 
+def _step_inputs(c, dev, m, wd, kd, eff, link, stack, ctx, prompt_tokens, profile, tables):
+    """`step.step_inputs` from the device's measured kernels, or from the closed form where the profile has no
+    table for the weight format (INT4's weight-only kernels), as the planner's other candidates are priced."""
+    try:
+        return step_inputs(c, dev, m, wd, kd, eff, link, stack, ctx, prompt_tokens, profile=profile, tables=tables)
+    except SpecError:
+        if profile is None:
+            raise
+        return step_inputs(c, dev, m, wd, kd, eff, link, stack, ctx, prompt_tokens, profile=None, tables=tables)
+
+
 def wide_ep_candidates(config: ModelConfig, devices, wl, space, stack, eff_tab, usable_fraction, overheads,
                        embeddings_16bit: bool, links, profiles=None) -> dict:
     """The planner's raw columns (see `planner._rank`) for every wide-EP layout × device × weight and KV precision
@@ -67,8 +78,8 @@ def wide_ep_candidates(config: ModelConfig, devices, wl, space, stack, eff_tab, 
     ratio = step_tables(c, Mesh(), None, stack)["ratio"]          # experts touched: the same for every layout
 
     @functools.cache                            # devices with the same interconnect share the token tables
-    def tables_for(link, m):
-        return step_tables(c, m, link, stack, ratio=ratio)
+    def tables_for(link, m, wd):                # the weight format sets what the MoE exchange sends (NVFP4 or 16 bits)
+        return step_tables(c, m, link, stack, wd, ratio=ratio)
 
     @functools.cache
     def activations(m):
@@ -83,17 +94,17 @@ def wide_ep_candidates(config: ModelConfig, devices, wl, space, stack, eff_tab, 
             continue
         for m, k in wide_ep_groups(c, space.gpu_counts, space.tp):
             act = activations(m)
-            # as tensor_parallel.per_gpu_memory: runtime overheads + DeepEP's all-to-all buffers
-            over = overheads.total_bytes(m.communicating_gpus) + wide_ep_buffer_bytes(c, m.tp, m.ep)
+            # as tensor_parallel.per_gpu_memory: runtime overheads + DeepEP's buffers where the stack runs DeepEP
+            over = overheads.total_bytes(m.communicating_gpus) + deepep_buffer_bytes(c, m, stack.moe_dp_comm)
             for wi, wd in enumerate(space.weight_dtypes):
                 peak, eff, w = peak_or_nan(dev, wd), eff_tab[d][wi], weights(m, wd)
                 costed = eff is not None and not np.isnan(peak) and w + over + act[0] <= dev.memory_bytes * \
                     usable_fraction
-                tables = tables_for(links[d], m) if costed else None
+                tables = tables_for(links[d], m, wd) if costed else None
                 prof = profiles[d] if profiles is not None else None
                 for ki, kd in enumerate(space.kv_dtypes):
-                    terms, tb = step_inputs(c, dev, m, wd, kd, eff, links[d], stack, ctx, wl.prompt_tokens,
-                                            profile=prof, tables=tables) if costed else (None, None)
+                    terms, tb = _step_inputs(c, dev, m, wd, kd, eff, links[d], stack, ctx, wl.prompt_tokens, prof,
+                                             tables) if costed else (None, None)
                     groups.append(dict(di=d, mesh=m, k=k, wdi=wi, kdi=ki, w=w, act=act, over=over, peak=peak,
                                        kv=per_gpu_kv_bytes(c, m, mem_ctx, 1, kd), price=dev.price_usd_per_hour,
                                        terms=terms, tables=tb))
@@ -125,15 +136,17 @@ def wide_ep_candidates(config: ModelConfig, devices, wl, space, stack, eff_tab, 
         """One vectorised step over the candidates `idx` (the last axis of n and p runs over them)."""
         gs = [groups[i] for i in group_of[idx]]
         tables = {k: np.stack([x["tables"][k] for x in gs]) for k in ("ratio", "extra", "comm", "p2p")}
-        if "measured" in gs[0]["tables"]:        # one device per call: all priced from its kernels, or none
+        if "measured" in gs[0]["tables"]:        # one pricing per call (`kinds`): all from kernels, or none
             tables["measured"] = {k: np.stack([x["tables"]["measured"][k] for x in gs])
                                   for k in gs[0]["tables"]["measured"]}
             tables["prompt_len"] = np.array([x["tables"]["prompt_len"] for x in gs], dtype=float)
         return mixed_step({k: np.array([x["terms"][k] for x in gs], dtype=float) for k in gs[0]["terms"]}, tables)
     figures = {k: np.full(n, np.inf) for k in ("itl_ms", "decode_memory_ms", "decode_compute_ms", "decode_comm_ms",
                                                "prefill_ms", "prefill_p99_ms", "itl_one")}
-    for d in range(len(devices)):                # each candidate's step alone: decode at the cap and at 1, prefill
-        sel = np.flatnonzero(costed & (di == d))
+    measured = col(lambda x: x["tables"] is not None and "measured" in x["tables"], bool)
+    kinds = [(d, m) for d in range(len(devices)) for m in (False, True)]   # a device's INT4 rows: the closed form
+    for d, m in kinds:                           # each candidate's step alone: decode at the cap and at 1, prefill
+        sel = np.flatnonzero(costed & (di == d) & (measured == m))
         if not len(sel):
             continue
         step = step_of(sel)
@@ -150,10 +163,11 @@ def wide_ep_candidates(config: ModelConfig, devices, wl, space, stack, eff_tab, 
     slots_ok = lam * wl.output_tokens * itl_one / 1e3 < B
     viable = base & (itl_one <= wl.itl_ms) & (figures["prefill_p99_ms"] <= wl.ttft_p99_ms) & slots_ok
     ld = no_steady_state(n)
-    for d, dev in enumerate(devices):
-        keep = np.flatnonzero(viable & (di == d))
+    for d, m in kinds:
+        keep = np.flatnonzero(viable & (di == d) & (measured == m))
         if len(keep):
-            st = screened_steady_state(lambda idx: step_of(keep[idx]), wl, lam[keep], B[keep], g[keep], stack, dev)
+            st = screened_steady_state(lambda idx: step_of(keep[idx]), wl, lam[keep], B[keep], g[keep], stack,
+                                       devices[d])
             for k in ld:
                 ld[k][keep] = st[k]
     apply_bounds(ld, base, viable, slots_ok, itl_one, figures["prefill_p99_ms"])

@@ -172,6 +172,13 @@ def a2a_roofline_ms(link_bytes_per_s: float, tokens, hidden: float, topk: int, e
         link_bytes_per_s * 1e3
 
 
+def ring_pass_roofline_ms(link_bytes_per_s: float, bytes_, gpus: float):
+    """A ring all-gather's (or reduce-scatter's) wire time: (n − 1)/n × the whole buffer over one direction of
+    the link, ms."""
+    b = np.asarray(bytes_, dtype=float)
+    return b * (gpus - 1) / gpus / link_bytes_per_s * 1e3
+
+
 def allreduce_roofline_ms(link_bytes_per_s: float, bytes_, gpus: float):
     """A ring all-reduce's wire time: 2(n − 1)/n × the message over one direction of the link, ms."""
     b = np.asarray(bytes_, dtype=float)
@@ -628,6 +635,29 @@ def allreduce_ms(profile, link_bytes_per_s: float, bytes_, gpus: int):
     ideal = allreduce_roofline_ms(link_bytes_per_s, bytes_, gpus)
     le, past = interpolate(lines, np.maximum(bytes_, 1.0), dict(gpus=gpus))
     return _priced("all-reduce", ideal, ideal / np.exp(le), past, "", np.ndim(bytes_))
+
+
+@_memo
+def _ring_lines(profile, _device, table: str, link_bytes_per_s: float) -> _Lines | None:
+    t = _table(profile, table)
+    if t is None:
+        return None
+    b, g, ms = (np.asarray(t[c], dtype=float) for c in ("bytes", "gpus", "ms"))
+    (b, g), ms = _fastest_per_size((b, g), ms)          # the 16-bit and 8-bit rows of one size: bytes are bytes
+    ideal = np.array([ring_pass_roofline_ms(link_bytes_per_s, bi, gi) for bi, gi in zip(b, g)], dtype=float)
+    return _build_lines(b, dict(gpus=g), np.log(ideal / ms))
+
+
+def ring_collective_ms(profile, table: str, link_bytes_per_s: float, bytes_, gpus: int):
+    """One all-gather (`table` "allgather") or reduce-scatter ("reduce_scatter") whose whole buffer is `bytes_`
+    (array allowed) over `gpus` GPUs, from the profile's measured table (its efficiency against
+    `ring_pass_roofline_ms`, interpolated in log bytes), or None where the profile measured none."""
+    lines = _ring_lines(profile, str(table), float(link_bytes_per_s))
+    if lines is None or gpus < 2:
+        return None
+    ideal = ring_pass_roofline_ms(link_bytes_per_s, bytes_, gpus)
+    le, past = interpolate(lines, np.maximum(bytes_, 1.0), dict(gpus=gpus))
+    return _priced(table, ideal, ideal / np.exp(le), past, "", np.ndim(bytes_))
 
 
 @_memo

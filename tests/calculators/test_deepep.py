@@ -2,7 +2,6 @@
 DeepEP's csrc/config.hpp, the normal-mode NVLink hint, input checks, and the planner's wide-EP rows carrying them."""
 import pytest
 
-import calculators.planning.wide_ep as wide_ep
 from calculators.multi_gpu.deepep import (WORKSPACE_BYTES, deepep_low_latency_bytes, deepep_normal_nvl_bytes,
                                           low_latency_message_bytes, wide_ep_buffer_bytes)
 from calculators.multi_gpu.tensor_parallel import Mesh, per_gpu_memory
@@ -61,9 +60,12 @@ def test_only_layouts_whose_ep_group_spans_replicas_hold_deepep_buffers():
     assert wide_ep_buffer_bytes(R1, 8, 8) == wide_ep_buffer_bytes(R1, 8, 1) == 0.0
     assert wide_ep_buffer_bytes(load_preset("llama-3-8b"), 1, 8) == 0.0
     ctx = 2500
-    wide, tp8 = per_gpu_memory(R1, H200, Mesh(tp=1, ep=8, gpus=8), ctx, 64, "fp8", "fp8"), \
-        per_gpu_memory(R1, H200, Mesh(tp=8, ep=8, gpus=8), ctx, 64, "fp8", "fp8")
+    wide, tp8 = (per_gpu_memory(R1, H200, m, ctx, 64, "fp8", "fp8", moe_dp_comm="all_to_all")
+                 for m in (Mesh(tp=1, ep=8, gpus=8), Mesh(tp=8, ep=8, gpus=8)))
     assert wide["a2a_buffer_bytes"] == want and tp8["a2a_buffer_bytes"] == 0.0
+    gathering = per_gpu_memory(R1, H200, Mesh(tp=1, ep=8, gpus=8), ctx, 64, "fp8", "fp8")   # the stacks' default
+    assert gathering["a2a_buffer_bytes"] == 0.0
+    assert wide["per_gpu_needed_bytes"] - gathering["per_gpu_needed_bytes"] == pytest.approx(want, rel=1e-12)
     parts = ("per_gpu_weight_bytes", "per_gpu_kv_bytes", "per_gpu_activation_bytes", "overhead_bytes",
              "a2a_buffer_bytes")
     assert wide["per_gpu_needed_bytes"] == pytest.approx(sum(wide[k] for k in parts), rel=1e-12)
@@ -78,23 +80,27 @@ def _largest_fitting_cap(a2a: float) -> int:
     mesh, lo, hi = Mesh(tp=1, ep=8, gpus=8), 0, 1 << 12
     while lo < hi:
         mid = (lo + hi + 1) // 2
-        m = per_gpu_memory(R1, H200, mesh, 2500, mid, "fp8", "fp8")
+        m = per_gpu_memory(R1, H200, mesh, 2500, mid, "fp8", "fp8", moe_dp_comm="all_to_all")
         lo, hi = (mid, hi) if m["per_gpu_needed_bytes"] - m["a2a_buffer_bytes"] + a2a <= m["usable_bytes"] \
             else (lo, mid - 1)
     return lo
 
 
-def test_planner_wide_ep_rows_need_the_buffers_and_a_cap_that_fit_without_them_is_rejected(monkeypatch):
-    """The same plan with the buffers switched off: every wide-EP row's need is exactly 4,924,115,072 B lower, and
-    the largest batch cap that fits without them (while not with them) is a memory reject with them."""
+def test_planner_wide_ep_rows_need_the_buffers_and_a_cap_that_fit_without_them_is_rejected():
+    """A stack that runs DeepEP against the same stack gathering (the default, NCCL's buffers): every wide-EP row's
+    need is exactly 4,924,115,072 B higher with DeepEP, and the largest batch cap that fits without the buffers
+    (while not with them) is a memory reject with them."""
+    from dataclasses import replace
+    from specs.stacks import load_stack
+    vllm = load_stack("vllm")
+    deepep = replace(vllm, doc={**vllm.doc, "moe_dp_comm": "all_to_all"})
     a2a = wide_ep_buffer_bytes(R1, 1, 8)
     cap = _largest_fitting_cap(0.0)
     assert _largest_fitting_cap(a2a) < cap
     space = SearchSpace(gpu_counts=(8,), tp=(1, 2), pp=(1,), batch_caps=(64, cap), weight_dtypes=("fp8",),
                         kv_dtypes=("fp8",))
-    with_buffers = plan(R1, [H200], WL, space)
-    monkeypatch.setattr(wide_ep, "wide_ep_buffer_bytes", lambda *a, **k: 0.0)
-    without = plan(R1, [H200], WL, space)
+    with_buffers = plan(R1, [H200], WL, space, stack=deepep)
+    without = plan(R1, [H200], WL, space, stack=vllm)
     for tp in (1, 2):
         for B in (64, cap):
             (on,) = with_buffers.find(H200.name, 8, tp, 1, B, "fp8", "fp8", ep=8)

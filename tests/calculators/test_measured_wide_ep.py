@@ -3,6 +3,8 @@ measured kernels (issue 36): each MoE layer's dispatch and combine from the prof
 the fused MoE read at the tokens of the whole EP group. The made-up tables here follow a law the test states, so
 each expected value comes from that law and the datasheet; the real B200 profile is checked against its own
 parquet files, read here with pandas (skipped without aiconfigurator-core)."""
+from dataclasses import replace
+
 import numpy as np
 import pytest
 
@@ -13,12 +15,14 @@ from calculators.planning.measured_step import (dispatch_format, experts_fan_in,
 from calculators.sizing.measured_ops import a2a_roofline_ms, moe_a2a_ms
 from specs.devices import device_link, load_device
 from specs.presets import load_preset
+from specs.model_config import SpecError
 from specs.stacks import load_stack
 
 B200 = load_device("b200")
 LINK = device_link(B200)
 R1 = load_preset("deepseek-r1")
 TRT = load_stack("trtllm")
+DEEPEP = replace(TRT, doc={**TRT.doc, "moe_dp_comm": "all_to_all"})     # a stack configured to run DeepEP
 TOKENS = 2.0 ** np.arange(0, 15)                         # 1 .. 16,384 tokens per GPU measured
 WIDE = Mesh(tp=1, ep=8, gpus=8)
 
@@ -70,23 +74,86 @@ def test_a_measured_size_comes_back_from_the_fastest_backend_and_between_sizes_i
 
 
 def test_wide_ep_collectives_are_the_measured_dispatch_and_combine_in_every_moe_layer():
-    """Where the EP group spans the replicas, the stage's collectives become the closed form's with each MoE
-    layer's all-to-alls replaced: moe_layers × (dispatch in NVFP4 for FP4 experts + combine in bf16), both from the
-    law; the closed form's were several times less. EP inside the TP group runs no all-to-all: nothing measured to
-    put in (None, the closed form stands)."""
+    """Where the EP group spans the replicas and the stack runs DeepEP's all-to-all, the stage's collectives become
+    the closed form's with each MoE layer's all-to-alls replaced: moe_layers × (dispatch in NVFP4 for FP4 experts +
+    combine in bf16), both from the law; the closed form's were several times less. EP inside the TP group runs no
+    all-to-all: nothing measured to put in (None, the closed form stands)."""
     p, tokens = a2a_profile(), np.array([1.0, 128.0, 1024.0, 4096.0])
-    closed_a2a = np.array([moe_layer_comm_ms(int(t), R1, 8, LINK, imbalance=expert_imbalance_for(R1, WIDE, int(t), None))
+    closed_a2a = np.array([moe_layer_comm_ms(int(t), R1, 8, LINK, 0.5625,
+                                             imbalance=expert_imbalance_for(R1, WIDE, int(t), None))
                            for t in tokens])
     closed = 5.0 + moe_layers_per_stage(R1, WIDE) * closed_a2a           # 5 ms of other collectives kept
-    got = measured_collectives(p, R1, WIDE, LINK, TRT, tokens, closed, "fp4")
+    got = measured_collectives(p, R1, WIDE, LINK, DEEPEP, tokens, closed, "fp4")
     per_layer = (a2a_roofline_ms(LINK.bytes_per_s, tokens, 7168, 8, 256, 8, "nvfp4") / law(tokens, "dispatch")
                  + a2a_roofline_ms(LINK.bytes_per_s, tokens, 7168, 8, 256, 8, "bfloat16") / law(tokens, "combine"))
     np.testing.assert_allclose(got, 5.0 + 58 * per_layer, rtol=1e-9)
     assert moe_layers_per_stage(R1, WIDE) == 58                          # 61 layers, the first 3 dense
-    bf16 = measured_collectives(p, R1, WIDE, LINK, TRT, tokens, closed, "fp8")     # FP8 experts dispatch 16 bits
+    closed16 = 5.0 + 58 * np.array([moe_layer_comm_ms(int(t), R1, 8, LINK, 2.0,
+                                                      imbalance=expert_imbalance_for(R1, WIDE, int(t), None))
+                                    for t in tokens])
+    bf16 = measured_collectives(p, R1, WIDE, LINK, DEEPEP, tokens, closed16, "fp8")  # FP8 experts send 16 bits
     assert np.all(bf16 > got)
-    assert measured_collectives(p, R1, Mesh(tp=8, ep=8), LINK, TRT, tokens, closed, "fp4") is None
+    assert measured_collectives(p, R1, Mesh(tp=8, ep=8), LINK, DEEPEP, tokens, closed, "fp4") is None
+    assert measured_collectives(p, R1, WIDE, LINK, TRT, tokens, closed, "fp4") is None   # TRT-LLM gathers: unmeasured
     assert dispatch_format("fp4") == "nvfp4" and dispatch_format("bf16") == "bfloat16"
+
+
+def ring_law(size):
+    """A made-up all-gather / reduce-scatter efficiency against the ring's wire time: 2% at 1 KiB rising to 70%."""
+    return np.clip(0.02 * (np.asarray(size, dtype=float) / 1024) ** 0.4, 0.02, 0.7)
+
+
+def ring_profile():
+    """A profile with only NCCL all-gather and reduce-scatter tables on 8 GPUs (1 KiB to 1 GiB), at the law."""
+    from types import SimpleNamespace
+    sizes = 2.0 ** np.arange(10, 31)
+    tables = {}
+    for name, slow in (("allgather", 1.0), ("reduce_scatter", 1.5)):
+        ms = sizes * 7 / 8 / LINK.bytes_per_s * 1e3 / ring_law(sizes) * slow
+        tables[name] = {"dtype": np.array(["fp16"] * len(sizes)), "bytes": sizes, "gpus": np.full(len(sizes), 8.0),
+                        "kind": np.array(["nccl"] * len(sizes)), "ms": ms}
+    return SimpleNamespace(name="law-ring", device=B200.name, tables=tables)
+
+
+def test_the_closed_form_gather_scatter_is_two_ring_passes_over_the_groups_tokens():
+    """TensorRT-LLM, vLLM and SGLang by default (`Stack.moe_dp_comm`): each of the 8 GPUs gathers 8 × 512 tokens
+    of 7,168 values (NVFP4, 0.5625 bytes, ahead of FP4 experts) and reduce-scatters 8 × 512 bf16 outputs; each
+    ring pass costs alpha_base + 7 hops + 7/8 of the buffer at the link's one-way bandwidth. Routing imbalance does
+    not move it (every GPU gets every token)."""
+    from calculators.multi_gpu.moe import exchange_bytes, gather_scatter_bytes
+    n = 8 * 512 * 7168
+    def ring(b):
+        return (LINK.alpha_base_s + 7 * LINK.alpha_per_hop_s + 7 / 8 * b / LINK.bytes_per_s) * 1e3
+    want = ring(n * 0.5625) + ring(n * 2)
+    for imbalance in (1.0, 1.4):
+        got = moe_layer_comm_ms(512, R1, 8, LINK, exchange_bytes("fp4"), imbalance, method="allgather_reducescatter")
+        assert got == pytest.approx(want, rel=1e-12)
+    assert gather_scatter_bytes(512, R1, 8, 2) == (n * 2, n * 2)
+    assert exchange_bytes("fp4") == 0.5625 and exchange_bytes("fp8") == 2.0
+    assert {load_stack(k).moe_dp_comm for k in ("trtllm", "vllm", "sglang")} == {"allgather_reducescatter"}
+    with pytest.raises(SpecError):
+        moe_layer_comm_ms(512, R1, 8, LINK, method="broadcast")
+    with pytest.raises(SpecError):
+        _ = replace(TRT, doc={**TRT.doc, "moe_dp_comm": "broadcast"}).moe_dp_comm
+
+
+def test_wide_ep_collectives_of_a_gathering_stack_are_the_measured_all_gather_and_reduce_scatter():
+    """TensorRT-LLM's exchange priced from the NCCL tables: per MoE layer, the all-gather of the group's tokens in
+    NVFP4 and the reduce-scatter of its bf16 outputs, each at the law's efficiency of its buffer, in place of the
+    closed form's; a profile without them (the all-to-all one) leaves the closed form."""
+    from calculators.multi_gpu.moe import exchange_bytes
+    from calculators.planning.measured_step import measured_gather_scatter_ms
+    p, tokens = ring_profile(), np.array([1.0, 128.0, 1024.0, 4096.0])
+    closed_layer = np.array([moe_layer_comm_ms(int(t), R1, 8, LINK, exchange_bytes("fp4"),
+                                               method="allgather_reducescatter") for t in tokens])
+    closed = 5.0 + 58 * closed_layer
+    got = measured_collectives(p, R1, WIDE, LINK, TRT, tokens, closed, "fp4")
+    gathered, scattered = tokens * 8 * 7168 * 0.5625, tokens * 8 * 7168 * 2
+    per_layer = (gathered * 7 / 8 / LINK.bytes_per_s * 1e3 / ring_law(gathered)
+                 + 1.5 * scattered * 7 / 8 / LINK.bytes_per_s * 1e3 / ring_law(scattered))
+    np.testing.assert_allclose(got, 5.0 + 58 * per_layer, rtol=1e-9)
+    np.testing.assert_allclose(measured_gather_scatter_ms(p, R1, WIDE, LINK, "fp4", tokens), per_layer, rtol=1e-9)
+    assert measured_collectives(a2a_profile(), R1, WIDE, LINK, TRT, tokens, closed, "fp4") is None
 
 
 def test_one_gpus_experts_see_the_tokens_of_every_replica_in_its_ep_group():
@@ -202,3 +269,45 @@ def test_the_all_to_all_curves_read_the_law_back_and_their_caption_quotes_them()
     assert f"combine {c_us:,.3g} µs ({100 * law(1024, 'combine'):.0f}% of the link)" in text
     assert "the best any size reaches is 60% (dispatch, EP 8)" in text
     assert a2a_curves(a2a_profile(), B200, load_preset("llama-3.1-8b")) == []
+
+
+def test_the_gather_scatter_curves_read_the_law_back_and_the_captions_say_which_exchange_the_stack_runs():
+    """The Measured kernels page's all-gather / reduce-scatter curves on the made-up NCCL tables: the all-gather's
+    efficiency is the law's, the reduce-scatter's the law's / 1.5; the caption quotes the 16 MiB buffer and says
+    TensorRT-LLM exchanges this way; the all-to-all caption then says DeepEP is opt-in, and for a stack set to
+    DeepEP that the planner prices wide EP with it."""
+    from calculators.planning.measured_curves import a2a_caption, a2a_curves, gather_scatter_caption, \
+        gather_scatter_curves
+    curves = gather_scatter_curves(ring_profile(), B200)
+    assert [c.label for c in curves] == ["all-gather, 8 GPUs", "reduce-scatter, 8 GPUs"]
+    np.testing.assert_allclose(curves[0].efficiency, ring_law(curves[0].x), rtol=1e-9)
+    np.testing.assert_allclose(curves[1].efficiency, ring_law(curves[1].x) / 1.5, rtol=1e-9)
+    text = gather_scatter_caption(curves, "NVLink 5", TRT.name, TRT.moe_dp_comm)
+    i = list(curves[0].x).index(float(1 << 24))
+    from calculators.units import fmt_bytes
+    assert text.startswith(f"A {fmt_bytes(1 << 24, binary=True)} buffer on 8 GPUs of NVLink 5")
+    assert f"({100 * ring_law(1 << 24):.0f}% of the ring's wire time)" in text
+    assert f"{curves[0].ms[i] * 1e3:,.3g} µs" in text and "TensorRT-LLM moves a wide-EP MoE layer's tokens" in text
+    assert "DeepEP's all-to-all instead" in gather_scatter_caption(curves, "NVLink 5", "X", "all_to_all")
+    a2a = a2a_curves(a2a_profile(), B200, R1, "fp4")
+    assert "DeepEP is opt-in" in a2a_caption(a2a, "NVLink 5", TRT.moe_dp_comm)
+    assert "The planner prices wide EP with these" in a2a_caption(a2a, "NVLink 5", DEEPEP.moe_dp_comm)
+    assert gather_scatter_curves(a2a_profile(), B200) == []
+
+
+def test_a_wide_ep_candidate_in_a_format_no_profile_measures_is_priced_by_the_closed_form_not_dropped():
+    """INT4 weights (weight-only kernels no profile measures) next to FP8 in one search with measured kernels: the
+    wide-EP INT4 rows carry the closed form's figures (the same search without a profile), and the FP8 ones the
+    profile's; before, the whole search stopped on "no GEMM table for int4"."""
+    from helpers_profiles import qwen3_moe_fp8_slow_profile
+    from calculators.planning.planner import SearchSpace, Workload, plan
+    profile, qwen = qwen3_moe_fp8_slow_profile("h200-int4-fallback")
+    h200 = load_device("h200")
+    wl = Workload(requests_per_s=4.0, prompt_tokens=1000, output_tokens=200, ttft_p99_ms=1e5, itl_ms=1e4)
+    space = SearchSpace(gpu_counts=(8,), tp=(1,), pp=(1,), batch_caps=(64,), weight_dtypes=("fp8", "int4"),
+                        kv_dtypes=("fp8",))
+    measured, closed = (plan(qwen, [h200], wl, space, stack="trtllm", profile=p) for p in (profile, None))
+    for wd, same in (("int4", True), ("fp8", False)):
+        (m,) = measured.find(h200.name, 8, 1, 1, 64, wd, "fp8", ep=8)
+        (c,) = closed.find(h200.name, 8, 1, 1, 64, wd, "fp8", ep=8)
+        assert (m["itl_ms"] == pytest.approx(c["itl_ms"], rel=1e-12)) == same, wd

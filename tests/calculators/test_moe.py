@@ -105,10 +105,19 @@ def test_imbalance_matches_brute_force_routing(T, E, k, ep):
 
 
 def test_imbalance_knob_sets_the_pace_and_must_be_at_least_one():
+    """The busiest EP rank computes more; it also receives more where the stack runs DeepEP's all-to-all, not
+    where the ranks all-gather every token (the stacks' default)."""
+    from dataclasses import replace
+    from specs.stacks import load_stack
     c, dev = QWEN30, load_device("h100")
-    even = decode_step_parallel(c, dev, Mesh(tp=1, ep=8, gpus=8), 1000, 256, "fp8", expert_imbalance=1.0)
-    skew = decode_step_parallel(c, dev, Mesh(tp=1, ep=8, gpus=8), 1000, 256, "fp8", expert_imbalance=2.0)
-    assert skew["compute_ms"] > even["compute_ms"] and skew["comm_ms_per_stage"] > even["comm_ms_per_stage"]
+    deepep = replace(load_stack("vllm"), doc={**load_stack("vllm").doc, "moe_dp_comm": "all_to_all"})
+    for stack, comm_moves in ((None, False), (deepep, True)):
+        even = decode_step_parallel(c, dev, Mesh(tp=1, ep=8, gpus=8), 1000, 256, "fp8", stack=stack,
+                                    expert_imbalance=1.0)
+        skew = decode_step_parallel(c, dev, Mesh(tp=1, ep=8, gpus=8), 1000, 256, "fp8", stack=stack,
+                                    expert_imbalance=2.0)
+        assert skew["compute_ms"] > even["compute_ms"]
+        assert (skew["comm_ms_per_stage"] > even["comm_ms_per_stage"]) == comm_moves
     with pytest.raises(SpecError, match="at least 1"):
         decode_step_parallel(c, dev, Mesh(tp=1, ep=8, gpus=8), 1000, 8, "fp8", expert_imbalance=0.5)
 

@@ -240,3 +240,25 @@ def test_a_table_longer_than_its_committed_predictions_is_priced_again():
     assert committed_comparison("closed form", ROWS) is not None
     assert committed_comparison("closed form", ROWS + [next(r for r in ROWS if r["mode"] == "offline")]) is None
     assert committed_comparison("no such pricing", ROWS) is None
+
+
+def test_one_users_itl_is_the_latency_commands_decode_step_and_more_users_add_only_the_others_prompts():
+    """A user of a fixed number of users sees, between its tokens, steps that carry the OTHER users' prompts: its
+    own was prefilled before its first token. At one user that is the bare decode step, the ITL `latency` reports
+    for the same request (exactly: one step model); at eight users, the step carries seven users' prompts, more
+    than the bare step of eight rows and less than the deployment's average step (all eight users' prompts)."""
+    from calculators.multi_gpu.tensor_parallel import _link_for
+    from calculators.planning.published import _setup, predict
+    from calculators.planning.request_latency import request_latency
+    from calculators.planning.throughput import step_time
+    one = next(r for r in ROWS if r["mode"] == "concurrency" and r["concurrency"] == "1" and r["metric"] == "itl_ms")
+    c, dev, mesh, stack, eff = _setup(one)
+    I, O = int(one["prompt_tokens"]), int(one["output_tokens"])
+    bare = request_latency(c, dev, mesh, I, O, 1, one["weights"], one["kv"], stack, eff)["itl_ms"]
+    assert predict(one) == pytest.approx(bare, rel=1e-9)
+    eight = dict(one, concurrency="8")
+    args = (c, dev, mesh, 8, I, O, one["weights"], one["kv"], eff, _link_for(dev, None), stack)
+    everyone = step_time(*args)["step_ms"]
+    bare8 = request_latency(c, dev, mesh, I, O, 8, one["weights"], one["kv"], stack, eff)["itl_ms"]
+    assert bare8 < predict(eight) < everyone
+    assert predict(eight) == pytest.approx(step_time(*args, prompting_rows=7)["step_ms"], rel=1e-9)

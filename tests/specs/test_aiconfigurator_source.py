@@ -111,6 +111,14 @@ def test_allreduce_message_sizes_are_elements_times_the_dtype_size(fake_package)
     assert p.provenance["nccl"] == "2.26.2" and p.provenance["device"] == "NVIDIA H200"
 
 
+def test_nccls_all_gather_is_its_own_table_in_bytes_of_the_whole_buffer_and_a_missing_op_is_no_table(fake_package):
+    """The fake NCCL 2.26.2 table measured one all-gather (524,288 half elements on 4 GPUs, 0.009 ms) and no
+    reduce-scatter; the all-gather rows do not leak into the all-reduce table (checked above)."""
+    p = aic.convert("h200_sxm", "vllm", "0.24.0", root=fake_package)
+    assert rows(p.table("allgather"), ["dtype", "bytes", "gpus", "kind", "ms"]) == [("fp16", 1048576, 4, "nccl", 0.009)]
+    assert "reduce_scatter" not in p.tables
+
+
 def test_a_missing_gemm_table_or_reader_is_a_spec_error(fake_package, monkeypatch):
     with pytest.raises(SpecError, match="no GEMM table for h200_sxm/vllm/0.20.0"):
         aic.convert("h200_sxm", "vllm", "0.20.0", root=fake_package)

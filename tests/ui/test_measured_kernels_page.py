@@ -91,9 +91,10 @@ def test_the_formats_offered_are_those_the_profile_measured():
     assert mk.measured_formats(p, "context_attention", "kv_dtype", mk.KV_CHOICES) == list(mk.KV_CHOICES)
 
 
-def test_an_moe_model_on_a_profile_with_deepep_tables_gets_the_all_to_all_chart():
-    """DeepSeek-R1 on aiconfigurator-core's B200 TensorRT-LLM profile (skipped without it): a fourth chart, DeepEP's
-    dispatch and combine by tokens per GPU against the link, with its sentence under it."""
+def test_an_moe_model_on_a_profile_with_deepep_tables_gets_the_exchange_charts():
+    """DeepSeek-R1 on aiconfigurator-core's B200 TensorRT-LLM profile (skipped without it): a chart of NCCL's
+    all-gather and reduce-scatter (TensorRT-LLM's wide-EP exchange, which the planner prices) and one of DeepEP's
+    dispatch and combine by tokens per GPU against the link, each with its sentence under it."""
     from specs import aiconfigurator_source as aic
     if aic.package_dir() is None or not aic.readers_installed():
         pytest.skip("aiconfigurator-core is not installed (pip install -r requirements-profiles.txt)")
@@ -101,8 +102,12 @@ def test_an_moe_model_on_a_profile_with_deepep_tables_gets_the_all_to_all_chart(
     at = run_script(PAGE, 180, choice=None, **{"kernels.profile": aic.profile_name(*name, aic.package_version()),
                                                 "kernels.model": "DeepSeek-R1", "kernels.wd": "fp4"})
     assert not at.exception and not errors(at)
-    assert any(h.value == "Expert all-to-all (wide EP) by tokens per GPU" for h in at.subheader)
-    assert "At 1,024 tokens per GPU one MoE layer's dispatch" in page_text(at)
+    heads = [h.value for h in at.subheader]
+    assert "All-gather and reduce-scatter (wide EP's token exchange) by buffer size" in heads
+    assert "Expert all-to-all (DeepEP) by tokens per GPU" in heads
+    text = page_text(at)
+    assert "TensorRT-LLM moves a wide-EP MoE layer's tokens this way by default" in text
+    assert "At 1,024 tokens per GPU one MoE layer's dispatch" in text and "DeepEP is opt-in on this stack" in text
 
 
 def test_the_op_table_says_where_the_profiles_fp8_kernel_is_slower_than_its_bf16_one(tmp_path, monkeypatch):
