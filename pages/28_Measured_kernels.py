@@ -13,7 +13,8 @@ import streamlit as st
 from calculators.planning.measured_curves import (CONTEXT_GRID, MESSAGE_GRID, TOKEN_GRID, a2a_caption, a2a_curves,
                                                   allreduce_caption, allreduce_curves, attention_caption,
                                                   borrowed_profiles, decode_attention_curves, gather_scatter_caption,
-                                                  gather_scatter_curves, gemm_caption, gemm_curves)
+                                                  gather_scatter_curves, gemm_caption, gemm_curves,
+                                                  over_roofline_caption)
 from calculators.planning.measured_step import profile_support, step_ops_table
 from calculators.multi_gpu.tensor_parallel import Mesh
 from calculators.sizing.measured_ops import profile_device
@@ -104,6 +105,9 @@ def main() -> None:
                           f"GEMM efficiency on {device.name}, {stack_label(profile)}",
                           "% of the datasheet", ridge_marks(gemms[0])))
     st.markdown(gemm_caption(gemms[0]))
+    over = over_roofline_caption(gemms)
+    if over:
+        st.markdown(over)
     notes = sorted({f"{c.label}: {c.note}" for c in gemms if c.note})
     shapes = "; ".join(f"{c.label} {c.shape}" for c in gemms)
     st.caption(f"Each GEMM is [m × k] · [k × n] on one {device_word(device)}: {shapes}"

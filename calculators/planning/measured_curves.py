@@ -208,6 +208,23 @@ def gemm_caption(c: Curve) -> str:
     return head + tail + past + "."
 
 
+def over_roofline_caption(curves: list[Curve]) -> str:
+    """A sentence for each curve that passes 100% of its roofline (the fused MoE, whose roofline reads the experts
+    uniformly random routing touches while the table was measured with a skewed router), else ""."""
+    out = []
+    for c in curves:
+        i = int(np.argmax(c.efficiency))
+        if c.efficiency[i] <= 1.0:
+            continue
+        why = ("its roofline reads the experts that uniformly random routing touches, E·(1 − (1 − k/E)^t), and the "
+               "table was measured with a skewed router (aiconfigurator's default, a power law of exponent 1.01), "
+               "under which the same tokens touch fewer experts, so fewer weights are read"
+               if c.label.startswith("routed experts") else
+               "the measured kernel moves less than the roofline counts")
+        out.append(f"The {c.label} reaches {pct(c.efficiency[i])} of its roofline at {tokens_text(c.x[i])}: {why}.")
+    return " ".join(out)
+
+
 def attention_caption(curves: list[Curve]) -> str:
     """What the decode-attention curves say: the best fraction of the datasheet any batch and context reaches,
     and the smallest step's (the fewest rows at the shortest context), contrasted when it is under half of it."""

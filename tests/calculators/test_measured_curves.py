@@ -173,3 +173,17 @@ def test_the_slower_than_bf16_note_needs_ten_percent_and_a_bf16_measurement():
     assert _slower_than_16_bits(Priced("gemm", 0.25, 1.09, False), wide, 10, "fp8") == ""
     assert _slower_than_16_bits(Priced("gemm", 0.25, 0.6, False), wide, 10, "fp8") == ""
     assert _slower_than_16_bits(Priced("gemm", 0.25, 5.0, False), None, 10, "fp8") == ""
+
+
+def test_a_curve_past_its_roofline_gets_a_sentence_that_says_why_and_one_under_it_none():
+    """The fused MoE measured at 122% of its uniform-routing roofline at 32 tokens is explained (a skewed router
+    touches fewer experts); a GEMM under 100% everywhere adds nothing."""
+    from calculators.planning.measured_curves import over_roofline_caption
+    x = np.array([1.0, 32.0, 1024.0])
+    moe = Curve("routed experts (fused MoE)", x, np.array([0.5, 1.22, 0.6]), np.ones(3), np.zeros(3, bool),
+                np.zeros(3, bool))
+    dense = Curve("down", x, np.array([0.1, 0.5, 0.9]), np.ones(3), np.zeros(3, bool), np.zeros(3, bool))
+    text = over_roofline_caption([dense, moe])
+    assert text.startswith("The routed experts (fused MoE) reaches 122% of its roofline at 32 tokens:")
+    assert "power law of exponent 1.01" in text and "down" not in text
+    assert over_roofline_caption([dense]) == ""
