@@ -175,10 +175,13 @@ def ep_section(config: ModelConfig, setup: MultiGPU) -> None:
         return
     st.subheader("Expert parallelism: whole experts per GPU")
     st.markdown("A mixture-of-experts layer sends each token to a few experts. Expert parallelism puts whole "
-                "experts on different GPUs and moves the tokens instead: one all-to-all to send them out, one to "
-                "bring the results back.")
+                "experts on different GPUs and moves the tokens instead, one of two ways. DeepEP-style: one "
+                "all-to-all sends each token only to the GPUs holding its experts, one brings the results back. "
+                "The default of vLLM, SGLang and TensorRT-LLM on one node: every GPU gathers every token (an "
+                "all-gather), runs its own experts on them, and the partial outputs are reduce-scattered back, "
+                "more bytes through plain NCCL collectives.")
     ep = int_field("EP degree", min(8, config.num_experts), 1, config.num_experts, key="par.ep")
-    tokens = int_field("Tokens in the step", 1, 1, 1 << 20, key="par.ep.tokens")
+    tokens = int_field("Tokens on each GPU", 1, 1, 1 << 20, key="par.ep.tokens")
     if ep is None or tokens is None or setup.link is None:
         return
     try:
@@ -188,7 +191,9 @@ def ep_section(config: ModelConfig, setup: MultiGPU) -> None:
         return
     metric_row([("Experts per GPU", f"{e['experts_per_device']:,}", None),
                 ("All-to-all message", fmt_bytes(e["all_to_all_bytes"]), None),
-                ("Dispatch + combine per layer (ms)", fmt_num(e["ms_per_layer"], 3), None)])
+                ("Dispatch + combine per layer (ms)", fmt_num(e["ms_per_layer"], 3), None),
+                ("All-gather + reduce-scatter per layer (ms)", fmt_num(e["gather_scatter_ms_per_layer"], 3),
+                 None)])
     formula_expander("Formula: expert parallelism", inspect.getdoc(expert_parallel))
 
 

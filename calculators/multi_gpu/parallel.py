@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import math
 
+from calculators.multi_gpu.moe import ring_pass_ms
 from calculators.sizing.latency import bandwidth_floor_ms
 from calculators.units import bytes_per_element, check_int, check_nonneg
 from specs.devices import Link
@@ -141,18 +142,24 @@ def ring_attention(tokens: int, cp: int, kv_bytes_per_token_per_device: float, l
 
 def expert_parallel(num_experts: int, top_k: int, hidden_size: int, tokens: int, ep: int, link: Link,
                     act_bytes: float | str = 2) -> dict:
-    """Expert parallelism over `ep` devices: experts per device = E / ep; per MoE layer two all-to-alls
-    (dispatch to the chosen experts, combine back), each moving tokens × top_k × D × bytes from the layer's
-    devices, (ep − 1)/ep of it to other devices (uniform routing). DeepSeek-V3 (256 experts, top 8, D 7,168)
-    on EP 8, 1 token: 32 experts per device, 114,688 bytes per all-to-all."""
+    """Expert parallelism over `ep` devices, `tokens` on each: experts per device = E / ep, and the two ways a
+    serving stack moves a MoE layer's tokens. DeepEP-style, two all-to-alls (dispatch to the chosen experts,
+    combine back), each moving tokens × top_k × D × bytes from a device, (ep − 1)/ep of it to other devices
+    (uniform routing). The default of vLLM, SGLang and TensorRT-LLM on one node (`Stack.moe_dp_comm`), an
+    all-gather of every device's tokens (a buffer of ep × tokens × D × bytes) and a reduce-scatter of the outputs
+    in 16 bits, each a ring pass (`moe.ring_pass_ms`). DeepSeek-V3 (256 experts, top 8, D 7,168) on EP 8, 1 token:
+    32 experts per device, 114,688 bytes per all-to-all, a 114,688-byte gathered buffer."""
     E, k = check_int("num_experts", num_experts), check_int("top_k", top_k)
     n = check_int("ep", ep)
     if E % n:
         raise SpecError(f"{E} experts do not split evenly over EP {n}: choose an EP degree that divides {E}")
     vol = check_int("tokens", tokens) * k * check_int("hidden_size", hidden_size) * bytes_per_element(act_bytes)
     one = all_to_all_ms(vol, n, link)
+    vectors = tokens * n * hidden_size
+    gathered = vectors * bytes_per_element(act_bytes)
     return dict(experts_per_device=E // n, all_to_all_bytes=vol, remote_fraction=(n - 1) / n,
-                all_to_all_ms=one, ms_per_layer=2 * one)
+                all_to_all_ms=one, ms_per_layer=2 * one, gathered_bytes=gathered,
+                gather_scatter_ms_per_layer=ring_pass_ms(gathered, n, link) + ring_pass_ms(vectors * 2.0, n, link))
 
 
 def divisors(n: int) -> list[int]:

@@ -77,8 +77,14 @@ def test_ring_attention_passes_and_causal_imbalance():
 
 
 def test_expert_parallel_deepseek_v3_32_experts_per_gpu_at_ep8():
-    e = expert_parallel(256, 8, 7168, 1, 8, load_link("nvlink4"))
+    nv = load_link("nvlink4")
+    e = expert_parallel(256, 8, 7168, 1, 8, nv)
     assert e["experts_per_device"] == 32 and e["all_to_all_bytes"] == 8 * 7168 * 2
+    # the stacks' default: an all-gather of 8 devices' 64 tokens (bf16) and a reduce-scatter, each alpha + 7 hops
+    # + 7/8 of the buffer at the link's one-way bandwidth
+    g = expert_parallel(256, 8, 7168, 64, 8, nv)
+    ring = (nv.alpha_base_s + 7 * nv.alpha_per_hop_s + 7 / 8 * 8 * 64 * 7168 * 2 / nv.bytes_per_s) * 1e3
+    assert g["gathered_bytes"] == 8 * 64 * 7168 * 2 and g["gather_scatter_ms_per_layer"] == pytest.approx(2 * ring)
     with pytest.raises(SpecError):
         expert_parallel(256, 8, 7168, 1, 3, load_link("nvlink4"))
 

@@ -115,6 +115,9 @@ def broken(case):
     if case == "text in a number column":
         doc["tables"]["gemm"]["rows"][0][1] = "one"
         return doc, r"column 'm' must hold numbers"
+    if case == "all-gather without its kind":
+        doc["tables"]["allgather"] = {"columns": ["dtype", "bytes", "gpus", "ms"], "rows": [["fp16", 1048576, 8, 0.02]]}
+        return doc, r"table 'allgather' lacks columns kind"
     if case == "source kind":
         doc["source"] = {"kind": "guess", "version": "1"}
         return doc, r"source must say its kind"
@@ -123,7 +126,7 @@ def broken(case):
 
 @pytest.mark.parametrize("case", ["ragged", "negative ms", "zero ms", "unknown device", "datasheet precision",
                                   "format tag", "missing key", "missing column", "text in a number column",
-                                  "source kind"])
+                                  "all-gather without its kind", "source kind"])
 def test_a_malformed_profile_is_one_spec_error_naming_the_file(tmp_path, case):
     doc, message = broken(case)
     path = write_doc(tmp_path / "bad.json", doc)
