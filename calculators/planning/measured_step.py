@@ -28,9 +28,9 @@ from calculators.multi_gpu.parallel import tp_allreduce_bytes
 from calculators.multi_gpu.moe import exchange_bytes, moe_layer_comm_ms
 from calculators.multi_gpu.tensor_parallel import Mesh, expert_imbalance_for, stage_layers
 from calculators.sizing.measured_ops import (ACT_BYTES, Priced, allreduce_ms, decode_attention_ms, elementwise_ms,
-                                             gemm_ms, linear_decode_ms, linear_prefill_ms, mla_decode_ms,
-                                             mla_prefill_ms, moe_a2a_ms, moe_ms, prefill_attention_ms,
-                                             ring_collective_ms)
+                                             gemm_format, gemm_ms, linear_decode_ms, linear_prefill_ms,
+                                             mla_decode_ms, mla_prefill_ms, moe_a2a_ms, moe_ms,
+                                             prefill_attention_ms, ring_collective_ms)
 from calculators.units import fmt_num
 from specs.devices import Device, Link
 from specs.model_config import ModelConfig, SpecError
@@ -87,6 +87,19 @@ def profile_support(config: ModelConfig, profile=None) -> str | None:
     if arch.kind_counts(config)[arch.LINEAR] and tables is not None and "linear_attention" not in tables:
         return f"{config.name} has linear-attention layers, and profile {profile.name} measured none"
     return None
+
+
+def format_problem(profile, weight_dtype: str) -> str | None:
+    """Why `profile` cannot price a step in `weight_dtype` weights (no GEMM table for the format or a wider one:
+    INT4's weight-only kernels), None if it can or there is no profile. Such a step takes the closed form, as the
+    planner's candidates in that format do."""
+    if profile is None:
+        return None
+    wd = WEIGHT_FORMATS.get(str(weight_dtype), str(weight_dtype))
+    if gemm_format(profile, wd) is not None:
+        return None
+    why = " (INT4 runs weight-only kernels that no profile measures)" if wd == "int4" else ""
+    return f"profile {profile.name} measured no {wd} GEMMs{why}"
 
 
 def _ffn_gemms(config: ModelConfig, width: int, tp: int, count: float) -> list[tuple[str, int, int, float]]:
@@ -602,7 +615,8 @@ def _derate_words(stack_key: str, device: Device) -> str:
             f"{device.vendor or device.name} rows")
 
 
-def resolve_profile(profile, device: Device, stack_key: str, config: ModelConfig | None = None):
+def resolve_profile(profile, device: Device, stack_key: str, config: ModelConfig | None = None,
+                    weight_dtype: str | None = None):
     """The profile a command prices with, and a sentence saying which and why:
         None or "none"   the closed form
         "auto"           the newest profile measured on this device and stack; for a device nothing measured,
@@ -610,7 +624,8 @@ def resolve_profile(profile, device: Device, stack_key: str, config: ModelConfig
                          datasheet roofline: `measured_ops.profile_device`); the closed form when nothing is
         a name or path   that profile (`specs.profiles.load_profile`)
         a Profile        itself
-    A model the profile cannot price (`profile_support`) falls back to the closed form, and the sentence says so."""
+    A model the profile cannot price (`profile_support`), or with `weight_dtype` a weight format it has no GEMMs for
+    (`format_problem`), falls back to the closed form, and the sentence says so."""
     if profile is None or profile == "none":
         return None, "closed form (asked for)"
     from specs.profiles import load_profile, profile_for
@@ -629,6 +644,7 @@ def resolve_profile(profile, device: Device, stack_key: str, config: ModelConfig
     elif isinstance(profile, str):
         profile = load_profile(profile)
     problem = profile_support(config, profile) if config is not None else None
+    problem = problem or (format_problem(profile, weight_dtype) if weight_dtype is not None else None)
     if problem:
         return None, f"closed form: {problem}"
     return profile, f"measured kernels: {profile.name}{note}"

@@ -76,7 +76,8 @@ def request_latency(config: ModelConfig, device: Device, mesh: Mesh, prompt_toke
                 allreduce_ms_per_token=comm_token, allreduce_ms_prefill=comm_prefill,
                 decode_comm_fraction=comm_token / itl if itl else 0.0,
                 per_stream_tok_s=1e3 / itl, total_tok_s=B * mesh.replicas * 1e3 / itl, mean_context_tokens=ctx,
-                prefill_parts=pre, decode_parts=dec, kv_dtype=kd, stack=s.name, priced_from=pricing_words(profile),
+                prefill_parts=pre, decode_parts=dec, kv_dtype=kd, stack=s.name,
+                priced_from=pricing_words(profile, weight_dtype),
                 efficiency=dict(decode_mbu=eff.decode_mbu, decode_mfu=eff.decode_mfu,
                                 gemm_half_tokens=eff.gemm_half_tokens, step_overhead_ms=eff.step_overhead_ms))
 

@@ -142,7 +142,7 @@ def serve_at(config: ModelConfig, device: Device, mesh: Mesh, rate: float, promp
                 max_throughput_requests_per_s=offline["requests_per_s"],
                 efficiency=dict(decode_mbu=eff.decode_mbu, decode_mfu=eff.decode_mfu,
                                 gemm_half_tokens=eff.gemm_half_tokens, step_overhead_ms=eff.step_overhead_ms),
-                priced_from=pricing_words(profile))
+                priced_from=pricing_words(profile, weight_dtype))
 
 
 def max_rate_under_slo(config: ModelConfig, device: Device, mesh: Mesh, prompt, output, weight_dtype: str,

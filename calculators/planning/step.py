@@ -21,8 +21,8 @@ from dataclasses import replace
 import numpy as np
 
 from calculators import arch
-from calculators.planning.measured_step import (MEASURED_GRID, derated, measured_collectives, on_measured_grid,
-                                                read_log_grid, step_grid_tables)
+from calculators.planning.measured_step import (MEASURED_GRID, derated, format_problem, measured_collectives,
+                                                on_measured_grid, read_log_grid, step_grid_tables)
 from calculators.sizing.latency import Efficiency, gemm_mfu, stage_with_host, step_weight_bytes
 from calculators.sizing.roofline import forward_flops_split, gpu_time, step_peaks
 from calculators.multi_gpu.tensor_parallel import (Mesh, _comm_per_stage_ms, _expert_flops_extra,
@@ -232,6 +232,8 @@ def step_inputs(config: ModelConfig, device: Device, mesh: Mesh, weight_dtype: s
     candidates (the planner's wide-EP search). `tables`: this layout's `step_tables`, when the caller has them."""
     tables = dict(tables) if tables is not None else step_tables(config, mesh, link, stack, weight_dtype,
                                                                   expert_imbalance)
+    if format_problem(profile, weight_dtype):            # INT4's weight-only kernels: the closed form prices them
+        profile = None
     if profile is not None:
         efficiency, scale = measured_efficiency(efficiency, stack, profile, device)
         grid = step_grid_tables(profile, config, derated(device, scale), mesh, weight_dtype, kv_dtype, decode_ctx,
@@ -249,11 +251,13 @@ def step_inputs(config: ModelConfig, device: Device, mesh: Mesh, weight_dtype: s
     return step_terms(config, device, mesh, weight_dtype, kv_dtype, efficiency, decode_ctx, prompt_len), tables
 
 
-def pricing_words(profile) -> str:
-    """What a step was priced from, in words a JSON reader and a page show beside every number."""
-    if profile is None:
+def pricing_words(profile, weight_dtype: str | None = None) -> str:
+    """What a step was priced from, in words a JSON reader and a page show beside every number (a profile that
+    has no GEMMs for `weight_dtype` did not price it: `step_inputs` took the closed form)."""
+    problem = format_problem(profile, weight_dtype) if weight_dtype is not None else None
+    if profile is None or problem:
         return ("closed form: datasheet rooflines at the stack's fitted efficiencies (specs/stacks.json); no kernels "
-                "measured on this device and stack were used")
+                "measured on this device and stack were used" + (f" ({problem})" if problem else ""))
     src = getattr(profile, "source", None) or {}
     origin = f"{src.get('kind', 'profile')} {src.get('version', '')}".strip()
     return (f"measured kernels: profile {profile.name} ({profile.stack} {profile.stack_version} on {profile.device}; "

@@ -154,5 +154,5 @@ def max_throughput(config: ModelConfig, device: Device, mesh: Mesh, prompt_token
                                 gemm_half_tokens=eff.gemm_half_tokens, step_overhead_ms=eff.step_overhead_ms),
                 binds=f"batch: {lim['binding']} ({B:,} sequences); step: {st['bound']}",
                 is_moe=arch.is_moe(config), expert_imbalance=st["expert_imbalance"],
-                priced_from=pricing_words(profile),
+                priced_from=pricing_words(profile, weight_dtype),
                 **{k: st[k] for k in st if k.startswith(("measured_", "roofline_"))})

@@ -35,7 +35,7 @@ from calculators.multi_gpu.tensor_parallel import (Mesh, deepep_buffer_bytes, me
 from calculators.planning.screening import apply_bounds, no_steady_state, peak_or_nan, screened_steady_state
 from calculators.planning.serve_at import decode_context
 from calculators.planning.step import mixed_step, step_inputs, step_tables
-from specs.model_config import ModelConfig, SpecError
+from specs.model_config import ModelConfig
 
 
 def wide_ep_layouts(config: ModelConfig, gpu_counts, tp_degrees) -> list[Mesh]:
@@ -52,17 +52,6 @@ def wide_ep_groups(config: ModelConfig, gpu_counts, tp_degrees) -> list[tuple[Me
     counts = sorted(set(gpu_counts))
     return [(m, g // m.gpus) for g in counts for m in wide_ep_layouts(config, [e for e in counts if g % e == 0],
                                                                       tp_degrees)]
-
-
-def _step_inputs(c, dev, m, wd, kd, eff, link, stack, ctx, prompt_tokens, profile, tables):
-    """`step.step_inputs` from the device's measured kernels, or from the closed form where the profile has no
-    table for the weight format (INT4's weight-only kernels), as the planner's other candidates are priced."""
-    try:
-        return step_inputs(c, dev, m, wd, kd, eff, link, stack, ctx, prompt_tokens, profile=profile, tables=tables)
-    except SpecError:
-        if profile is None:
-            raise
-        return step_inputs(c, dev, m, wd, kd, eff, link, stack, ctx, prompt_tokens, profile=None, tables=tables)
 
 
 def wide_ep_candidates(config: ModelConfig, devices, wl, space, stack, eff_tab, usable_fraction, overheads,
@@ -103,8 +92,8 @@ def wide_ep_candidates(config: ModelConfig, devices, wl, space, stack, eff_tab, 
                 tables = tables_for(links[d], m, wd) if costed else None
                 prof = profiles[d] if profiles is not None else None
                 for ki, kd in enumerate(space.kv_dtypes):
-                    terms, tb = _step_inputs(c, dev, m, wd, kd, eff, links[d], stack, ctx, wl.prompt_tokens, prof,
-                                             tables) if costed else (None, None)
+                    terms, tb = step_inputs(c, dev, m, wd, kd, eff, links[d], stack, ctx, wl.prompt_tokens,
+                                            profile=prof, tables=tables) if costed else (None, None)
                     groups.append(dict(di=d, mesh=m, k=k, wdi=wi, kdi=ki, w=w, act=act, over=over, peak=peak,
                                        kv=per_gpu_kv_bytes(c, m, mem_ctx, 1, kd), price=dev.price_usd_per_hour,
                                        terms=terms, tables=tb))

@@ -356,6 +356,12 @@ def _fallback(builder, profile, dtype: str):
     return None, None, f"no {dtype} measured"
 
 
+def gemm_format(profile, dtype: str) -> str | None:
+    """The format whose GEMM table prices `dtype` weights in `profile` (itself, or the next wider one measured),
+    None where none does (INT4's weight-only kernels: no wider table stands in for them)."""
+    return _fallback(_gemm_lines, profile, dtype)[1]
+
+
 def gemm_ms(profile, device: Device, m, n: int, k: int, dtype: str = "bf16") -> Priced | list:
     """A weight GEMM [m × k] · [k × n] at `dtype` weights: measured, interpolated (see the module docstring).
     `m` may be an array: then the return value is (ideal ms, ms, extrapolated) arrays. On another device than the

@@ -154,3 +154,29 @@ def test_a_borrowed_profile_loses_its_cliffs_but_keeps_its_level():
     on_h100 = gemm_ms(p, H100, 1024, 4096, 4096)            # another roofline: the envelope's efficiency there
     assert on_h100.efficiency == pytest.approx(float(gemm_roofline_ms(H200, 1024, 4096, 4096, "bf16")) / 0.05,
                                                rel=1e-9)
+
+
+def test_a_weight_format_no_profile_table_prices_takes_the_closed_form_and_says_so():
+    """A profile of bf16 GEMMs only: FP8 weights are priced by the next wider table (bf16), INT4 by none (its
+    weight-only kernels are not an FP8 or bf16 GEMM), so an INT4 request takes the closed form: its latency equals
+    the closed form's exactly, and every sentence says why (resolve_profile, the step's priced_from)."""
+    from helpers_profiles import hand_made_h200_profile
+    from calculators.multi_gpu.tensor_parallel import Mesh
+    from calculators.planning.measured_step import format_problem, resolve_profile
+    from calculators.planning.request_latency import request_latency
+    from specs.presets import load_preset
+    p, llama = hand_made_h200_profile(), load_preset("llama-3.1-8b")
+    assert format_problem(p, "fp8") is None and format_problem(p, "bf16") is None
+    assert format_problem(None, "int4") is None
+    why = format_problem(p, "int4")
+    assert why == ("profile h200-test-curves measured no int4 GEMMs (INT4 runs weight-only kernels that no profile "
+                   "measures)")
+    prof, words = resolve_profile(p, H200, "vllm", llama, "int4")
+    assert prof is None and words == f"closed form: {why}"
+    assert resolve_profile(p, H200, "vllm", llama, "bf16")[0] is p
+    measured = request_latency(llama, H200, Mesh(), 1024, 128, 8, "int4", "bf16", "vllm", profile=p)
+    closed = request_latency(llama, H200, Mesh(), 1024, 128, 8, "int4", "bf16", "vllm")
+    assert measured["itl_ms"] == closed["itl_ms"] and measured["ttft_ms"] == closed["ttft_ms"]
+    assert measured["priced_from"].startswith("closed form") and why in measured["priced_from"]
+    from calculators.planning.step import pricing_words
+    assert pricing_words(p, "bf16").startswith("measured kernels") and pricing_words(p).startswith("measured")
