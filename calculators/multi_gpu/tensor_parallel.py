@@ -247,6 +247,12 @@ def _weight_read_ratio(config: ModelConfig, weight_dtype: str, rows: int) -> flo
     return step_weight_bytes(config, weight_dtype, rows=rows) / step_weight_bytes(config, weight_dtype, rows=1 << 30)
 
 
+def exchange_tokens(rows: int, mesh: Mesh) -> int:
+    """Tokens one GPU sends in a wide-EP MoE layer's exchange: its replica's `rows` split over the replica's tp
+    GPUs (after attention's all-reduce each holds them all, and each sends its share), at least one."""
+    return max(1, math.ceil(rows / mesh.tp))
+
+
 def _comm_per_stage_ms(config: ModelConfig, mesh: Mesh, rows: int, link: Link | None,
                        stack: Stack | str | None = None, imbalance: float = 1.0, weight_dtype: str = "bf16") -> float:
     """Collectives one stage runs for `rows` tokens: an all-reduce after attention in each of its layers; after
@@ -262,8 +268,8 @@ def _comm_per_stage_ms(config: ModelConfig, mesh: Mesh, rows: int, link: Link | 
     ar = allreduce_ms(tp_allreduce_bytes(c.hidden_size, rows), tp, link, stack)
     if mesh.ep > tp:                       # data-parallel attention, EP across replicas: two all-to-alls per MoE layer
         s = stack if isinstance(stack, Stack) else load_stack(stack)
-        a2a = moe_layer_comm_ms(rows, c, mesh.ep, link, exchange_bytes(weight_dtype), imbalance,
-                                method=s.moe_dp_comm)
+        a2a = moe_layer_comm_ms(exchange_tokens(rows, mesh), c, mesh.ep, link, exchange_bytes(weight_dtype),
+                                imbalance, method=s.moe_dp_comm)
         return n_layers * (ar + (1 - share_moe) * ar + share_moe * a2a)
     # EP inside the TP group: after attention's all-reduce every rank holds every token, runs its own experts on
     # them and the partial outputs are summed by the FFN's all-reduce, exactly as for a TP-split dense FFN

@@ -26,7 +26,7 @@ from calculators import arch
 from calculators.multi_gpu.collectives import allreduce_ms as closed_allreduce_ms
 from calculators.multi_gpu.parallel import tp_allreduce_bytes
 from calculators.multi_gpu.moe import exchange_bytes, moe_layer_comm_ms
-from calculators.multi_gpu.tensor_parallel import Mesh, expert_imbalance_for, stage_layers
+from calculators.multi_gpu.tensor_parallel import Mesh, exchange_tokens, expert_imbalance_for, stage_layers
 from calculators.sizing.measured_ops import (ACT_BYTES, Priced, allreduce_ms, decode_attention_ms, elementwise_ms,
                                              gemm_format, gemm_ms, linear_decode_ms, linear_prefill_ms,
                                              mla_decode_ms, mla_prefill_ms, moe_a2a_ms, moe_ms,
@@ -516,7 +516,8 @@ def measured_collectives(profile, config: ModelConfig, mesh: Mesh, link: Link | 
         if mesh.ep > mesh.tp else None
     if exchange is not None:
         rows = [int(math.ceil(x)) for x in t]
-        closed = np.array([moe_layer_comm_ms(r, config, mesh.ep, link, exchange_bytes(weight_dtype),
+        closed = np.array([moe_layer_comm_ms(exchange_tokens(r, mesh), config, mesh.ep, link,
+                                             exchange_bytes(weight_dtype),
                                              expert_imbalance_for(config, mesh, r, expert_imbalance), method=method)
                            for r in rows])
         out, used = out + moe_layers_per_stage(config, mesh) * (exchange - closed), True

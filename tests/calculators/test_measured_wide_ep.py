@@ -311,3 +311,21 @@ def test_a_wide_ep_candidate_in_a_format_no_profile_measures_is_priced_by_the_cl
         (m,) = measured.find(h200.name, 8, 1, 1, 64, wd, "fp8", ep=8)
         (c,) = closed.find(h200.name, 8, 1, 1, 64, wd, "fp8", ep=8)
         assert (m["itl_ms"] == pytest.approx(c["itl_ms"], rel=1e-12)) == same, wd
+
+
+def test_with_attention_tp_inside_a_replica_each_gpu_exchanges_its_share_of_the_replicas_tokens():
+    """TP 2 × DP 4 with EP 8: a replica's 512 tokens are held by its 2 GPUs after attention's all-reduce and each
+    sends 256, so the group gathers 8 × 256 tokens (not 8 × 512). The stage's collectives, by hand: per layer the
+    TP all-reduce of [512, 7,168], and per MoE layer the gather (NVFP4) and scatter (bf16) of that buffer."""
+    from calculators.multi_gpu.collectives import allreduce_ms
+    from calculators.multi_gpu.parallel import tp_allreduce_bytes
+    from calculators.multi_gpu.tensor_parallel import _comm_per_stage_ms, exchange_tokens
+    m2 = Mesh(tp=2, ep=8, gpus=8)
+    assert exchange_tokens(512, m2) == 256 and exchange_tokens(1, m2) == 1 and exchange_tokens(512, WIDE) == 512
+
+    def ring(b):
+        return (LINK.alpha_base_s + 7 * LINK.alpha_per_hop_s + 7 / 8 * b / LINK.bytes_per_s) * 1e3
+    ar = allreduce_ms(tp_allreduce_bytes(7168, 512), 2, LINK, TRT)
+    vectors = 8 * 256 * 7168
+    want = 61 * ar + 3 * ar + 58 * (ring(vectors * 0.5625) + ring(vectors * 2))
+    assert _comm_per_stage_ms(R1, m2, 512, LINK, TRT, 1.0, "fp4") == pytest.approx(want, rel=1e-12)
