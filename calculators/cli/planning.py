@@ -121,6 +121,9 @@ def build_ops_parser() -> argparse.ArgumentParser:
     p.add_argument("--gpu", "--device", dest="gpu", required=True, help="device name from specs/devices.json")
     p.add_argument("--tp", type=positive_int, default=1, help="tensor-parallel degree (default 1)")
     p.add_argument("--ep", type=positive_int, default=1, help="expert-parallel degree, MoE only (default 1)")
+    p.add_argument("--gpus", type=positive_int, default=None,
+                   help="GPUs in all (default max(tp, ep): with EP above TP, one EP group of attention data-parallel "
+                        "replicas, each priced as one replica's step)")
     p.add_argument("--weight-dtype", type=dtype_arg(WEIGHT_DTYPES), default="bf16")
     p.add_argument("--kv-dtype", type=dtype_arg(KV_DTYPES), default=None, help="default: the weights' float format")
     p.add_argument("--decode-rows", type=nonneg_int, default=1, help="sequences decoding one token (default 1)")
@@ -139,7 +142,7 @@ def run_ops(args) -> dict:
     from calculators.planning.throughput import deployment_defaults
     from specs.stacks import load_stack
     c, dev = load_model(args.model), load_gpu(args.gpu)
-    mesh = Mesh(tp=args.tp, ep=args.ep)
+    mesh = Mesh(tp=args.tp, ep=args.ep, gpus=args.gpus or max(args.tp, args.ep))
     s = load_stack(args.stack)
     profile, pricing = profile_of(args, dev, c)
     if profile is None:
@@ -151,7 +154,8 @@ def run_ops(args) -> dict:
                          args.prompt_tokens, plen, compute_scale=scale)
     cost = step_cost(c, dev, mesh, args.weight_dtype, kd, eff, lk, s, args.context, plen, profile=profile)
     parts = {k: float(v) for k, v in cost.parts(args.decode_rows, args.prompt_tokens).items()}
-    return dict(command="ops", model=c.name, device=dev.name, tp=mesh.tp, ep=mesh.ep, weight_dtype=args.weight_dtype,
+    return dict(command="ops", model=c.name, device=dev.name, tp=mesh.tp, ep=mesh.ep, gpus=mesh.total_gpus,
+                weight_dtype=args.weight_dtype,
                 kv_dtype=kd, decode_rows=args.decode_rows, context=args.context, prompt_tokens=args.prompt_tokens,
                 prompt_len=plen, stack=s.name, pricing=pricing, ops=ops,
                 ops_measured_ms=sum(o["measured_ms"] for o in ops), ops_roofline_ms=sum(o["ideal_ms"] for o in ops),
@@ -160,7 +164,8 @@ def run_ops(args) -> dict:
 
 
 def render_ops(out: dict) -> str:
-    lines = [f"ops: {out['model']} on {out['device']} (TP {out['tp']}, EP {out['ep']}), {out['stack']}, "
+    dp = f", attention DP {out['gpus'] // out['tp']} over {out['gpus']} GPUs" if out["ep"] > out["tp"] else ""
+    lines = [f"ops: {out['model']} on {out['device']} (TP {out['tp']}, EP {out['ep']}{dp}), {out['stack']}, "
              f"{out['decode_rows']:,} decode rows at {out['context']:,} tokens + {out['prompt_tokens']:,} prompt "
              f"tokens", f"  priced from: {out['pricing']}",
              f"  {'op':<34} {'shape':<58} {'roofline':>10} {'measured':>10} {'of datasheet':>12}"]

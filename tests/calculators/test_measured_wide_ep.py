@@ -329,3 +329,31 @@ def test_with_attention_tp_inside_a_replica_each_gpu_exchanges_its_share_of_the_
     vectors = 8 * 256 * 7168
     want = 61 * ar + 3 * ar + 58 * (ring(vectors * 0.5625) + ring(vectors * 2))
     assert _comm_per_stage_ms(R1, m2, 512, LINK, TRT, 1.0, "fp4") == pytest.approx(want, rel=1e-12)
+
+
+def test_the_ops_command_shows_one_replicas_step_of_a_wide_ep_group(tmp_path, capsys):
+    """`ops --tp 1 --ep 8` (no --gpus): one EP group of 8 attention replicas, the op table of one replica's step,
+    whose step is the one step model's for that mesh (`step.step_cost`); it used to stop on "1 GPUs are not a
+    multiple of EP 8"."""
+    import json as _json
+    from helpers_profiles import qwen3_moe_fp8_slow_profile
+    from calculators.cli import main
+    from calculators.multi_gpu.tensor_parallel import _link_for
+    from calculators.planning.step import step_cost
+    from calculators.planning.throughput import deployment_defaults
+    from specs.profiles import save_profile
+    profile, qwen = qwen3_moe_fp8_slow_profile("h200-ops-wide")
+    path = save_profile(profile, tmp_path / "h200-ops-wide.json")
+    h200 = load_device("h200")
+    assert main(["ops", "--model", "qwen3-30b-a3b", "--gpu", "h200", "--tp", "1", "--ep", "8", "--weight-dtype",
+                 "fp8", "--kv-dtype", "fp8", "--decode-rows", "64", "--context", "1024", "--stack", "trtllm",
+                 "--profile", str(path), "--json"]) == 0
+    d = _json.loads(capsys.readouterr().out)
+    assert d["gpus"] == 8 and d["ep"] == 8 and d["tp"] == 1
+    mesh = Mesh(tp=1, ep=8, gpus=8)
+    kd, _, eff, lk = deployment_defaults(h200, mesh, "fp8", "fp8", TRT, None, None, None, qwen)
+    want = step_cost(qwen, h200, mesh, "fp8", kd, eff, _link_for(h200, lk), TRT, 1024, 1, profile=profile)
+    assert d["step_ms"] == pytest.approx(float(want.parts(64, 0)["step_ms"]), rel=1e-9)
+    assert main(["ops", "--model", "qwen3-30b-a3b", "--gpu", "h200", "--tp", "1", "--ep", "8", "--weight-dtype",
+                 "fp8", "--kv-dtype", "fp8", "--stack", "trtllm", "--profile", str(path)]) == 0
+    assert "attention DP 8 over 8 GPUs" in capsys.readouterr().out
