@@ -19,7 +19,7 @@ from calculators import arch
 from calculators.multi_gpu.tensor_parallel import Mesh
 from calculators.planning.measured_step import (WEIGHT_FORMATS, attention_shape, decode_attention_op, gemm_dtype,
                                                 layer_gemms, lm_head_dtype, moe_shape)
-from calculators.sizing.measured_ops import allreduce_ms, gemm_ms, moe_ms, peak_flops
+from calculators.sizing.measured_ops import allreduce_ms, gemm_ms, moe_ms, peak_flops, ring_collective_ms
 from calculators.units import fmt_num
 from specs.devices import Device
 from specs.model_config import ModelConfig
@@ -122,7 +122,6 @@ def gather_scatter_curves(profile, device: Device, sizes=MESSAGE_GRID) -> list[C
     """The all-gather and the reduce-scatter of each buffer size (the whole gathered or reduced buffer) on the
     most GPUs the profile measured, against the ring's wire time on the device's own link
     (`measured_ops.ring_collective_ms`); [] where the profile has neither table or the device no peer link."""
-    from calculators.sizing.measured_ops import ring_collective_ms
     link = device.interconnect_bytes_per_s
     tables = getattr(profile, "tables", {})
     if not link:

@@ -187,3 +187,6 @@ def test_a_curve_past_its_roofline_gets_a_sentence_that_says_why_and_one_under_i
     assert text.startswith("The routed experts (fused MoE) reaches 122% of its roofline at 32 tokens:")
     assert "power law of exponent 1.01" in text and "down" not in text
     assert over_roofline_caption([dense]) == ""
+    fast = Curve("down", x, np.array([0.1, 1.05, 0.9]), np.ones(3), np.zeros(3, bool), np.zeros(3, bool))
+    assert over_roofline_caption([fast]) == ("The down reaches 105% of its roofline at 32 tokens: the measured "
+                                             "kernel moves less than the roofline counts.")
