@@ -108,6 +108,9 @@ def render(out: dict) -> str:
         lines.append(f"  {k:<24} {fmt_num(out[k], 4)}")
         if k == "ttft_p50_ms" and out.get("ttft_mean_ms") is not None:     # whole prompts: the chain's mean too
             lines.append(f"  {'ttft_mean_ms':<24} {fmt_num(out['ttft_mean_ms'], 4)}")
+        if k == "step_ms" and out.get("rank_wait_ms"):          # attention DP: the busiest rank's prompts
+            lines.append(f"  {'rank_wait_ms':<24} {fmt_num(out['rank_wait_ms'], 4)}   (of the step: waiting for "
+                         "the busiest attention rank's prompts)")
     lines.append(f"  priced from              {out['pricing']}")
     lines.append(f"  accuracy                 {out['accuracy']['text']}")
     return "\n".join(lines)

@@ -246,7 +246,9 @@ def render_plan(out: dict) -> str:
                      f"{r['weight_dtype']}/{r['kv_dtype']} KV: ${r['usd_per_million_input_tokens']:.3f}/1M input, "
                      f"${r['usd_per_million_output_tokens']:.3f}/1M output (${r['usd_per_million_tokens']:.3f} blended), "
                      f"ITL at the load {r['itl_at_load_ms']:.1f} ms, TTFT p99 {r['ttft_p99_ms']:.0f} ms, "
-                     f"{r['concurrency_per_replica']:.0f} in flight per replica; binding: {r['binding']}")
+                     f"{r['concurrency_per_replica']:.0f} in flight per replica"
+                     + (f", {r['rank_wait_ms']:.1f} ms of each step waiting for the busiest attention rank's prompts"
+                        if r.get("dp", 1) > 1 and r.get("rank_wait_ms") else "") + f"; binding: {r['binding']}")
         if i == 1:
             lines.append(f"      accuracy: {r['accuracy']['text']}")
     for stack, cmd in (out.get("launch") or {}).items():

@@ -10,7 +10,8 @@ comes from the planner's row (`planner.plan_rows`), `serve_at` (the same layout 
                       (the fixed host work overlapped, max(…, fixed), where the stack overlaps it)
                       memory terms = bytes / (bandwidth·MBU), compute terms = FLOPs / (peak·MFU at the step's
                       tokens), the GEMMs at the weights' precision, attention at its own
-    ITL at the load = τ, the fixed point τ = E[step(n, p_k)] over steps with and without a prompt (chunk)
+    rank wait       = s · E[step(n, T(⌈K/d⌉)) − step(n, T(own))]   attention DP only: the busiest of d ranks' prompts
+    ITL at the load = τ, the fixed point τ = E[step(n, p_k) + rank wait] over steps with and without a prompt
     TTFT p99        = slot wait p99 + prefill-budget wait p99 + own prefill p99
     $ per 1M tokens = GPUs × price / (rate × (E[I] + E[O]) × 3,600) × 10⁶, split into input and output by the
                       GPU time each takes (prefill vs decode share)
@@ -19,6 +20,7 @@ from __future__ import annotations
 
 from calculators.explain import Explained, explain
 from calculators.multi_gpu.tensor_parallel import Mesh
+from calculators.planning.rank_wait import local_share
 from calculators.planning.serve_at import decode_context, lengths_of
 from calculators.planning.step import step_cost
 from calculators.planning.throughput import batch_limits, deployment_defaults
@@ -112,6 +114,14 @@ def plan_formulas(config: ModelConfig, device: Device, row: dict, wl, stack: Sta
         step = explain("step_ms", "passes * (max(weights, gemm) + max(kv, attention) + collectives + fixed + "
                        "sequences)", "ms", src, "one step at the mean load: GEMMs, then attention, each on its own "
                        "roofline, the step's fixed cost, then the host's per-sequence work", **terms)
+    waits = []
+    if int(row.get("dp", 1)) > 1 and row.get("rank_wait_ms"):   # attention DP: the busiest rank sets the step
+        share = local_share(config, prompt_new)
+        waits = [explain("rank_wait_ms", "share * busiest_minus_own_ms", "ms", "calculators.planning.rank_wait",
+                         f"each step waits for the busiest of the {int(row['dp'])} attention ranks: its new prompts "
+                         "(⌈K/d⌉ of K ~ Poisson(d·n/E[O−1]) dealt round-robin) against a rank's own, the step's "
+                         "cost of the difference, times the share of a prompt's FLOPs that is not routed experts; "
+                         "included in τ", share=share, busiest_minus_own_ms=row["rank_wait_ms"] / share)]
     itl = explain("itl_at_load_ms", "tau", "ms", SOURCE, "the mean token gap: the fixed point τ = mean step over "
                   "steps with and without a prompt (a step that carries a prompt is slower than step(n, p))",
                   tau=row["itl_at_load_ms"])
@@ -131,7 +141,7 @@ def plan_formulas(config: ModelConfig, device: Device, row: dict, wl, stack: Sta
                      blend=cost.value, E_I=wl.prompt_tokens, E_O=wl.output_tokens, share=pre_share.value)
     usd_out = explain("usd_per_million_output_tokens", "blend * (E_I + E_O) * (1 - share) / E_O", "$", SOURCE,
                       blend=cost.value, E_I=wl.prompt_tokens, E_O=wl.output_tokens, share=pre_share.value)
-    return [lam, n, p, mem_w, gemm, mem_kv, attn, step, itl, ttft, cost, pre_share, usd_in, usd_out]
+    return [lam, n, p, mem_w, gemm, mem_kv, attn, step, *waits, itl, ttft, cost, pre_share, usd_in, usd_out]
 
 
 def throughput_formulas(result: dict, mesh: Mesh, prompt_tokens: int, output_tokens: int) -> list[Explained]:

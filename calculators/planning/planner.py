@@ -433,7 +433,7 @@ def _rank(raw: dict, wl: Workload, devices, space: SearchSpace, notes: list) -> 
                 per_gpu_needed_bytes=needed, usable_bytes=usable, itl_ms=raw["itl_ms"], prefill_ms=pre_mean,
                 ttft_p99_ms=ttft, ttft_p50_ms=raw["ttft_p50_ms"], utilisation=rho,
                 concurrency_per_replica=in_flight, itl_at_load_ms=tpot, itl_p99_at_load_ms=raw["itl_p99_ms"],
-                step_ms_at_load=raw["step_ms"], prefill_share=prefill_share,
+                step_ms_at_load=raw["step_ms"], rank_wait_ms=raw["rank_wait_ms"], prefill_share=prefill_share,
                 usd_per_million_tokens=usd_per_m, usd_per_million_input_tokens=usd_in,
                 usd_per_million_output_tokens=usd_out, feasible=feasible, binding=binding, worst_ratio=worst,
                 reason=reason, itl_kind=itl_kind, ttft_kind=ttft_kind)
@@ -740,7 +740,7 @@ def plan_rows(res: PlanResult, top: int = 20) -> list[dict]:
     """Ranked feasible plans as plain dicts with the columns a reader needs (JSON/CSV export)."""
     keep = ("device", "gpus", "tp", "pp", "ep", "dp", "replicas", "batch_cap", "weight_dtype", "kv_dtype", "per_gpu_weight_bytes",
             "per_gpu_kv_bytes", "per_gpu_needed_bytes", "usable_bytes", "prefill_ms", "ttft_p50_ms", "ttft_p99_ms",
-            "itl_ms", "itl_at_load_ms", "itl_p99_at_load_ms", "step_ms_at_load", "concurrency_per_replica", "utilisation", "usd_per_million_tokens", "usd_per_million_input_tokens", "usd_per_million_output_tokens",
+            "itl_ms", "itl_at_load_ms", "itl_p99_at_load_ms", "step_ms_at_load", "rank_wait_ms", "concurrency_per_replica", "utilisation", "usd_per_million_tokens", "usd_per_million_input_tokens", "usd_per_million_output_tokens",
             "binding", "worst_ratio", "why")
     return [{k: r[k] for k in keep} for r in res.ranked(top)]
 

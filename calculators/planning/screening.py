@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from calculators.planning.rank_wait import with_rank_wait
 from calculators.serving.steady_state import Load, operating_point
 from calculators.sizing.roofline import compute_precision_for
 from calculators.units import GiB
@@ -43,7 +44,7 @@ def peak_or_nan(device: Device, weight_dtype: str) -> float:
 
 def no_steady_state(n: int) -> dict:
     """The steady-state columns of `n` candidates not (yet) solved: inf, unstable."""
-    out = {k: np.full(n, np.inf) for k in STEADY_STATE + ("wait_p99_ms",)}
+    out = {k: np.full(n, np.inf) for k in STEADY_STATE + ("wait_p99_ms", "rank_wait_ms")}
     out["stable"], out["step_stable"] = np.zeros(n, dtype=bool), np.zeros(n, dtype=bool)
     return out
 
@@ -52,24 +53,39 @@ STEADY_STATE = ("tpot_ms", "ttft_p99_ms", "ttft_p50_ms", "itl_p99_ms", "step_ms"
                 "prefill_budget_utilisation")
 
 
-def screened_steady_state(step_for, wl: Workload, lam, slots, cost, stack: Stack, device: Device) -> dict:
+def screened_steady_state(step_for, wl: Workload, lam, slots, cost, stack: Stack, device: Device,
+                          ranks=None, share: float = 1.0) -> dict:
     """The steady state of candidates (one device) at their per-replica rates `lam`: screened with prompts per step
     drawn independently, then the prompt chain on those near the targets at the cheapest REFINED_LEVELS costs.
     `step_for(idx)` is the vectorised step of the candidates `idx`; the prompt budget per step is the stack's
-    max batched tokens on `device`. Returns the planner's steady-state columns."""
+    max batched tokens on `device`. `ranks`: each candidate's attention-DP ranks per EP group (None: 1), whose
+    steps wait for the busiest rank's prompts (`rank_wait`, with `share` its FLOPs share of a prompt), as
+    `serve_at`'s do. Returns the planner's steady-state columns."""
     chunk = float(stack.scheduler_limits(device.memory_bytes / GiB, device.name)[1])
     prompt, output = wl.prompt_lengths(new_only=True), wl.output_lengths()
-    op = operating_point(step_for(np.arange(len(lam))), lam, Load(prompt, output, chunk=chunk, slots=slots),
-                         chain=False)
+    load = Load(prompt, output, chunk=chunk, slots=slots)
+
+    def stepped(idx):
+        step = step_for(idx)
+        if ranks is None:
+            return step
+        return with_rank_wait(step, np.asarray(ranks, dtype=float)[idx], share, prompt.mean_tokens,
+                              load.decode_tokens, chunk, float(np.max(np.asarray(slots)[idx])))
+    every = stepped(np.arange(len(lam)))
+    op = operating_point(every, lam, load, chain=False)
     near = op["stable"] & (op["tpot_ms"] <= 1.25 * wl.itl_ms) & (op["ttft_p99_ms"] <= 2.0 * wl.ttft_p99_ms)
     levels = np.unique(cost[near])
     near &= cost <= (levels[min(REFINED_LEVELS, len(levels)) - 1] if len(levels) else 0)
     if near.any():
         keep = np.flatnonzero(near)
-        op2 = operating_point(step_for(keep), lam[keep], Load(prompt, output, chunk=chunk, slots=slots[keep]),
+        op2 = operating_point(stepped(keep), lam[keep], Load(prompt, output, chunk=chunk, slots=slots[keep]),
                               near_step_ms=op["step_ms"][keep])
         for k2 in op:
             op[k2] = np.array(op[k2], dtype=np.asarray(op2[k2]).dtype, copy=True)
             op[k2][keep] = op2[k2]
+    waited = np.zeros(len(lam))
+    if hasattr(every, "rank_wait"):                      # attention DP: the busiest rank's wait in each step
+        waited = np.where(op["stable"], every.rank_wait(np.where(op["stable"], op["decode_rows"], 0.0)), np.inf)
     return dict({k: op[k] for k in STEADY_STATE}, wait_p99_ms=op["slot_wait_p99_ms"] + op["prefill_wait_p99_ms"],
+                rank_wait_ms=waited,
                 stable=op["stable"], step_stable=op["steps_converge"])

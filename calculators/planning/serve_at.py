@@ -10,6 +10,9 @@ prompt budget per step = max batched tokens (vLLM also counts the decode rows in
 overstates the prompt budget by n / max batched tokens). The step says how it grows with the cached context its
 decode rows read (`step.ms_per_context_token`, `context_slope`), so the slot wait counts the arrivals' dispersion
 as the simulator's step does (`steady_state.context_dispersion`).
+With attention data-parallel (experts across the replicas) every rank's step waits for the busiest rank's prompts
+(`rank_wait`): requests that arrive at random (a Poisson rate, `serve_at`, `max_rate_under_slo`, a finite run at a
+rate) land on one rank at a time; an offline run of fixed lengths keeps its ranks in lockstep and waits for none.
 """
 from __future__ import annotations
 
@@ -17,6 +20,7 @@ import math
 
 import numpy as np
 
+from calculators.planning.rank_wait import attention_dp_ranks, local_share, with_rank_wait
 from calculators.planning.step import pricing_words, step_cost
 from calculators.planning.throughput import batch_limits, deployment_defaults, max_throughput
 from calculators.serving.finite_run import finite_run
@@ -47,12 +51,23 @@ def decode_context(prompt: Lengths, output: Lengths) -> float:
     return prompt.mean_tokens + output.moment(lambda x: (x - 1) * (x - 2) / 2) / d + 1
 
 
+def random_arrivals_step(step, config: ModelConfig, mesh: Mesh, load: Load):
+    """A replica's step under requests that arrive at random: with attention DP, plus the wait for the busiest
+    rank (`rank_wait.with_rank_wait`); any other layout's step as it is."""
+    ranks = attention_dp_ranks(mesh)
+    if ranks == 1:
+        return step
+    return with_rank_wait(step, ranks, local_share(config, load.prompt.mean_tokens), load.prompt.mean_tokens,
+                          load.decode_tokens, load.chunk, load.slots)
+
+
 def _replica(config: ModelConfig, device: Device, mesh: Mesh, I: Lengths, O: Lengths, weight_dtype: str,
              kv_dtype: str | None, s: Stack, gpu_memory_utilization: float | None, efficiency: Efficiency | None,
              link: Link | None, max_num_seqs: int | None, max_num_batched_tokens: int | None,
-             expert_imbalance: float | None, chunked_prefill: bool = True, profile=None):
+             expert_imbalance: float | None, chunked_prefill: bool = True, profile=None, lockstep: bool = False):
     """One replica of the deployment as the steady state sees it: its step cost, its Load (slots = min(KV memory,
-    max sequences), the prompt budget per step) and the defaults filled from the stack."""
+    max sequences), the prompt budget per step) and the defaults filled from the stack. `lockstep`: the requests
+    start and end on every rank together (an offline run of fixed lengths), so no rank waits for another."""
     check_mesh(config, mesh)
     kd, gmu, eff, lk = deployment_defaults(device, mesh, weight_dtype, kv_dtype, s, gpu_memory_utilization,
                                            efficiency, link, config)
@@ -73,7 +88,10 @@ def _replica(config: ModelConfig, device: Device, mesh: Mesh, I: Lengths, O: Len
     step = step_cost(config, device, mesh, weight_dtype, kd, eff, lk, s, decode_context(I, O), I.mean_tokens,
                      expert_imbalance, profile)
     budget = float(lim["max_num_batched_tokens"]) if chunked_prefill else math.inf
-    return step, Load(I, O, chunk=budget, slots=float(slots)), kd, gmu, eff, lk
+    load = Load(I, O, chunk=budget, slots=float(slots))
+    if not lockstep:
+        step = random_arrivals_step(step, config, mesh, load)
+    return step, load, kd, gmu, eff, lk
 
 
 def finite_run_at(config: ModelConfig, device: Device, mesh: Mesh, rate: float, requests: int, prompt: int,
@@ -89,7 +107,8 @@ def finite_run_at(config: ModelConfig, device: Device, mesh: Mesh, rate: float, 
     s = stack if isinstance(stack, Stack) else load_stack(stack)
     I, O = lengths_of(prompt, "prompt tokens"), lengths_of(output, "output tokens")
     step, load, *_ = _replica(config, device, mesh, I, O, weight_dtype, kv_dtype, s, None, efficiency, None,
-                              max_num_seqs, max_num_batched_tokens, None, profile=profile)
+                              max_num_seqs, max_num_batched_tokens, None, profile=profile,
+                              lockstep=rate == math.inf and I.kind == "fixed" and O.kind == "fixed")
     per = max(1, math.ceil(check_int("requests", requests, limit=1 << 24) / mesh.replicas))
     lam = math.inf if rate == math.inf else check_rate(rate) / mesh.replicas
     r = finite_run(step, lam, per, I.mean_tokens, int(round(O.mean_tokens)),
@@ -137,6 +156,7 @@ def serve_at(config: ModelConfig, device: Device, mesh: Mesh, rate: float, promp
                 prefill_budget_utilisation=val["prefill_budget_utilisation"],
                 output_tok_s=lam * O.mean_tokens if stable else math.inf,
                 output_tok_s_per_gpu=lam * O.mean_tokens / mesh.total_gpus if stable else math.inf,
+                rank_wait_ms=float(step.rank_wait(val["decode_rows"])) if hasattr(step, "rank_wait") else 0.0,
                 slots_per_replica=int(load.slots), prefill_budget_tokens=load.chunk, replicas=mesh.replicas,
                 gpus=mesh.total_gpus, stack=s.name, prompt=I.describe(), output=O.describe(),
                 max_throughput_requests_per_s=offline["requests_per_s"],
@@ -166,6 +186,7 @@ def max_rate_under_slo(config: ModelConfig, device: Device, mesh: Mesh, prompt, 
     step = step_cost(config, device, mesh, weight_dtype, kd, eff, lk, s, decode_context(I, O), I.mean_tokens,
                      profile=profile)
     load = Load(I, O, chunk=float(lim["max_num_batched_tokens"]), slots=float(slots))
+    step = random_arrivals_step(step, config, mesh, load)
     top = max_throughput(config, device, mesh, i_mean, o_mean, weight_dtype, kd, s, efficiency=eff,
                          link=lk, profile=profile)["requests_per_s"] / mesh.replicas
 

@@ -13,13 +13,14 @@ parallelism.
 Each candidate is costed with `serve_at`'s step (`step.step_inputs`, `step_tables`, `mixed_step`: dispatch
 and combine all-to-alls, the busiest EP rank's expert imbalance, the experts the tokens of all d replicas
 touch; from the device's measured kernels where the planner was given a profile, as `step.step_cost`),
-vectorised over the candidates of a device, and the steady state per replica at rate / d as the planner
-solves it (`planner.screened_steady_state`: screened, then `serve_at`'s prompt chain near the targets at the
-three cheapest GPU counts, where the figures equal `serve_at`'s for the same layout and rate); its memory is
-`tensor_parallel.per_gpu_memory`'s sum (weights + KV of the batch cap + activations + overheads, and DeepEP's
-all-to-all buffers where the stack runs DeepEP, `deepep.wide_ep_buffer_bytes` at vLLM's defaults: ≈ 4.9 GB per GPU
-for DeepSeek-R1; the stacks' default exchange gathers through NCCL and holds none). The
-figures come back as the planner's columns (`planner._rank` ranks them with the rest):
+vectorised over the candidates of a device, and the steady state per replica at rate / d, each step waiting for
+the group's busiest rank's prompts (`rank_wait`), as the planner solves it (`planner.screened_steady_state`:
+screened, then `serve_at`'s prompt chain near the targets at the three cheapest GPU counts, where the figures
+equal `serve_at`'s for the same layout and rate); its memory is `tensor_parallel.per_gpu_memory`'s sum
+(weights + KV of the batch cap + activations + overheads, and DeepEP's all-to-all buffers where the stack runs
+DeepEP, `deepep.wide_ep_buffer_bytes` at vLLM's defaults: ≈ 4.9 GB per GPU for DeepSeek-R1; the stacks' default
+exchange gathers through NCCL and holds none). The figures come back as the planner's columns (`planner._rank`
+ranks them with the rest):
     itl_ms       the step of `batch_cap` decode rows alone (its memory, compute and collectives say what binds)
     prefill_ms   the step of the mean (p99) prompt alone
 """
@@ -32,6 +33,7 @@ import numpy as np
 from calculators import arch
 from calculators.multi_gpu.tensor_parallel import (Mesh, deepep_buffer_bytes, mesh_problem, per_gpu_activation_bytes,
                                                    per_gpu_kv_bytes, per_gpu_weight_bytes)
+from calculators.planning.rank_wait import local_share
 from calculators.planning.screening import apply_bounds, no_steady_state, peak_or_nan, screened_steady_state
 from calculators.planning.serve_at import decode_context
 from calculators.planning.step import mixed_step, step_inputs, step_tables
@@ -152,11 +154,12 @@ def wide_ep_candidates(config: ModelConfig, devices, wl, space, stack, eff_tab, 
     slots_ok = lam * wl.output_tokens * itl_one / 1e3 < B
     viable = base & (itl_one <= wl.itl_ms) & (figures["prefill_p99_ms"] <= wl.ttft_p99_ms) & slots_ok
     ld = no_steady_state(n)
+    share = local_share(c, wl.prompt_lengths(new_only=True).mean_tokens)   # the rank's own share of a prompt
     for d, m in kinds:
         keep = np.flatnonzero(viable & (di == d) & (measured == m))
         if len(keep):
             st = screened_steady_state(lambda idx: step_of(keep[idx]), wl, lam[keep], B[keep], g[keep], stack,
-                                       devices[d])
+                                       devices[d], ranks=out["dp"][keep], share=share)
             for k in ld:
                 ld[k][keep] = st[k]
     apply_bounds(ld, base, viable, slots_ok, itl_one, figures["prefill_p99_ms"])

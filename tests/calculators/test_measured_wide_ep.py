@@ -225,7 +225,7 @@ def test_the_real_b200_wide_ep_step_prices_its_weights_as_its_ops_table_shows(b2
 
 
 def test_the_planners_wide_ep_rows_price_as_serve_at_does_from_the_same_kernels():
-    """DeepSeek-R1 on 8 H200 in FP8 at 16 requests/s (the wide-EP planner test's case), priced from the H200
+    """DeepSeek-R1 on 8 H200 in FP8 at 6 requests/s (the wide-EP planner test's lengths), priced from the H200
     TensorRT-LLM profile: each wide-EP row the planner ranks carries serve-at's figures for its layout, cap and
     rate within 1%, and they are not the closed form's (its decode step at the batch cap is 20% off or more)."""
     from specs import aiconfigurator_source as aic
@@ -234,7 +234,7 @@ def test_the_planners_wide_ep_rows_price_as_serve_at_does_from_the_same_kernels(
     from calculators.planning.planner import SearchSpace, Workload, plan, plan_rows
     from calculators.planning.serve_at import serve_at
     h200 = load_device("h200")
-    wl = Workload(requests_per_s=16.0, prompt_tokens=2000, output_tokens=500, ttft_p99_ms=3000, itl_ms=150)
+    wl = Workload(requests_per_s=6.0, prompt_tokens=1000, output_tokens=2000, ttft_p99_ms=3000, itl_ms=150)
     space = SearchSpace(gpu_counts=(8,), tp=(1, 2, 8), pp=(1,), batch_caps=(64, 256), weight_dtypes=("fp8",),
                         kv_dtypes=("fp8",))
     rows = {p: [r for r in plan_rows(plan(R1, [h200], wl, space, stack="trtllm", profile=p), 40) if r["dp"] > 1]
@@ -243,7 +243,7 @@ def test_the_planners_wide_ep_rows_price_as_serve_at_does_from_the_same_kernels(
     from calculators.planning.measured_step import resolve_profile
     prof, _ = resolve_profile("auto", h200, "trtllm", R1)
     for r in rows["auto"][:3]:
-        s = serve_at(R1, h200, Mesh(tp=r["tp"], ep=r["ep"], gpus=r["gpus"]), 16.0, wl.prompt_lengths(),
+        s = serve_at(R1, h200, Mesh(tp=r["tp"], ep=r["ep"], gpus=r["gpus"]), 6.0, wl.prompt_lengths(),
                      wl.output_lengths(), "fp8", "fp8", "trtllm", max_num_seqs=r["batch_cap"], with_capacity=False,
                      profile=prof)
         assert "measured kernels" in s["priced_from"]

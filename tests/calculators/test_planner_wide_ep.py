@@ -15,8 +15,8 @@ from specs.devices import load_device
 from specs.presets import load_preset
 
 R1, H200 = load_preset("deepseek-r1"), load_device("h200")
-RATE = 16.0                                   # requests/s: above what TP 8 on 8 GPUs carries (below)
-WL = Workload(requests_per_s=RATE, prompt_tokens=2000, output_tokens=500, ttft_p99_ms=3000, itl_ms=150)
+RATE = 8.0                                    # requests/s: above what TP 8 on 8 GPUs carries (below)
+WL = Workload(requests_per_s=RATE, prompt_tokens=1000, output_tokens=2000, ttft_p99_ms=3000, itl_ms=150)
 CAPS = (64, 256, 1024)
 SPACE = SearchSpace(gpu_counts=(8, 16), tp=(1, 2, 4, 8), pp=(1,), batch_caps=CAPS, weight_dtypes=("fp8",),
                     kv_dtypes=("fp8",))
@@ -48,7 +48,7 @@ def test_deepseek_r1_on_8_h200_is_planned_with_attention_dp_and_wide_ep(r1_plan)
     best = plan_rows(r1_plan, 1)[0]
     assert best["gpus"] == 8 and best["ep"] == 8 and best["tp"] < 8 and best["dp"] == 8 // best["tp"]
     assert best["usd_per_million_tokens"] == pytest.approx(
-        8 * H200.price_usd_per_hour / (RATE * 2500 * 3600) * 1e6, rel=1e-12)
+        8 * H200.price_usd_per_hour / (RATE * 3000 * 3600) * 1e6, rel=1e-12)
     tp8 = [r for r in r1_plan.find(H200.name, 8, 8, 1, 256, "fp8", "fp8")]
     assert tp8 and all(r["rank"] is None for r in tp8)
 
@@ -107,8 +107,8 @@ def test_two_ep_groups_are_two_of_the_one_group_layout_at_half_the_rate(r1_plan)
                          ("step_ms_at_load", "step_ms"), ("concurrency_per_replica", "in_flight_per_replica")):
         assert r[mine] == pytest.approx(s[theirs], rel=0.01), mine
     assert r["usd_per_million_tokens"] == pytest.approx(
-        16 * H200.price_usd_per_hour / (RATE * 2500 * 3600) * 1e6, rel=1e-12)
-    launch = plan_from_row(r, "deepseek-r1", 2500, 0.9)
+        16 * H200.price_usd_per_hour / (RATE * 3000 * 3600) * 1e6, rel=1e-12)
+    launch = plan_from_row(r, "deepseek-r1", 3000, 0.9)
     assert launch["replicas"] == 2 and launch["dp"] == 8 and launch["ep"] == 8 and launch["gpus"] == 16
     from calculators.planning.planner import layout_words
     assert layout_words(r) == "2 × (TP 1 × DP 8 attention, EP 8)"
@@ -121,8 +121,8 @@ def test_a_dense_model_gets_no_wide_ep_candidates():
 
 
 def test_plan_json_shows_dp_and_ep(capsys):
-    code = main(["plan", "--model", "deepseek-r1", "--gpu", "h200", "--rate", "16", "--prompt-tokens", "2000",
-                 "--output-tokens", "500", "--ttft-ms", "3000", "--itl-ms", "150", "--top", "3", "--json"])
+    code = main(["plan", "--model", "deepseek-r1", "--gpu", "h200", "--rate", "8", "--prompt-tokens", "1000",
+                 "--output-tokens", "2000", "--ttft-ms", "3000", "--itl-ms", "150", "--top", "3", "--json"])
     out = json.loads(capsys.readouterr().out)
     assert code == 0 and out["plans"]
     assert all({"dp", "ep", "replicas"} <= set(r) for r in out["plans"])
@@ -174,7 +174,7 @@ def test_a_wide_ep_plan_launches_as_one_instance_of_dp_ranks(r1_plan):
     from calculators.planning.launch import launch_commands, plan_from_row
     best = plan_rows(r1_plan, 1)[0]
     d, cap = best["dp"], best["batch_cap"]
-    cmds = launch_commands(plan_from_row(best, "deepseek-r1", 2500, 0.9))
+    cmds = launch_commands(plan_from_row(best, "deepseek-r1", 3000, 0.9))
     vllm, sglang = cmds["vllm"].argv, cmds["sglang"].argv
     assert vllm[vllm.index("--data-parallel-size") + 1] == str(d)
     assert vllm[vllm.index("--max-num-seqs") + 1] == str(cap)

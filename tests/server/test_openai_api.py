@@ -61,6 +61,7 @@ def test_chat_uses_the_models_chat_template(client, default_model):
 
 def test_models_health_and_vllm_metric_names(client, engine_server):
     assert [m.id for m in client.models.list().data] == [MODEL]
+    client.completions.create(model=MODEL, prompt=PROMPT, max_tokens=2, temperature=0)   # alone, it counts its own
     with urllib.request.urlopen(engine_server.url + "/health", timeout=30) as r:
         assert r.status == 200
     for name in ("vllm:num_requests_running", "vllm:num_requests_waiting", "vllm:kv_cache_usage_perc",

@@ -117,13 +117,13 @@ def test_kv_page_on_an_8_gpu_node_sizes_the_busiest_gpu():
 
 
 def test_capacity_planner_shows_a_wide_ep_plan_for_deepseek_r1_on_h200():
-    """DeepSeek-R1 on H200 at 16 requests/s (tests/calculators/test_planner_wide_ep.py): the cheapest plan runs
+    """DeepSeek-R1 on H200 at 8 requests/s (tests/calculators/test_planner_wide_ep.py): the cheapest plan runs
     attention data-parallel with the experts over all 8 GPUs, and the page says so."""
     from ui.model_source import PRESET_KEY
     from ui.world import DATACENTRE
     at = page("42_", **{f"{DATACENTRE.key}.{PRESET_KEY}": "DeepSeek-R1", "plan.devices": ["H200"], "plan.wds": ["fp8"],
-                        "plan.kds": ["fp8"], "plan.rate": "16", "plan.prompt": "2000", "plan.p99": "2000",
-                        "plan.output": "500", "plan.out99": "500", "plan.ttft": "3000", "plan.itl": "150"})
+                        "plan.kds": ["fp8"], "plan.rate": "8", "plan.prompt": "1000", "plan.p99": "1000",
+                        "plan.output": "2000", "plan.out99": "2000", "plan.ttft": "3000", "plan.itl": "150"})
     assert not at.exception and not texts(at.error)
     assert any("8 × H200" in m.value and "DP 8 attention, EP 8" in m.value for m in at.markdown)
     # one server instance: its 8 attention ranks are not 8 copies of the model
