@@ -13,6 +13,7 @@ from calculators.claims import cheaper_claim, itl_target_claim, plan_claim, plur
 from calculators.planning.planner import layout_words as plan_layout_words, server_instances
 from calculators.planning.accuracy import band
 from calculators.planning.launch import launch_commands, plan_from_row
+from calculators.planning.rank_wait import rank_wait_words
 from calculators.planning.plan_explain import (formula_markdown, max_batched_tokens, memory_and_cost, plan_formulas,
                                                plan_mesh)
 from calculators.planning.serve_at import serve_at
@@ -26,6 +27,7 @@ FORMULA_LABELS = {"lambda_per_replica": "λ per replica", "decode_rows": "n, dec
                   "prompt_tokens_per_step": "p, prompt tokens per step", "weights_memory_ms": "weights read, step(n, p)",
                   "gemm_compute_ms": "weight GEMMs, step(n, p)", "kv_memory_ms": "KV cache read, step(n, p)",
                   "attention_compute_ms": "attention, step(n, p)", "step_ms": "step(n, p)",
+                  "rank_wait_ms": "waiting for the busiest attention rank",
                   "itl_at_load_ms": "ITL at the load = τ", "ttft_p99_ms": "TTFT p99",
                   "usd_per_million_tokens": "$ per 1M tokens (blended)", "prefill_share": "prefill's share of GPU time",
                   "usd_per_million_input_tokens": "$ per 1M input tokens",
@@ -170,6 +172,7 @@ def chosen_plan_section(config, best: dict, wl, stack, max_model_len: int, usabl
                 ("ITL mean / p99 (ms)", f"{r['tpot_ms']:,.0f} / {r['itl_p99_ms']:,.0f}", f"Error: {err}."),
                 ("In flight per replica", f"{r['in_flight_per_replica']:,.1f}", f"Error: {err}.")])
     st.caption(f"{r['verdict'][0].upper()}{r['verdict'][1:]}. {itl_target_claim(r['tpot_ms'], r['itl_p99_ms'], wl.itl_ms)}"
+               f"{rank_wait_words(r.get('rank_wait_ms') or 0.0, r['step_ms'], int(best.get('dp', 1)))}"
                f" How far to trust these: {err}.")
     launch_tabs(config, best, max_model_len, usable_fraction)
     memory_and_cost_rows(best, dev)

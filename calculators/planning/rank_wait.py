@@ -139,3 +139,11 @@ def with_rank_wait(step, ranks, share, prompt_tokens: float, decode_tokens: floa
     waited.ms_per_context_token = step.ms_per_context_token
     waited.rank_wait = rank_wait
     return waited
+
+
+def rank_wait_words(wait_ms: float, step_ms: float, ranks: int) -> str:
+    """The wait in a sentence a page shows beside the step ('' where there is none)."""
+    if ranks < 2 or not wait_ms > 0 or not math.isfinite(step_ms):
+        return ""
+    return (f" Of each {step_ms:,.0f} ms step, {wait_ms:,.1f} ms is spent waiting for the busiest of the {ranks} "
+            "attention ranks: a new request's prompt is prefilled on one rank, and every MoE layer waits for it.")

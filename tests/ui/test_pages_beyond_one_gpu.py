@@ -128,3 +128,5 @@ def test_capacity_planner_shows_a_wide_ep_plan_for_deepseek_r1_on_h200():
     assert any("8 × H200" in m.value and "DP 8 attention, EP 8" in m.value for m in at.markdown)
     # one server instance: its 8 attention ranks are not 8 copies of the model
     assert [m.value for m in at.metric if m.label == "Replicas"] == ["1"]
+    # and the step at the rate says how much of it waits for the busiest rank's prompts
+    assert any("waiting for the busiest of the 8 attention ranks" in c.value for c in at.caption)
