@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import inspect
 
+import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
 import streamlit as st
@@ -24,6 +25,7 @@ from calculators.multi_gpu.mesh2d import (check_layout, galaxy_plan, layer_colle
 from calculators.multi_gpu.sharding import layer_sharding
 from calculators.planning import step as one_step
 from calculators.planning.measured_step import default_profile_choice
+from calculators.planning.rank_wait import busiest_rank_claim, busiest_rank_prompts
 from calculators.planning.parallel_step import (decode_step_segments, latency_flags, pp_step_scaling,
                                                 segment_labels, tp_step_scaling)
 from calculators.planning.request_latency import default_pricing
@@ -195,6 +197,33 @@ def ep_section(config: ModelConfig, setup: MultiGPU) -> None:
                 ("All-gather + reduce-scatter per layer (ms)", fmt_num(e["gather_scatter_ms_per_layer"], 3),
                  None)])
     formula_expander("Formula: expert parallelism", inspect.getdoc(expert_parallel))
+    attention_dp_part(ep)
+
+
+def attention_dp_part(ep: int) -> None:
+    """Attention data-parallel beside wide EP: each rank prefills its own new prompts, and the MoE layers make
+    every rank wait for the busiest (`rank_wait`)."""
+    if ep < 2:
+        return
+    st.markdown(f"**Attention data-parallel: the busiest rank sets the step.** With the experts over {ep} GPUs, "
+                "attention often runs data-parallel: each GPU holds its own requests and their KV cache. A new "
+                "request's prompt is prefilled on one rank only, but every MoE layer needs every rank's tokens, "
+                "so the whole group waits for the rank with a prompt.")
+    mu = np.geomspace(0.01, 1.0, 60)
+    fig = go.Figure()
+    colors = ["#4C78A8", "#72B7B2", "#F58518", "#E45756", "#54A24B", "#B279A2"]
+    for i, d in enumerate(sorted({1, 2, 4, ep} | ({8} if ep >= 8 else set()))):
+        fig.add_scatter(x=mu, y=busiest_rank_prompts(mu, d), mode="lines", name="1 rank (the mean)" if d == 1
+                        else f"busiest of {d} ranks", line=dict(color=colors[i % len(colors)], width=3,
+                                                                dash="dash" if d == 1 else "solid"))
+    fig.update_layout(height=380, xaxis=dict(type="log", title="new prompts per rank per step"),
+                      yaxis=dict(title="prompts the busiest rank prefills per step"),
+                      title="Prompts the slowest rank prefills while the others wait",
+                      margin=dict(l=10, r=10, t=60, b=10), legend=dict(orientation="h", y=-0.25))
+    st.plotly_chart(chart_style(fig))
+    st.caption(busiest_rank_claim(0.1, ep) + " The planner and `serve-at` add this wait to a step under a "
+               "request rate (`rank_wait_ms`); TensorRT-LLM's attention_dp_config.enable_balance and disaggregated "
+               "prefill exist to avoid it (docs/planner-under-load.md).")
 
 
 def sharding_section(config: ModelConfig, setup: MultiGPU) -> None:

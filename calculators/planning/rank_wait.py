@@ -147,3 +147,23 @@ def rank_wait_words(wait_ms: float, step_ms: float, ranks: int) -> str:
         return ""
     return (f" Of each {step_ms:,.0f} ms step, {wait_ms:,.1f} ms is spent waiting for the busiest of the {ranks} "
             "attention ranks: a new request's prompt is prefilled on one rank, and every MoE layer waits for it.")
+
+
+def busiest_rank_prompts(mean_prompts, ranks: int) -> np.ndarray:
+    """E[⌈K/R⌉], K ~ Poisson(R·μ): the prompts the busiest of R attention ranks prefills in a step when each
+    takes μ a step on average, dealt round-robin (module docstring) = μ + Σ_j w_j; μ itself for one rank."""
+    mu = np.asarray(mean_prompts, dtype=float)
+    if int(ranks) < 2:
+        return mu.copy()
+    levels = levels_for(float(np.max(mu)) if mu.size else 0.0, int(ranks), 1.0, math.inf)
+    return mu + busiest_rank_weights(mu, int(ranks), levels).sum(axis=-1)
+
+
+def busiest_rank_claim(mean_prompts: float, ranks: int) -> str:
+    """The lesson's sentence: how often a step carries a prompt on one rank, and somewhere among `ranks`."""
+    alone, some = 1 - math.exp(-mean_prompts), 1 - math.exp(-ranks * mean_prompts)
+    busiest = float(busiest_rank_prompts(mean_prompts, ranks))
+    return (f"At {mean_prompts:g} new prompts per rank per step, one rank alone prefills in {alone:.0%} of its "
+            f"steps; with {ranks} attention ranks some rank prefills in {some:.0%} of them, and every rank's step "
+            f"waits for it: the busiest rank prefills {busiest:.2f} prompts a step where the mean is "
+            f"{mean_prompts:g} ({busiest / mean_prompts:.1f}×).")

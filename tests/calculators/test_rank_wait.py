@@ -147,3 +147,14 @@ def test_a_wide_ep_plan_carries_the_wait_serve_at_reports_and_its_formula():
     c = res.columns                                        # TP 8 (EP 1 or inside TP): costed, rejected, no wait
     tp8 = (c["tp"] == 8) & (c["reason"] != "mesh")
     assert tp8.any() and all(c["rank_wait_ms"][tp8] == 0)
+
+
+@pytest.mark.parametrize("mu,R", [(0.02, 8), (0.1, 8), (0.5, 4), (2.0, 16)])
+def test_the_busiest_ranks_prompts_by_a_direct_sum(mu, R):
+    """E[⌈K/R⌉] summed over K directly; one rank's is its own mean; the lesson's sentence quotes them."""
+    from calculators.planning.rank_wait import busiest_rank_claim, busiest_rank_prompts
+    direct = sum(_pmf(R * mu, K) * -(-K // R) for K in range(600))
+    assert float(busiest_rank_prompts(mu, R)) == pytest.approx(direct, rel=1e-9)
+    assert float(busiest_rank_prompts(mu, 1)) == mu
+    text = busiest_rank_claim(mu, R)
+    assert f"{1 - math.exp(-R * mu):.0%} of them" in text and f"prefills {direct:.2f} prompts a step" in text

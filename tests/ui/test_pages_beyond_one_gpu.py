@@ -41,6 +41,21 @@ def test_parallelism_page_shows_tp_floors_bubble_and_the_mesh_view():
     assert not at.exception and any("do not divide" in e for e in texts(at.error))
 
 
+def test_parallelism_page_draws_the_busiest_attention_rank_for_an_moe_model():
+    """DeepSeek-R1 on 8 H200s: the expert-parallel section adds attention DP's wait: one line per rank count, the
+    busiest rank's prompts never below the mean, and the sentence quotes 8 ranks at 0.1 prompts a rank a step."""
+    from ui.model_source import PRESET_KEY
+    from ui.world import DEVICE_KEY
+    at = page("41_", **in_datacentre({PRESET_KEY: "DeepSeek-R1", DEVICE_KEY: "H200"}))
+    assert not at.exception and not texts(at.error)
+    fig = next(c for c in at.get("plotly_chart") if "slowest rank" in c.proto.spec)
+    import json
+    lines = {t["name"]: t["y"] for t in json.loads(fig.proto.spec)["data"]}
+    assert "1 rank (the mean)" in lines and "busiest of 8 ranks" in lines
+    assert all(b >= m for b, m in zip(lines["busiest of 8 ranks"], lines["1 rank (the mean)"]))
+    assert any("with 8 attention ranks some rank prefills in 55% of them" in c for c in texts(at.caption))
+
+
 def test_capacity_planner_ranks_plans_and_explains_no_feasible_plan():
     at = page("42_")
     assert not at.exception and not texts(at.error)
