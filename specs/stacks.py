@@ -76,12 +76,15 @@ class Stack:
         `measured_host`, fitted on declared fit rows with the kernels measured on each row's GPU): step_overhead_ms,
         sequence_overhead_us and `borrowed_compute_scale`: when the kernels were measured on another device (the
         nearest profiled one), how many times longer `vendor`'s devices take on compute-bound work than that
-        device's efficiency at their datasheet says (`step.derated`). None when the stack has no such fit."""
+        device's efficiency at their datasheet says (`step.derated`). A vendor whose devices borrow a profile may
+        have its own fixed step cost (`step_overhead_ms_by_vendor`: the stack's build for that platform, ROCm
+        against CUDA). None when the stack has no such fit."""
         m = self.doc.get("measured_host")
         if not m:
             return None
         scale = (m.get("borrowed_compute_scale") or {})
-        return dict(step_overhead_ms=float(m["step_overhead_ms"]), sequence_overhead_us=float(m["sequence_overhead_us"]),
+        step = (m.get("step_overhead_ms_by_vendor") or {}).get(vendor, m["step_overhead_ms"])
+        return dict(step_overhead_ms=float(step), sequence_overhead_us=float(m["sequence_overhead_us"]),
                     borrowed_compute_scale=float(scale.get(vendor, scale.get("other", 1.0))))
 
     def overhead_ms(self, device_class: str) -> float:

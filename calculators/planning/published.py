@@ -452,22 +452,26 @@ def fit_measured_host(stack_key: str, rows: list[dict] | None = None, sweeps: in
         return borrowed_profile(prof, dev)
     vendors = sorted({r["vendor"] for r in part if borrowed(r)})
     best = dict(step_overhead_ms=0.5, sequence_overhead_us=4.0, borrowed_compute_scale={v: 1.0 for v in vendors})
+    if vendors:                          # a borrowing vendor's stack build has its own fixed step cost
+        best["step_overhead_ms_by_vendor"] = {v: 0.5 for v in vendors}
+    per_vendor = ("borrowed_compute_scale", "step_overhead_ms_by_vendor")
 
     def loss(h):
         _with_host(stack_key, h)
         return sum(abs(math.log1p(speed_error(r, predict(r, profile="auto")))) for r in part) / len(part)
     try:
         best_loss = loss(best)
+        grid = dict(HOST_GRID, step_overhead_ms_by_vendor=HOST_GRID["step_overhead_ms"]) if vendors else HOST_GRID
         for _ in range(sweeps):
-            for field, values in HOST_GRID.items():
-                targets = [(field, None)] if field != "borrowed_compute_scale" else [(field, v) for v in vendors]
+            for field, values in grid.items():
+                targets = [(field, None)] if field not in per_vendor else [(field, v) for v in vendors]
                 for f, vendor in targets:
                     for v in values:
-                        cand = dict(best, borrowed_compute_scale=dict(best["borrowed_compute_scale"]))
+                        cand = dict(best, **{k: dict(best[k]) for k in per_vendor if k in best})
                         if vendor is None:
                             cand[f] = v
                         else:
-                            cand["borrowed_compute_scale"][vendor] = v
+                            cand[f][vendor] = v
                         c_loss = loss(cand)
                         if c_loss < best_loss - 1e-12:
                             best, best_loss = cand, c_loss
@@ -489,6 +493,7 @@ def write_measured_host(stack_key: str, g: dict, path: Path | None = None) -> No
         source=(f"fitted by bench/bench_published.py --fit-measured on the {len(g['rows'])} split=fit rows of "
                 f"bench/published_serving.csv in fitted_on, each row's GPU priced from kernels measured on it "
                 f"(aiconfigurator-core 0.12.0; the nearest profiled GPU for one nothing measured, its "
-                f"compute-bound work slowed by borrowed_compute_scale): median |error| {100 * g['median']:.1f}%, "
+                f"compute-bound work slowed by borrowed_compute_scale, and that vendor's stack build with its own "
+                f"fixed step cost, step_overhead_ms_by_vendor): median |error| {100 * g['median']:.1f}%, "
                 f"worst {100 * g['worst']:.1f}%"))
     Path(path).write_text(json.dumps(doc, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")

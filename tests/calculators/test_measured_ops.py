@@ -156,6 +156,26 @@ def test_a_borrowed_profile_loses_its_cliffs_but_keeps_its_level():
                                                rel=1e-9)
 
 
+def test_a_borrowed_profile_reads_a_quantized_kernel_at_no_less_than_its_bf16_efficiency():
+    """A profile whose FP8 GEMMs run at 10% of their roofline and bf16 ones at 50% (FP8 2.5x the slower): on its own
+    device FP8 keeps its measured time; on a twin device (same rooflines, another name) FP8 runs at bf16's 50% of
+    the FP8 roofline, at every size; the fused MoE, measured in FP8 only, has no bf16 to compare and stays."""
+    from helpers_profiles import qwen3_moe_fp8_slow_profile
+    from calculators.sizing.measured_ops import moe_ms
+    p, _ = qwen3_moe_fp8_slow_profile()
+    twin = replace(H200, name="H200 twin")
+    for m in (1.0, 64.0, 700.0, 4096.0):
+        own, wide = gemm_ms(p, H200, m, 5120, 2048, "fp8"), gemm_ms(p, twin, m, 5120, 2048, "bf16")
+        assert own.ms == pytest.approx(float(gemm_roofline_ms(H200, m, 5120, 2048, "fp8")) / 0.1, rel=1e-6)
+        assert own.ms > 1.5 * wide.ms
+        assert wide.ms == pytest.approx(float(gemm_roofline_ms(H200, m, 5120, 2048, "bf16")) / 0.5, rel=1e-6)
+        assert gemm_ms(p, twin, m, 5120, 2048, "fp8").ms == pytest.approx(
+            float(gemm_roofline_ms(H200, m, 5120, 2048, "fp8")) / 0.5, rel=1e-6)
+    for t in (1.0, 64.0, 4096.0):
+        assert moe_ms(p, twin, t, 2048, 768, 128, 8, dtype="fp8").ms == pytest.approx(
+            moe_ms(p, H200, t, 2048, 768, 128, 8, dtype="fp8").ms, rel=1e-9)
+
+
 def test_a_weight_format_no_profile_table_prices_takes_the_closed_form_and_says_so():
     """A profile of bf16 GEMMs only: FP8 weights are priced by the next wider table (bf16), INT4 by none (its
     weight-only kernels are not an FP8 or bf16 GEMM), so an INT4 request takes the closed form: its latency equals
