@@ -612,8 +612,8 @@ def _derate_words(stack_key: str, device: Device) -> str:
         return ""
     if not host or host["borrowed_compute_scale"] == 1.0:
         return ""
-    return (f", its compute-bound work {host['borrowed_compute_scale']:g}x slower, fitted on published "
-            f"{device.vendor or device.name} rows")
+    return (f", its compute-bound work {host['borrowed_compute_scale']:g}x slower and a {host['step_overhead_ms']:g} "
+            f"ms step, fitted on published {device.vendor or device.name} rows")
 
 
 def resolve_profile(profile, device: Device, stack_key: str, config: ModelConfig | None = None,
@@ -639,7 +639,8 @@ def resolve_profile(profile, device: Device, stack_key: str, config: ModelConfig
                 return None, f"closed form: no kernels measured with {stack_key} are installed"
             found = profile_for(near.name, stack_key)
             note = (f" (nothing measured on {device.name}: the efficiencies of the nearest profiled device, "
-                    f"{near.name}, at {device.name}'s datasheet roofline without its GEMMs' kernel-size cliffs"
+                    f"{near.name}, at {device.name}'s datasheet roofline without its GEMMs' kernel-size cliffs, "
+                    f"its quantized kernels no less efficient than its bf16 ones"
                     f"{_derate_words(stack_key, device)})")
         profile = found
     elif isinstance(profile, str):
