@@ -120,8 +120,13 @@ def with_rank_wait(step, ranks, share, prompt_tokens: float, decode_tokens: floa
     steps = [np.asarray(step(n, np.full(shape, min(j * I, chunk))), dtype=float) for j in range(L + 1)]
     wait = S * sum(w[..., j] * (steps[j + 1] - steps[j]) for j in range(L))
     table = np.asarray(wait).T if stacked else np.asarray(wait)     # [K, G] or [G]
-    log_rows = np.log(rows)
+    return waiting_step(step, table, np.log(rows))
 
+
+def waiting_step(step, table, log_rows):
+    """`step` plus the wait tabled on the rows whose logs are `log_rows` (`with_rank_wait`'s table, [G], or [K, G]
+    for a stacked step: a subset of its candidates takes the rows of that subset). The step function returned has
+    `step`'s interface; `rank_wait(n)` reads the wait, `table` and `log_rows` are kept for such subsets."""
     def rank_wait(n_rows):
         return read_log_grid(table, log_rows, np.asarray(n_rows, dtype=float))
 
@@ -130,14 +135,12 @@ def with_rank_wait(step, ranks, share, prompt_tokens: float, decode_tokens: floa
 
     def parts(n_rows, p) -> dict:
         d = dict(step.parts(n_rows, p))
-        extra = np.broadcast_to(rank_wait(np.broadcast_to(np.asarray(n_rows, dtype=float), np.shape(d["step_ms"]))),
-                                np.shape(d["step_ms"]))
-        d["rank_wait_ms"] = extra
-        d["step_ms"] = d["step_ms"] + extra
+        d["rank_wait_ms"] = rank_wait(np.broadcast_to(np.asarray(n_rows, dtype=float), np.shape(d["step_ms"])))
+        d["step_ms"] = d["step_ms"] + d["rank_wait_ms"]
         return d
     waited.parts = parts
     waited.ms_per_context_token = step.ms_per_context_token
-    waited.rank_wait = rank_wait
+    waited.rank_wait, waited.table, waited.log_rows = rank_wait, table, log_rows
     return waited
 
 

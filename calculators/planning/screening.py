@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from calculators.planning.rank_wait import with_rank_wait
+from calculators.planning.rank_wait import waiting_step, with_rank_wait
 from calculators.serving.steady_state import Load, operating_point
 from calculators.sizing.roofline import compute_precision_for
 from calculators.units import GiB
@@ -65,13 +65,14 @@ def screened_steady_state(step_for, wl: Workload, lam, slots, cost, stack: Stack
     prompt, output = wl.prompt_lengths(new_only=True), wl.output_lengths()
     load = Load(prompt, output, chunk=chunk, slots=slots)
 
-    def stepped(idx):
+    every = step_for(np.arange(len(lam)))
+    if ranks is not None:                        # attention DP: each step waits for the busiest rank's prompts
+        every = with_rank_wait(every, np.asarray(ranks, dtype=float), share, prompt.mean_tokens, load.decode_tokens,
+                               chunk, float(np.max(slots)))
+
+    def stepped(idx):                            # a subset of the candidates: the wait's table rows already made
         step = step_for(idx)
-        if ranks is None:
-            return step
-        return with_rank_wait(step, np.asarray(ranks, dtype=float)[idx], share, prompt.mean_tokens,
-                              load.decode_tokens, chunk, float(np.max(np.asarray(slots)[idx])))
-    every = stepped(np.arange(len(lam)))
+        return waiting_step(step, every.table[idx], every.log_rows) if hasattr(every, "table") else step
     op = operating_point(every, lam, load, chain=False)
     near = op["stable"] & (op["tpot_ms"] <= 1.25 * wl.itl_ms) & (op["ttft_p99_ms"] <= 2.0 * wl.ttft_p99_ms)
     levels = np.unique(cost[near])

@@ -2,6 +2,7 @@
 the Poisson count and against dealing prompts round-robin at random, the wrapped step against a linear step whose
 wait has a closed form, the routed experts' share against the config, and where serve_at applies it."""
 import math
+import re
 
 import numpy as np
 import pytest
@@ -158,3 +159,42 @@ def test_the_busiest_ranks_prompts_by_a_direct_sum(mu, R):
     assert float(busiest_rank_prompts(mu, 1)) == mu
     text = busiest_rank_claim(mu, R)
     assert f"{1 - math.exp(-R * mu):.0%} of them" in text and f"prefills {direct:.2f} prompts a step" in text
+
+
+def test_the_wait_is_worded_only_where_ranks_wait():
+    """The page's sentence quotes the step and the wait for 2+ ranks and a wait > 0; nothing for one rank, no wait,
+    or a step that does not exist (unstable)."""
+    from calculators.planning.rank_wait import rank_wait_words
+    assert rank_wait_words(22.34, 108.6, 4) == (
+        " Of each 109 ms step, 22.3 ms is spent waiting for the busiest of the 4 attention ranks: a new request's "
+        "prompt is prefilled on one rank, and every MoE layer waits for it.")
+    assert rank_wait_words(22.3, 108.6, 1) == rank_wait_words(0.0, 108.6, 8) == rank_wait_words(5.0, math.inf, 8) == ""
+
+
+def test_the_commands_print_the_wait_for_attention_dp_and_not_for_tp(capsys):
+    """`serve-at` prints rank_wait_ms (serve_at's own value) for DP 8 × EP 8 and no such line for TP 8 with EP 8;
+    `plan` says it for its attention-DP rows only."""
+    import json
+    from calculators.cli import main
+    args = ["--model", "deepseek-r1", "--gpu", "h200", "--rate", "4", "--prompt-tokens", "1000", "--output-tokens",
+            "1000", "--weight-dtype", "fp8", "--profile", "none"]
+    assert main(["serve-at", *args, "--tp", "1", "--ep", "8", "--gpus", "8"]) == 0
+    text = capsys.readouterr().out
+    r1, h200 = load_preset("deepseek-r1"), load_device("h200")
+    want = serve_at(r1, h200, Mesh(tp=1, ep=8, gpus=8), 4.0, 1000, 1000, "fp8", None, "vllm")["rank_wait_ms"]
+    line = next(ln for ln in text.splitlines() if ln.strip().startswith("rank_wait_ms"))
+    assert float(line.split()[1]) == pytest.approx(want, rel=1e-3) and want > 0
+    assert main(["serve-at", *args, "--tp", "8", "--ep", "8"]) == 0
+    assert "rank_wait_ms" not in capsys.readouterr().out
+    assert main(["plan", "--model", "deepseek-r1", "--gpu", "h200", "--rate", "6", "--prompt-tokens", "1000",
+                 "--output-tokens", "2000", "--ttft-ms", "3000", "--itl-ms", "150", "--profile", "none", "--top",
+                 "10", "--json"]) == 0
+    plans = json.loads(capsys.readouterr().out)["plans"]
+    assert any(p["dp"] > 1 for p in plans) and all((p["rank_wait_ms"] > 0) == (p["dp"] > 1) for p in plans)
+    assert main(["plan", "--model", "deepseek-r1", "--gpu", "h200", "--rate", "6", "--prompt-tokens", "1000",
+                 "--output-tokens", "2000", "--ttft-ms", "3000", "--itl-ms", "150", "--profile", "none", "--top",
+                 "10"]) == 0
+    ranked = [ln for ln in capsys.readouterr().out.splitlines() if re.match(r"\s*\d+\. ", ln)]
+    assert ranked and all(("waiting for the busiest attention rank" in ln) == ("attention, EP" in ln)
+                          for ln in ranked)
+    assert any("attention, EP" not in ln for ln in ranked)
