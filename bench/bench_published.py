@@ -12,7 +12,8 @@ fraction of the datasheet roof the measurement reached (achieved MBU for decode,
 
     python bench/bench_published.py            # prints two Markdown tables
     python bench/bench_published.py --fit    # refits the stacks' efficiencies on the FIT rows only (specs/stacks.json)
-    python bench/bench_published.py --fit-measured [STACK ...]   # refits the host work under measured kernels
+    python bench/bench_published.py --fit-measured [STACK ...] [--same-rows]   # refits the host work under
+                                   # measured kernels (--same-rows: on the rows each fit lists in fitted_on)
 
 The second table is data-centre serving (bench/published_serving.csv: TensorRT-LLM, NVIDIA NIM and vLLM figures at
 concurrency 1-250, TP 1-8, EP 8, maximum throughput), each predicted with the default settings of the stack its
@@ -181,11 +182,17 @@ def fit() -> None:
 
 
 def fit_measured() -> None:
-    """Refit each stack's host work under measured kernels on its FIT rows only (`published.fit_measured_host`)."""
+    """Refit each stack's host work under measured kernels on its FIT rows only (`published.fit_measured_host`);
+    with --same-rows, on the fit rows its current fit lists (`fitted_on`), when the pricing changed but the rows
+    a fit was declared on should not."""
     from calculators.planning.published import fit_measured_host, load_rows, write_measured_host
-    stacks = sys.argv[2:] or sorted({r["stack"] for r in load_rows()})
+    from specs.stacks import load_stack
+    args = sys.argv[2:]
+    same = "--same-rows" in args
+    stacks = [a for a in args if a != "--same-rows"] or sorted({r["stack"] for r in load_rows()})
     for key in stacks:
-        g = fit_measured_host(key)
+        host = load_stack(key).doc.get("measured_host") if same else None
+        g = fit_measured_host(key, fitted_on=host["fitted_on"] if host else None)
         print(f"{key}: {len(g['rows'])} fit rows, median |error| {100 * g['median']:.1f}%, worst "
               f"{100 * g['worst']:.1f}%, {g['host']}", flush=True)
         write_measured_host(key, g)

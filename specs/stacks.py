@@ -76,16 +76,21 @@ class Stack:
         `measured_host`, fitted on declared fit rows with the kernels measured on each row's GPU): step_overhead_ms,
         sequence_overhead_us and `borrowed_compute_scale`: when the kernels were measured on another device (the
         nearest profiled one), how many times longer `vendor`'s devices take on compute-bound work than that
-        device's efficiency at their datasheet says (`step.derated`). A vendor whose devices borrow a profile may
-        have its own fixed step cost (`step_overhead_ms_by_vendor`: the stack's build for that platform, ROCm
-        against CUDA). None when the stack has no such fit."""
+        device's efficiency at their datasheet says (`step.derated`), and `borrowed_memory_scale` the same for
+        memory-bound work (bytes streamed at a smaller share of the datasheet's bandwidth). A vendor whose devices
+        borrow a profile may have its own fixed step cost (`step_overhead_ms_by_vendor`: the stack's build for that
+        platform, ROCm against CUDA). None when the stack has no such fit."""
         m = self.doc.get("measured_host")
         if not m:
             return None
-        scale = (m.get("borrowed_compute_scale") or {})
+
+        def per_vendor(field: str) -> float:
+            scale = m.get(field) or {}
+            return float(scale.get(vendor, scale.get("other", 1.0)))
         step = (m.get("step_overhead_ms_by_vendor") or {}).get(vendor, m["step_overhead_ms"])
         return dict(step_overhead_ms=float(step), sequence_overhead_us=float(m["sequence_overhead_us"]),
-                    borrowed_compute_scale=float(scale.get(vendor, scale.get("other", 1.0))))
+                    borrowed_compute_scale=per_vendor("borrowed_compute_scale"),
+                    borrowed_memory_scale=per_vendor("borrowed_memory_scale"))
 
     def overhead_ms(self, device_class: str) -> float:
         """Fixed cost of one forward step (launches, scheduling, sampling) on a device class; 'other' if absent."""

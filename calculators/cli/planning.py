@@ -151,7 +151,7 @@ def run_ops(args) -> dict:
     plen = args.prompt_len or max(args.prompt_tokens, 1)
     _, scale = measured_efficiency(eff, s, profile, dev)
     ops = step_ops_table(profile, c, dev, mesh, args.weight_dtype, kd, args.decode_rows, args.context,
-                         args.prompt_tokens, plen, compute_scale=scale)
+                         args.prompt_tokens, plen, compute_scale=scale[0], memory_scale=scale[1])
     cost = step_cost(c, dev, mesh, args.weight_dtype, kd, eff, lk, s, args.context, plen, profile=profile)
     parts = {k: float(v) for k, v in cost.parts(args.decode_rows, args.prompt_tokens).items()}
     return dict(command="ops", model=c.name, device=dev.name, tp=mesh.tp, ep=mesh.ep, gpus=mesh.total_gpus,

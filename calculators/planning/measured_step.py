@@ -361,16 +361,16 @@ def _prefill_rows(op, tokens, batch, window):
 
 def step_ops_table(profile, config: ModelConfig, device: Device, mesh: Mesh, weight_dtype: str, kv_dtype: str,
                    decode_rows: int, context: float, prompt_tokens: int = 0, prompt_len: int | None = None,
-                   compute_scale: float = 1.0) -> list[dict]:
+                   compute_scale: float = 1.0, memory_scale: float = 1.0) -> list[dict]:
     """Every op of one step (decode_rows rows at `context`, plus `prompt_tokens` prompt tokens in prompts of
     `prompt_len`) on the busiest GPU: its shape, its roofline and measured ms for all the stage's layers, their
     ratio, whether it was extrapolated, and (`slower_than_bf16`) where its quantized kernel measures slower than
     the profile's bf16 one. What a page or the `ops` command shows beside the step.
-    `compute_scale` (a borrowed profile's, `derated`): the measured times on the derated device, the rooflines on
-    the datasheet's."""
-    if compute_scale != 1.0:
+    `compute_scale` and `memory_scale` (a borrowed profile's, `derated`): the measured times on the derated device,
+    the rooflines on the datasheet's."""
+    if compute_scale != 1.0 or memory_scale != 1.0:
         args = (mesh, weight_dtype, kv_dtype, decode_rows, context, prompt_tokens, prompt_len)
-        slow = step_ops_table(profile, config, derated(device, compute_scale), *args)
+        slow = step_ops_table(profile, config, derated(device, compute_scale, memory_scale), *args)
         for row, own in zip(slow, step_ops_table(profile, config, device, *args)):
             row.update(ideal_ms=own["ideal_ms"], efficiency=own["ideal_ms"] / row["measured_ms"])
         return slow
@@ -464,15 +464,17 @@ def _slower_than_16_bits(priced: Priced, wide: Priced | None, count: float, dtyp
             f"layers against {fmt_num(priced.ms * count, 3)} ms in {dtype}")
 
 
-def derated(device: Device, compute_scale: float) -> Device:
-    """`device` with every datasheet peak FLOP/s divided by `compute_scale`: what a borrowed profile's efficiencies
-    are read against, so its compute-bound ops (large GEMMs, prefill attention) take `compute_scale` × longer than
-    the profiled device's efficiency at this datasheet would say, and its memory-bound ops (decode GEMVs, decode
-    attention, the small kernels) keep it. The device itself where the scale is 1."""
-    if compute_scale == 1.0:
+def derated(device: Device, compute_scale: float, memory_scale: float = 1.0) -> Device:
+    """`device` with every datasheet peak FLOP/s divided by `compute_scale` and its memory bandwidth by
+    `memory_scale`: what a borrowed profile's efficiencies are read against, so its compute-bound ops (large GEMMs,
+    prefill attention) take `compute_scale` × longer than the profiled device's efficiency at this datasheet would
+    say, and its memory-bound ops (decode GEMVs, decode attention, the small kernels) `memory_scale` × longer. The
+    device itself where both scales are 1."""
+    if compute_scale == 1.0 and memory_scale == 1.0:
         return device
     return replace(device, peak_flops={k: v / compute_scale for k, v in device.peak_flops.items()},
-                   peak_flops_sparse={k: v / compute_scale for k, v in device.peak_flops_sparse.items()})
+                   peak_flops_sparse={k: v / compute_scale for k, v in device.peak_flops_sparse.items()},
+                   memory_bandwidth_bytes_per_s=device.memory_bandwidth_bytes_per_s / memory_scale)
 
 
 def allreduces_per_stage(config: ModelConfig, mesh: Mesh) -> float:
@@ -605,15 +607,16 @@ def nearest_profiled(device: Device, stack_key: str) -> Device | None:
 
 
 def _derate_words(stack_key: str, device: Device) -> str:
-    """How a borrowed profile's compute-bound work is slowed on `device` (the stack's `measured_host` fit)."""
+    """How a borrowed profile's work is slowed on `device` (the stack's `measured_host` fit)."""
     try:
         host = load_stack(stack_key).measured_host(device.vendor)
     except SpecError:
         return ""
-    if not host or host["borrowed_compute_scale"] == 1.0:
+    if not host or (host["borrowed_compute_scale"] == 1.0 and host["borrowed_memory_scale"] == 1.0):
         return ""
-    return (f", its compute-bound work {host['borrowed_compute_scale']:g}x slower and a {host['step_overhead_ms']:g} "
-            f"ms step, fitted on published {device.vendor or device.name} rows")
+    return (f", its compute-bound work {host['borrowed_compute_scale']:g}x slower, its memory-bound work "
+            f"{host['borrowed_memory_scale']:g}x slower and a {host['step_overhead_ms']:g} ms step, fitted on "
+            f"published {device.vendor or device.name} rows")
 
 
 def resolve_profile(profile, device: Device, stack_key: str, config: ModelConfig | None = None,

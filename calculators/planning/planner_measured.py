@@ -57,7 +57,7 @@ def measured_layouts(profiles: list, config: ModelConfig, devices, di, tp, pp, e
             continue
         eff, scale = measured_efficiency(Efficiency(), stack, prof, devices[int(d)])
         try:
-            g, pa = _one_stage(prof, config, derated(devices[int(d)], scale), int(t), int(e), weight_dtypes[int(w)],
+            g, pa = _one_stage(prof, config, derated(devices[int(d)], *scale), int(t), int(e), weight_dtypes[int(w)],
                                kv_dtypes[int(k)], decode_ctx, prompt_len, prompt_lens)
         except SpecError:                        # a format the profile has no table for: the closed form prices it
             continue

@@ -17,14 +17,20 @@ Error = predicted speed / published speed − 1 (+ = the prediction is too optim
   state's TTFT in the statistic the source states (`statistic`: mean or p50) and its mean ITL.
 Attention data-parallel rows (dp > 1: each of dp ranks runs attention for its own requests, the experts spread over
 ep GPUs) are the mesh tp = tp / dp, ep, gpus: EP across the data-parallel replicas.
-Rows whose lengths the source does not state (MLPerf's dataset mean input length where no source was found) load
-all the same and are listed apart as `unpriced` by `compare_all`.
+An MLPerf row (`lengths`: its dataset) is priced at that dataset's length distributions (`row_lengths`:
+bench/mlperf_lengths.json, the prompts as they are and the reference answers rescaled to the row's generated mean):
+Offline as the saturated steady state of those lengths (`serve_at`'s capacity × the mean output; requests of
+different lengths end at different steps, so the batch refills continuously), Server as above with them.
+Rows whose lengths the source does not state load all the same and are listed apart as `unpriced` by
+`compare_all`.
 Each row carries a declared `split` (every third row `test`, fixed before any fit): the efficiencies in
 specs/stacks.json are fitted on `fit` rows only (`fit_stack`), and the `test` rows' error is the accuracy reported.
 """
 from __future__ import annotations
 
 import csv
+import functools
+import json
 import math
 import statistics
 from pathlib import Path
@@ -38,12 +44,14 @@ from calculators.planning.request_latency import request_latency
 from calculators.planning.serve_at import finite_run_at, max_rate_under_slo, serve_at
 from calculators.planning.step import borrowed as borrowed_profile
 from calculators.planning.throughput import batch_limits, max_throughput, step_time
+from calculators.serving.lengths import Lengths
 from specs.devices import load_device
 from specs.model_config import SpecError
 from specs.presets import load_preset
 from specs.stacks import load_stack
 
 SERVING_CSV = Path(__file__).resolve().parents[2] / "bench" / "published_serving.csv"
+LENGTHS_JSON = SERVING_CSV.parent / "mlperf_lengths.json"     # tools/mlperf_lengths.py writes it
 TIME_METRICS = ("itl_ms", "ttft_ms", "e2e_ms")
 COLUMNS = ("source", "url", "stack", "model", "device", "gpus", "tp", "ep", "weights", "kv", "prompt_tokens",
            "output_tokens", "mode", "concurrency", "metric", "published", "settings")
@@ -90,6 +98,30 @@ def caps(row: dict) -> dict:
     return {k: int(row[k]) for k in ("max_num_seqs", "max_num_batched_tokens") if row.get(k)}
 
 
+@functools.lru_cache(maxsize=1)
+def length_datasets() -> dict:
+    """The MLPerf datasets' length histograms (bench/mlperf_lengths.json, with their sources)."""
+    return json.loads(LENGTHS_JSON.read_text(encoding="utf-8"))["datasets"]
+
+
+def row_lengths(row: dict) -> tuple:
+    """The row's (prompt, output) lengths: its stated token counts, or for a row whose workload is a dataset
+    (`lengths`: a key of bench/mlperf_lengths.json) that dataset's distributions: its prompts' lengths as they
+    are, its reference answers' lengths rescaled to the tokens the row's system generated per sample
+    (`output_tokens`): the shape of the answers, the mean of the run."""
+    I, O = int(row["prompt_tokens"]), int(row["output_tokens"])
+    key = row.get("lengths")
+    if not key:
+        return I, O
+    d = length_datasets().get(key)
+    if d is None:
+        raise SpecError(f"{row['model']}: no length distribution {key!r} in {LENGTHS_JSON.name}")
+    p, o = d["prompt"], d["output"]
+    k = O / (sum(v * c for v, c in zip(o["values"], o["counts"])) / sum(o["counts"]))
+    return (Lengths.histogram(p["values"], p["counts"]),
+            Lengths.histogram([max(1, round(v * k)) for v in o["values"]], o["counts"]))
+
+
 def _concurrency(row: dict, c, dev, mesh, stack, eff, profile=None) -> float:
     I, O, C = int(row["prompt_tokens"]), int(row["output_tokens"]), int(row["concurrency"])
     w, kv = row["weights"], row["kv"]
@@ -129,7 +161,8 @@ def _server(row: dict, c, dev, mesh, stack, eff, profile=None, memo: dict | None
     state at 99% of capacity when the rate exceeds it."""
     I, O = int(row["prompt_tokens"]), int(row["output_tokens"])
     if row.get("ttft_p99_ms") and row.get("tpot_p99_ms"):
-        rate = max_rate_under_slo(c, dev, mesh, I, O, row["weights"], row["kv"], stack, eff,
+        prompt, output = row_lengths(row)
+        rate = max_rate_under_slo(c, dev, mesh, prompt, output, row["weights"], row["kv"], stack, eff,
                                   ttft_p99_ms=float(row["ttft_p99_ms"]), tpot_ms=float(row["tpot_p99_ms"]),
                                   profile=profile)
         return rate * O
@@ -186,6 +219,11 @@ def predict(row: dict, efficiency: Efficiency | None = None, profile=None, memo:
                           int(row["output_tokens"]), row["weights"], row["kv"], stack, eff, profile=profile,
                           **caps(row))
         return f["achieved_rps"] * int(row["output_tokens"])
+    if mode == "offline" and row.get("lengths"):         # lengths that differ: a saturated steady state
+        prompt, output = row_lengths(row)
+        r = serve_at(c, dev, mesh, 1e-3, prompt, output, row["weights"], row["kv"], stack, efficiency=eff,
+                     profile=profile, **caps(row))
+        return r["capacity_requests_per_s"] * output.mean_tokens
     if mode == "offline":
         return max_throughput(c, dev, mesh, int(row["prompt_tokens"]), int(row["output_tokens"]), row["weights"],
                               row["kv"], stack, efficiency=eff, profile=profile, **caps(row))["output_tok_s"]
@@ -425,7 +463,8 @@ def write_fit(key: tuple, g: dict, path: Path | None = None) -> None:
 
 # ------------------------------------------------------------- the host's work under measured kernels (fit rows only)
 HOST_GRID = {"step_overhead_ms": (0.0, 0.25, 0.5, 1.0, 2.0, 4.0), "sequence_overhead_us": (0.0, 4.0, 8.0, 16.0, 32.0),
-             "borrowed_compute_scale": (1.0, 1.25, 1.5, 1.75, 2.0, 2.5, 3.0)}
+             "borrowed_compute_scale": (1.0, 1.25, 1.5, 1.75, 2.0, 2.5, 3.0),
+             "borrowed_memory_scale": (1.0, 1.25, 1.5, 1.75, 2.0, 2.5, 3.0)}
 
 
 def _with_host(stack_key: str, host: dict):
@@ -434,14 +473,24 @@ def _with_host(stack_key: str, host: dict):
     _doc()["stacks"][stack_key]["measured_host"] = host
 
 
-def fit_measured_host(stack_key: str, rows: list[dict] | None = None, sweeps: int = 2) -> dict:
+def plausible_host(host: dict) -> bool:
+    """Whether a candidate `measured_host` keeps every vendor's own fixed step at or above the stack's."""
+    return all(v >= host["step_overhead_ms"] for v in (host.get("step_overhead_ms_by_vendor") or {}).values())
+
+
+def fit_measured_host(stack_key: str, rows: list[dict] | None = None, sweeps: int = 2,
+                      fitted_on: list[int] | None = None) -> dict:
     """The host's work per step that, with each row's GPU priced from kernels measured on it (or on the nearest
-    profiled device, its compute-bound work slowed by `borrowed_compute_scale` per vendor: `step.derated`), best
-    fits the stack's FIT rows (coordinate search over HOST_GRID, mean |log error|). Test rows never enter. Returns
-    the fitted entry, its rows' ids and errors."""
+    profiled device, its compute-bound and memory-bound work slowed by `borrowed_compute_scale` and
+    `borrowed_memory_scale` per vendor: `step.derated`), best fits the stack's FIT rows (coordinate search over
+    HOST_GRID, mean |log error|). A vendor's own fixed step is never below the stack's (`plausible_host`: the same
+    scheduler and sampler run on the host; a smaller one would only stand in for the GPU factors). Test rows never
+    enter. `fitted_on` (row ids): refit on those fit rows only (the rows a fit was declared on, after the pricing
+    changed). Returns the fitted entry, its rows' ids and errors."""
     from specs.stacks import _doc
     rows = rows if rows is not None else load_rows()
-    part = [r for r in rows if r["split"] == "fit" and priced(r) and r["stack"] == stack_key]
+    part = [r for i, r in enumerate(rows, 1) if r["split"] == "fit" and priced(r) and r["stack"] == stack_key
+            and (fitted_on is None or i in fitted_on)]
     if not part:
         raise SpecError(f"no fit rows for {stack_key}")
     saved = _doc()["stacks"][stack_key].get("measured_host")
@@ -451,10 +500,11 @@ def fit_measured_host(stack_key: str, rows: list[dict] | None = None, sweeps: in
         prof = resolve_profile("auto", dev, stack_key, load_preset(r["model"]))[0]
         return borrowed_profile(prof, dev)
     vendors = sorted({r["vendor"] for r in part if borrowed(r)})
-    best = dict(step_overhead_ms=0.5, sequence_overhead_us=4.0, borrowed_compute_scale={v: 1.0 for v in vendors})
+    best = dict(step_overhead_ms=0.5, sequence_overhead_us=4.0, borrowed_compute_scale={v: 1.0 for v in vendors},
+                borrowed_memory_scale={v: 1.0 for v in vendors})
     if vendors:                          # a borrowing vendor's stack build has its own fixed step cost
         best["step_overhead_ms_by_vendor"] = {v: 0.5 for v in vendors}
-    per_vendor = ("borrowed_compute_scale", "step_overhead_ms_by_vendor")
+    per_vendor = ("borrowed_compute_scale", "borrowed_memory_scale", "step_overhead_ms_by_vendor")
 
     def loss(h):
         _with_host(stack_key, h)
@@ -472,6 +522,8 @@ def fit_measured_host(stack_key: str, rows: list[dict] | None = None, sweeps: in
                             cand[f] = v
                         else:
                             cand[f][vendor] = v
+                        if not plausible_host(cand):
+                            continue
                         c_loss = loss(cand)
                         if c_loss < best_loss - 1e-12:
                             best, best_loss = cand, c_loss
@@ -493,7 +545,8 @@ def write_measured_host(stack_key: str, g: dict, path: Path | None = None) -> No
         source=(f"fitted by bench/bench_published.py --fit-measured on the {len(g['rows'])} split=fit rows of "
                 f"bench/published_serving.csv in fitted_on, each row's GPU priced from kernels measured on it "
                 f"(aiconfigurator-core 0.12.0; the nearest profiled GPU for one nothing measured, its "
-                f"compute-bound work slowed by borrowed_compute_scale, and that vendor's stack build with its own "
+                f"compute-bound and memory-bound work slowed by borrowed_compute_scale and borrowed_memory_scale, "
+                f"and that vendor's stack build with its own "
                 f"fixed step cost, step_overhead_ms_by_vendor): median |error| {100 * g['median']:.1f}%, "
                 f"worst {100 * g['worst']:.1f}%"))
     Path(path).write_text(json.dumps(doc, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")

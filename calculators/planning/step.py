@@ -201,14 +201,17 @@ def borrowed(profile, device: Device) -> bool:
 
 def measured_efficiency(efficiency: Efficiency, stack: Stack, profile, device: Device) -> tuple:
     """With measured kernels the host's work per step is the stack's `measured_host` fit (the fitted MBU and MFU
-    are not used), and a borrowed profile's compute-bound work is slowed by the fit's factor for the device's
-    vendor (`derated`): (efficiency, compute scale). The efficiency as given where the stack has no such fit."""
+    are not used), and a borrowed profile's compute-bound and memory-bound work are slowed by the fit's factors
+    for the device's vendor (`derated`): (efficiency, (compute scale, memory scale)). The efficiency as given
+    where the stack has no such fit."""
     host = stack.measured_host(device.vendor)
     if host is None:
-        return efficiency, 1.0
+        return efficiency, (1.0, 1.0)
     e = replace(efficiency, step_overhead_ms=host["step_overhead_ms"],
                 sequence_overhead_us=host["sequence_overhead_us"])
-    return e, host["borrowed_compute_scale"] if borrowed(profile, device) else 1.0
+    if not borrowed(profile, device):
+        return e, (1.0, 1.0)
+    return e, (host["borrowed_compute_scale"], host["borrowed_memory_scale"])
 
 
 def step_cost(config: ModelConfig, device: Device, mesh: Mesh, weight_dtype: str, kv_dtype: str,
@@ -236,9 +239,9 @@ def step_inputs(config: ModelConfig, device: Device, mesh: Mesh, weight_dtype: s
         profile = None
     if profile is not None:
         efficiency, scale = measured_efficiency(efficiency, stack, profile, device)
-        grid = step_grid_tables(profile, config, derated(device, scale), mesh, weight_dtype, kv_dtype, decode_ctx,
+        grid = step_grid_tables(profile, config, derated(device, *scale), mesh, weight_dtype, kv_dtype, decode_ctx,
                                 prompt_len, MEASURED_GRID)
-        if scale != 1.0:                     # the rooflines shown beside the ops stay the datasheet's
+        if scale != (1.0, 1.0):              # the rooflines shown beside the ops stay the datasheet's
             ideal = step_grid_tables(profile, config, device, mesh, weight_dtype, kv_dtype, decode_ctx, prompt_len,
                                      MEASURED_GRID)
             grid.update({k: v for k, v in ideal.items() if k.endswith("_ideal")})

@@ -122,6 +122,21 @@ def test_a_derated_device_slows_compute_bound_gemms_by_the_scale_and_leaves_memo
     assert gemm_ms(p, slow, 1, 4096, 4096).ms == pytest.approx(gemm_ms(p, H100, 1, 4096, 4096).ms, rel=1e-9)
 
 
+def test_a_memory_derate_slows_memory_bound_gemms_by_its_scale_and_leaves_compute_bound_ones():
+    """Bandwidth divided by 1.5: the one-token GEMV (memory-bound: bytes over bandwidth) takes 1.5x, the
+    16,384-token GEMM (compute-bound) the same, the peaks untouched; both scales at once compose."""
+    p = profile_from_law("H100")
+    slow = derated(H100, 1.0, 1.5)
+    assert slow.memory_bandwidth_bytes_per_s == H100.memory_bandwidth_bytes_per_s / 1.5
+    assert slow.peak("bf16") == H100.peak("bf16")
+    assert gemm_ms(p, slow, 1, 4096, 4096).ms / gemm_ms(p, H100, 1, 4096, 4096).ms == pytest.approx(1.5, rel=1e-9)
+    assert gemm_ms(p, slow, 16384, 4096, 4096).ms == pytest.approx(gemm_ms(p, H100, 16384, 4096, 4096).ms, rel=1e-9)
+    both = derated(H100, 2.0, 1.5)
+    assert gemm_ms(p, both, 1, 4096, 4096).ms / gemm_ms(p, H100, 1, 4096, 4096).ms == pytest.approx(1.5, rel=1e-9)
+    assert gemm_ms(p, both, 16384, 4096, 4096).ms / gemm_ms(p, H100, 16384, 4096, 4096).ms == \
+        pytest.approx(2.0, rel=1e-9)
+
+
 def test_a_rows_stated_caps_reach_the_prediction():
     """A published row that states max num seqs (AMD's vLLM page) is predicted with that cap: a cap of 8 holds
     the batch at 8 and the throughput far below the stack's default of 1,024 sequences."""

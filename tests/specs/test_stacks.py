@@ -39,15 +39,18 @@ def test_a_stack_on_hardware_it_does_not_run_on_is_one_message():
 
 def test_measured_host_reads_a_vendors_own_step_cost_where_it_has_one():
     """`measured_host(vendor)`: a vendor listed under step_overhead_ms_by_vendor gets its own fixed step cost and
-    its compute scale; any other vendor the stack's step cost and a scale of 1."""
+    its compute and memory scales; any other vendor the stack's step cost and scales of 1."""
     from dataclasses import replace
     s = load_stack("vllm")
     doc = dict(s.doc, measured_host=dict(step_overhead_ms=1.5, sequence_overhead_us=8.0,
-                                         borrowed_compute_scale={"AMD": 1.25},
+                                         borrowed_compute_scale={"AMD": 1.25}, borrowed_memory_scale={"AMD": 1.75},
                                          step_overhead_ms_by_vendor={"AMD": 3.5}))
     t = replace(s, doc=doc)
-    assert t.measured_host("AMD") == dict(step_overhead_ms=3.5, sequence_overhead_us=8.0, borrowed_compute_scale=1.25)
+    assert t.measured_host("AMD") == dict(step_overhead_ms=3.5, sequence_overhead_us=8.0, borrowed_compute_scale=1.25,
+                                          borrowed_memory_scale=1.75)
     assert t.measured_host("NVIDIA") == dict(step_overhead_ms=1.5, sequence_overhead_us=8.0,
-                                             borrowed_compute_scale=1.0)
+                                             borrowed_compute_scale=1.0, borrowed_memory_scale=1.0)
+    del doc["measured_host"]["borrowed_memory_scale"]           # a fit from before the memory scale: 1
+    assert t.measured_host("AMD")["borrowed_memory_scale"] == 1.0
     del doc["measured_host"]["step_overhead_ms_by_vendor"]
     assert t.measured_host("AMD")["step_overhead_ms"] == 1.5

@@ -1,0 +1,115 @@
+"""MLPerf rows priced at their datasets' length distributions (bench/mlperf_lengths.json, tools/mlperf_lengths.py):
+the histograms keep what the rows state, the binning keeps a heavy tail's moments, and the pricing feels the spread."""
+import math
+import re
+
+import numpy as np
+import pytest
+
+from calculators.planning import published as P
+from calculators.planning.serve_at import serve_at
+from tools.mlperf_lengths import log_bins
+
+ROWS = P.load_rows()
+MLPERF = [r for r in ROWS if "MLPerf" in r["source"]]
+# the benchmarks' sample counts (MLCommons reference READMEs, docs/validation_table.md "MLPerf datasets")
+SAMPLES = {"llama2-70b": 24576, "mixtral-8x7b": 15000, "llama3.1-405b": 8313, "llama3.1-8b": 13368,
+           "deepseek-r1": 4388}
+
+
+def _mean(h: dict) -> float:
+    v, c = np.array(h["values"], dtype=float), np.array(h["counts"], dtype=float)
+    return float((v * c).sum() / c.sum())
+
+
+def test_every_mlperf_row_names_a_dataset_whose_prompts_average_what_the_row_states():
+    """Each MLPerf row prices its dataset: the histogram holds the benchmark's sample count, its prompt mean rounds
+    to the row's prompt_tokens, and the mean its settings quote (read from the per-sample file when the row was
+    added, to two decimals) is the histogram's within 0.1%."""
+    data = P.length_datasets()
+    assert {r["lengths"] for r in MLPERF} == set(SAMPLES)
+    assert all(not r.get("lengths") for r in ROWS if "MLPerf" not in r["source"])
+    for r in MLPERF:
+        d = data[r["lengths"]]
+        assert sum(d["prompt"]["counts"]) == sum(d["output"]["counts"]) == SAMPLES[r["lengths"]]
+        assert round(_mean(d["prompt"])) == int(r["prompt_tokens"])
+        quoted = float(re.search(r"([\d,]+\.\d\d) tokens \(median", r["settings"]).group(1).replace(",", ""))
+        assert _mean(d["prompt"]) == pytest.approx(quoted, rel=1e-3)
+
+
+def test_log_bins_keep_a_heavy_tails_mean_and_mean_square():
+    """A lognormal sample capped at 32,768 (a reasoning model's outputs): 5% bins keep the mean within 0.1% and the
+    mean square within 0.5% of the samples', every sample counted once, values whole and increasing."""
+    x = np.minimum(np.round(np.random.default_rng(7).lognormal(7.5, 1.2, 20000)), 32768).clip(1)
+    values, counts = log_bins(x)
+    v, c = np.array(values, dtype=float), np.array(counts, dtype=float)
+    assert c.sum() == len(x) and all(b > a for a, b in zip(values, values[1:]))
+    assert all(float(y).is_integer() and y >= 1 for y in values)
+    assert (v * c).sum() / c.sum() == pytest.approx(x.mean(), rel=1e-3)
+    assert (v * v * c).sum() / c.sum() == pytest.approx((x * x).mean(), rel=5e-3)
+    assert len(values) < 200
+
+
+def test_a_rows_outputs_are_the_answers_shape_at_the_runs_mean():
+    """DeepSeek-R1 Offline on B200: prompts as the dataset has them (mean 803.79), outputs the reference answers'
+    histogram rescaled to the 3,736 tokens the system generated per sample (the shape kept: p99 / mean as the
+    answers')."""
+    r = next(x for x in MLPERF if x["model"] == "deepseek-r1" and x["mode"] == "offline" and x["device"] == "b200")
+    prompt, output = P.row_lengths(r)
+    d = P.length_datasets()["deepseek-r1"]
+    assert prompt.mean_tokens == pytest.approx(803.79, rel=1e-3)
+    assert output.mean_tokens == pytest.approx(3736, rel=1e-3)
+    answers = P.Lengths.histogram(d["output"]["values"], d["output"]["counts"])
+    assert output.quantile(0.99) / output.mean_tokens == pytest.approx(answers.quantile(0.99) / answers.mean_tokens,
+                                                                       rel=1e-2)
+    assert P.row_lengths(dict(r, lengths="")) == (804, 3736)
+    with pytest.raises(P.SpecError, match="no length distribution"):
+        P.row_lengths(dict(r, lengths="gpt-5"))
+
+
+def _with_datasets(monkeypatch, **sets):
+    monkeypatch.setattr(P, "length_datasets", lambda: sets)
+
+
+def _dataset(prompts, outputs):
+    def h(xs):
+        vals, counts = np.unique(xs, return_counts=True)
+        return dict(values=[int(v) for v in vals], counts=[int(c) for c in counts])
+    return dict(prompt=h(prompts), output=h(outputs))
+
+
+def test_one_length_prices_as_the_fixed_row_and_a_spread_of_outputs_prices_lower(monkeypatch):
+    """Llama-2-70B FP8 on 8 H200, MLPerf Offline (closed form): a dataset where every sample has the row's lengths
+    prices at the saturated steady state of those fixed lengths (serve_at's capacity × the output); outputs of
+    the same mean spread over 50 and 536 tokens decode at a longer time-weighted context (E[O²] / 2E[O]), so fewer
+    sequences' KV fit and each step reads more: fewer tokens/s."""
+    r = next(x for x in MLPERF if x["model"] == "llama-2-70b" and x["device"] == "h200" and x["mode"] == "offline")
+    I, O = int(r["prompt_tokens"]), int(r["output_tokens"])
+    _with_datasets(monkeypatch, one=_dataset([I] * 4, [O] * 4), spread=_dataset([I] * 4, [50, 50, 2 * O - 50,
+                                                                                          2 * O - 50]))
+    c, dev, mesh, stack, eff = P._setup(r)
+    fixed = serve_at(c, dev, mesh, 1e-3, I, O, r["weights"], r["kv"], stack, efficiency=eff)
+    one = P.predict(dict(r, lengths="one"))
+    assert one == pytest.approx(fixed["capacity_requests_per_s"] * O, rel=1e-9)
+    spread = P.predict(dict(r, lengths="spread"))
+    assert spread < 0.99 * one
+
+
+def test_a_server_row_meets_its_ttft_limit_at_a_lower_rate_when_prompts_spread(monkeypatch):
+    """Llama-3.1-405B FP8 on 8 H200, MLPerf Server (p99 TTFT ≤ 6 s), closed form: prompts of the row's mean length
+    against prompts spread over a tenth and 1.9x of it. The spread's p99 prompt is nearly twice as long, so its p99
+    TTFT reaches the limit at a lower rate."""
+    r = next(x for x in MLPERF if x["model"] == "llama-3.1-405b" and x["device"] == "h200")
+    I, O = int(r["prompt_tokens"]), int(r["output_tokens"])
+    low, high = I // 10, 2 * I - I // 10
+    _with_datasets(monkeypatch, one=_dataset([I] * 2, [O] * 2), spread=_dataset([low, high], [O] * 2))
+    one, spread = P.predict(dict(r, lengths="one")), P.predict(dict(r, lengths="spread"))
+    assert math.isfinite(one) and one > 0
+    assert spread < one
+
+
+def test_a_vendors_own_step_is_never_below_the_stacks():
+    """The host fit's plausibility rule: a borrowing vendor's fixed step at or above the stack's, or none."""
+    assert P.plausible_host(dict(step_overhead_ms=1.0, step_overhead_ms_by_vendor={"AMD": 1.0}))
+    assert P.plausible_host(dict(step_overhead_ms=1.0))
+    assert not P.plausible_host(dict(step_overhead_ms=2.0, step_overhead_ms_by_vendor={"AMD": 0.0}))
