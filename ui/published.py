@@ -81,21 +81,26 @@ def published_serving_section() -> None:
                     "default settings of the stack the source names (specs/stacks.json: its all-reduce, scheduler "
                     "limits, efficiencies and fixed step cost). Those efficiencies were fitted on the **fit** rows "
                     "only; the **test** rows were set aside before fitting, so their error is the accuracy to expect. "
+                    "An MLPerf row is priced at its dataset's prompt and answer lengths (bench/mlperf_lengths.json), "
+                    "not at their means; its label shows the means ('mean 222/290'). "
                     "Error = predicted speed ÷ published speed − 1: + means the planner is too optimistic.")
     # attention data-parallel rows say so: TP 8 with DP 8 is 8 replicas of TP 1 attention, experts over all 8
+    # a row priced at its dataset's length distributions (MLPerf) shows the means of them
     label = [f"{m} {w}, {g}×{d} TP{t}{'' if str(dp or 1) == '1' else f' DP{dp}'}{'' if e == '1' else f' EP{e}'}, "
-             f"{i}/{o}, {mo} {cc}".strip()
-             for m, w, g, d, t, dp, e, i, o, mo, cc in zip(df.model, df.weights, df.gpus, df.device, df.tp, df.dp,
-                                                           df.ep, df.prompt_tokens, df.output_tokens, df["mode"],
-                                                           df.concurrency)]
+             f"{'mean ' if ln else ''}{i}/{o}, {mo} {cc}".strip()
+             for m, w, g, d, t, dp, e, i, o, mo, cc, ln in zip(df.model, df.weights, df.gpus, df.device, df.tp, df.dp,
+                                                               df.ep, df.prompt_tokens, df.output_tokens, df["mode"],
+                                                               df.concurrency, df["lengths"].fillna(""))]
     fig = go.Figure(go.Bar(y=[f"{sp} · {lab} · {human_heading(m)}" for sp, lab, m in zip(df.split, label, df.metric)],
                            x=df["error %"], orientation="h",
-                           marker_color=["#c0392b" if abs(x) > 35 else ("#2e86c1" if sp == "test" else "#9ab7d3")
+                           marker_color=[("#a93226" if sp == "test" else "#e6b0aa") if abs(x) > 35 else
+                                         ("#2e86c1" if sp == "test" else "#9ab7d3")
                                          for x, sp in zip(df["error %"], df.split)]))
     for x in (-15, 15):
         fig.add_vline(x=x, line_dash="dot", line_color="gray")
     fig.update_layout(height=28 * len(df) + 120, font=dict(size=14), xaxis_title="error (%): + = too optimistic",
-                      title="Prediction error per published figure (dark: held-out test rows; dotted: ±15%)",
+                      title="Prediction error per published figure<br>(dark: held-out test rows; red: off by more than 35%; "
+                            "dotted: ±15%)",
                       margin=dict(l=10, r=10, t=60, b=10), yaxis=dict(autorange="reversed"))
     st.plotly_chart(chart_style(fig))
     show = table.assign(**{"median |error| %": 100 * table["median_abs_error"],
@@ -113,8 +118,9 @@ def published_serving_section() -> None:
     df_with_download(bar, "accuracy_closed_form_and_measured", column_config={
         c: st.column_config.NumberColumn(format="%.1f") for c in bar.columns if c.endswith("%")})
     df["measure"] = [MEASURES.get(m, m) for m in df.metric]
-    keep = ["split", "regime", "stack", "model", "weights", "device", "gpus", "tp", "ep", "prompt_tokens", "output_tokens", "mode",
-            "concurrency", "metric", "measure", "published", "predicted", "error %", "source", "settings", "url"]
+    keep = ["split", "regime", "stack", "model", "weights", "device", "gpus", "tp", "ep", "prompt_tokens",
+            "output_tokens", "lengths", "mode", "concurrency", "metric", "measure", "published", "predicted", "error %",
+            "source", "settings", "url"]
     # a projector shows the figure and its error; the settings, source text and link are in the CSV
     df_with_download(df[keep], "published_serving", column_config={
         "predicted": st.column_config.NumberColumn(format="%.2f"),
@@ -122,5 +128,6 @@ def published_serving_section() -> None:
         "url": st.column_config.LinkColumn("source")}, show={
         "model": None, "device": None, "gpus": "GPUs", "weights": None, "measure": None, "published": None,
         "predicted": None, "error %": None, "split": None, "stack": None, "regime": None, "prompt_tokens": "prompt",
-        "output_tokens": "output", "concurrency": "conc.", "tp": "TP", "ep": "EP", "mode": None})
+        "output_tokens": "output", "lengths": "lengths of", "concurrency": "conc.", "tp": "TP", "ep": "EP",
+        "mode": None})
     formula_expander("How each figure is predicted", inspect.getdoc(published_module))
