@@ -46,10 +46,15 @@ def test_measured_ttft_itl_and_e2e_match_the_scripted_delays():
 
 
 def test_concurrency_is_the_number_in_flight_and_rate_sends_at_poisson_times():
+    """Three users never have more than three requests in flight, and reach three: each request lasts 0.8 s, longer
+    than a loaded machine takes to start the three (at 0.2 s a slow start once let the first finish before the
+    third was sent). At 10 requests/s the sends follow the seed's exponential gaps."""
+    held = Script(ttft_s=0.8, itl_s=0.01)
+    with FakeOpenAIServer(held) as srv:
+        measure(Target(srv.url, "fake-model"), SweepPlan((3,), requests=6, prompt_tokens=8, output_tokens=3))
+    assert held.max_in_flight == 3
     script = Script(ttft_s=0.2, itl_s=0.01)
     with FakeOpenAIServer(script) as srv:
-        measure(Target(srv.url, "fake-model"), SweepPlan((3,), requests=6, prompt_tokens=8, output_tokens=3))
-        assert script.max_in_flight == 3
         res = measure(Target(srv.url, "fake-model"),
                       SweepPlan((10.0,), mode="rate", requests=8, prompt_tokens=8, output_tokens=3, seed=1))
     sent = np.array([r.sent_s for r in res.levels[0].records])
