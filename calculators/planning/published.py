@@ -164,7 +164,7 @@ def _server(row: dict, c, dev, mesh, stack, eff, profile=None, memo: dict | None
         prompt, output = row_lengths(row)
         rate = max_rate_under_slo(c, dev, mesh, prompt, output, row["weights"], row["kv"], stack, eff,
                                   ttft_p99_ms=float(row["ttft_p99_ms"]), tpot_ms=float(row["tpot_p99_ms"]),
-                                  profile=profile)
+                                  profile=profile, **caps(row))
         return rate * O
     rate = float(row["rate_rps"])
     metric = row["metric"]

@@ -168,10 +168,12 @@ def serve_at(config: ModelConfig, device: Device, mesh: Mesh, rate: float, promp
 def max_rate_under_slo(config: ModelConfig, device: Device, mesh: Mesh, prompt, output, weight_dtype: str,
                        kv_dtype: str | None, stack: Stack | str | None, efficiency: Efficiency | None = None,
                        ttft_p99_ms: float = math.inf, tpot_ms: float = math.inf, points: int = 48,
-                       profile=None) -> float:
+                       profile=None, max_num_seqs: int | None = None,
+                       max_num_batched_tokens: int | None = None) -> float:
     """The highest request rate (all replicas) whose steady state meets TTFT p99 ≤ `ttft_p99_ms` and TPOT ≤
     `tpot_ms` (MLPerf Server's question): the operating point on a grid of rates up to the maximum throughput,
-    then a finer grid between the last rate that meets them and the first that does not."""
+    then a finer grid between the last rate that meets them and the first that does not. The scheduler caps are
+    the stack's defaults, or those given (per replica)."""
     s = stack if isinstance(stack, Stack) else load_stack(stack)
     I, O = lengths_of(prompt, "prompt tokens"), lengths_of(output, "output tokens")
     kd = kv_dtype or default_kv_dtype(weight_dtype)
@@ -179,7 +181,8 @@ def max_rate_under_slo(config: ModelConfig, device: Device, mesh: Mesh, prompt, 
     lk = _link_for(device, None)
     _need_link(mesh, lk, device)
     i_mean, o_mean = int(math.ceil(I.mean_tokens)), int(math.ceil(O.mean_tokens))
-    lim = batch_limits(config, device, mesh, i_mean, o_mean, weight_dtype, kd, s, s.gpu_memory_utilization)
+    lim = batch_limits(config, device, mesh, i_mean, o_mean, weight_dtype, kd, s, s.gpu_memory_utilization,
+                       max_num_seqs, max_num_batched_tokens)
     slots = min(lim["caps"]["memory (KV cache)"], lim["max_num_seqs"])
     if slots == 0:
         return 0.0
@@ -188,7 +191,8 @@ def max_rate_under_slo(config: ModelConfig, device: Device, mesh: Mesh, prompt, 
     load = Load(I, O, chunk=float(lim["max_num_batched_tokens"]), slots=float(slots))
     step = random_arrivals_step(step, config, mesh, load)
     top = max_throughput(config, device, mesh, i_mean, o_mean, weight_dtype, kd, s, efficiency=eff,
-                         link=lk, profile=profile)["requests_per_s"] / mesh.replicas
+                         link=lk, profile=profile, max_num_seqs=max_num_seqs,
+                         max_num_batched_tokens=max_num_batched_tokens)["requests_per_s"] / mesh.replicas
 
     def meets(rates):
         op = operating_point(step, rates, load)

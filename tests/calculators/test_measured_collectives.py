@@ -147,3 +147,15 @@ def test_a_rows_stated_caps_reach_the_prediction():
     free = predict(dict(row, max_num_seqs="", requests=""))
     held = predict(dict(row, max_num_seqs="8", requests=""))
     assert held < 0.25 * free
+
+
+def test_a_server_rows_stated_caps_reach_the_rate_it_can_serve():
+    """MLPerf Server rows are priced by `max_rate_under_slo`: a source's max num seqs reaches it too (it did not
+    until 29 Nov 2026). Llama-2-70B FP8 on 8 H200, closed form: 8 sequences per replica serve far fewer
+    requests/s under the same p99 limits than the stack's default cap."""
+    from calculators.planning.published import load_rows, predict
+    row = next(r for r in load_rows() if r["mode"] == "server" and r["ttft_p99_ms"] and r["device"] == "h200"
+               and r["model"] == "llama-2-70b")
+    free = predict(dict(row, max_num_seqs="", max_num_batched_tokens=""))
+    held = predict(dict(row, max_num_seqs="8", max_num_batched_tokens=""))
+    assert held < 0.25 * free
