@@ -113,3 +113,59 @@ def test_a_vendors_own_step_is_never_below_the_stacks():
     assert P.plausible_host(dict(step_overhead_ms=1.0, step_overhead_ms_by_vendor={"AMD": 1.0}))
     assert P.plausible_host(dict(step_overhead_ms=1.0))
     assert not P.plausible_host(dict(step_overhead_ms=2.0, step_overhead_ms_by_vendor={"AMD": 0.0}))
+
+
+def _simulated_and_modelled(key: str, model: str, gpus: int, slots: int, util: float, seeds: int = 8,
+                            n: int = 20000) -> tuple[dict, dict]:
+    """The steady state and the simulator on one step model (the closed form's, on `gpus` H200s' bandwidth and
+    peak as one device) under a dataset's prompt and answer lengths, 8,192-token chunks, at `util` of capacity:
+    (pooled simulated TTFT p50 / p99 and TPOT over `seeds` runs, the steady state's)."""
+    from dataclasses import replace
+    from calculators.serving.batching import step_model_for
+    from calculators.serving.serving_sim import simulate_continuous
+    from calculators.serving.steady_state import Load, capacity, operating_point, step_fn_for_model
+    from calculators.serving.workload import Workload
+    from calculators.sizing.latency import Efficiency
+    from specs.devices import load_device
+    from specs.presets import load_preset
+    d = P.length_datasets()[key]
+    prompt = P.Lengths.histogram(d["prompt"]["values"], d["prompt"]["counts"])
+    output = P.Lengths.histogram(d["output"]["values"], d["output"]["counts"])
+    h200 = load_device("h200")
+    dev = replace(h200, memory_bandwidth_bytes_per_s=h200.memory_bandwidth_bytes_per_s * gpus,
+                  peak_flops={k: v * gpus for k, v in h200.peak_flops.items()})
+    m = step_model_for(load_preset(model), dev, "fp8", efficiency=Efficiency(), overhead_ms=2.0)
+    load = Load(prompt, output, chunk=8192, slots=slots)
+    step = step_fn_for_model(m, load)
+    lam = util * float(capacity(step, load))
+    op = operating_point(step, lam, load)
+    ttft, tpot = [], []
+    for seed in range(seeds):
+        rng = np.random.default_rng(seed)
+        w = Workload(np.cumsum(rng.exponential(1 / lam, n)), prompt.sample(n, rng), output.sample(n, rng))
+        r = simulate_continuous(m, w, slots, chunk_tokens=8192)
+        ttft.append(r.ttft[n // 5:] * 1e3)
+        t = r.tpot[n // 5:]
+        tpot.append(t[np.isfinite(t)] * 1e3)
+    t = np.concatenate(ttft)
+    sim = dict(ttft_p50=np.percentile(t, 50), ttft_p99=np.percentile(t, 99), tpot=np.concatenate(tpot).mean())
+    return sim, dict(ttft_p50=float(op["ttft_p50_ms"]), ttft_p99=float(op["ttft_p99_ms"]), tpot=float(op["tpot_ms"]))
+
+
+@pytest.mark.parametrize("key, model, gpus, slots, util, n", [
+    ("llama2-70b", "llama-2-70b", 1, 512, 0.85, 20000),
+    ("deepseek-r1", "deepseek-r1", 8, 512, 0.7, 8000),            # answers of 4,043 tokens: fewer, longer runs
+    pytest.param("llama3.1-405b", "llama-3.1-405b", 8, 270, 0.62, 20000, marks=pytest.mark.xfail(strict=True, reason=(
+        "prompts of 9,429 tokens on average (p99 18,956) in 8,192-token chunks at 62% load: the steady state's TTFT "
+        "p50 is 14% above the simulator's (1,427 against 1,251 ms over 16 runs), p99 17% (5,180 against 4,421), "
+        "TPOT 9% below; the referee's tolerances are 10%, 20% and 10%"))),
+])
+def test_the_steady_state_under_a_datasets_lengths_agrees_with_the_simulator(key, model, gpus, slots, util, n):
+    """What an MLPerf row's pricing rests on, checked against the experiment: the steady state's TTFT p50 and p99
+    and TPOT under a dataset's own prompt and answer lengths, against the simulator's pooled over 8 seeded runs of
+    `n` Poisson arrivals on the same step model, within the referee's tolerances (bench/steady_state_referee.py:
+    10%, 20%, 10%)."""
+    sim, model_says = _simulated_and_modelled(key, model, gpus, slots, util, n=n)
+    assert model_says["ttft_p50"] == pytest.approx(sim["ttft_p50"], rel=0.10)
+    assert model_says["ttft_p99"] == pytest.approx(sim["ttft_p99"], rel=0.20)
+    assert model_says["tpot"] == pytest.approx(sim["tpot"], rel=0.10)

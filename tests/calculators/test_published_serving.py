@@ -7,8 +7,8 @@ from urllib.parse import urlparse
 
 import pytest
 
-from calculators.planning.published import (committed_comparison, compare_all, error_table, load_rows, row_id,
-                                            speed_error)
+from calculators.planning.published import (committed_comparison, compare_all, error_table, load_rows, priced,
+                                            row_id, speed_error)
 from specs.presets import load_preset
 from specs.stacks import STACKS_FILE
 
@@ -269,3 +269,14 @@ def test_one_users_itl_is_the_latency_commands_decode_step_and_more_users_add_on
     bare8 = request_latency(c, dev, mesh, I, O, 8, one["weights"], one["kv"], stack, eff)["itl_ms"]
     assert bare8 < predict(eight) < everyone
     assert predict(eight) == pytest.approx(step_time(*args, prompting_rows=7)["step_ms"], rel=1e-9)
+
+
+def test_every_priced_row_predicts_and_the_rest_are_listed_apart(result):
+    """(Moved from test_validation_table.py to share this module's one pricing of the table.)"""
+    res = result
+    assert len(res["rows"]) + len(res["unpriced"]) == len(ROWS)
+    assert all(not r["prompt_tokens"] for r in res["unpriced"])          # only rows without a stated mean input
+    assert all(priced(r) and r["predicted"] > 0 for r in res["rows"])
+    assert any(r["mode"] == "server" for r in res["rows"])                  # rows under a rate are priced now
+    assert priced({"mode": "server", "prompt_tokens": "100", "output_tokens": "10"})
+    assert not priced({"mode": "offline", "prompt_tokens": "", "output_tokens": "294"})
