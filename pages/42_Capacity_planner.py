@@ -11,12 +11,15 @@ from dataclasses import replace
 import pandas as pd
 import streamlit as st
 
+from calculators.planning.plan_workload import dataset_length_fields
 from calculators.planning.planner import SearchSpace, Workload, layout_words, plan, plan_rows, rejected_rows
 from calculators.sizing.quantization import quality_caveat
 from calculators.units import GB
 from specs.devices import device_documents, list_devices, load_device
 from specs.model_config import SpecError
+from specs.workloads import mlperf_length_datasets
 from ui import df_with_download, float_field, int_field, remember, setup_page, show_error
+from ui.widgets import set_remembered
 from ui.fitted_efficiency import planner_efficiency
 from ui.model_source import model_source, units_note
 from ui.world import DATACENTRE
@@ -28,8 +31,35 @@ DEFAULT_DEVICES = ["H100 SXM", "A100 SXM 80GB", "H200", "L40S"]
 PLANNER_WHY = "a capacity plan rents data-centre GPUs, and this computer is not one of them"
 
 
+TYPED = "(lengths as typed below)"
+LENGTH_KEYS = {"prompt_tokens": "plan.prompt", "prompt_tokens_p99": "plan.p99", "output_tokens": "plan.output",
+               "output_tokens_p99": "plan.out99"}
+
+
+def fill_lengths_from_dataset() -> None:
+    """The dataset picker's callback: its means and p99s into the four length fields, here and on every page."""
+    key = st.session_state.get("plan.dataset")
+    if key and key != TYPED:
+        f = dataset_length_fields(key)
+        for field, widget in LENGTH_KEYS.items():
+            set_remembered(widget, str(f[field]))
+
+
 def workload_inputs(max_ctx: int) -> Workload | None:
     st.subheader("Workload and targets")
+    names = [TYPED, *mlperf_length_datasets()]
+    st.session_state.setdefault("plan.dataset", TYPED)
+    key = st.selectbox("Lengths from a dataset", names, key="plan.dataset", on_change=fill_lengths_from_dataset,
+                       help="Fills the four lengths with an MLPerf Inference dataset's measured means and p99s "
+                            "(its prompts, and its reference answers: a model generates its own). Edit them after.")
+    if key != TYPED:
+        f = dataset_length_fields(key)
+        same = all(str(st.session_state.get(w, "")).replace(",", "") == str(f[k]) for k, w in LENGTH_KEYS.items())
+        st.caption((f"MLPerf's {key}: {f['samples']:,} samples (per-sample token counts, {f['source']}). The planner "
+                    "draws a lognormal through each mean and p99; `serve-at --workload mlperf-" + key + "` prices "
+                    "the dataset's own histogram.") if same else
+                   f"The lengths below are no longer {key}'s (edited, or filled before): pick it again to refill "
+                   "them.")
     c = st.columns(3)
     rate = float_field("Requests per second", 1.0, 0.0, 1e6, key="plan.rate", where=c[0], step=0.5)
     prompt = int_field("Mean prompt (tokens)", min(2000, max_ctx // 2), 1, max_ctx, key="plan.prompt", where=c[1])

@@ -1,11 +1,11 @@
-"""The MLPerf datasets' length distributions as log-binned histograms (bench/mlperf_lengths.json), for pricing the
+"""The MLPerf datasets' length distributions as log-binned histograms (specs/mlperf_lengths.json), for pricing the
 MLPerf rows of bench/published_serving.csv at their workloads' lengths instead of their means.
 
 Input: per-sample token counts, one `input_length,output_length` line per sample, as published in
 openshift-psap/performance-dashboard (`mlperf-data/summaries/*.csv`, `datasets/summaries/deepseek-r1.csv`; the
 files are not copied here). Download them into a folder, then:
 
-    python tools/mlperf_lengths.py FOLDER          # rewrites bench/mlperf_lengths.json
+    python tools/mlperf_lengths.py FOLDER          # rewrites specs/mlperf_lengths.json
 
 Each marginal (prompt and output lengths) is binned on edges 5% apart in length: a bin keeps its count and its mean
 length rounded to a whole token, so the histogram's mean and mean square stay within a fraction of a percent of the
@@ -23,7 +23,7 @@ from pathlib import Path
 
 import numpy as np
 
-OUT = Path(__file__).resolve().parents[1] / "bench" / "mlperf_lengths.json"
+OUT = Path(__file__).resolve().parents[1] / "specs" / "mlperf_lengths.json"
 BIN_RATIO = 1.05
 REPO = "openshift-psap/performance-dashboard"
 DATASETS = {           # key -> (file, path in REPO, commit, the benchmark's sample count)

@@ -81,7 +81,7 @@ def published_serving_section() -> None:
                     "default settings of the stack the source names (specs/stacks.json: its all-reduce, scheduler "
                     "limits, efficiencies and fixed step cost). Those efficiencies were fitted on the **fit** rows "
                     "only; the **test** rows were set aside before fitting, so their error is the accuracy to expect. "
-                    "An MLPerf row is priced at its dataset's prompt and answer lengths (bench/mlperf_lengths.json), "
+                    "An MLPerf row is priced at its dataset's prompt and answer lengths (specs/mlperf_lengths.json), "
                     "not at their means; its label shows the means ('mean 222/290'). "
                     "Error = predicted speed ÷ published speed − 1: + means the planner is too optimistic.")
     # attention data-parallel rows say so: TP 8 with DP 8 is 8 replicas of TP 1 attention, experts over all 8

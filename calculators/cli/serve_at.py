@@ -18,7 +18,7 @@ from calculators.planning.accuracy import band
 from calculators.planning.step import borrowed
 from calculators.planning.serve_at import serve_at
 from calculators.sizing.roofline import compute_precision_for
-from calculators.serving.lengths import PRESETS, Lengths, preset
+from calculators.serving.lengths import Lengths, preset, workload_names
 from calculators.units import KV_DTYPES, WEIGHT_DTYPES, default_kv_dtype, fmt_num
 from specs.model_config import SpecError
 from specs.stacks import list_stacks
@@ -45,7 +45,8 @@ def build_parser():
     p.add_argument("--prompt-p99", type=positive_int, default=None, help="p99 prompt length (lognormal)")
     p.add_argument("--output-tokens", type=positive_int, default=None, help="mean output length")
     p.add_argument("--output-p99", type=positive_int, default=None, help="p99 output length (lognormal)")
-    p.add_argument("--workload", choices=tuple(PRESETS), default=None, help="length preset")
+    p.add_argument("--workload", choices=workload_names(), default=None,
+                   help="length preset: assumed (chat, reasoning) or an MLPerf dataset's measured lengths")
     p.add_argument("--weight-dtype", type=dtype_arg(WEIGHT_DTYPES), default="bf16")
     p.add_argument("--kv-dtype", type=dtype_arg(KV_DTYPES), default=None)
     p.add_argument("--stack", default=None, help=f"serving stack: {', '.join(list_stacks())} (default vllm)")
@@ -67,7 +68,7 @@ def workload_lengths(args) -> tuple[Lengths, Lengths]:
         return I, O
     if not args.prompt_tokens or not args.output_tokens:
         raise SpecError("give --prompt-tokens and --output-tokens (means), or --workload "
-                        f"({', '.join(PRESETS)})")
+                        f"({', '.join(workload_names())})")
     return (Lengths.from_mean_p99(args.prompt_tokens, args.prompt_p99),
             Lengths.from_mean_p99(args.output_tokens, args.output_p99))
 

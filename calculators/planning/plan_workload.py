@@ -63,3 +63,15 @@ class Workload:
 
     def output_lengths(self) -> Lengths:
         return Lengths.from_mean_p99(self.output_tokens, self.output_tokens_p99)
+
+
+def dataset_length_fields(key: str) -> dict:
+    """A measured dataset's lengths as the planner's four length inputs (`specs.workloads`: an MLPerf dataset's
+    per-sample statistics): its prompts' mean and p99 and its reference answers' mean and p99, in whole tokens. The
+    planner draws a lognormal through each pair; `serve-at --workload mlperf-<key>` prices the histogram itself."""
+    from specs.workloads import mlperf_dataset
+    d = mlperf_dataset(key)
+    p, o = d["prompt"]["samples"], d["output"]["samples"]
+    mean_p, mean_o = max(1, round(p["mean"])), max(1, round(o["mean"]))
+    return dict(prompt_tokens=mean_p, prompt_tokens_p99=max(mean_p, round(p["p99"])), output_tokens=mean_o,
+                output_tokens_p99=max(mean_o, round(o["p99"])), samples=d["samples"], source=d["source"])

@@ -18,7 +18,7 @@ Error = predicted speed / published speed − 1 (+ = the prediction is too optim
 Attention data-parallel rows (dp > 1: each of dp ranks runs attention for its own requests, the experts spread over
 ep GPUs) are the mesh tp = tp / dp, ep, gpus: EP across the data-parallel replicas.
 An MLPerf row (`lengths`: its dataset) is priced at that dataset's length distributions (`row_lengths`:
-bench/mlperf_lengths.json, the prompts as they are and the reference answers rescaled to the row's generated mean):
+specs/mlperf_lengths.json, the prompts as they are and the reference answers rescaled to the row's generated mean):
 Offline as the saturated steady state of those lengths (`serve_at`'s capacity × the mean output; requests of
 different lengths end at different steps, so the batch refills continuously), Server as above with them.
 Rows whose lengths the source does not state load all the same and are listed apart as `unpriced` by
@@ -29,8 +29,6 @@ specs/stacks.json are fitted on `fit` rows only (`fit_stack`), and the `test` ro
 from __future__ import annotations
 
 import csv
-import functools
-import json
 import math
 import statistics
 from pathlib import Path
@@ -44,14 +42,14 @@ from calculators.planning.request_latency import request_latency
 from calculators.planning.serve_at import finite_run_at, max_rate_under_slo, serve_at
 from calculators.planning.step import borrowed as borrowed_profile
 from calculators.planning.throughput import batch_limits, max_throughput, step_time
-from calculators.serving.lengths import Lengths
+from calculators.serving.lengths import dataset_lengths
 from specs.devices import load_device
 from specs.model_config import SpecError
 from specs.presets import load_preset
 from specs.stacks import load_stack
+from specs.workloads import mlperf_length_datasets
 
 SERVING_CSV = Path(__file__).resolve().parents[2] / "bench" / "published_serving.csv"
-LENGTHS_JSON = SERVING_CSV.parent / "mlperf_lengths.json"     # tools/mlperf_lengths.py writes it
 TIME_METRICS = ("itl_ms", "ttft_ms", "e2e_ms")
 COLUMNS = ("source", "url", "stack", "model", "device", "gpus", "tp", "ep", "weights", "kv", "prompt_tokens",
            "output_tokens", "mode", "concurrency", "metric", "published", "settings")
@@ -98,15 +96,14 @@ def caps(row: dict) -> dict:
     return {k: int(row[k]) for k in ("max_num_seqs", "max_num_batched_tokens") if row.get(k)}
 
 
-@functools.lru_cache(maxsize=1)
 def length_datasets() -> dict:
-    """The MLPerf datasets' length histograms (bench/mlperf_lengths.json, with their sources)."""
-    return json.loads(LENGTHS_JSON.read_text(encoding="utf-8"))["datasets"]
+    """The MLPerf datasets' length histograms (specs/mlperf_lengths.json, with their sources)."""
+    return mlperf_length_datasets()
 
 
 def row_lengths(row: dict) -> tuple:
     """The row's (prompt, output) lengths: its stated token counts, or for a row whose workload is a dataset
-    (`lengths`: a key of bench/mlperf_lengths.json) that dataset's distributions: its prompts' lengths as they
+    (`lengths`: a key of specs/mlperf_lengths.json) that dataset's distributions: its prompts' lengths as they
     are, its reference answers' lengths rescaled to the tokens the row's system generated per sample
     (`output_tokens`): the shape of the answers, the mean of the run."""
     I, O = int(row["prompt_tokens"]), int(row["output_tokens"])
@@ -115,11 +112,9 @@ def row_lengths(row: dict) -> tuple:
         return I, O
     d = length_datasets().get(key)
     if d is None:
-        raise SpecError(f"{row['model']}: no length distribution {key!r} in {LENGTHS_JSON.name}")
-    p, o = d["prompt"], d["output"]
-    k = O / (sum(v * c for v, c in zip(o["values"], o["counts"])) / sum(o["counts"]))
-    return (Lengths.histogram(p["values"], p["counts"]),
-            Lengths.histogram([max(1, round(v * k)) for v in o["values"]], o["counts"]))
+        raise SpecError(f"{row['model']}: no length distribution {key!r} in specs/mlperf_lengths.json")
+    prompt, answers = dataset_lengths(d)
+    return prompt, answers.rescaled(O)
 
 
 def _concurrency(row: dict, c, dev, mesh, stack, eff, profile=None) -> float:

@@ -20,6 +20,7 @@ import numpy as np
 
 from calculators.units import check_positive
 from specs.model_config import SpecError
+from specs.workloads import mlperf_dataset, mlperf_length_datasets
 
 Z99 = 2.3263478740408408          # Φ⁻¹(0.99)
 KINDS = ("fixed", "geometric", "lognormal", "histogram")
@@ -158,6 +159,14 @@ class Lengths:
         x = np.maximum(1, np.round(x)).astype(np.int64)
         return np.minimum(x, self.maximum) if self.maximum else x
 
+    def rescaled(self, mean: float) -> "Lengths":
+        """This histogram with every length scaled by `mean` / its mean (rounded, at least one token): the same
+        shape at another mean (a dataset's reference answers at the tokens a system generated per sample)."""
+        if self.kind != "histogram":
+            raise SpecError(f"only a histogram is rescaled, not a {self.kind} length distribution")
+        k = check_positive("mean length", mean, limit=MAX_TOKENS) / self.mean_tokens
+        return Lengths.histogram([max(1, round(v * k)) for v in self.values], self.weights)
+
     def describe(self) -> str:
         if self.kind == "fixed":
             return f"{self.mean:,.0f} (fixed)"
@@ -230,8 +239,31 @@ PRESETS = {
 }
 
 
+MLPERF_PREFIX = "mlperf-"
+
+
+def dataset_lengths(dataset: dict) -> tuple[Lengths, Lengths]:
+    """A measured dataset's (prompt, answer) length histograms (`specs.workloads`: values and counts)."""
+    p, o = dataset["prompt"], dataset["output"]
+    return Lengths.histogram(p["values"], p["counts"]), Lengths.histogram(o["values"], o["counts"])
+
+
+def workload_names() -> tuple[str, ...]:
+    """Every workload preset: the assumed ones above, then each MLPerf dataset's measured lengths."""
+    return tuple(PRESETS) + tuple(MLPERF_PREFIX + k for k in mlperf_length_datasets())
+
+
 def preset(name: str) -> dict:
-    try:
+    """A workload preset's prompt and output distributions and their source: one of PRESETS, or "mlperf-<dataset>"
+    (the dataset's prompt lengths and its reference answers' lengths, as histograms)."""
+    if name in PRESETS:
         return PRESETS[name]
-    except KeyError:
-        raise SpecError(f"unknown workload preset {name!r}: {', '.join(PRESETS)}") from None
+    key = name[len(MLPERF_PREFIX):] if name.startswith(MLPERF_PREFIX) else None
+    if key not in mlperf_length_datasets():
+        raise SpecError(f"unknown workload preset {name!r}: {', '.join(workload_names())}")
+    d = mlperf_dataset(key)
+    prompt, output = dataset_lengths(d)
+    return dict(prompt=prompt, output=output,
+                source=(f"MLPerf Inference's {key} dataset, {d['samples']:,} samples: their prompt lengths and "
+                        f"their reference answers' lengths (a model generates its own: MLPerf's systems generated "
+                        f"0.9 to 1.6 times these answers' mean), per-sample token counts from {d['source']}"))

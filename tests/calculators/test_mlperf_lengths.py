@@ -1,4 +1,4 @@
-"""MLPerf rows priced at their datasets' length distributions (bench/mlperf_lengths.json, tools/mlperf_lengths.py):
+"""MLPerf rows priced at their datasets' length distributions (specs/mlperf_lengths.json, tools/mlperf_lengths.py):
 the histograms keep what the rows state, the binning keeps a heavy tail's moments, and the pricing feels the spread."""
 import math
 import re
@@ -8,6 +8,7 @@ import pytest
 
 from calculators.planning import published as P
 from calculators.planning.serve_at import serve_at
+from calculators.serving.lengths import Lengths
 from tools.mlperf_lengths import log_bins
 
 ROWS = P.load_rows()
@@ -59,7 +60,7 @@ def test_a_rows_outputs_are_the_answers_shape_at_the_runs_mean():
     d = P.length_datasets()["deepseek-r1"]
     assert prompt.mean_tokens == pytest.approx(803.79, rel=1e-3)
     assert output.mean_tokens == pytest.approx(3736, rel=1e-3)
-    answers = P.Lengths.histogram(d["output"]["values"], d["output"]["counts"])
+    answers = Lengths.histogram(d["output"]["values"], d["output"]["counts"])
     assert output.quantile(0.99) / output.mean_tokens == pytest.approx(answers.quantile(0.99) / answers.mean_tokens,
                                                                        rel=1e-2)
     assert P.row_lengths(dict(r, lengths="")) == (804, 3736)
@@ -129,8 +130,8 @@ def _simulated_and_modelled(key: str, model: str, gpus: int, slots: int, util: f
     from specs.devices import load_device
     from specs.presets import load_preset
     d = P.length_datasets()[key]
-    prompt = P.Lengths.histogram(d["prompt"]["values"], d["prompt"]["counts"])
-    output = P.Lengths.histogram(d["output"]["values"], d["output"]["counts"])
+    prompt = Lengths.histogram(d["prompt"]["values"], d["prompt"]["counts"])
+    output = Lengths.histogram(d["output"]["values"], d["output"]["counts"])
     h200 = load_device("h200")
     dev = replace(h200, memory_bandwidth_bytes_per_s=h200.memory_bandwidth_bytes_per_s * gpus,
                   peak_flops={k: v * gpus for k, v in h200.peak_flops.items()})
@@ -169,3 +170,45 @@ def test_the_steady_state_under_a_datasets_lengths_agrees_with_the_simulator(key
     assert model_says["ttft_p50"] == pytest.approx(sim["ttft_p50"], rel=0.10)
     assert model_says["ttft_p99"] == pytest.approx(sim["ttft_p99"], rel=0.20)
     assert model_says["tpot"] == pytest.approx(sim["tpot"], rel=0.10)
+
+
+def test_each_mlperf_dataset_is_a_workload_preset_of_its_own_lengths():
+    """`preset("mlperf-<dataset>")`: the dataset's prompt and answer histograms (means as the file's binned means),
+    listed with the assumed presets; an unknown name lists them all. Rescaling keeps the shape at a new mean."""
+    from calculators.serving.lengths import PRESETS, preset, workload_names
+    names = workload_names()
+    assert names[:len(PRESETS)] == tuple(PRESETS) and {f"mlperf-{k}" for k in SAMPLES} <= set(names)
+    w = preset("mlperf-llama3.1-405b")
+    d = P.length_datasets()["llama3.1-405b"]
+    assert w["prompt"].mean_tokens == pytest.approx(d["prompt"]["binned_mean"], rel=1e-6)   # stored to 4 decimals
+    assert w["output"].mean_tokens == pytest.approx(d["output"]["binned_mean"], rel=1e-6)
+    assert "8,313 samples" in w["source"] and "739352b6" in w["source"]
+    with pytest.raises(P.SpecError, match="mlperf-deepseek-r1"):
+        preset("mlperf-gpt-5")
+    twice = w["output"].rescaled(2 * w["output"].mean_tokens)
+    assert twice.mean_tokens == pytest.approx(2 * w["output"].mean_tokens, rel=2e-3)
+    assert twice.quantile(0.5) == pytest.approx(2 * w["output"].quantile(0.5), abs=1)
+    with pytest.raises(P.SpecError, match="only a histogram"):
+        Lengths.fixed(10).rescaled(20)
+
+
+def test_serve_at_prices_an_mlperf_workload_preset(capsys):
+    """`serve-at --workload mlperf-deepseek-r1` prices the dataset's lengths: the same numbers as serve_at called
+    with the preset's histograms, and a longer time-weighted context than the means (a lower capacity)."""
+    from calculators.cli import main
+    from calculators.multi_gpu.tensor_parallel import Mesh
+    from calculators.serving.lengths import preset
+    from specs.devices import load_device
+    from specs.presets import load_preset
+    args = ["--model", "deepseek-r1", "--gpu", "b200", "--tp", "1", "--ep", "8", "--gpus", "8", "--weight-dtype",
+            "fp4", "--rate", "4", "--stack", "trtllm", "--profile", "none", "--json"]
+    assert main(["serve-at", *args, "--workload", "mlperf-deepseek-r1"]) == 0
+    import json
+    got = json.loads(capsys.readouterr().out)
+    w = preset("mlperf-deepseek-r1")
+    want = serve_at(load_preset("deepseek-r1"), load_device("b200"), Mesh(tp=1, ep=8, gpus=8), 4.0, w["prompt"],
+                    w["output"], "fp4", None, "trtllm")
+    assert got["capacity_requests_per_s"] == pytest.approx(want["capacity_requests_per_s"], rel=1e-9)
+    means = serve_at(load_preset("deepseek-r1"), load_device("b200"), Mesh(tp=1, ep=8, gpus=8), 4.0,
+                     round(w["prompt"].mean_tokens), round(w["output"].mean_tokens), "fp4", None, "trtllm")
+    assert want["capacity_requests_per_s"] < 0.95 * means["capacity_requests_per_s"]

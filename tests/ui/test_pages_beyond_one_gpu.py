@@ -145,3 +145,21 @@ def test_capacity_planner_shows_a_wide_ep_plan_for_deepseek_r1_on_h200():
     assert [m.value for m in at.metric if m.label == "Replicas"] == ["1"]
     # and the step at the rate says how much of it waits for the busiest rank's prompts
     assert any("waiting for the busiest of the 8 attention ranks" in c.value for c in at.caption)
+
+
+def test_capacity_planner_fills_the_lengths_from_an_mlperf_dataset():
+    """Picking MLPerf's Llama-3.1-405B dataset fills the four length fields with its measured means and p99s (from
+    the docs' dataset table: prompts 9,428.64 / 18,956, reference answers 684.68 / p99 of the file), says where they
+    come from, and plans without an error; going back to typed lengths keeps what is there."""
+    from specs.workloads import mlperf_dataset
+    at = page("42_")
+    at.selectbox(key="plan.dataset").set_value("llama3.1-405b").run()
+    assert not at.exception and not texts(at.error)
+    got = {k: at.text_input(key=k).value for k in ("plan.prompt", "plan.p99", "plan.output", "plan.out99")}
+    o = mlperf_dataset("llama3.1-405b")["output"]["samples"]
+    assert got == {"plan.prompt": "9429", "plan.p99": "18956", "plan.output": "685", "plan.out99": str(round(o["p99"]))}
+    assert any("8,313 samples" in c.value for c in at.caption)
+    at.text_input(key="plan.prompt").set_value("5000").run()
+    assert any("no longer llama3.1-405b's" in c.value for c in at.caption)
+    at.selectbox(key="plan.dataset").set_value("(lengths as typed below)").run()
+    assert not at.exception and at.text_input(key="plan.prompt").value == "5000"
