@@ -19,8 +19,8 @@ Attention data-parallel rows (dp > 1: each of dp ranks runs attention for its ow
 ep GPUs) are the mesh tp = tp / dp, ep, gpus: EP across the data-parallel replicas.
 An MLPerf row (`lengths`: its dataset) is priced at that dataset's length distributions (`row_lengths`:
 specs/mlperf_lengths.json, the prompts as they are and the reference answers rescaled to the row's generated mean):
-Offline as the saturated steady state of those lengths (`serve_at`'s capacity × the mean output; requests of
-different lengths end at different steps, so the batch refills continuously), Server as above with them.
+Offline as the saturated steady state of those lengths (the highest rate at which it exists × the mean output:
+requests of different lengths end at different steps, so the batch refills continuously), Server as above.
 Rows whose lengths the source does not state load all the same and are listed apart as `unpriced` by
 `compare_all`.
 Each row carries a declared `split` (every third row `test`, fixed before any fit): the efficiencies in
@@ -187,6 +187,18 @@ def _server(row: dict, c, dev, mesh, stack, eff, profile=None, memo: dict | None
     raise SpecError(f"a server row at a rate predicts itl_ms, ttft_ms or output_tok_s, not {metric!r}")
 
 
+def _saturated(row: dict, c, dev, mesh, stack, eff, profile=None) -> float:
+    """An offline run of lengths that differ (an MLPerf dataset's): the output tokens/s of its saturated steady
+    state, the highest rate at which the steady state exists (`max_rate_under_slo` with no limits: its grid
+    resolves 0.05% of the maximum throughput), at most the maximum throughput as `serve_at`'s capacity is."""
+    prompt, output = row_lengths(row)
+    rate = max_rate_under_slo(c, dev, mesh, prompt, output, row["weights"], row["kv"], stack, eff, profile=profile,
+                              **caps(row))
+    top = max_throughput(c, dev, mesh, math.ceil(prompt.mean_tokens), math.ceil(output.mean_tokens), row["weights"],
+                         row["kv"], stack, efficiency=eff, profile=profile, **caps(row))["requests_per_s"]
+    return min(rate, top) * output.mean_tokens
+
+
 def _ttft_statistic(row: dict, r: dict) -> float:
     """The TTFT the source states (`statistic`: mean, the default for Triton/genai-perf and `vllm bench serve`
     tables, or p50), read from the steady state `r`. A mean the steady state does not compute (chunked prompts)
@@ -215,10 +227,7 @@ def predict(row: dict, efficiency: Efficiency | None = None, profile=None, memo:
                           **caps(row))
         return f["achieved_rps"] * int(row["output_tokens"])
     if mode == "offline" and row.get("lengths"):         # lengths that differ: a saturated steady state
-        prompt, output = row_lengths(row)
-        r = serve_at(c, dev, mesh, 1e-3, prompt, output, row["weights"], row["kv"], stack, efficiency=eff,
-                     profile=profile, **caps(row))
-        return r["capacity_requests_per_s"] * output.mean_tokens
+        return _saturated(row, c, dev, mesh, stack, eff, profile)
     if mode == "offline":
         return max_throughput(c, dev, mesh, int(row["prompt_tokens"]), int(row["output_tokens"]), row["weights"],
                               row["kv"], stack, efficiency=eff, profile=profile, **caps(row))["output_tok_s"]
