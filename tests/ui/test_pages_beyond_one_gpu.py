@@ -72,6 +72,9 @@ def test_capacity_planner_ranks_plans_and_explains_no_feasible_plan():
     at.text_input(key="plan.rate").set_value(str(1.0)).run()
     at.text_input(key="plan.itl").set_value(str(0.001)).run()
     assert any("No feasible plan" in w and "itl" in w for w in texts(at.warning))
+    # the lengths of an MLPerf dataset (same page, one load): picking one fills the four length fields
+    at.text_input(key="plan.itl").set_value(str(50.0))
+    _fills_the_lengths_from_an_mlperf_dataset(at)
 
 
 def test_calibration_page_fits_the_example_and_rejects_a_bad_csv():
@@ -147,12 +150,12 @@ def test_capacity_planner_shows_a_wide_ep_plan_for_deepseek_r1_on_h200():
     assert any("waiting for the busiest of the 8 attention ranks" in c.value for c in at.caption)
 
 
-def test_capacity_planner_fills_the_lengths_from_an_mlperf_dataset():
-    """Picking MLPerf's Llama-3.1-405B dataset fills the four length fields with its measured means and p99s (from
-    the docs' dataset table: prompts 9,428.64 / 18,956, reference answers 684.68 / p99 of the file), says where they
-    come from, and plans without an error; a length edited afterwards is no longer called the dataset's."""
+def _fills_the_lengths_from_an_mlperf_dataset(at):
+    """(Run inside the planner test above, on its page.) Picking MLPerf's Llama-3.1-405B dataset fills the four
+    length fields with its measured means and p99s (from the docs' dataset table: prompts 9,428.64 / 18,956,
+    reference answers 684.68 / p99 of the file), says where they come from, and plans without an error; a length
+    edited afterwards is no longer called the dataset's."""
     from specs.workloads import mlperf_dataset
-    at = page("42_")
     at.selectbox(key="plan.dataset").set_value("llama3.1-405b").run()
     assert not at.exception and not texts(at.error)
     got = {k: at.text_input(key=k).value for k in ("plan.prompt", "plan.p99", "plan.output", "plan.out99")}
