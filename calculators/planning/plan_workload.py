@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from calculators.serving.lengths import Lengths
 from calculators.units import check_int, check_positive
 from specs.model_config import SpecError
+from specs.workloads import mlperf_dataset
 
 
 @dataclass(frozen=True)
@@ -69,7 +70,6 @@ def dataset_length_fields(key: str) -> dict:
     """A measured dataset's lengths as the planner's four length inputs (`specs.workloads`: an MLPerf dataset's
     per-sample statistics): its prompts' mean and p99 and its reference answers' mean and p99, in whole tokens. The
     planner draws a lognormal through each pair; `serve-at --workload mlperf-<key>` prices the histogram itself."""
-    from specs.workloads import mlperf_dataset
     d = mlperf_dataset(key)
     p, o = d["prompt"]["samples"], d["output"]["samples"]
     mean_p, mean_o = max(1, round(p["mean"])), max(1, round(o["mean"]))

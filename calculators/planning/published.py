@@ -190,13 +190,10 @@ def _server(row: dict, c, dev, mesh, stack, eff, profile=None, memo: dict | None
 def _saturated(row: dict, c, dev, mesh, stack, eff, profile=None) -> float:
     """An offline run of lengths that differ (an MLPerf dataset's): the output tokens/s of its saturated steady
     state, the highest rate at which the steady state exists (`max_rate_under_slo` with no limits: its grid
-    resolves 0.05% of the maximum throughput), at most the maximum throughput as `serve_at`'s capacity is."""
+    resolves 0.05% of the maximum throughput, which bounds it as it bounds `serve_at`'s capacity)."""
     prompt, output = row_lengths(row)
-    rate = max_rate_under_slo(c, dev, mesh, prompt, output, row["weights"], row["kv"], stack, eff, profile=profile,
-                              **caps(row))
-    top = max_throughput(c, dev, mesh, math.ceil(prompt.mean_tokens), math.ceil(output.mean_tokens), row["weights"],
-                         row["kv"], stack, efficiency=eff, profile=profile, **caps(row))["requests_per_s"]
-    return min(rate, top) * output.mean_tokens
+    return max_rate_under_slo(c, dev, mesh, prompt, output, row["weights"], row["kv"], stack, eff, profile=profile,
+                              **caps(row)) * output.mean_tokens
 
 
 def _ttft_statistic(row: dict, r: dict) -> float:

@@ -172,8 +172,9 @@ def max_rate_under_slo(config: ModelConfig, device: Device, mesh: Mesh, prompt, 
                        max_num_batched_tokens: int | None = None) -> float:
     """The highest request rate (all replicas) whose steady state meets TTFT p99 ≤ `ttft_p99_ms` and TPOT ≤
     `tpot_ms` (MLPerf Server's question): the operating point on a grid of rates up to the maximum throughput,
-    then a finer grid between the last rate that meets them and the first that does not. The scheduler caps are
-    the stack's defaults, or those given (per replica)."""
+    then a finer grid between the last rate that meets them and the first that does not, and never above the
+    maximum throughput (as `serve_at`'s capacity). The scheduler caps are the stack's defaults, or those given (per
+    replica)."""
     s = stack if isinstance(stack, Stack) else load_stack(stack)
     I, O = lengths_of(prompt, "prompt tokens"), lengths_of(output, "output tokens")
     kd = kv_dtype or default_kv_dtype(weight_dtype)
@@ -206,4 +207,4 @@ def max_rate_under_slo(config: ModelConfig, device: Device, mesh: Mesh, prompt, 
             continue
         last = int(np.flatnonzero(ok)[-1])
         lo, hi = grid[last], (grid[last + 1] if last + 1 < len(grid) else hi)
-    return lo * mesh.replicas
+    return min(lo, top) * mesh.replicas
