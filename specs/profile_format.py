@@ -122,13 +122,27 @@ def _positive(v) -> bool:
     return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and v > 0
 
 
-def _column(values: list, column: str, where: str) -> np.ndarray:
-    """A table column as an array: text columns as str, the others as int64 (all whole) or float64."""
-    if column in TEXT_COLUMNS or (column not in NUMBER_COLUMNS and all(isinstance(v, str) for v in values)):
-        if not all(isinstance(v, str) for v in values):
+def _types(values) -> tuple:
+    """(all strings, all numbers, all whole numbers) of a column's values: a list (JSON's types; bool is not a
+    number) or an array (its dtype)."""
+    if isinstance(values, np.ndarray) and values.dtype.kind in "iufUS":
+        k = values.dtype.kind
+        return k in "US", k in "iuf", k in "iu"
+    types = set(map(type, values.tolist() if isinstance(values, np.ndarray) else values))
+    number = all(issubclass(t, (int, float)) and not issubclass(t, bool) for t in types)
+    return (all(issubclass(t, str) for t in types), number,
+            number and all(issubclass(t, (int, np.integer)) for t in types))
+
+
+def _column(values, column: str, where: str) -> np.ndarray:
+    """A table column (a list or an array) as an array: text columns as str, the others as int64 (all whole) or
+    float64."""
+    text, number, whole = _types(values)
+    if column in TEXT_COLUMNS or (column not in NUMBER_COLUMNS and text):
+        if not text:
             raise SpecError(f"{where}: column {column!r} must hold strings")
         return np.array(values, dtype=str)
-    if not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values):
+    if not number:
         raise SpecError(f"{where}: column {column!r} must hold numbers")
     arr = np.array(values, dtype=float)
     if not np.all(np.isfinite(arr)):
@@ -138,7 +152,7 @@ def _column(values: list, column: str, where: str) -> np.ndarray:
         raise SpecError(f"{where}: latency ms must be positive, row {bad} has {values[bad]!r}")
     if column != "ms" and np.any(arr < 0):
         raise SpecError(f"{where}: column {column!r} must not be negative")
-    return arr.astype(np.int64) if all(isinstance(v, int) for v in values) else arr
+    return arr.astype(np.int64) if whole else arr
 
 
 def tables_from_doc(doc: dict, where: str) -> dict:
@@ -178,7 +192,7 @@ def tables_from_columns(tables: dict, where: str) -> dict:
             raise SpecError(f"{at} is ragged: column lengths differ ({lengths})")
         if not lengths["ms"]:
             raise SpecError(f"{at} has no rows")
-        out[name] = {c: _frozen(_column(v.tolist() if isinstance(v, np.ndarray) else list(v), c, at))
+        out[name] = {c: _frozen(_column(v if isinstance(v, np.ndarray) else list(v), c, at))
                      for c, v in cols.items()}
     if not out:
         raise SpecError(f"{where}: no table this version reads (expected some of: {', '.join(TABLE_COLUMNS)})")

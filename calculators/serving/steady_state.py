@@ -866,8 +866,12 @@ def _stream_busy_cdf(grid, tau_cur, tau_f, tau_last, lam, pi, L, eta, prompt_uni
     k = np.floor((grid[:, None, :] - (1 - u)[:, None] * tau_cur[:, None, None] - tau_last[:, None, None])
                  / tau_f[:, None, None]) + 1                                                  # (E, U, T)
     k = np.clip(k, 0, None).astype(int)                  # k ≤ 0: y < 0 for every J, as k = 0
-    ks = np.arange(int(k.max(initial=0)) + 1, dtype=float)
-    y = np.broadcast_to(ks[None, :, None] * G - (j + 1) * prompt_units, (len(grid), len(ks), len(j)))   # (E, K, J)
+    E, _, T = k.shape
+    # Σ_J P(J)·P(Q ≤ k·G − (J+1)·E[I]) is needed at each element's U × T steps k: tabled over every k up to the
+    # largest (K of them) when that is fewer, else at exactly those (a long TTFT grid spans thousands of steps)
+    by_step = k.max(initial=0) + 1 <= STREAM_U * T
+    ks = np.arange(int(k.max(initial=0)) + 1, dtype=float)[None, :] if by_step else k.reshape(E, -1).astype(float)
+    y = np.broadcast_to(ks[:, :, None] * G - (j + 1) * prompt_units, (E, ks.shape[1], len(j)))   # (E, K, J)
     if given is None:
         cdf_q = (y >= 0).astype(float)
     else:
@@ -875,7 +879,9 @@ def _stream_busy_cdf(grid, tau_cur, tau_f, tau_last, lam, pi, L, eta, prompt_uni
                   for z, w in enumerate(STREAM_W))
         cdf_q = np.where(y < 0, 0.0, (mix - empty.reshape(-1, 1, 1)) / np.maximum(given.reshape(-1, 1, 1), 1e-300))
     pj = _poisson(j.reshape(-1, 1, 1), m[None, :, None] * u[None, None, :])                  # (J, E, U)
-    per_k = np.einsum("ekj,jeu->euk", cdf_q, pj)          # Σ_J P(J)·P(Q ≤ k·G − (J+1)·E[I]) per k: (E, U, K)
+    if not by_step:                                      # cdf_q at (E, U·T, J): the steps each (u, t) reads
+        return np.einsum("eutj,jeu->et", cdf_q.reshape(E, STREAM_U, T, -1), pj) / STREAM_U
+    per_k = np.einsum("ekj,jeu->euk", cdf_q, pj)          # per k: (E, U, K)
     return np.take_along_axis(per_k, k, axis=2).sum(axis=1) / STREAM_U
 
 

@@ -345,7 +345,7 @@ def _gemm_lines(profile, device: Device, dtype: str, envelope: bool = False) -> 
     m, n, k, ms = (np.asarray(t[c], dtype=float)[keep] for c in ("m", "n", "k", "ms"))
     if envelope:
         ms = padding_envelope(m, np.stack([n, k], axis=1), ms)
-    ideal = np.array([gemm_roofline_ms(device, mi, ni, ki, dtype) for mi, ni, ki in zip(m, n, k)], dtype=float)
+    ideal = gemm_roofline_ms(device, m, n, k, dtype)                 # elementwise over the rows
     return _build_lines(m, dict(n=n, k=k), np.log(ideal / ms))
 
 
@@ -618,8 +618,7 @@ def _moe_lines(profile, device: Device, dtype: str) -> _Lines | None:
         return None
     cols = ("tokens", "hidden", "inter", "experts", "topk", "tp", "ep", "ms")
     tok, hid, inter, e, k, tp, ep, ms = (np.asarray(t[c], dtype=float)[keep] for c in cols)
-    ideal = np.array([moe_roofline_ms(device, *row, dtype) for row in zip(tok, hid, inter, e, k, tp, ep)],
-                     dtype=float)
+    ideal = moe_roofline_ms(device, tok, hid, inter, e, k, tp, ep, dtype)    # elementwise over the rows
     return _build_lines(tok, dict(hidden=hid, inter=inter, experts=e, topk=k, tp=tp, ep=ep), np.log(ideal / ms))
 
 
@@ -667,7 +666,7 @@ def _allreduce_lines(profile, _device, gpus: int, link_bytes_per_s: float) -> _L
     b, g, ms = (np.asarray(t[c], dtype=float)[keep] for c in ("bytes", "gpus", "ms"))
     # several kernels measured at one size (custom, NCCL): the stack runs the fastest, as its AUTO strategy picks
     (b, g), ms = _fastest_per_size((b, g), ms)
-    ideal = np.array([allreduce_roofline_ms(link_bytes_per_s, bi, gi) for bi, gi in zip(b, g)], dtype=float)
+    ideal = allreduce_roofline_ms(link_bytes_per_s, b, g)                   # elementwise over the rows
     return _build_lines(b, dict(gpus=g), np.log(ideal / ms))
 
 
@@ -688,7 +687,7 @@ def _ring_lines(profile, _device, table: str, link_bytes_per_s: float) -> _Lines
         return None
     b, g, ms = (np.asarray(t[c], dtype=float) for c in ("bytes", "gpus", "ms"))
     (b, g), ms = _fastest_per_size((b, g), ms)          # the 16-bit and 8-bit rows of one size: bytes are bytes
-    ideal = np.array([ring_pass_roofline_ms(link_bytes_per_s, bi, gi) for bi, gi in zip(b, g)], dtype=float)
+    ideal = ring_pass_roofline_ms(link_bytes_per_s, b, g)                   # elementwise over the rows
     return _build_lines(b, dict(gpus=g), np.log(ideal / ms))
 
 
