@@ -185,17 +185,21 @@ def fit_measured() -> None:
     """Refit each stack's host work under measured kernels on its FIT rows only (`published.fit_measured_host`);
     with --same-rows, on the fit rows its current fit lists (`fitted_on`), when the pricing changed but the rows
     a fit was declared on should not."""
-    from calculators.planning.published import fit_measured_host, load_rows, write_measured_host
-    from specs.stacks import load_stack
+    from calculators.planning.published import fit_measured_host, load_rows, stack_key_of, write_measured_host
+    from specs.stacks import _doc, load_stack
     args = sys.argv[2:]
     same = "--same-rows" in args
-    stacks = [a for a in args if a != "--same-rows"] or sorted({r["stack"] for r in load_rows()})
+    # a stack before its builds ("vllm" sorts before "vllm@..."): a build's fit sits on its stack's
+    stacks = [a for a in args if a != "--same-rows"] or sorted({stack_key_of(r) for r in load_rows()})
     for key in stacks:
-        host = load_stack(key).doc.get("measured_host") if same else None
+        s = load_stack(key)
+        host = ((s.build_doc or {}) if s.build else s.doc).get("measured_host") if same else None
         g = fit_measured_host(key, fitted_on=host["fitted_on"] if host else None)
         print(f"{key}: {len(g['rows'])} fit rows, median |error| {100 * g['median']:.1f}%, worst "
               f"{100 * g['worst']:.1f}%, {g['host']}", flush=True)
         write_measured_host(key, g)
+        _doc.cache_clear()                # the next fit (a build of this stack) reads what was written
+        load_stack.cache_clear()
 
 
 def main() -> None:

@@ -46,6 +46,13 @@ class Stack:
     efficiency: dict                      # decode_mbu, prefill_mfu, prefill_mbu, decode_mfu
     fit_rows: str
     doc: dict
+    build: str = ""                       # a named build of the stack (specs/stacks.json `builds`), "" the stack
+    build_doc: dict | None = None         # that build's entry: its own `measured_host` fields over the stack's
+
+    @property
+    def full_key(self) -> str:
+        """`key`, or `key@build` for a build: what `load_stack` reads back."""
+        return f"{self.key}@{self.build}" if self.build else self.key
 
     @property
     def overlap_host(self) -> bool:
@@ -83,6 +90,8 @@ class Stack:
         m = self.doc.get("measured_host")
         if not m:
             return None
+        if self.build_doc and self.build_doc.get("measured_host"):    # the build's own fields over the stack's
+            m = dict(m, **self.build_doc["measured_host"])
 
         def per_vendor(field: str) -> float:
             scale = m.get(field) or {}
@@ -179,14 +188,23 @@ def algorithm_doc(name: str) -> dict:
 @lru_cache(maxsize=None)
 def load_stack(name: str | None = None) -> Stack:
     """A stack by key or common name ('vllm', 'SGLang', 'TensorRT-LLM', 'llama.cpp', 'nccl'); None: the default
-    (vLLM, what most users run)."""
-    key = default_stack_key() if name is None else _ALIASES.get(_key(name).replace(".", ""), _key(name))
+    (vLLM, what most users run). 'vllm@amd-mlperf-5.1': a named build of the stack (its `builds` entry in
+    specs/stacks.json): the stack's scheduler, memory policy and efficiencies, with the build's own fitted host and
+    vendor factors for measured kernels (`Stack.measured_host`)."""
+    base, _, build = ("" if name is None else str(name)).partition("@")
+    key = default_stack_key() if name is None else _ALIASES.get(_key(base).replace(".", ""), _key(base))
     stacks = _doc()["stacks"]
     if key not in stacks:
         raise SpecError(f"unknown serving stack {name!r}; choose one of: {', '.join(stacks)}")
     d = stacks[key]
+    builds = d.get("builds") or {}
+    if build and build not in builds:
+        raise SpecError(f"serving stack {key} has no build {build!r}"
+                        + (f"; its builds: {', '.join(builds)}" if builds else " (it lists none)"))
     sch = d["scheduler"]
-    return Stack(key=key, name=d["name"], custom_allreduce=_custom(d.get("custom_allreduce")),
+    return Stack(key=key, name=d["name"] + (f" ({builds[build]['name']})" if build else ""),
+                 build=build, build_doc=builds.get(build) if build else None,
+                 custom_allreduce=_custom(d.get("custom_allreduce")),
                  max_num_seqs=int(sch["max_num_seqs"]), max_num_batched_tokens=int(sch["max_num_batched_tokens"]),
                  small_gpu_limits=sch.get("small_gpu"), scheduler_source=sch["source"],
                  gpu_memory_utilization=float(d["gpu_memory_utilization"]), kv_reservation=d["kv_reservation"],

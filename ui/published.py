@@ -10,7 +10,7 @@ import streamlit as st
 
 import calculators.planning.published as published_module
 from calculators.planning.accuracy import BAR_MEDIAN, BAR_WORST, bar_by_pricing, group_value_words
-from calculators.planning.published import committed_comparison, compare_all, error_table
+from calculators.planning.published import committed_comparison, compare_all, error_table, stack_key_of
 from specs.stacks import load_stack
 from ui.charts import style as chart_style
 from ui.headings import human_heading
@@ -57,7 +57,7 @@ def published_serving_section() -> None:
     res = _committed(pricing) or _priced_now()        # measured kernels is offered only where committed
     df = pd.DataFrame(res["rows"])
     df["error %"] = 100 * df["error"]
-    df["stack"] = [load_stack(s).name for s in df["stack"]]
+    df["stack"] = [load_stack(stack_key_of(r)).name for r in res["rows"]]        # a build says so
     table = pd.DataFrame(error_table(res["rows"]))
     alls = {r["split"]: r for r in table.to_dict("records") if r["group"] == "all"}
     c = st.columns(5)

@@ -635,7 +635,8 @@ def resolve_profile(profile, device: Device, stack_key: str, config: ModelConfig
     from specs.profiles import load_profile, profile_for
     note = ""
     if profile == AUTO:
-        found = profile_for(device.name, stack_key)
+        full_key, stack_key = stack_key, stack_key.partition("@")[0]      # a build ('vllm@...') runs its stack's
+        found = profile_for(device.name, stack_key)                        # kernels, with its own factors
         if found is None:
             near = nearest_profiled(device, stack_key)
             if near is None:
@@ -644,7 +645,7 @@ def resolve_profile(profile, device: Device, stack_key: str, config: ModelConfig
             note = (f" (nothing measured on {device.name}: the efficiencies of the nearest profiled device, "
                     f"{near.name}, at {device.name}'s datasheet roofline without its GEMMs' kernel-size cliffs, "
                     f"its quantized kernels no less efficient than its bf16 ones"
-                    f"{_derate_words(stack_key, device)})")
+                    f"{_derate_words(full_key, device)})")
         profile = found
     elif isinstance(profile, str):
         profile = load_profile(profile)

@@ -77,9 +77,15 @@ def mesh_of(row: dict) -> Mesh:
     return Mesh(tp=tp, ep=ep, gpus=int(row["gpus"]))
 
 
+def stack_key_of(row: dict) -> str:
+    """The stack a row ran: its `stack`, or `stack@build` where its `build` names one (specs/stacks.json
+    `builds`: AMD's MLPerf harness is vLLM with its own kernels)."""
+    return f"{row['stack']}@{row['build']}" if row.get("build") else row["stack"]
+
+
 def _setup(row: dict, eff: Efficiency | None = None):
     c, dev = load_preset(row["model"]), load_device(row["device"])
-    stack = load_stack(row["stack"])
+    stack = load_stack(stack_key_of(row))
     return c, dev, mesh_of(row), stack, eff or Efficiency.for_stack(stack, dev, row["weights"], c)
 
 
@@ -216,7 +222,7 @@ def predict(row: dict, efficiency: Efficiency | None = None, profile=None, memo:
     its step priced by the closed form or, with `profile` ("auto", a name or a Profile), by measured kernels."""
     c, dev, mesh, stack, eff = _setup(row, efficiency)
     if profile is not None:
-        profile, _ = resolve_profile(profile, dev, stack.key, c)
+        profile, _ = resolve_profile(profile, dev, stack.full_key, c)
     mode = row["mode"]
     if mode == "offline" and row.get("requests"):
         f = finite_run_at(c, dev, mesh, math.inf, int(row["requests"]), int(row["prompt_tokens"]),
@@ -261,7 +267,7 @@ def compare_all(rows: list[dict] | None = None, profile=None) -> dict:
         pricing = "closed form"
         if profile is not None:
             c, dev, _, stack, _ = _setup(r)
-            prof, pricing = resolve_profile(profile, dev, stack.key, c)
+            prof, pricing = resolve_profile(profile, dev, stack.full_key, c)
         else:
             prof = None
         p = predict(r, profile=prof if prof is not None else None, memo=memo)
@@ -468,10 +474,17 @@ HOST_GRID = {"step_overhead_ms": (0.0, 0.25, 0.5, 1.0, 2.0, 4.0), "sequence_over
              "borrowed_memory_scale": (1.0, 1.25, 1.5, 1.75, 2.0, 2.5, 3.0)}
 
 
-def _with_host(stack_key: str, host: dict):
+def _host_entry(doc: dict, stack_key: str) -> dict:
+    """The entry of specs/stacks.json that holds `stack_key`'s `measured_host`: the stack's, or its build's."""
+    base, _, build = stack_key.partition("@")
+    entry = doc["stacks"][base]
+    return entry["builds"][build] if build else entry
+
+
+def _with_host(stack_key: str, host: dict | None):
     """Set a candidate `measured_host` in the loaded stacks document (in memory; `fit_measured_host` restores it)."""
     from specs.stacks import _doc
-    _doc()["stacks"][stack_key]["measured_host"] = host
+    _host_entry(_doc(), stack_key)["measured_host"] = host
 
 
 def plausible_host(host: dict) -> bool:
@@ -487,25 +500,36 @@ def fit_measured_host(stack_key: str, rows: list[dict] | None = None, sweeps: in
     HOST_GRID, mean |log error|). A vendor's own fixed step is never below the stack's (`plausible_host`: the same
     scheduler and sampler run on the host; a smaller one would only stand in for the GPU factors). Test rows never
     enter. `fitted_on` (row ids): refit on those fit rows only (the rows a fit was declared on, after the pricing
-    changed). Returns the fitted entry, its rows' ids and errors."""
+    changed). Returns the fitted entry, its rows' ids and errors.
+    A build (`stack@build`: rows whose `build` names it) fits only its vendors' factors and fixed step, over the
+    stack's own host fit (the same scheduler and sampler; its kernels are what differ): fit the stack first."""
     from specs.stacks import _doc
     rows = rows if rows is not None else load_rows()
-    part = [r for i, r in enumerate(rows, 1) if r["split"] == "fit" and priced(r) and r["stack"] == stack_key
+    part = [r for i, r in enumerate(rows, 1) if r["split"] == "fit" and priced(r) and stack_key_of(r) == stack_key
             and (fitted_on is None or i in fitted_on)]
     if not part:
         raise SpecError(f"no fit rows for {stack_key}")
-    saved = _doc()["stacks"][stack_key].get("measured_host")
+    saved = _host_entry(_doc(), stack_key).get("measured_host")
+    base_key, _, build = stack_key.partition("@")
+    under = _host_entry(_doc(), base_key).get("measured_host") if build else {}
+    if build and not under:
+        raise SpecError(f"{base_key} has no measured_host fit for its build {build} to sit on: fit {base_key} first")
+
     def borrowed(r) -> bool:
         """Whether the row's GPU is priced from another device's kernels (the nearest profiled one)."""
         dev = load_device(r["device"])
-        prof = resolve_profile("auto", dev, stack_key, load_preset(r["model"]))[0]
+        prof = resolve_profile("auto", dev, base_key, load_preset(r["model"]))[0]
         return borrowed_profile(prof, dev)
     vendors = sorted({r["vendor"] for r in part if borrowed(r)})
+    per_vendor = ("borrowed_compute_scale", "borrowed_memory_scale", "step_overhead_ms_by_vendor")
+    if build and not vendors:
+        raise SpecError(f"{stack_key}: a build fits its vendors' factors, and none of its fit rows borrows a profile")
     best = dict(step_overhead_ms=0.5, sequence_overhead_us=4.0, borrowed_compute_scale={v: 1.0 for v in vendors},
                 borrowed_memory_scale={v: 1.0 for v in vendors})
     if vendors:                          # a borrowing vendor's stack build has its own fixed step cost
         best["step_overhead_ms_by_vendor"] = {v: 0.5 for v in vendors}
-    per_vendor = ("borrowed_compute_scale", "borrowed_memory_scale", "step_overhead_ms_by_vendor")
+    if build:                            # the stack's host stays; its vendors' values are the start
+        best = {k: {v: float(stack_host_value(under, k, v)) for v in vendors} for k in per_vendor}
 
     def loss(h):
         _with_host(stack_key, h)
@@ -513,6 +537,8 @@ def fit_measured_host(stack_key: str, rows: list[dict] | None = None, sweeps: in
     try:
         best_loss = loss(best)
         grid = dict(HOST_GRID, step_overhead_ms_by_vendor=HOST_GRID["step_overhead_ms"]) if vendors else HOST_GRID
+        if build:
+            grid = {k: v for k, v in grid.items() if k in per_vendor}
         for _ in range(sweeps):
             for field, values in grid.items():
                 targets = [(field, None)] if field not in per_vendor else [(field, v) for v in vendors]
@@ -523,7 +549,7 @@ def fit_measured_host(stack_key: str, rows: list[dict] | None = None, sweeps: in
                             cand[f] = v
                         else:
                             cand[f][vendor] = v
-                        if not plausible_host(cand):
+                        if not plausible_host(dict(under, **cand) if build else cand):
                             continue
                         c_loss = loss(cand)
                         if c_loss < best_loss - 1e-12:
@@ -535,19 +561,30 @@ def fit_measured_host(stack_key: str, rows: list[dict] | None = None, sweeps: in
     return dict(host=best, rows=[row_id(r, rows) for r in part], median=statistics.median(errs), worst=max(errs))
 
 
+def stack_host_value(host: dict, field: str, vendor: str) -> float:
+    """A stack's `measured_host` value of a per-vendor field for `vendor` (its fixed step where the vendor has
+    none of its own; factors 1)."""
+    if field == "step_overhead_ms_by_vendor":
+        return (host.get(field) or {}).get(vendor, host["step_overhead_ms"])
+    return (host.get(field) or {}).get(vendor, 1.0)
+
+
 def write_measured_host(stack_key: str, g: dict, path: Path | None = None) -> None:
-    """Write one stack's fitted `measured_host` into specs/stacks.json with its fit rows and errors."""
+    """Write one stack's (or build's) fitted `measured_host` into specs/stacks.json with its fit rows and
+    errors."""
     import json
     from specs.stacks import STACKS_FILE
     path = path or STACKS_FILE
     doc = json.loads(Path(path).read_text(encoding="utf-8"))
-    doc["stacks"][stack_key]["measured_host"] = dict(
+    over = (f"; a build of {stack_key.partition('@')[0]}: these vendor factors and fixed step sit over the "
+            f"stack's measured_host (its step and per-sequence costs)") if "@" in stack_key else ""
+    _host_entry(doc, stack_key)["measured_host"] = dict(
         g["host"], fitted_on=g["rows"],
         source=(f"fitted by bench/bench_published.py --fit-measured on the {len(g['rows'])} split=fit rows of "
                 f"bench/published_serving.csv in fitted_on, each row's GPU priced from kernels measured on it "
                 f"(aiconfigurator-core 0.12.0; the nearest profiled GPU for one nothing measured, its "
                 f"compute-bound and memory-bound work slowed by borrowed_compute_scale and borrowed_memory_scale, "
                 f"and that vendor's stack build with its own "
-                f"fixed step cost, step_overhead_ms_by_vendor): median |error| {100 * g['median']:.1f}%, "
+                f"fixed step cost, step_overhead_ms_by_vendor){over}: median |error| {100 * g['median']:.1f}%, "
                 f"worst {100 * g['worst']:.1f}%"))
     Path(path).write_text(json.dumps(doc, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")

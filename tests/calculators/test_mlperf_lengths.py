@@ -213,3 +213,41 @@ def test_serve_at_prices_an_mlperf_workload_preset(capsys):
     means = serve_at(load_preset("deepseek-r1"), load_device("b200"), Mesh(tp=1, ep=8, gpus=8), 4.0,
                      round(w["prompt"].mean_tokens), round(w["output"].mean_tokens), "fp4", None, "trtllm")
     assert want["capacity_requests_per_s"] < 0.95 * means["capacity_requests_per_s"]
+
+
+def test_a_builds_fit_takes_only_its_own_rows_and_fits_only_its_vendor_factors(monkeypatch):
+    """`fit_measured_host("vllm@amd-mlperf-5.1")`: the fit rows whose `build` names it (not the stack's other rows,
+    not its test rows), and only the per-vendor fields, sitting on the stack's host, which stays as it was. The
+    rows here are priced by a stand-in whose three rows are off by the compute factor / 1.5, the memory factor /
+    1.25 and the AMD step / 2 ms: the fit must land on those grid points, away from where it starts."""
+    from specs.stacks import _doc
+    rows = P.load_rows()
+    amd = next(r for r in rows if r["vendor"] == "AMD" and r["stack"] == "vllm")
+    target = {"100": ("borrowed_compute_scale", 1.5), "200": ("borrowed_memory_scale", 1.25),
+              "300": ("step_overhead_ms", 2.0)}
+    mine = [dict(amd, build="amd-mlperf-5.1", split="fit", published=k) for k in target]
+    others = [dict(amd, build="", split="fit", published="100"),                  # the stack's row: not the build's
+              dict(amd, build="amd-mlperf-5.1", split="test", published="100")]  # a test row never enters
+    seen = []
+
+    def stand_in(row, profile=None, **_):
+        seen.append(row)
+        field, want = target[row["published"]]
+        return float(row["published"]) * P.load_stack(P.stack_key_of(row)).measured_host("AMD")[field] / want
+    monkeypatch.setattr(P, "predict", stand_in)
+    monkeypatch.setattr(P, "resolve_profile", lambda *a, **k: (None, ""))
+    monkeypatch.setattr(P, "borrowed_profile", lambda prof, dev: True)
+    base = _doc()["stacks"]["vllm"]["measured_host"]
+    build = _doc()["stacks"]["vllm"]["builds"]["amd-mlperf-5.1"]
+    before = build.get("measured_host")
+    start = [base[k]["AMD"] for k in ("borrowed_compute_scale", "borrowed_memory_scale")]
+    assert start != [1.5, 1.25]                                                # the fit has somewhere to go
+    g = P.fit_measured_host("vllm@amd-mlperf-5.1", rows=mine + others, sweeps=2)
+    assert g["host"] == dict(borrowed_compute_scale={"AMD": 1.5}, borrowed_memory_scale={"AMD": 1.25},
+                             step_overhead_ms_by_vendor={"AMD": 2.0})
+    assert g["rows"] == [1, 2, 3] and g["median"] == pytest.approx(0.0, abs=1e-12)
+    assert seen and all(any(r is m for m in mine) for r in seen)
+    assert _doc()["stacks"]["vllm"]["measured_host"] is base and build.get("measured_host") == before
+    monkeypatch.setitem(_doc()["stacks"]["vllm"], "measured_host", None)
+    with pytest.raises(P.SpecError, match="fit vllm first"):
+        P.fit_measured_host("vllm@amd-mlperf-5.1", rows=mine)

@@ -54,3 +54,30 @@ def test_measured_host_reads_a_vendors_own_step_cost_where_it_has_one():
     assert t.measured_host("AMD")["borrowed_memory_scale"] == 1.0
     del doc["measured_host"]["step_overhead_ms_by_vendor"]
     assert t.measured_host("AMD")["step_overhead_ms"] == 1.5
+
+
+def test_a_build_keeps_its_stacks_scheduler_and_host_and_brings_its_own_vendor_factors():
+    """`load_stack("vllm@amd-mlperf-5.1")`: the stack's key, scheduler and efficiencies, its name saying the build,
+    and `measured_host` with the build's vendor fields over the stack's (the step and per-sequence costs stay the
+    stack's). An unknown build, or a build of a stack that lists none, is one message naming what exists."""
+    from dataclasses import replace
+    from specs.model_config import SpecError
+    base, b = load_stack("vllm"), load_stack("vllm@amd-mlperf-5.1")
+    assert (b.key, b.build, b.full_key, base.full_key) == ("vllm", "amd-mlperf-5.1", "vllm@amd-mlperf-5.1", "vllm")
+    assert b.name.startswith(base.name + " (") and "MLPerf" in b.name
+    assert (b.max_num_seqs, b.max_num_batched_tokens, b.efficiency, b.kv_reservation) == \
+        (base.max_num_seqs, base.max_num_batched_tokens, base.efficiency, base.kv_reservation)
+    host = dict(step_overhead_ms=1.5, sequence_overhead_us=8.0, borrowed_compute_scale={"AMD": 2.0},
+                borrowed_memory_scale={"AMD": 1.75}, step_overhead_ms_by_vendor={"AMD": 2.0})
+    own = dict(borrowed_compute_scale={"AMD": 1.25}, borrowed_memory_scale={"AMD": 1.0},
+               step_overhead_ms_by_vendor={"AMD": 3.0})
+    t = replace(b, doc=dict(base.doc, measured_host=host), build_doc=dict(b.build_doc, measured_host=own))
+    assert t.measured_host("AMD") == dict(step_overhead_ms=3.0, sequence_overhead_us=8.0,
+                                          borrowed_compute_scale=1.25, borrowed_memory_scale=1.0)
+    assert t.measured_host("NVIDIA") == dict(step_overhead_ms=1.5, sequence_overhead_us=8.0,
+                                             borrowed_compute_scale=1.0, borrowed_memory_scale=1.0)
+    assert replace(t, doc=dict(base.doc, measured_host=None)).measured_host("AMD") is None   # no stack fit: none
+    with pytest.raises(SpecError, match="vllm has no build 'nightly'; its builds: amd-mlperf-5.1"):
+        load_stack("vllm@nightly")
+    with pytest.raises(SpecError, match="sglang has no build 'x' \\(it lists none\\)"):
+        load_stack("sglang@x")
