@@ -67,7 +67,7 @@ def device_profile(device, config, stack, pricing: str | None):
         return None
     from calculators.planning.measured_step import resolve_profile
     from specs.stacks import load_stack
-    return resolve_profile(pricing, device, load_stack(stack).key, config)[0]
+    return resolve_profile(pricing, device, load_stack(stack).full_key, config)[0]
 
 
 def plan_profile(best: dict, config, stack, devices=()):

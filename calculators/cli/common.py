@@ -109,5 +109,5 @@ def profile_of(args, device: Device, config: ModelConfig):
     """(profile or None, the sentence saying what prices the step) for a command's --profile and --stack."""
     from calculators.planning.measured_step import resolve_profile
     from specs.stacks import load_stack
-    return resolve_profile(getattr(args, "profile", "auto"), device, load_stack(args.stack).key, config,
+    return resolve_profile(getattr(args, "profile", "auto"), device, load_stack(args.stack).full_key, config,
                            getattr(args, "weight_dtype", None))

@@ -50,8 +50,8 @@ def size_disaggregated(config: ModelConfig, prefill_device: Device, prefill_mesh
     s = load_stack(stack) if not hasattr(stack, "key") else stack
     link = load_link(handoff_link) if isinstance(handoff_link, str) else handoff_link
 
-    prof_p = resolve_profile(profile, prefill_device, s.key, config)[0] if profile is not None else None
-    prof_d = resolve_profile(profile, decode_device, s.key, config)[0] if profile is not None else None
+    prof_p = resolve_profile(profile, prefill_device, s.full_key, config)[0] if profile is not None else None
+    prof_d = resolve_profile(profile, decode_device, s.full_key, config)[0] if profile is not None else None
     pre = request_latency(config, prefill_device, prefill_mesh, P, O, 1, weight_dtype, kd, s,
                           profile=prof_p)["ttft_ms"]
     n_pre = math.ceil(rate * pre / 1e3 / rho_max)

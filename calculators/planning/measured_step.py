@@ -609,14 +609,16 @@ def nearest_profiled(device: Device, stack_key: str) -> Device | None:
 def _derate_words(stack_key: str, device: Device) -> str:
     """How a borrowed profile's work is slowed on `device` (the stack's `measured_host` fit)."""
     try:
-        host = load_stack(stack_key).measured_host(device.vendor)
+        stack = load_stack(stack_key)
+        host = stack.measured_host(device.vendor)
     except SpecError:
         return ""
     if not host or (host["borrowed_compute_scale"] == 1.0 and host["borrowed_memory_scale"] == 1.0):
         return ""
+    of = f" of {stack.build_doc['name']}" if stack.build else ""
     return (f", its compute-bound work {host['borrowed_compute_scale']:g}x slower, its memory-bound work "
             f"{host['borrowed_memory_scale']:g}x slower and a {host['step_overhead_ms']:g} ms step, fitted on "
-            f"published {device.vendor or device.name} rows")
+            f"published {device.vendor or device.name} rows{of}")
 
 
 def resolve_profile(profile, device: Device, stack_key: str, config: ModelConfig | None = None,

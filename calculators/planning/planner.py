@@ -295,7 +295,7 @@ def plan(config: ModelConfig, devices: list[Device], workload: Workload, space: 
     profiles = [None] * len(devices)
     if profile is not None:
         for d, dv in enumerate(devices):
-            profiles[d], words = resolve_profile(profile, dv, stack.key, c)
+            profiles[d], words = resolve_profile(profile, dv, stack.full_key, c)
             notes.append(f"{dv.name}: priced from {words}")
     meas = measured_layouts(profiles, c, devices, di, tp, pp, ep, wdi, kdi, space.weight_dtypes, space.kv_dtypes,
                             ctx_loaded, wl.prompt_tokens, (wl.prompt_tokens, wl.p99_prompt), stack)

@@ -110,4 +110,4 @@ def default_pricing(device: Device, config: ModelConfig, measured: bool = True, 
     choice = default_profile_choice()
     if measured and choice == "none":
         choice = "auto"
-    return resolve_profile(choice if measured else None, device, s.key, config)
+    return resolve_profile(choice if measured else None, device, s.full_key, config)

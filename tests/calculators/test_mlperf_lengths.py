@@ -251,3 +251,31 @@ def test_a_builds_fit_takes_only_its_own_rows_and_fits_only_its_vendor_factors(m
     monkeypatch.setitem(_doc()["stacks"]["vllm"], "measured_host", None)
     with pytest.raises(P.SpecError, match="fit vllm first"):
         P.fit_measured_host("vllm@amd-mlperf-5.1", rows=mine)
+
+
+def test_a_build_names_its_own_factors_wherever_a_command_says_what_priced_it(capsys):
+    """The words beside a figure priced on a borrowed profile give the factors of the build it ran (the CLI's
+    `--stack vllm@amd-mlperf-5.1`, the published rows), not the stack's; an unknown build is one message."""
+    from specs.aiconfigurator_source import package_dir, readers_installed
+    if package_dir() is None or not readers_installed():
+        pytest.skip("aiconfigurator-core is not installed (pip install -r requirements-profiles.txt)")
+    from calculators.planning.measured_step import resolve_profile
+    from specs.devices import load_device
+    mi300x = load_device("mi300x")
+    words = {k: resolve_profile("auto", mi300x, k)[1] for k in ("vllm", "vllm@amd-mlperf-5.1")}
+    for key, said in words.items():
+        h = P.load_stack(key).measured_host("AMD")
+        assert f"compute-bound work {h['borrowed_compute_scale']:g}x slower" in said
+        assert f"a {h['step_overhead_ms']:g} ms step" in said
+    assert words["vllm"] != words["vllm@amd-mlperf-5.1"]
+    assert words["vllm@amd-mlperf-5.1"].endswith("rows of AMD's MLPerf v5.1 harness)")
+    assert resolve_profile("auto", mi300x, "vllm@amd-mlperf-5.1")[0] is resolve_profile("auto", mi300x, "vllm")[0]
+    from calculators.cli import main as cli_main
+    try:
+        code = cli_main(["throughput", "--model", "llama-2-70b", "--gpu", "mi300x", "--weight-dtype", "fp8",
+                         "--stack", "vllm@nope", "--prompt-tokens", "222", "--output-tokens", "300"])
+    except SystemExit as e:
+        code = e.code
+    assert code not in (0, None)
+    err = capsys.readouterr().err
+    assert "serving stack vllm has no build 'nope'; its builds: amd-mlperf-5.1" in err and "Traceback" not in err
