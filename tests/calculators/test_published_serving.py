@@ -45,7 +45,13 @@ def test_every_fitted_efficiency_names_only_fit_rows():
             named += e["fitted_on"]
         if "measured_host" in st:                    # the host's work under measured kernels: fit rows too
             assert st["measured_host"]["fitted_on"]
+            assert not any(ROWS[i - 1].get("build") for i in st["measured_host"]["fitted_on"])   # a build's own
             named += st["measured_host"]["fitted_on"]
+        for key, build in (st.get("builds") or {}).items():     # a build's own factors: its own fit rows
+            if build.get("measured_host"):
+                ids = build["measured_host"]["fitted_on"]
+                assert ids and all(ROWS[i - 1].get("build") == key for i in ids), key
+                named += ids
     assert named
     for i in named:
         assert ROWS[i - 1]["split"] == "fit", f"row {i} is a test row"
