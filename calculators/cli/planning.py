@@ -43,7 +43,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--kv-dtype", type=dtype_arg(KV_DTYPES), default=None, help="default: the weights' float format")
     p.add_argument("--prompt-tokens", type=positive_int, required=True, help="input tokens per request")
     p.add_argument("--output-tokens", type=positive_int, required=True, help="output tokens per request")
-    p.add_argument("--stack", default=None, help=f"serving stack: {', '.join(list_stacks())} (default vllm)")
+    p.add_argument("--stack", default=None, help=f"serving stack: {', '.join(list_stacks())} (default vllm), "
+                   "or a named build of one (vllm@amd-mlperf-5.1)")
     p.add_argument("--gpu-memory-utilization", type=nonneg_float, default=None,
                    help="fraction of each GPU the server may use (default: the stack's, 0.9 for vLLM)")
     p.add_argument("--max-num-seqs", type=positive_int, default=None, help="scheduler cap on sequences "
@@ -130,7 +131,8 @@ def build_ops_parser() -> argparse.ArgumentParser:
     p.add_argument("--context", type=positive_int, default=1024, help="cached tokens each decode row reads")
     p.add_argument("--prompt-tokens", type=nonneg_int, default=0, help="prompt tokens the step prefills")
     p.add_argument("--prompt-len", type=positive_int, default=None, help="tokens per prompt (default: all one)")
-    p.add_argument("--stack", default=None, help=f"serving stack: {', '.join(list_stacks())} (default vllm)")
+    p.add_argument("--stack", default=None, help=f"serving stack: {', '.join(list_stacks())} (default vllm), "
+                   "or a named build of one (vllm@amd-mlperf-5.1)")
     add_profile_arg(p)
     p.add_argument("--json", action="store_true", help="print JSON instead of a table")
     return p

@@ -49,7 +49,8 @@ def build_parser():
                    help="length preset: assumed (chat, reasoning) or an MLPerf dataset's measured lengths")
     p.add_argument("--weight-dtype", type=dtype_arg(WEIGHT_DTYPES), default="bf16")
     p.add_argument("--kv-dtype", type=dtype_arg(KV_DTYPES), default=None)
-    p.add_argument("--stack", default=None, help=f"serving stack: {', '.join(list_stacks())} (default vllm)")
+    p.add_argument("--stack", default=None, help=f"serving stack: {', '.join(list_stacks())} (default vllm), "
+                   "or a named build of one (vllm@amd-mlperf-5.1)")
     p.add_argument("--max-num-seqs", type=positive_int, default=None)
     p.add_argument("--max-num-batched-tokens", type=positive_int, default=None)
     p.add_argument("--no-chunked-prefill", action="store_true", help="whole prompts per step")

@@ -57,8 +57,9 @@ def add_parallel_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--tp", type=positive_int, default=1, help="tensor-parallel degree (default 1)")
     g.add_argument("--pp", type=positive_int, default=1, help="pipeline-parallel stages (default 1)")
     g.add_argument("--ep", type=positive_int, default=1, help="expert-parallel degree, MoE only (default 1)")
-    g.add_argument("--stack", default=None, help="serving stack: vllm (default), sglang, trtllm, llamacpp, nccl; sets "
-                   "the all-reduce algorithm, the efficiencies and the fixed step cost (specs/stacks.json)")
+    g.add_argument("--stack", default=None, help="serving stack: vllm (default), sglang, trtllm, llamacpp, nccl, or a "
+                   "named build of one (vllm@amd-mlperf-5.1); sets the all-reduce algorithm, the efficiencies and the "
+                   "fixed step cost (specs/stacks.json)")
     g.add_argument("--gpu-memory-utilization", type=nonneg_float, default=DEFAULT_GPU_MEMORY_UTILIZATION,
                    help=f"vLLM's meaning: fraction of each GPU's memory the server may use (default "
                         f"{DEFAULT_GPU_MEMORY_UTILIZATION})")
