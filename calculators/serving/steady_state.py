@@ -23,10 +23,11 @@ next carries its prompt too, and the steps it decodes in remember both (`chain_t
 fixed number decoding; `decode_count_tpot_excess`: the number decoding, which the bursts of prompts move).
 
 TTFT = X + W (p50 and p99 of the mixture, `ttft_quantile`), X = the prefill parts added at each quantile:
-    wait for a slot W        the birth-death chain of requests held (`slot_wait_law`): P(N ≥ B), then exponential
-                             with mean (I + c_s²)/2 · 1/(μ_B − λ) (Kingman; Allen-Cunneen), I the dispersion of
-                             arrivals counted in steps (`context_dispersion`: the step moves with the running
-                             sequences' cached context, so arrivals per step are a Cox process)
+    wait for a slot W        the birth-death chain of requests held (`slot_wait_law`; with j held a step carries
+                             the prompts that arrive during it, so longer steps carry more): P(N ≥ B), then
+                             exponential with mean (I + c_s²)/2 · 1/(μ_B − λ) (Kingman; Allen-Cunneen), I the
+                             dispersion of arrivals counted in steps (`context_dispersion`: the step moves with the
+                             running sequences' cached context, so arrivals per step are a Cox process)
     whole prompts            the prompt chain: the rest of the step in progress (length-biased), then the own step
                              with the prompts that arrived meanwhile; an idle replica (P = e^(−N)) starts at once
     prompts past half a chunk  the token stream cut into chunks (`_stream_ttft_levels`): the rest of the step in
@@ -491,6 +492,26 @@ def _on_grid(step_at, top: int, like) -> np.ndarray:
     hi *= f
     lo += hi
     return lo
+
+
+def _state_step(step: StepFn, rows, tokens_per_ms, bend, start, iterations: int = 8):
+    """The step with `rows` decoding when the prompt tokens it carries are those that arrive during it:
+    τ_j = g(τ_j), g(τ) = step(rows, λ·E[I]·τ) + bend, found by the secant method from `start` (g is near linear
+    in τ, with slope λ·E[I]·∂step/∂p < 1 below capacity; where it is not, inf)."""
+    rows = np.asarray(rows, dtype=float)
+    g = lambda t: step(rows, tokens_per_ms * t) + bend            # noqa: E731
+    t0 = np.asarray(start, dtype=float) * np.ones_like(rows)
+    h0 = g(t0) - t0
+    t1 = t0 + h0
+    for _ in range(iterations):
+        h1 = g(t1) - t1
+        if np.all(np.abs(h1) <= 1e-9 * np.abs(t1)):
+            break
+        dh = h1 - h0
+        with np.errstate(divide="ignore", invalid="ignore"):
+            nxt = np.where(np.abs(dh) > 1e-12 * np.abs(t1), t1 - h1 * (t1 - t0) / dh, t1 + h1)
+        t0, h0, t1 = t1, h1, nxt
+    return np.where(np.isfinite(t1) & (t1 > 0), t1, np.inf)
 
 
 def _last_answer_kept(f):
@@ -1070,10 +1091,16 @@ def operating_point(step: StepFn, rate, load: Load, chain: bool = True, near_ste
 
     # with j requests held, the mean step over the prompts it carries: the step bends, so the mean step τ is more
     # than step(n, p) (Jensen), most where whole prompts make some steps compute-bound and the rest memory-bound.
-    # That excess comes from the prompt tokens (p, the same in every state), so each state j keeps it:
-    # step_at(j) = step(j·n/N, p) + (τ − step(n, p)). (At j = B it is within 0.3% of the mean step there.)
+    # That excess comes from the prompt tokens, so each state j keeps it (bend = τ − step(n, p)). The prompt tokens
+    # a step carries are those that arrived during it (λ·E[I]·τ_j), so a state with more rows, whose steps are
+    # longer, also carries more prompt tokens: τ_j = step(j·n/N, λ·E[I]·τ_j) + bend (`_state_step`; at j = N it is
+    # τ). Held at the mean p instead, the chain lost that feedback: near capacity, where the prompts' compute is a
+    # large share of the step, the requests held wandered far less than the simulator's (Llama-2-70B FP8 on an
+    # H200 at MLPerf's lengths, 512 slots, 98% of capacity: TTFT p99 373 ms against the simulator's 2,318 ms;
+    # now 2,771 ms). (At j = B it is within 0.3% of the mean step there.)
     bend = t - step(n, p)
-    step_at = _last_answer_kept(lambda j: step(j * rows_per_held, p * np.ones_like(j)) + bend)   # j requests held
+    step_at = _last_answer_kept(lambda j: _state_step(step, j * rows_per_held, lam * I.mean_tokens / 1e3, bend,
+                                                      np.broadcast_to(t, np.shape(j))))      # j requests held
     # a slot is held for the prefill steps and the O − 1 decode steps: its variability is the output's
     scv = load.output.scv * (load.output.mean_tokens / np.maximum(steps_per_req, 1e-12)) ** 2
     dispersion = context_dispersion(step, load, lam, lambda j: j * rows_per_held, p, step_at)
