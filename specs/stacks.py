@@ -202,7 +202,7 @@ def load_stack(name: str | None = None) -> Stack:
         raise SpecError(f"serving stack {key} has no build {build!r}"
                         + (f"; its builds: {', '.join(builds)}" if builds else " (it lists none)"))
     sch = d["scheduler"]
-    return Stack(key=key, name=d["name"] + (f" ({builds[build]['name']})" if build else ""),
+    return Stack(key=key, name=d["name"] + (f" ({builds[build].get('name', build)})" if build else ""),
                  build=build, build_doc=builds.get(build) if build else None,
                  custom_allreduce=_custom(d.get("custom_allreduce")),
                  max_num_seqs=int(sch["max_num_seqs"]), max_num_batched_tokens=int(sch["max_num_batched_tokens"]),

@@ -615,7 +615,7 @@ def _derate_words(stack_key: str, device: Device) -> str:
         return ""
     if not host or (host["borrowed_compute_scale"] == 1.0 and host["borrowed_memory_scale"] == 1.0):
         return ""
-    of = f" of {stack.build_doc['name']}" if stack.build else ""
+    of = f" of {stack.build_doc.get('name', stack.build)}" if stack.build else ""
     return (f", its compute-bound work {host['borrowed_compute_scale']:g}x slower, its memory-bound work "
             f"{host['borrowed_memory_scale']:g}x slower and a {host['step_overhead_ms']:g} ms step, fitted on "
             f"published {device.vendor or device.name} rows{of}")
