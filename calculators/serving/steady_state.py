@@ -494,12 +494,12 @@ def _on_grid(step_at, top: int, like) -> np.ndarray:
     return lo
 
 
-def _state_step(step: StepFn, rows, tokens_per_ms, bend, start, iterations: int = 8):
-    """The step with `rows` decoding when the prompt tokens it carries are those that arrive during it:
-    τ_j = g(τ_j), g(τ) = step(rows, λ·E[I]·τ) + bend, found by the secant method from `start` (g is near linear
-    in τ, with slope λ·E[I]·∂step/∂p < 1 below capacity; where it is not, inf)."""
+def _state_step(step: StepFn, rows, tokens_per_ms, bend, start, chunk: float = math.inf, iterations: int = 8):
+    """The step with `rows` decoding when the prompt tokens it carries are those that arrive during it, at most a
+    chunk: τ_j = g(τ_j), g(τ) = step(rows, min(chunk, λ·E[I]·τ)) + bend, found by the secant method from `start`
+    (g is near linear in τ, with slope λ·E[I]·∂step/∂p < 1 below capacity; where it is not, inf)."""
     rows = np.asarray(rows, dtype=float)
-    g = lambda t: step(rows, tokens_per_ms * t) + bend            # noqa: E731
+    g = lambda t: step(rows, np.minimum(chunk, tokens_per_ms * t)) + bend            # noqa: E731
     t0 = np.asarray(start, dtype=float) * np.ones_like(rows)
     h0 = g(t0) - t0
     t1 = t0 + h0
@@ -1096,11 +1096,11 @@ def operating_point(step: StepFn, rate, load: Load, chain: bool = True, near_ste
     # longer, also carries more prompt tokens: τ_j = step(j·n/N, λ·E[I]·τ_j) + bend (`_state_step`; at j = N it is
     # τ). Held at the mean p instead, the chain lost that feedback: near capacity, where the prompts' compute is a
     # large share of the step, the requests held wandered far less than the simulator's (Llama-2-70B FP8 on an
-    # H200 at MLPerf's lengths, 512 slots, 98% of capacity: TTFT p99 373 ms against the simulator's 2,318 ms;
-    # now 2,771 ms). (At j = B it is within 0.3% of the mean step there.)
+    # H200 at MLPerf's lengths, 512 slots, 98% of capacity: TTFT p99 373 ms against the simulator's 1,841-2,318
+    # ms; now 2,771 ms). (At j = B it is within 0.3% of the mean step there.)
     bend = t - step(n, p)
     step_at = _last_answer_kept(lambda j: _state_step(step, j * rows_per_held, lam * I.mean_tokens / 1e3, bend,
-                                                      np.broadcast_to(t, np.shape(j))))      # j requests held
+                                                      np.broadcast_to(t, np.shape(j)), chunk))   # j requests held
     # a slot is held for the prefill steps and the O − 1 decode steps: its variability is the output's
     scv = load.output.scv * (load.output.mean_tokens / np.maximum(steps_per_req, 1e-12)) ** 2
     dispersion = context_dispersion(step, load, lam, lambda j: j * rows_per_held, p, step_at)

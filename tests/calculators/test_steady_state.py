@@ -794,9 +794,10 @@ def test_the_process_wide_tables_are_read_only():
 
 
 def test_a_states_step_carries_the_prompts_that_arrive_during_it():
-    """`_state_step`: τ = step(rows, k·τ) + bend. For a step linear in both (a + b·n + c·p) it is exactly
-    (a + b·n + bend) / (1 − k·c); for a roofline step (the max of a memory and a compute line) it is the fixed
-    point a plain iteration reaches after 5,000 rounds; where k·c ≥ 1 there is none (inf)."""
+    """`_state_step`: τ = step(rows, min(chunk, k·τ)) + bend. For a step linear in both (a + b·n + c·p) it is
+    exactly (a + b·n + bend) / (1 − k·c), or a + b·n + c·chunk + bend where a chunk caps the prompts; for a roofline
+    step (the max of a memory and a compute line) it is the fixed point a plain iteration reaches after 5,000
+    rounds; where k·c ≥ 1 there is none (inf)."""
     from calculators.serving.steady_state import _state_step
     rows = np.array([1.0, 40.0, 300.0, 2000.0])
     lin = lambda n, p: 20.0 + 0.1 * np.asarray(n) + 0.05 * np.asarray(p)          # noqa: E731
@@ -809,6 +810,8 @@ def test_a_states_step_carries_the_prompts_that_arrive_during_it():
         t = roof(rows, k * t) + bend
     assert _state_step(roof, rows, k, bend, np.full_like(rows, 30.0)) == pytest.approx(t, rel=1e-7)
     assert np.all(np.isinf(_state_step(lin, rows, 25.0, bend, np.full_like(rows, 30.0))))     # k·c = 1.25
+    capped = _state_step(lin, rows, k, bend, np.full_like(rows, 30.0), chunk=100.0)     # a chunk holds 100 tokens
+    assert capped == pytest.approx(np.minimum(got, 20.0 + 0.1 * rows + 0.05 * 100.0 + bend), rel=1e-9)
 
 
 def test_near_capacity_the_requests_held_wander_as_the_simulators_do():
