@@ -524,12 +524,13 @@ def fit_measured_host(stack_key: str, rows: list[dict] | None = None, sweeps: in
     per_vendor = ("borrowed_compute_scale", "borrowed_memory_scale", "step_overhead_ms_by_vendor")
     if build and not vendors:
         raise SpecError(f"{stack_key}: a build fits its vendors' factors, and none of its fit rows borrows a profile")
-    best = dict(step_overhead_ms=0.5, sequence_overhead_us=4.0, borrowed_compute_scale={v: 1.0 for v in vendors},
-                borrowed_memory_scale={v: 1.0 for v in vendors})
-    if vendors:                          # a borrowing vendor's stack build has its own fixed step cost
-        best["step_overhead_ms_by_vendor"] = {v: 0.5 for v in vendors}
     if build:                            # the stack's host stays; its vendors' values are the start
-        best = {k: {v: float(stack_host_value(under, k, v)) for v in vendors} for k in per_vendor}
+        best = {k: {v: float(_vendor_value(under, k, v)) for v in vendors} for k in per_vendor}
+    else:
+        best = dict(step_overhead_ms=0.5, sequence_overhead_us=4.0, borrowed_compute_scale={v: 1.0 for v in vendors},
+                    borrowed_memory_scale={v: 1.0 for v in vendors})
+        if vendors:                      # a borrowing vendor's stack build has its own fixed step cost
+            best["step_overhead_ms_by_vendor"] = {v: 0.5 for v in vendors}
 
     def loss(h):
         _with_host(stack_key, h)
@@ -561,7 +562,7 @@ def fit_measured_host(stack_key: str, rows: list[dict] | None = None, sweeps: in
     return dict(host=best, rows=[row_id(r, rows) for r in part], median=statistics.median(errs), worst=max(errs))
 
 
-def stack_host_value(host: dict, field: str, vendor: str) -> float:
+def _vendor_value(host: dict, field: str, vendor: str) -> float:
     """A stack's `measured_host` value of a per-vendor field for `vendor` (its fixed step where the vendor has
     none of its own; factors 1)."""
     if field == "step_overhead_ms_by_vendor":

@@ -383,6 +383,15 @@ def no_slower_than_16_bits(ms, past, wide):
     return np.where(slower, wide_ms, ms), np.where(slower, wide_past, past)
 
 
+def _floored_at_16_bits(ms, past, wide_lines, size, shape: dict, ideal_used):
+    """`no_slower_than_16_bits` with the profile's bf16 lines (`wide_lines`, None where it measured none) read at
+    the same primary `size` and `shape`, against the quantized format's roofline `ideal_used`."""
+    if wide_lines is None:
+        return ms, past
+    le16, past16 = interpolate(wide_lines, size, shape)
+    return no_slower_than_16_bits(ms, past, (ideal_used / np.exp(le16), past16))
+
+
 def _borrowed(profile, device: Device) -> bool:
     return device.name != profile_device(profile).name
 
@@ -401,10 +410,7 @@ def gemm_ms(profile, device: Device, m, n: int, k: int, dtype: str = "bf16") -> 
     le, past = interpolate(lines, m, dict(n=n, k=k))
     ms = ideal_used / np.exp(le)
     if borrowed and used not in WIDE_FORMATS:
-        wide = _gemm_lines(profile, "bf16", True)
-        if wide is not None:
-            le16, past16 = interpolate(wide, m, dict(n=n, k=k))
-            ms, past = no_slower_than_16_bits(ms, past, (ideal_used / np.exp(le16), past16))
+        ms, past = _floored_at_16_bits(ms, past, _gemm_lines(profile, "bf16", True), m, dict(n=n, k=k), ideal_used)
     return _priced("gemm", ideal, ms, past | bool(note), note, np.ndim(m))
 
 
@@ -636,10 +642,8 @@ def moe_ms(profile, device: Device, tokens, hidden: int, inter: int, experts: in
     le, past = interpolate(lines, np.maximum(tokens, 1.0), shape)
     ms = ideal_used / np.exp(le)
     if _borrowed(profile, device) and used not in WIDE_FORMATS:
-        wide = _moe_lines(profile, "bf16")
-        if wide is not None:
-            le16, past16 = interpolate(wide, np.maximum(tokens, 1.0), shape)
-            ms, past = no_slower_than_16_bits(ms, past, (ideal_used / np.exp(le16), past16))
+        ms, past = _floored_at_16_bits(ms, past, _moe_lines(profile, "bf16"), np.maximum(tokens, 1.0), shape,
+                                       ideal_used)
     return _priced("moe experts", ideal, ms, past | bool(note), note, np.ndim(tokens))
 
 
