@@ -246,7 +246,11 @@ def check_number(label: str, v: Any, min_value: float, max_value: float, *, inte
 
 
 def _fmt(x: float, integer: bool) -> str:
-    return f"{int(x):,}" if integer and math.isfinite(x) else f"{x:g}"
+    """A bound or a typed value for a message: whole numbers with thousands separators up to 10¹⁵, anything larger
+    in three significant figures (1e99 typed into a token count reads "1e+99", not 100 digits)."""
+    if not math.isfinite(x) or abs(x) >= 1e15:
+        return f"{x:.3g}"
+    return f"{int(x):,}" if integer else f"{x:g}"
 
 
 # ============================================================================================ state

@@ -146,6 +146,22 @@ def test_a_twenty_digit_number_is_whole_and_then_out_of_range():
     assert shown and "between" in shown[0] and "whole" not in shown[0]
 
 
+def test_a_huge_typed_number_is_named_in_three_figures_not_a_hundred_digits():
+    """1e99 typed into the planner's prompt field printed "got 999,999,999,...,727" (100 digits); the message now
+    reads 1e+99, and bounds and ordinary values keep their thousands separators."""
+    import ui.widgets as w
+    shown = []
+    keep = w.show_error
+    w.show_error = lambda msg, where=None: shown.append(str(msg))
+    try:
+        assert w.check_number("Mean prompt (tokens)", 1e99, 1, 131_072, integer=True) is None
+        assert w.check_number("Mean prompt (tokens)", 200_000, 1, 131_072, integer=True) is None
+    finally:
+        w.show_error = keep
+    assert shown[0] == "Mean prompt (tokens) must be between 1 and 131,072, got 1e+99."
+    assert shown[1] == "Mean prompt (tokens) must be between 1 and 131,072, got 200,000."
+
+
 # ------------------------------------------------------------------------------------------ words
 def test_chunk_words_say_no_bump_when_the_chunk_fits_in_idle_compute():
     assert "no bump at all" in chunk_words(1.55, 7.1, 1.551, 2.44, 128)
