@@ -163,7 +163,18 @@ def _attention(df, generation: bool, prefer: str | None = None):
     return _fastest(out, keys, prefer)[keys + ["kernel", "ms"]]
 
 
+# kernels of an opt-in mode the stack does not run by default: TensorRT-LLM's min-latency fused MoE (the PyTorch
+# backend's `enable_min_latency`, off unless asked for; aiconfigurator prices TensorRT-LLM's MoE from its CUTLASS
+# rows). Read only for a shape no other kernel measured.
+OPT_IN_KERNELS = ("min_latency",)
+
+
 def _moe(df):
+    opt_in = df.kernel_source.astype(str).str.contains("|".join(OPT_IN_KERNELS))
+    keys_raw = ["moe_dtype", "num_tokens", "hidden_size", "inter_size", "num_experts", "topk", "moe_tp_size",
+                "moe_ep_size", "distribution"]
+    covered = df[~opt_in].set_index(keys_raw).index
+    df = df[~(opt_in & df.set_index(keys_raw).index.isin(covered))]
     out = df.assign(dtype=_dtype(df.moe_dtype), tokens=df.num_tokens, hidden=df.hidden_size, inter=df.inter_size,
                     experts=df.num_experts, tp=df.moe_tp_size, ep=df.moe_ep_size, kernel=df.kernel_source,
                     ms=df.latency)

@@ -173,6 +173,20 @@ def _gemma_fields(cfg: dict, model_type: str, hidden: int, head_dim: int) -> dic
     return out
 
 
+def _fp8_weight_block(cfg: dict) -> tuple[int, int] | None:
+    """The block of FP8 weights sharing one scale (`quantization_config.weight_block_size`, quant_method fp8:
+    DeepSeek-V3/R1 publish [128, 128]), None where the checkpoint is not block-scaled FP8."""
+    q = cfg.get("quantization_config")
+    if not isinstance(q, dict) or str(q.get("quant_method", "")).lower() != "fp8" or q.get("weight_block_size") is None:
+        return None
+    b = q["weight_block_size"]
+    if not (isinstance(b, (list, tuple)) and len(b) == 2 and all(isinstance(x, int) and not isinstance(x, bool)
+                                                                 and x > 0 for x in b)):
+        raise SpecError(f"quantization_config.weight_block_size must be two whole numbers > 0 (rows, columns of a "
+                        f"block sharing one FP8 scale, e.g. [128, 128]), got {b!r}")
+    return int(b[0]), int(b[1])
+
+
 def parse_hf_config(cfg: dict, name: str | None = None) -> ModelConfig:
     """`ModelConfig` from a Hugging Face `config.json` dict (decoder-only models; see the module docstring)."""
     if not isinstance(cfg, dict):
@@ -318,7 +332,7 @@ def parse_hf_config(cfg: dict, name: str | None = None) -> ModelConfig:
         (1 if model_type in ("gptj", "phi", "codegen") else 2),
         qk_norm=model_type in QK_NORM_FAMILIES,
         attn_output_gate=_flag(cfg, "attn_output_gate", model_type == "qwen3_next"),
-        learned_position_embeddings=pos_rows,
+        learned_position_embeddings=pos_rows, fp8_weight_block=_fp8_weight_block(cfg),
         **mla_fields, **lin_fields, **moe_fields, **_gemma_fields(cfg, model_type, hidden, head_dim),
     )
 

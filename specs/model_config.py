@@ -75,6 +75,9 @@ class ModelConfig:
     hidden_activation: str = "silu"            # gate activation of the MLP: "silu" (SwiGLU) | "gelu_tanh" (GeGLU)
     embed_scale: float = 1.0                   # embeddings multiplied by this before layer 0 (Gemma: sqrt(D))
     final_logit_softcapping: float | None = None  # logits -> c·tanh(logits/c) (Gemma 2; None for Gemma 3)
+    # --- how the checkpoint is published, where its config says (quantization_config) ---
+    fp8_weight_block: tuple[int, int] | None = None  # FP8 weights scaled per block of this many (rows, columns):
+    # DeepSeek-V3/R1's 128 x 128; None for per-tensor FP8 or an unquantized checkpoint
 
     def __post_init__(self) -> None:
         for f in ("hidden_size", "num_layers", "num_heads", "num_kv_heads", "head_dim", "intermediate_size",

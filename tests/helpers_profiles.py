@@ -33,17 +33,20 @@ def hand_made_h200_profile(name: str = "h200-test-curves") -> Profile:
                    source={"kind": "profiler", "version": "test", "detail": "hand-made"}, provenance={}, tables=tables)
 
 
-def qwen3_moe_fp8_slow_profile(name: str = "h200-router-test"):
+def qwen3_moe_fp8_slow_profile(name: str = "h200-router-test", block: bool = False):
     """A hand-made H200 profile for Qwen3-30B-A3B's shapes (TP 1): bf16 GEMMs at 50% of their roofline, fp8 ones
-    at 10%, the fused MoE measured in fp8 only (30%), decode attention at 90% and prefill attention at 50%."""
+    at 10%, the fused MoE measured in fp8 only (30%), decode attention at 90% and prefill attention at 50%.
+    `block`: block-scaled FP8 measured too, its GEMMs at 20% and its fused MoE at 15%."""
     from calculators.sizing.measured_ops import moe_roofline_ms, prefill_attention_roofline_ms
     from specs.presets import load_preset
     qwen = load_preset("qwen3-30b-a3b")
     shapes = [(n, k) for n, k in ((5120, 2048), (2048, 4096), (128, 2048), (151936, 2048))]
     gemm = [(dt, m, n, k, float(gemm_roofline_ms(H200, m, n, k, dt)) / eff)
-            for dt, eff in (("bf16", 0.5), ("fp8", 0.1)) for n, k in shapes for m in (1, 64, 4096)]
-    moe = [("fp8", t, 2048, 768, 128, 8, 1, 1, "power_law_1.01",
-            float(moe_roofline_ms(H200, t, 2048, 768, 128, 8, 1, 1, "fp8")) / 0.3) for t in (1, 64, 4096)]
+            for dt, eff in (("bf16", 0.5), ("fp8", 0.1), ("fp8_block", 0.2))[:3 if block else 2]
+            for n, k in shapes for m in (1, 64, 4096)]
+    moe = [(dt, t, 2048, 768, 128, 8, 1, 1, "power_law_1.01",
+            float(moe_roofline_ms(H200, t, 2048, 768, 128, 8, 1, 1, dt)) / eff)
+           for dt, eff in (("fp8", 0.3), ("fp8_block", 0.15))[:2 if block else 1] for t in (1, 64, 4096)]
     dec = [("bf16", "fp8", b, ctx, 32, 4, 128, 0,
             float(decode_attention_roofline_ms(H200, b, ctx, 32, 4, 128, "fp8")) / 0.9)
            for b in (1, 64, 4096) for ctx in (1024, 32768)]

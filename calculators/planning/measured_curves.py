@@ -17,7 +17,7 @@ import numpy as np
 
 from calculators import arch
 from calculators.multi_gpu.tensor_parallel import Mesh
-from calculators.planning.measured_step import (WEIGHT_FORMATS, attention_shape, decode_attention_op, gemm_dtype,
+from calculators.planning.measured_step import (attention_shape, decode_attention_op, gemm_dtype, kernel_format,
                                                 layer_gemms, lm_head_dtype, moe_shape)
 from calculators.sizing.measured_ops import allreduce_ms, gemm_ms, moe_ms, peak_flops, ring_collective_ms
 from calculators.units import fmt_num
@@ -58,7 +58,7 @@ def gemm_curves(profile, device: Device, config: ModelConfig, tp: int = 1, weigh
                 tokens=TOKEN_GRID) -> list[Curve]:
     """The model's weight GEMMs on one GPU of TP `tp` (`measured_step.layer_gemms`: qkv, o, gate + up, down, ...),
     the fused MoE when it has one, and the LM head, each at m = `tokens` tokens per step."""
-    wd = WEIGHT_FORMATS.get(str(weight_dtype), str(weight_dtype))
+    wd = kernel_format(config, weight_dtype)
     m = np.asarray(tokens, dtype=float)
     mesh = Mesh(tp=tp)
     head = lm_head_dtype(wd)

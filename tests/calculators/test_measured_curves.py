@@ -190,3 +190,27 @@ def test_a_curve_past_its_roofline_gets_a_sentence_that_says_why_and_one_under_i
     fast = Curve("down", x, np.array([0.1, 1.05, 0.9]), np.ones(3), np.zeros(3, bool), np.zeros(3, bool))
     assert over_roofline_caption([fast]) == ("The down reaches 105% of its roofline at 32 tokens: the measured "
                                              "kernel moves less than the roofline counts.")
+
+
+def test_fp8_weights_of_a_block_scaled_checkpoint_run_the_block_fp8_kernels():
+    """A checkpoint published in block-scaled FP8 (quantization_config.weight_block_size, as DeepSeek-V3/R1's 128 x
+    128) runs its "fp8" weights through block-FP8 GEMMs and fused MoE: in a profile that measured both, its step
+    reads the fp8_block rows (here 20% and 15% of the roofline) where a per-tensor FP8 checkpoint of the same shapes
+    reads the fp8 ones (10% and 30%). The op table names the format it priced."""
+    from calculators.multi_gpu.tensor_parallel import Mesh
+    from calculators.planning.measured_step import kernel_format, step_ops_table
+    from calculators.sizing.measured_ops import gemm_roofline_ms, moe_roofline_ms
+    p, qwen = qwen3_moe_fp8_slow_profile(block=True)
+    blocked = qwen.replace(fp8_weight_block=(128, 128))
+    assert (kernel_format(qwen, "fp8"), kernel_format(blocked, "fp8"), kernel_format(blocked, "fp4"),
+            kernel_format(blocked, "bf16")) == ("fp8", "fp8_block", "fp4", "bf16")
+    layers = qwen.num_layers
+    for config, dt, gemm_eff, moe_eff in ((qwen, "fp8", 0.1, 0.3), (blocked, "fp8_block", 0.2, 0.15)):
+        ops = {r["op"]: r for r in step_ops_table(p, config, H200, Mesh(), "fp8", "fp8", 64, 1024)}
+        qkv = ops["qkv projection"]
+        assert qkv["shape"].endswith(f"({dt})")
+        assert qkv["measured_ms"] == pytest.approx(layers * float(gemm_roofline_ms(H200, 64, 5120, 2048, dt))
+                                                   / gemm_eff, rel=1e-9)
+        moe = ops["routed experts (fused MoE)"]["measured_ms"]
+        assert moe == pytest.approx(layers * float(moe_roofline_ms(H200, 64, 2048, 768, 128, 8, 1, 1, dt)) / moe_eff,
+                                    rel=1e-9)

@@ -219,3 +219,25 @@ def test_the_all_to_all_table_is_read_in_microseconds(fake_package):
     p = aic.convert("h200_sxm", "vllm", "0.24.0", root=fake_package)
     assert sorted(rows(p.table("moe_a2a"), ["backend", "tokens", "ms"])) == [
         ("deepep_ht", 1024, pytest.approx(0.3073)), ("deepep_ll", 1024, pytest.approx(0.512))]
+
+
+def test_an_opt_in_min_latency_moe_kernel_prices_only_the_shapes_no_default_kernel_measured(tmp_path):
+    """TensorRT-LLM's min-latency fused MoE (off unless `enable_min_latency` is set) is faster than its CUTLASS
+    kernel under skewed routing (B200 NVFP4, DeepSeek-R1's experts, 8,192 tokens: 0.577 against 0.865 ms in
+    aiconfigurator-core 0.12). A throughput run does not use it, so where CUTLASS measured a shape the table keeps
+    CUTLASS's row even though it is the slower; where only the min-latency kernel measured a shape, its row stays."""
+    pytest.importorskip("yaml")
+    g = "b200_sxm"
+    write(tmp_path, f"{g}/gemm/trtllm/1.3.0rc20/gemm_perf.parquet", [
+        {"framework": "TRTLLM", "kernel_source": "torch_flow", "gemm_dtype": "bfloat16", "m": 8, "n": 4096,
+         "k": 4096, "latency": 0.01}])
+    moe = {"framework": "TRTLLM", "moe_dtype": "nvfp4", "hidden_size": 7168, "inter_size": 2048, "topk": 8,
+           "num_experts": 256, "moe_tp_size": 1, "moe_ep_size": 8, "distribution": "power_law_1.01"}
+    write(tmp_path, f"{g}/moe/trtllm/1.3.0rc20/moe_perf.parquet", [
+        {**moe, "kernel_source": "moe_torch_flow_cutlass", "num_tokens": 8192, "latency": 0.865},
+        {**moe, "kernel_source": "moe_torch_flow_min_latency", "num_tokens": 8192, "latency": 0.577},
+        {**moe, "kernel_source": "moe_torch_flow_min_latency", "num_tokens": 4, "latency": 0.040}])
+    (tmp_path / "systems" / f"{g}.yaml").write_text("gpu:\n  mem_bw: 8000000000000\n")
+    p = aic.convert(g, "trtllm", "1.3.0rc20", root=tmp_path)
+    assert rows(p.table("moe"), ["dtype", "tokens", "kernel", "ms"]) == [
+        ("fp4", 4, "moe_torch_flow_min_latency", 0.040), ("fp4", 8192, "moe_torch_flow_cutlass", 0.865)]

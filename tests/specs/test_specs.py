@@ -120,6 +120,19 @@ def test_deepseek_v3_moe_keys():
     assert c.moe_intermediate_size == 2048 and c.q_lora_rank == 1536
 
 
+def test_a_block_scaled_fp8_checkpoint_is_known_by_its_quantization_config():
+    """DeepSeek-V3 and R1 publish FP8 weights scaled per 128 x 128 block (their config.json's quantization_config);
+    a per-tensor FP8 config (no weight_block_size), another method's blocks, or no quantization_config say None."""
+    assert load_preset("deepseek-r1").fp8_weight_block == (128, 128) == load_preset("deepseek-v3").fp8_weight_block
+    assert load_preset("llama-3.1-70b").fp8_weight_block is None
+    q = {"quant_method": "fp8", "activation_scheme": "dynamic"}
+    assert parse_hf_config({**BASE, "quantization_config": q}).fp8_weight_block is None
+    assert parse_hf_config({**BASE, "quantization_config": {**q, "weight_block_size": [64, 32]}}).fp8_weight_block \
+        == (64, 32)
+    assert parse_hf_config({**BASE, "quantization_config": {"quant_method": "awq", "weight_block_size": [1, 2]}}) \
+        .fp8_weight_block is None
+
+
 def test_qwen3_next_full_attention_every_fourth_layer():
     c = load_preset("qwen3-next")
     assert c.layer_types[:4] == ("linear_attention",) * 3 + ("full_attention",)
@@ -203,6 +216,9 @@ BASE = preset_document("tinyllama")["config"]
     ({**BASE, "layer_types": ["banana"] * 22}, "unsupported"),
     ({**BASE, "num_local_experts": 8, "num_experts_per_tok": 9}, "exceeds"),
     ({**BASE, "sliding_window": 0}, "positive"),
+    ({**BASE, "quantization_config": {"quant_method": "fp8", "weight_block_size": [128]}}, "weight_block_size"),
+    ({**BASE, "quantization_config": {"quant_method": "fp8", "weight_block_size": [128, 0]}}, "two whole numbers"),
+    ({**BASE, "quantization_config": {"quant_method": "fp8", "weight_block_size": "128x128"}}, "two whole numbers"),
 ])
 def test_bad_configs_raise_spec_error_with_a_clear_message(cfg, words):
     with pytest.raises(SpecError, match=words):
