@@ -1,6 +1,7 @@
 """The planner's measured-kernel step beside aiconfigurator's own composition of the same kernels, on the same work.
 
-Both read aiconfigurator-core's TensorRT-LLM databases (H100, H200, B200, GB200), so a difference between them is a
+Both read aiconfigurator-core's databases (TensorRT-LLM on H100, H200, B200 and GB200; vLLM and SGLang on H100, H200
+and B200), so a difference between them is a
 difference in how each step is assembled from the kernels (which ops, which kernel of several, which table of a
 quantized format, the collectives), not in the measurements. aiconfigurator is the anchor the issue names (its
 databases reach single-digit errors against real runs); the project prices its steps op by op the same way, and
@@ -32,63 +33,80 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from calculators.planning.anchor_steps import step_gpu_ms  # noqa: E402
 
-# (preset, aiconfigurator's model id, GPU, TP, attention DP, EP, weights, KV, decode rows, prompt tokens, isl, osl):
-# the held-out rows' deployments (dense TP 1-8, MoE TP 8 × EP 8, DeepSeek-R1 attention DP 8 × EP 8) over their
-# batch range
-CASES = [dict(zip(("model", "aic_model", "device", "tp", "adp", "ep", "weights", "kv", "decode", "prefill", "isl",
-                   "osl"), c)) for c in [
-    ("llama-3.1-8b", "meta-llama/Meta-Llama-3.1-8B", "h200", 1, 1, 1, "bf16", "bf16", (1, 32, 256),
-     (128, 2048, 8192), 1000, 1000),
-    ("llama-3.1-8b", "meta-llama/Meta-Llama-3.1-8B", "h100", 1, 1, 1, "fp8", "fp8", (1, 32, 256), (128, 2048, 8192),
+# (stack, preset, aiconfigurator's model id, GPU, TP, attention DP, EP, weights, KV, decode rows, prompt tokens, isl,
+# osl): the held-out rows' deployments (dense TP 1-8, MoE TP 8 × EP 8, DeepSeek-R1 attention DP 8 × EP 8) over their
+# batch range on TensorRT-LLM, and the planner's default stack (vLLM) and SGLang on dense and MoE models
+FIELDS = ("stack", "model", "aic_model", "device", "tp", "adp", "ep", "weights", "kv", "decode", "prefill", "isl",
+          "osl")
+DENSE_SIZES = ((1, 32, 256), (128, 2048, 8192))
+CASES = [dict(zip(FIELDS, c)) for c in [
+    ("trtllm", "llama-3.1-8b", "meta-llama/Meta-Llama-3.1-8B", "h200", 1, 1, 1, "bf16", "bf16", *DENSE_SIZES, 1000,
+     1000),
+    ("trtllm", "llama-3.1-8b", "meta-llama/Meta-Llama-3.1-8B", "h100", 1, 1, 1, "fp8", "fp8", *DENSE_SIZES, 1000,
+     1000),
+    ("trtllm", "llama-3.1-70b", "meta-llama/Meta-Llama-3.1-70B", "h100", 2, 1, 1, "fp8", "fp8", *DENSE_SIZES, 1000,
+     1000),
+    ("trtllm", "llama-3.1-70b", "meta-llama/Meta-Llama-3.1-70B", "h200", 4, 1, 1, "fp8", "fp8", *DENSE_SIZES, 467,
+     256),
+    ("trtllm", "llama-3.1-70b", "meta-llama/Meta-Llama-3.1-70B", "b200", 1, 1, 1, "fp4", "fp8", *DENSE_SIZES, 1000,
+     1000),
+    ("trtllm", "llama-3.1-405b", "meta-llama/Meta-Llama-3.1-405B", "h200", 8, 1, 1, "fp8", "fp8", *DENSE_SIZES, 9428,
+     685),
+    ("trtllm", "qwen3-235b-a22b", "Qwen/Qwen3-235B-A22B", "h100", 8, 1, 8, "fp8", "fp8", (1, 256, 1024), (128, 2048),
      1000, 1000),
-    ("llama-3.1-70b", "meta-llama/Meta-Llama-3.1-70B", "h100", 2, 1, 1, "fp8", "fp8", (1, 32, 256),
-     (128, 2048, 8192), 1000, 1000),
-    ("llama-3.1-70b", "meta-llama/Meta-Llama-3.1-70B", "h200", 4, 1, 1, "fp8", "fp8", (1, 32, 256),
-     (128, 2048, 8192), 467, 256),
-    ("llama-3.1-70b", "meta-llama/Meta-Llama-3.1-70B", "b200", 1, 1, 1, "fp4", "fp8", (1, 32, 256),
-     (128, 2048, 8192), 1000, 1000),
-    ("llama-3.1-405b", "meta-llama/Meta-Llama-3.1-405B", "h200", 8, 1, 1, "fp8", "fp8", (1, 32, 256),
-     (128, 2048, 8192), 9428, 685),
-    ("qwen3-235b-a22b", "Qwen/Qwen3-235B-A22B", "h100", 8, 1, 8, "fp8", "fp8", (1, 256, 1024), (128, 2048), 1000,
+    ("trtllm", "qwen3-235b-a22b", "Qwen/Qwen3-235B-A22B", "h200", 8, 1, 8, "fp8", "fp8", (1, 256, 2048), (128, 2048),
+     1000, 1000),
+    ("trtllm", "qwen3-235b-a22b", "Qwen/Qwen3-235B-A22B", "b200", 8, 1, 8, "fp4", "fp8", (1, 256, 2048), (128, 2048),
+     1000, 1000),
+    ("trtllm", "deepseek-r1", "deepseek-ai/DeepSeek-R1", "h200", 1, 8, 8, "fp8", "bf16", (1, 32, 128), (128, 1024),
+     1024, 2048),
+    ("trtllm", "deepseek-r1", "deepseek-ai/DeepSeek-R1", "b200", 1, 8, 8, "fp4", "fp8", (1, 128, 512, 896),
+     (128, 1024), 1042, 2048),
+    ("trtllm", "deepseek-r1", "deepseek-ai/DeepSeek-R1", "gb200", 1, 8, 8, "fp4", "fp8", (1, 128, 512), (128, 1024),
+     804, 3736),
+    ("vllm", "llama-3.1-8b", "meta-llama/Meta-Llama-3.1-8B", "h200", 1, 1, 1, "bf16", "bf16", *DENSE_SIZES, 1000, 1000),
+    ("vllm", "llama-3.1-8b", "meta-llama/Meta-Llama-3.1-8B", "b200", 1, 1, 1, "bf16", "bf16", *DENSE_SIZES, 1000, 1000),
+    ("vllm", "llama-3.1-70b", "meta-llama/Meta-Llama-3.1-70B", "h100", 2, 1, 1, "fp8", "fp8", *DENSE_SIZES, 1000,
      1000),
-    ("qwen3-235b-a22b", "Qwen/Qwen3-235B-A22B", "h200", 8, 1, 8, "fp8", "fp8", (1, 256, 2048), (128, 2048), 1000,
+    ("vllm", "llama-3.1-405b", "meta-llama/Meta-Llama-3.1-405B", "h200", 8, 1, 1, "fp8", "fp8", *DENSE_SIZES, 1000,
      1000),
-    ("qwen3-235b-a22b", "Qwen/Qwen3-235B-A22B", "b200", 8, 1, 8, "fp4", "fp8", (1, 256, 2048), (128, 2048), 1000,
+    ("vllm", "qwen3-30b-a3b", "Qwen/Qwen3-30B-A3B", "h200", 1, 1, 1, "bf16", "bf16", *DENSE_SIZES, 1000, 1000),
+    ("vllm", "qwen3-235b-a22b", "Qwen/Qwen3-235B-A22B", "h200", 8, 1, 8, "fp8", "fp8", *DENSE_SIZES, 1000, 1000),
+    ("sglang", "llama-3.1-8b", "meta-llama/Meta-Llama-3.1-8B", "h200", 1, 1, 1, "bf16", "bf16", *DENSE_SIZES, 1000,
      1000),
-    ("deepseek-r1", "deepseek-ai/DeepSeek-R1", "h200", 1, 8, 8, "fp8", "bf16", (1, 32, 128), (128, 1024), 1024,
-     2048),
-    ("deepseek-r1", "deepseek-ai/DeepSeek-R1", "b200", 1, 8, 8, "fp4", "fp8", (1, 128, 512, 896), (128, 1024),
-     1042, 2048),
-    ("deepseek-r1", "deepseek-ai/DeepSeek-R1", "gb200", 1, 8, 8, "fp4", "fp8", (1, 128, 512), (128, 1024), 804,
-     3736),
+    ("sglang", "llama-3.1-70b", "meta-llama/Meta-Llama-3.1-70B", "h100", 2, 1, 1, "fp8", "bf16", *DENSE_SIZES, 1000,
+     1000),
+    ("sglang", "qwen3-30b-a3b", "Qwen/Qwen3-30B-A3B", "h200", 1, 1, 1, "bf16", "bf16", *DENSE_SIZES, 1000, 1000),
 ]]
 
 
 def our_gpu_ms(case: dict, kind: str, size: int) -> float:
     return step_gpu_ms(case["model"], case["device"], case["tp"], case["adp"], case["ep"], case["weights"],
-                       case["kv"], kind, size, case["isl"], case["osl"])
+                       case["kv"], kind, size, case["isl"], case["osl"], stack=case["stack"])
 
 OUT = Path(__file__).with_name("anchor_steps.csv")
 AIC_DTYPE = {"bf16": "bfloat16", "fp8": "fp8", "fp4": "nvfp4"}
 SYSTEMS = {"h100": "h100_sxm", "h200": "h200_sxm", "b200": "b200_sxm", "gb200": "gb200"}
-COLUMNS = ("model", "aic_model", "device", "tp", "adp", "ep", "weights", "kv", "kind", "size", "isl", "osl", "aic_ms",
-           "source")
+COLUMNS = ("stack", "model", "aic_model", "device", "tp", "adp", "ep", "weights", "kv", "kind", "size", "isl", "osl",
+           "aic_ms", "source")
 
 
 def aic_handle(case: dict):
-    """aiconfigurator's engine for the case's deployment (TensorRT-LLM, its default database version). DeepSeek's
-    FP8 checkpoint is block-scaled (fp8_block); its attention runs in bf16 (the B200 tables have no FP8 MLA
-    context rows)."""
+    """aiconfigurator's engine for the case's deployment (the case's stack, its default database version). DeepSeek's
+    FP8 checkpoint is block-scaled (fp8_block); attention runs in FP8 on TensorRT-LLM with an FP8 KV cache, in bf16
+    otherwise (DeepSeek-R1's MLA too: the B200 tables have no FP8 MLA context rows; vLLM's and SGLang's tables have
+    no FP8 context attention)."""
     from aiconfigurator_core.sdk.engine import EngineHandle
     w = AIC_DTYPE[case["weights"]]
     if case["model"].startswith("deepseek") and case["weights"] == "fp8":
         w = "fp8_block"
     kw = dict(tp_size=case["tp"], attention_dp_size=case["adp"], gemm_quant_mode=w,
               kvcache_quant_mode=AIC_DTYPE[case["kv"]],
-              fmha_quant_mode="bfloat16" if case["kv"] == "bf16" or case["model"].startswith("deepseek") else "fp8")
-    if case["ep"] > 1:
+              fmha_quant_mode="fp8" if case["stack"] == "trtllm" and case["kv"] == "fp8"
+              and not case["model"].startswith("deepseek") else "bfloat16")
+    if case["ep"] > 1 or case["model"].startswith("qwen3-30b"):
         kw.update(moe_tp_size=case["tp"] * case["adp"] // case["ep"], moe_ep_size=case["ep"], moe_quant_mode=w)
-    return EngineHandle.compile(case["aic_model"], SYSTEMS[case["device"]], "trtllm", **kw)
+    return EngineHandle.compile(case["aic_model"], SYSTEMS[case["device"]], case["stack"], **kw)
 
 
 def aic_ms(handle, case: dict, kind: str, size: int) -> float:
@@ -106,10 +124,11 @@ def main() -> int:
     except importlib.metadata.PackageNotFoundError:
         print("aiconfigurator-core is not installed: pip install -r requirements-profiles.txt")
         return 0
-    source = f"aiconfigurator-core {version}, EngineHandle (trtllm, default database), {datetime.date.today()}"
+    source = f"aiconfigurator-core {version}, EngineHandle (the stack's default database), {datetime.date.today()}"
     rows, ratios = [], {}
-    print("| model | GPU | layout | weights | step | rows or tokens | aiconfigurator ms | here ms | here / it |")
-    print("|---|---|---|---|---|---:|---:|---:|---:|")
+    print("| stack | model | GPU | layout | weights | step | rows or tokens | aiconfigurator ms | here ms | "
+          "here / it |")
+    print("|---|---|---|---|---|---|---:|---:|---:|---:|")
     for case in CASES:
         handle = aic_handle(case)
         for kind, sizes in (("decode", case["decode"]), ("prefill", case["prefill"])):
@@ -117,16 +136,15 @@ def main() -> int:
                 theirs = aic_ms(handle, case, kind, size)
                 ours = our_gpu_ms(case, kind, size)
                 r = ours / theirs
-                group = ("MoE " if case["ep"] > 1 else "dense ") + kind + (" (small)" if size <= 8 else "")
+                moe = case["ep"] > 1 or case["model"].startswith("qwen3-30b")
+                group = ("MoE " if moe else "dense ") + kind + (" (small)" if size <= 8 else "")
                 ratios.setdefault(group, []).append(r)
                 layout = f"TP {case['tp']}" + (f" × ADP {case['adp']}" if case["adp"] > 1 else "") + \
                     (f", EP {case['ep']}" if case["ep"] > 1 else "")
-                print(f"| {case['model']} | {case['device'].upper()} | {layout} | {case['weights']} | {kind} | "
-                      f"{size:,} | {theirs:.2f} | {ours:.2f} | {r:.2f} |")
-                rows.append(dict(model=case["model"], aic_model=case["aic_model"], device=case["device"],
-                                 tp=case["tp"], adp=case["adp"], ep=case["ep"], weights=case["weights"],
-                                 kv=case["kv"], kind=kind, size=size, isl=case["isl"], osl=case["osl"],
-                                 aic_ms=f"{theirs:.4f}", source=source))
+                print(f"| {case['stack']} | {case['model']} | {case['device'].upper()} | {layout} | "
+                      f"{case['weights']} | {kind} | {size:,} | {theirs:.2f} | {ours:.2f} | {r:.2f} |")
+                kept = {k: case[k] for k in COLUMNS if k in case}
+                rows.append(dict(kept, kind=kind, size=size, aic_ms=f"{theirs:.4f}", source=source))
     print()
     for group, rs in sorted(ratios.items()):
         dev = [abs(r - 1) for r in rs]

@@ -17,7 +17,7 @@ NUMBERS = ("tp", "adp", "ep", "size", "isl", "osl")
 
 
 def _id(c: dict) -> str:
-    return f"{c['model']}-{c['device']}-tp{c['tp']}-adp{c['adp']}-{c['weights']}-{c['kind']}-{c['size']}"
+    return f"{c['stack']}-{c['model']}-{c['device']}-tp{c['tp']}-adp{c['adp']}-{c['weights']}-{c['kind']}-{c['size']}"
 
 
 def _case(r: dict) -> dict:
@@ -28,33 +28,38 @@ CASES = [_case(r) for r in ROWS]
 
 
 def _ours(c: dict) -> float:
-    if profile_for(load_device(c["device"]).name, "trtllm") is None:
-        pytest.skip("no TensorRT-LLM profile installed (pip install -r requirements-profiles.txt)")
+    if profile_for(load_device(c["device"]).name, c["stack"]) is None:
+        pytest.skip(f"no {c['stack']} profile installed (pip install -r requirements-profiles.txt)")
     return step_gpu_ms(c["model"], c["device"], c["tp"], c["adp"], c["ep"], c["weights"], c["kv"], c["kind"],
-                       c["size"], c["isl"], c["osl"])
+                       c["size"], c["isl"], c["osl"], stack=c["stack"])
 
 
-def test_the_committed_anchor_covers_dense_moe_and_attention_dp_on_four_gpus():
+def test_the_committed_anchor_covers_dense_moe_and_attention_dp_on_four_gpus_and_three_stacks():
     assert {c["device"] for c in CASES} == {"h100", "h200", "b200", "gb200"}
+    assert {c["stack"] for c in CASES} == {"trtllm", "vllm", "sglang"}
     assert {(c["ep"] > 1, c["adp"] > 1) for c in CASES} == {(False, False), (True, False), (True, True)}
     assert {c["kind"] for c in CASES} == {"decode", "prefill"} and all(c["aic_ms"] > 0 for c in CASES)
     assert all(c["source"].startswith("aiconfigurator-core 0.12.0") for c in CASES)
 
 
-@pytest.mark.parametrize("c", [c for c in CASES if c["ep"] == 1],
-                         ids=_id)
-def test_a_dense_step_is_aiconfigurators_within_7_percent(c):
-    """Dense steps (TP 1-8, bf16, FP8, NVFP4, decode batch 1-256, prefill 128-8,192 tokens): 0.94-1.04 of
-    aiconfigurator's when written. A missing op or all-reduce, or the wrong GEMM table, moves them out."""
-    assert _ours(c) / c["aic_ms"] == pytest.approx(1.0, abs=0.07)
+def _moe(c: dict) -> bool:
+    return c["ep"] > 1 or c["model"].startswith("qwen3-30b")
 
 
-@pytest.mark.parametrize("c", [c for c in CASES if c["ep"] > 1 and (c["kind"] == "prefill" or c["size"] > 8)],
-                         ids=_id)
+@pytest.mark.parametrize("c", [c for c in CASES if not _moe(c)], ids=_id)
+def test_a_dense_step_is_aiconfigurators_within_8_percent(c):
+    """Dense steps (TensorRT-LLM, vLLM, SGLang; TP 1-8, bf16, FP8, NVFP4, decode batch 1-256, prefill 128-8,192
+    tokens): 0.93-1.04 of aiconfigurator's when written (the 128-token prefills lowest). A missing op or all-reduce,
+    or the wrong GEMM table, moves them out."""
+    assert _ours(c) / c["aic_ms"] == pytest.approx(1.0, abs=0.08)
+
+
+@pytest.mark.parametrize("c", [c for c in CASES if _moe(c) and (c["kind"] == "prefill" or c["size"] > 8)], ids=_id)
 def test_an_moe_step_past_a_handful_of_tokens_is_aiconfigurators_within_17_percent(c):
-    """MoE at TP 8 × EP 8 and DeepSeek-R1 at attention DP 8 × EP 8, decode at 32-2,048 rows a rank and prefill:
-    0.85-1.06 of aiconfigurator's when written (Qwen3-235B's prefill 0.85-0.93: its context attention and fused MoE
-    read 10-15% under aiconfigurator's). Reading DeepSeek-R1's FP8 experts from per-tensor FP8 tables (0.69 of it on
-    an H200 prefill of 1,024 tokens), or TensorRT-LLM's opt-in min-latency MoE kernel (B200: DeepSeek-R1's prefill
-    0.83, Qwen3-235B's 0.74 and 0.81), fails it."""
+    """MoE (Qwen3-30B-A3B on one GPU, Qwen3-235B at TP 8 × EP 8, DeepSeek-R1 at attention DP 8 × EP 8), decode
+    at 32-2,048 rows a rank and prefill: 0.85-1.09 of aiconfigurator's when written (Qwen3-235B's TensorRT-LLM
+    prefill 0.85-0.93: its context attention and fused MoE read 10-15% under aiconfigurator's). Reading
+    DeepSeek-R1's FP8 experts from per-tensor FP8 tables (0.69 of it on an H200 prefill of 1,024 tokens), or
+    TensorRT-LLM's opt-in min-latency MoE kernel (B200: DeepSeek-R1's prefill 0.83, Qwen3-235B's 0.74 and 0.81),
+    fails it."""
     assert _ours(c) / c["aic_ms"] == pytest.approx(1.0, abs=0.17)
