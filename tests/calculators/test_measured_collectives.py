@@ -138,11 +138,15 @@ def test_a_memory_derate_slows_memory_bound_gemms_by_its_scale_and_leaves_comput
 
 
 def test_a_rows_stated_caps_reach_the_prediction():
-    """A published row that states max num seqs (AMD's vLLM page) is predicted with that cap: a cap of 8 holds
-    the batch at 8 and the throughput far below the stack's default of 1,024 sequences."""
+    """A published vLLM row that states max num seqs alone (AMD's MLPerf Llama-2-70B, 1,792) is predicted with that
+    cap, and a stated token budget joins it: a cap of 8 holds the batch at 8 and the throughput far below the
+    stack's default of 1,024 sequences."""
     from calculators.planning.published import load_rows, predict
-    row = next(r for r in load_rows() if r["max_num_seqs"] and r["mode"] == "offline")
+    row = next(r for r in load_rows() if r["max_num_seqs"] and not r["max_num_batched_tokens"]
+               and r["mode"] == "offline" and r["stack"] == "vllm")
     assert caps(row) == {"max_num_seqs": int(row["max_num_seqs"])}
+    assert caps(dict(row, max_num_batched_tokens="4096")) == {"max_num_seqs": int(row["max_num_seqs"]),
+                                                              "max_num_batched_tokens": 4096}
     assert caps(dict(row, max_num_seqs="", max_num_batched_tokens="")) == {}
     free = predict(dict(row, max_num_seqs="", requests=""))
     held = predict(dict(row, max_num_seqs="8", requests=""))
