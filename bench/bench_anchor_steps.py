@@ -25,13 +25,12 @@ import argparse
 import csv
 import datetime
 import importlib.metadata
-import statistics
 import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from calculators.planning.anchor_steps import step_gpu_ms  # noqa: E402
+from calculators.planning.anchor_steps import anchor_summary, step_gpu_ms, step_group  # noqa: E402
 
 # (stack, preset, aiconfigurator's model id, GPU, TP, attention DP, EP, weights, KV, decode rows, prompt tokens, isl,
 # osl): the held-out rows' deployments (dense TP 1-8, MoE TP 8 × EP 8, DeepSeek-R1 attention DP 8 × EP 8) over their
@@ -125,7 +124,7 @@ def main() -> int:
         print("aiconfigurator-core is not installed: pip install -r requirements-profiles.txt")
         return 0
     source = f"aiconfigurator-core {version}, EngineHandle (the stack's default database), {datetime.date.today()}"
-    rows, ratios = [], {}
+    rows, compared = [], []
     print("| stack | model | GPU | layout | weights | step | rows or tokens | aiconfigurator ms | here ms | "
           "here / it |")
     print("|---|---|---|---|---|---|---:|---:|---:|---:|")
@@ -135,21 +134,18 @@ def main() -> int:
             for size in sizes:
                 theirs = aic_ms(handle, case, kind, size)
                 ours = our_gpu_ms(case, kind, size)
-                r = ours / theirs
-                moe = case["ep"] > 1 or case["model"].startswith("qwen3-30b")
-                group = ("MoE " if moe else "dense ") + kind + (" (small)" if size <= 8 else "")
-                ratios.setdefault(group, []).append(r)
+                step = dict(case, kind=kind, size=size)
+                compared.append(dict(group=step_group(step), ratio=ours / theirs))
                 layout = f"TP {case['tp']}" + (f" × ADP {case['adp']}" if case["adp"] > 1 else "") + \
                     (f", EP {case['ep']}" if case["ep"] > 1 else "")
                 print(f"| {case['stack']} | {case['model']} | {case['device'].upper()} | {layout} | "
-                      f"{case['weights']} | {kind} | {size:,} | {theirs:.2f} | {ours:.2f} | {r:.2f} |")
+                      f"{case['weights']} | {kind} | {size:,} | {theirs:.2f} | {ours:.2f} | {ours / theirs:.2f} |")
                 kept = {k: case[k] for k in COLUMNS if k in case}
                 rows.append(dict(kept, kind=kind, size=size, aic_ms=f"{theirs:.4f}", source=source))
     print()
-    for group, rs in sorted(ratios.items()):
-        dev = [abs(r - 1) for r in rs]
-        print(f"{group:24s} {len(rs):3d} steps: here / aiconfigurator {min(rs):.2f}-{max(rs):.2f}, median |1 - ratio| "
-              f"{statistics.median(dev):.1%}, worst {max(dev):.1%}")
+    for g in anchor_summary(compared):
+        print(f"{g['group']:24s} {g['steps']:3d} steps: here / aiconfigurator {g['lowest']:.2f}-{g['highest']:.2f}, "
+              f"median |1 - ratio| {g['median_abs_gap']:.1%}, worst {g['worst_abs_gap']:.1%}")
     if args.write:
         with OUT.open("w", newline="") as f:
             w = csv.DictWriter(f, fieldnames=COLUMNS)

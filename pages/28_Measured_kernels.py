@@ -15,6 +15,7 @@ from calculators.planning.measured_curves import (CONTEXT_GRID, MESSAGE_GRID, TO
                                                   borrowed_profiles, decode_attention_curves, gather_scatter_caption,
                                                   gather_scatter_curves, gemm_caption, gemm_curves,
                                                   over_roofline_caption)
+from calculators.planning.anchor_steps import anchor_ratio, anchor_sentence, load_anchor, steps_of_profile
 from calculators.planning.measured_step import profile_support, step_ops_table
 from calculators.multi_gpu.tensor_parallel import Mesh
 from calculators.sizing.measured_ops import profile_device
@@ -22,10 +23,10 @@ from specs.model_config import SpecError
 from specs.presets import list_presets, load_preset
 from ui import df_with_download, int_field, setup_page, show_error
 from ui.charts import figure, style
-from ui.measured_kernels import (COLORS, EXTRAPOLATED_NOTE, KV_CHOICES, NONE_INSTALLED, WEIGHT_CHOICES, bytes_text,
-                                 cached_profile, count_text, curve_traces, default_profile, device_word, log_axis,
-                                 measured_formats, ops_frame, profile_caption, profile_names, profiled_here,
-                                 ridge_marks, roof_marks, stack_exchange, stack_label)
+from ui.measured_kernels import (COLORS, EXTRAPOLATED_NOTE, KV_CHOICES, NONE_INSTALLED, WEIGHT_CHOICES, anchor_chart,
+                                 anchor_frame, bytes_text, cached_profile, count_text, curve_traces, default_profile,
+                                 device_word, log_axis, measured_formats, ops_frame, profile_caption, profile_names,
+                                 profiled_here, ridge_marks, roof_marks, stack_exchange, stack_label)
 from ui.model_source import choice_field, table_height
 
 DEFAULT_MODEL = "Llama-3.1-8B"
@@ -66,6 +67,43 @@ def formats(profile) -> tuple[str, str]:
                       where=box, help="The formats this profile measured GEMMs in.")
     kd = choice_field("KV cache precision", kvs, "bf16" if "bf16" in kvs else kvs[0], key="kernels.kd", where=box)
     return wd, kd
+
+
+@st.cache_data(show_spinner=False)
+def _anchor_compared(name: str, device_name: str, stack: str) -> tuple[list[dict], list[str]]:
+    """This profile's committed steps priced here, and those it could not price (once per profile and server: under
+    a second once the profile is loaded)."""
+    profile = cached_profile(name)
+    priced, unpriced = [], []
+    for s in steps_of_profile(load_anchor(), device_name, stack):
+        try:
+            priced.append(anchor_ratio(s, profile=profile))
+        except SpecError as e:
+            unpriced.append(f"{s['model']} {s['kind']} {s['size']:,}: {e}")
+    return priced, unpriced
+
+
+def anchor(name: str, profile, device) -> None:
+    """The planner's step beside aiconfigurator's own on the same work (bench/anchor_steps.csv)."""
+    st.subheader("Against aiconfigurator's own step")
+    if profile.source.get("kind") != "aiconfigurator-core":
+        st.caption(f"{profile.name} was not measured by aiconfigurator-core, so aiconfigurator's own steps "
+                   "(bench/anchor_steps.csv) price other kernels than these; pick an aiconfigurator-core profile to "
+                   "see the planner's step beside them.")
+        return
+    st.markdown("NVIDIA's aiconfigurator prices a whole step from these same measured kernels. The planner's GPU "
+                "time for a step (ops plus collectives, no host work) beside aiconfigurator's on the same work:")
+    compared, unpriced = _anchor_compared(name, device.name, profile.stack)
+    if not compared:
+        st.caption(f"bench/anchor_steps.csv holds no steps on {device.name} with {stack_label(profile)} "
+                   "(`python bench/bench_anchor_steps.py` prices TensorRT-LLM on H100, H200, B200 and GB200, vLLM and "
+                   "SGLang on H100, H200 and B200).")
+        return
+    st.plotly_chart(anchor_chart(compared))
+    st.markdown(anchor_sentence(compared))
+    df_with_download(anchor_frame(compared), "measured_kernels_anchor", height=table_height(min(len(compared), 12)))
+    st.caption(compared[0]["source"] + "; the planner's side is priced now, from the profile above."
+               + (f" Not priced here: {'; '.join(unpriced)}." if unpriced else ""))
 
 
 def main() -> None:
@@ -179,6 +217,8 @@ def main() -> None:
     for o in ops:
         if o["slower_than_bf16"]:
             st.warning(f"{o['op']}: {o['slower_than_bf16']}.")
+
+    anchor(name, profile, device)
 
     with st.expander("A device nothing measured"):
         profiled = profiled_here(profile.stack)

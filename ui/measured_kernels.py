@@ -207,3 +207,37 @@ def roof_marks(extra: dict | None = None, label: str = "datasheet roofline = 100
     note = dict(xref="paper", yref="y", x=0.0, y=100, text=label, showarrow=False,
                 xanchor="left", yanchor="bottom")
     return dict(shapes=[line, *extra.get("shapes", [])], annotations=[note, *extra.get("annotations", [])])
+
+
+ANCHOR_COLUMNS = {"model": "model", "layout": "layout", "weights": "weights", "kind": "step",
+                  "size": "rows or tokens", "aic_ms": "aiconfigurator (ms)", "here_ms": "here (ms)",
+                  "ratio": "here / aiconfigurator"}
+
+
+def _layout(c: dict) -> str:
+    return f"TP {c['tp']}" + (f" × ADP {c['adp']}" if c["adp"] > 1 else "") + (f", EP {c['ep']}" if c["ep"] > 1 else "")
+
+
+def anchor_frame(compared: list[dict]) -> pd.DataFrame:
+    """The compared steps as a table, in the page's words."""
+    return pd.DataFrame([{**c, "layout": _layout(c)} for c in compared])[list(ANCHOR_COLUMNS)].rename(
+        columns=ANCHOR_COLUMNS)
+
+
+def anchor_chart(compared: list[dict]) -> dict:
+    """here / aiconfigurator for each step, one colour per model, decode and prefill apart, 1.0 marked."""
+    from ui.charts import figure, style
+    models = sorted({c["model"] for c in compared})
+    traces = []
+    for i, m in enumerate(models):
+        mine = [c for c in compared if c["model"] == m]
+        traces.append(dict(type="scatter", mode="markers", name=m, marker=dict(size=11, color=COLORS[i % len(COLORS)]),
+                           x=[f"{c['kind']} {c['size']:,}" for c in mine], y=[c["ratio"] for c in mine],
+                           hovertext=[f"{m}, {_layout(c)}, {c['weights']}" for c in mine]))
+    lo = min(0.8, min(c["ratio"] for c in compared) - 0.05)
+    hi = max(1.2, max(c["ratio"] for c in compared) + 0.05)
+    return style(figure(*traces, title="The planner's step ÷ aiconfigurator's, same kernels, same work", height=420,
+                        xaxis=dict(title="step (decode rows a rank, or prompt tokens)", type="category"),
+                        yaxis=dict(title="here ÷ aiconfigurator", range=[lo, hi]),
+                        shapes=[dict(type="line", xref="paper", x0=0, x1=1, y0=1, y1=1,
+                                     line=dict(dash="dot", color="#444"))]))

@@ -63,3 +63,40 @@ def test_an_moe_step_past_a_handful_of_tokens_is_aiconfigurators_within_17_perce
     TensorRT-LLM's opt-in min-latency MoE kernel (B200: DeepSeek-R1's prefill 0.83, Qwen3-235B's 0.74 and 0.81),
     fails it."""
     assert _ours(c) / c["aic_ms"] == pytest.approx(1.0, abs=0.17)
+
+
+def _compared(group, ratio, stack="trtllm", device="h200", model="m", kind="decode", size=64):
+    return dict(group=group, ratio=ratio, stack=stack, device=device, model=model, kind=kind, size=size)
+
+
+def test_the_summary_and_the_sentence_come_from_the_ratios():
+    """Worked by hand: two dense decode steps at 0.98 and 1.06 (gaps 2% and 6%), one MoE prefill at 0.85; the
+    sentence names the widest gap only past 10%, and the batch-1 MoE steps apart, with aiconfigurator's min-latency
+    kernel only where one of them is TensorRT-LLM on a B200 or GB200."""
+    from calculators.planning.anchor_steps import anchor_sentence, anchor_summary
+    steps = [_compared("dense decode", 0.98), _compared("dense decode", 1.06),
+             _compared("MoE prefill", 0.85, model="qwen", kind="prefill", size=128)]
+    s = {g["group"]: g for g in anchor_summary(steps)}
+    assert s["dense decode"]["steps"] == 2 and s["dense decode"]["lowest"] == 0.98
+    assert s["dense decode"]["median_abs_gap"] == pytest.approx(0.04) and s["dense decode"]["worst_abs_gap"] == \
+        pytest.approx(0.06)
+    text = anchor_sentence(steps)
+    assert text.startswith("On these 3 steps the planner's GPU time is 0.85-1.06× aiconfigurator's (median gap 6.0%)")
+    assert "The widest gap is qwen's prefill of 128 tokens (0.85×)." in text and "batch 1" not in text
+    assert "widest" not in anchor_sentence(steps[:2])
+    small = _compared("MoE decode (batch 1)", 1.6, device="b200", size=1)
+    assert anchor_sentence(steps[:2] + [small]).endswith(
+        "MoE decode at batch 1 reads 1.60-1.60×: on B200 and GB200 aiconfigurator prices TensorRT-LLM's min-latency "
+        "MoE kernel there, an opt-in mode the planner leaves off.")
+    h200 = dict(small, device="h200", ratio=1.1)
+    assert anchor_sentence(steps[:2] + [h200]).endswith("MoE decode at batch 1 reads 1.10-1.10×.")
+    assert anchor_sentence([]) == "" and anchor_sentence([h200]) == "MoE decode at batch 1 reads 1.10-1.10×."
+
+
+def test_the_committed_steps_of_a_profile_are_its_device_and_stack():
+    from calculators.planning.anchor_steps import load_anchor, steps_of_profile
+    steps = load_anchor()
+    h200 = steps_of_profile(steps, "H200", "vllm")
+    assert h200 and all(s["device"] == "h200" and s["stack"] == "vllm" for s in h200)
+    assert len(h200) == sum(1 for s in steps if (s["device"], s["stack"]) == ("h200", "vllm"))
+    assert steps_of_profile(steps, "H200", "numpy") == []

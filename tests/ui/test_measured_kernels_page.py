@@ -129,3 +129,29 @@ def test_the_op_table_says_where_the_profiles_fp8_kernel_is_slower_than_its_bf16
     warned = [w.value for w in at.warning]
     assert any(w.startswith("qkv projection: this profile's bf16 kernel is faster") for w in warned)
     assert not any(w.startswith("router") for w in warned)
+
+
+def test_an_aiconfigurator_profile_shows_the_planners_step_beside_aiconfigurators():
+    """On the H200 TensorRT-LLM profile (the optional extra) the page prices the committed steps of that device and
+    stack (bench/anchor_steps.csv): a chart of here ÷ aiconfigurator with 1.0 marked, the sentence from those
+    ratios, and the table with its CSV; a profile measured here says why it has none."""
+    from specs import aiconfigurator_source as aic
+    if aic.package_dir() is None or not aic.readers_installed():
+        pytest.skip("aiconfigurator-core is not installed (pip install -r requirements-profiles.txt)")
+    name = next((n for n in mk.profile_names() if n.startswith("h200-trtllm-")), None)
+    if name is None:
+        pytest.skip("no H200 TensorRT-LLM profile")
+    at = run_script(PAGE, 120, choice=None, **{"kernels.profile": name})
+    assert not at.exception and not errors(at)
+    table = next(d.value for d in at.dataframe if "here / aiconfigurator" in d.value.columns)
+    assert len(table) > 10 and table["here / aiconfigurator"].between(0.8, 1.2).mean() > 0.9
+    anchor = chart_specs(at)[-1]
+    assert "aiconfigurator" in str(anchor["layout"]["yaxis"]["title"])
+    assert any(sh.get("y0") == 1 for sh in anchor["layout"]["shapes"])
+    assert f"the planner's GPU time is {table['here / aiconfigurator'].min():.2f}-" in page_text(at)
+
+
+def test_a_profile_measured_here_has_no_aiconfigurator_steps_to_stand_beside(own_profiles):
+    at = page()
+    assert not at.exception and not errors(at)
+    assert any("was not measured by aiconfigurator-core" in c.value for c in at.caption)
