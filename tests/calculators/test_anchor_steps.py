@@ -1,14 +1,14 @@
 """The planner's measured-kernel steps against aiconfigurator's own composition of the same kernels
 (bench/anchor_steps.csv: aiconfigurator-core's EngineHandle, written by bench/bench_anchor_steps.py --write).
 Both read the package's TensorRT-LLM databases, so where they differ the difference is in assembling a step from its
-kernels: a missing op, the wrong one of several kernels, a quantized format's wrong table, the collectives. Needs the
-optional extra (the profiles); skipped without it."""
+kernels: a missing op, the wrong one of several kernels, a quantized format's wrong table, the collectives. The
+pricing tests need the optional extra (the profiles) and skip without it; the summary and sentence tests do not."""
 import csv
 from pathlib import Path
 
 import pytest
 
-from calculators.planning.anchor_steps import step_gpu_ms
+from calculators.planning.anchor_steps import is_moe, step_gpu_ms
 from specs.devices import load_device
 from specs.profiles import profile_for
 
@@ -42,11 +42,7 @@ def test_the_committed_anchor_covers_dense_moe_and_attention_dp_on_four_gpus_and
     assert all(c["source"].startswith("aiconfigurator-core 0.12.0") for c in CASES)
 
 
-def _moe(c: dict) -> bool:
-    return c["ep"] > 1 or c["model"].startswith("qwen3-30b")
-
-
-@pytest.mark.parametrize("c", [c for c in CASES if not _moe(c)], ids=_id)
+@pytest.mark.parametrize("c", [c for c in CASES if not is_moe(c)], ids=_id)
 def test_a_dense_step_is_aiconfigurators_within_8_percent(c):
     """Dense steps (TensorRT-LLM, vLLM, SGLang; TP 1-8, bf16, FP8, NVFP4, decode batch 1-256, prefill 128-8,192
     tokens): 0.93-1.04 of aiconfigurator's when written (the 128-token prefills lowest). A missing op or all-reduce,
@@ -54,7 +50,7 @@ def test_a_dense_step_is_aiconfigurators_within_8_percent(c):
     assert _ours(c) / c["aic_ms"] == pytest.approx(1.0, abs=0.08)
 
 
-@pytest.mark.parametrize("c", [c for c in CASES if _moe(c) and (c["kind"] == "prefill" or c["size"] > 8)], ids=_id)
+@pytest.mark.parametrize("c", [c for c in CASES if is_moe(c) and (c["kind"] == "prefill" or c["size"] > 8)], ids=_id)
 def test_an_moe_step_past_a_handful_of_tokens_is_aiconfigurators_within_17_percent(c):
     """MoE (Qwen3-30B-A3B on one GPU, Qwen3-235B at TP 8 × EP 8, DeepSeek-R1 at attention DP 8 × EP 8), decode
     at 32-2,048 rows a rank and prefill: 0.85-1.09 of aiconfigurator's when written (Qwen3-235B's TensorRT-LLM
