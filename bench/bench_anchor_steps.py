@@ -16,6 +16,11 @@ aiconfigurator's step has none). Needs the optional extra (pip install -r requir
 
     python bench/bench_anchor_steps.py            # the table, the ratios and their summary
     python bench/bench_anchor_steps.py --write    # also rewrites bench/anchor_steps.csv (aiconfigurator's side)
+    python bench/bench_anchor_steps.py --rows     # also aiconfigurator's own estimate of the DeepSeek-R1 blog runs
+
+`--rows`: TensorRT-LLM's DeepSeek-R1 blog runs (bench/published_serving.csv, attention DP 8 × EP 8, fixed lengths, a
+stated batch per rank, every rank in lockstep) priced end to end by aiconfigurator as a static batch of that size
+(`run_static`), beside the planner's committed prediction and the published figure.
 
 tests/calculators/test_anchor_steps.py prices the committed cases again and checks the ratios.
 """
@@ -114,9 +119,36 @@ def aic_ms(handle, case: dict, kind: str, size: int) -> float:
     return float(handle.predict_prefill_latency(1, size))
 
 
+def blog_rows() -> None:
+    """aiconfigurator's `run_static` of each DeepSeek-R1 blog run: 8 ranks × its batch × OSL tokens in the batch's
+    total time, against the published throughput and the planner's committed prediction."""
+    import json
+    from calculators.planning.published import load_rows
+    from aiconfigurator_core.sdk.engine import EngineHandle
+    pred = {r["row"]: r for r in json.loads(Path(__file__).with_name("published_accuracy.json").read_text())
+            ["predictions"] if r["pricing"] == "measured kernels"}
+    print("\n| row | GPU | batch a rank | ISL / OSL | published tok/s | aiconfigurator (run_static) | here |")
+    print("|---:|---|---:|---|---:|---:|---:|")
+    for i, row in enumerate(load_rows(), 1):
+        if not row["source"].startswith("TensorRT-LLM blog") or row["model"] != "deepseek-r1":
+            continue
+        w = "fp8_block" if row["weights"] == "fp8" else AIC_DTYPE[row["weights"]]
+        h = EngineHandle.compile("deepseek-ai/DeepSeek-R1", SYSTEMS[row["device"]], "trtllm", tp_size=1,
+                                 attention_dp_size=8, moe_tp_size=1, moe_ep_size=8, gemm_quant_mode=w,
+                                 moe_quant_mode=w, kvcache_quant_mode=AIC_DTYPE.get(row["kv"], "bfloat16"),
+                                 fmha_quant_mode="bfloat16")
+        b, isl, osl = int(row["max_num_seqs"]), int(row["prompt_tokens"]), int(row["output_tokens"])
+        total_ms = h.run_static(batch_size=b, isl=isl, osl=osl)[2]
+        theirs, pub = 8 * b * osl / (total_ms / 1e3), float(row["published"])
+        print(f"| {i} | {row['device'].upper()} | {b} | {isl} / {osl} | {pub:,.0f} | {theirs:,.0f} "
+              f"({theirs / pub - 1:+.0%}) | {pred[i]['predicted']:,.0f} ({pred[i]['error']:+.0%}) |")
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--write", action="store_true", help="rewrite bench/anchor_steps.csv from aiconfigurator")
+    ap.add_argument("--rows", action="store_true", help="also aiconfigurator's own estimate of the DeepSeek-R1 "
+                                                        "blog runs")
     args = ap.parse_args()
     try:
         version = importlib.metadata.version("aiconfigurator-core")
@@ -146,6 +178,8 @@ def main() -> int:
     for g in anchor_summary(compared):
         print(f"{g['group']:24s} {g['steps']:3d} steps: here / aiconfigurator {g['lowest']:.2f}-{g['highest']:.2f}, "
               f"median |1 - ratio| {g['median_abs_gap']:.1%}, worst {g['worst_abs_gap']:.1%}")
+    if args.rows:
+        blog_rows()
     if args.write:
         with OUT.open("w", newline="") as f:
             w = csv.DictWriter(f, fieldnames=COLUMNS)
