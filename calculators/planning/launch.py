@@ -43,7 +43,7 @@ from pathlib import Path
 
 from specs.devices import load_device
 from specs.model_config import SpecError
-from specs.presets import is_preset, preset_document
+from specs.presets import is_preset, load_preset, preset_document
 
 STACK_FLAGS_FILE = Path(__file__).resolve().parents[2] / "specs" / "stack_flags.json"
 STACKS = ("vllm", "sglang", "trtllm")
@@ -110,6 +110,7 @@ class _Plan:
     gpu_memory_utilization: float | None
     max_model_len: int | None
     per_gpu_weight_bytes: float | None
+    checkpoint_fp8_block: tuple[int, int] | None = None    # the preset's checkpoint is block-scaled FP8 already
 
     @property
     def instance_gpus(self) -> int:
@@ -184,10 +185,11 @@ def normalise_plan(plan: dict) -> _Plan:
     w = plan.get("per_gpu_weight_bytes")
     if w is not None and (isinstance(w, bool) or not isinstance(w, (int, float)) or not math.isfinite(w) or w <= 0):
         raise SpecError(f"per-GPU weight bytes must be a positive number, got {w!r}")
+    block = load_preset(plan["model"].strip()).fp8_weight_block if is_preset(plan["model"].strip()) else None
     return _Plan(model=str(plan["model"]).strip(), hf_id=hf, device=device, gpus=gpus, tp=tp, pp=pp, ep=ep, dp=dp,
                  replicas=replicas, weight_dtype=wd, kv_dtype=kd, batch_cap=cap, max_batched_tokens=mbt,
                  gpu_memory_utilization=None if u is None else float(u), max_model_len=mml,
-                 per_gpu_weight_bytes=None if w is None else float(w))
+                 per_gpu_weight_bytes=None if w is None else float(w), checkpoint_fp8_block=block)
 
 
 def trtllm_kv_fraction(u: float, memory_bytes: float, weight_bytes: float) -> float:
@@ -231,7 +233,11 @@ def _common_notes(p: _Plan, stack: str) -> list[str]:
 def _weight_flags(p: _Plan, a: list, notes: list, name: str) -> None:
     """vLLM's and SGLang's weight precision (both spell it the same): --quantization for fp8 and fp4, --dtype for
     16-bit weights, nothing for int4 (read from the checkpoint)."""
-    if p.weight_dtype == "fp8":
+    if p.weight_dtype == "fp8" and p.checkpoint_fp8_block:
+        rows, cols = p.checkpoint_fp8_block
+        notes.append(f"fp8 weights: {p.hf_id} is published in FP8 (scaled per {rows} × {cols} block), so {name} "
+                     "reads the method from the checkpoint: no --quantization flag")
+    elif p.weight_dtype == "fp8":
         a += ["--quantization", "fp8"]
         notes.append(f"--quantization fp8 quantizes a 16-bit checkpoint when it loads; with a checkpoint quantized "
                      f"beforehand (e.g. an -FP8 repository) drop the flag: {name} reads the method from the "
@@ -240,6 +246,10 @@ def _weight_flags(p: _Plan, a: list, notes: list, name: str) -> None:
         a += ["--quantization", "modelopt_fp4"]
     elif p.weight_dtype in ("bf16", "fp16"):
         a += ["--dtype", "bfloat16" if p.weight_dtype == "bf16" else "float16"]
+        if p.checkpoint_fp8_block:
+            notes.append(f"{p.weight_dtype} weights: {p.hf_id} is published in FP8, and as published it loads in "
+                         "FP8 whatever --dtype says; a 16-bit plan needs a 16-bit conversion of it (point the model "
+                         "at that copy)")
 
 
 # --------------------------------------------------------------------------------------------------- vLLM

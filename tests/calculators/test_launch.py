@@ -157,6 +157,24 @@ def test_notes_name_what_the_command_cannot_carry():
     assert any("EP = TP × DP = 8" in n for n in ep.notes)
 
 
+def test_a_checkpoint_published_in_fp8_is_served_without_a_quantization_flag():
+    """DeepSeek-V3 and R1 publish FP8 weights (128 x 128 blocks): vLLM and SGLang read the method from the
+    checkpoint, so fp8 plans of them carry no --quantization flag and say why, and a 16-bit plan says it needs a
+    16-bit copy; Llama's bf16 checkpoint is quantized when it loads (--quantization fp8, with the note to drop it for
+    an -FP8 repository)."""
+    for stack in ("vllm", "sglang"):
+        ds = launch_command(dict(model="deepseek-r1", tp=8, batch_cap=64, weight_dtype="fp8"), stack)
+        assert "--quantization" not in ds.argv, stack
+        assert any("deepseek-ai/DeepSeek-R1 is published in FP8 (scaled per 128 × 128 block)" in n and
+                   "no --quantization flag" in n for n in ds.notes), ds.notes
+        llama = launch_command({**BASE, "weight_dtype": "fp8"}, stack)
+        i = list(llama.argv).index("--quantization")
+        assert llama.argv[i + 1] == "fp8" and any("quantizes a 16-bit checkpoint" in n for n in llama.notes)
+    bf16 = launch_command(dict(model="deepseek-r1", tp=8, batch_cap=64, weight_dtype="bf16"), "vllm")
+    assert any("a 16-bit plan needs a 16-bit conversion" in n for n in bf16.notes)
+    assert not any("published in FP8" in n for n in launch_command(BASE, "vllm").notes)
+
+
 def test_shell_line_writes_the_yaml_first():
     cmd = launch_command({**BASE, "kv_dtype": "fp8"}, "trtllm")
     assert cmd.shell.startswith("cat > extra_llm_api_options.yaml <<'EOF'\nkv_cache_config:\n  dtype: fp8\nEOF\n")
@@ -236,7 +254,9 @@ def test_vllm_parser_accepts_the_command():
         assert ns["max_model_len"] == plan.get("max_model_len")
         if "gpu_memory_utilization" in plan:
             assert ns["gpu_memory_utilization"] == pytest.approx(plan["gpu_memory_utilization"])
-        assert ns["quantization"] == {"fp8": "fp8", "fp4": "modelopt_fp4"}.get(plan["weight_dtype"])
+        published_fp8 = plan["model"].startswith("deepseek")           # DeepSeek-V3 ships block-scaled FP8 weights
+        want = {"fp8": None if published_fp8 else "fp8", "fp4": "modelopt_fp4"}.get(plan["weight_dtype"])
+        assert ns["quantization"] == want
 
 
 # ------------------------------------------------------------------------------------------- plan --launch
