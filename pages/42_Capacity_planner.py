@@ -12,7 +12,7 @@ import pandas as pd
 import streamlit as st
 
 from calculators.planning.plan_workload import dataset_length_fields
-from calculators.planning.planner import SearchSpace, Workload, layout_words, plan, plan_rows, rejected_rows
+from calculators.planning.planner import SearchSpace, Workload, layout_words, plan_rows, rejected_rows
 from calculators.sizing.quantization import quality_caveat
 from calculators.units import GB
 from specs.devices import device_documents, list_devices, load_device
@@ -24,6 +24,7 @@ from ui.fitted_efficiency import planner_efficiency
 from ui.model_source import model_source, units_note
 from ui.world import DATACENTRE
 from ui.multi_gpu import multi_gpu_sidebar
+from ui.planner_cache import cached_plan
 from ui.frontier import frontier_chart, stack_inputs, throughput_section, what_if_table
 from ui.plan_deploy import chosen_plan_section, disaggregated_section, evaluate_at_rate, headline, pricing_input
 
@@ -247,7 +248,7 @@ def main() -> None:
     devices, sp = space
     try:
         wl = replace(wl, prefix_hit_rate=stack[1]).check()
-        res = plan(config, devices, wl, sp, planner_efficiency(), usable_fraction=setup.usable_fraction,
+        res = cached_plan(config, devices, wl, sp, planner_efficiency(), usable_fraction=setup.usable_fraction,
                    overheads=setup.overheads, embeddings_16bit=setup.embeddings_16bit, stack=stack[0],
                    profile=pricing)
     except SpecError as e:

@@ -82,14 +82,14 @@ def what_if_table(config, devices: list, wl, space, stack_key: str, pricing: str
     search is (`pricing`: "auto" for measured kernels, None for the closed form)."""
     from dataclasses import replace
 
-    from calculators.planning.planner import plan
+    from ui.planner_cache import cached_plan
     cases = [("as entered", wl), ("rate × 2", replace(wl, requests_per_s=2 * wl.requests_per_s)),
              ("prompts × 2", replace(wl, prompt_tokens=2 * wl.prompt_tokens,
                                      prompt_tokens_p99=2 * wl.p99_prompt))]
     rows = []
     for name, w in cases:
         try:
-            res = plan(config, devices, w, space, None, stack=stack_key, profile=pricing, **plan_kw)
+            res = cached_plan(config, devices, w, space, None, stack=stack_key, profile=pricing, **plan_kw)
         except SpecError as e:
             rows.append({"what if": name, "cheapest plan": str(e)})
             continue
