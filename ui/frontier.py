@@ -149,7 +149,7 @@ def throughput_section(config, devices: list, wl, stack_key: str, chosen: dict |
     except (SpecError, ValueError) as e:
         show_error(e)
         return
-    err = error_band("max_throughput", dev, wd, config, profile=profile)
+    err = error_band("max_throughput", dev, wd, config, profile=profile, wide_ep=mesh.ep > mesh.tp)
     m = st.columns(4)
     m[0].metric("Output tokens/s", f"{r['output_tok_s']:,.0f}", help=f"total (in + out) {r['total_tok_s']:,.0f}. "
                 f"Error: {err}.")

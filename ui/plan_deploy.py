@@ -75,15 +75,16 @@ def plan_profile(best: dict, config, stack, devices=()):
     return device_profile(plan_device(best, devices), config, stack, st.session_state.get(PRICING_KEY))
 
 
-def error_band(regime: str, device, weight_dtype: str, config, profile=None) -> str:
+def error_band(regime: str, device, weight_dtype: str, config, profile=None, wide_ep: bool = False) -> str:
     """The held-out error of predictions in `regime` for this vendor, precision and dense/MoE model
     (`calculators.planning.accuracy.band`), with its 'outside what was validated' note when there is one, of the
     pricing that made them (`measured`: from measured kernels). The weights' own format is asked for (int4 weights
     compute in bf16 but no held-out row ran int4 weights). `profile`: the device profile that priced them (None:
-    the closed form); one measured on another GPU adds the held-out error of this vendor's rows priced so."""
+    the closed form); one measured on another GPU adds the held-out error of this vendor's rows priced so;
+    `wide_ep` (a layout with attention DP) adds the held-out error of such rows."""
     from calculators.planning.step import borrowed
     return band(regime, device.vendor or None, weight_dtype, bool(config.num_experts), measured=profile is not None,
-                borrowed=borrowed(profile, device))["text"]
+                borrowed=borrowed(profile, device), wide_ep=wide_ep)["text"]
 
 
 def layout_words(r: dict) -> str:
@@ -112,7 +113,7 @@ def headline(best: dict, wl, config, stack, devices=(), at: dict | None = None, 
     key chart, on a projector's first screen at 1366×768 in both text sizes."""
     dev = plan_device(best, devices)
     err = error_band("under_rate", dev, best["weight_dtype"], config,
-                     profile=plan_profile(best, config, stack, devices))
+                     profile=plan_profile(best, config, stack, devices), wide_ep=best.get("dp", 1) > 1)
     mbt = max_batched_tokens(config, dev, best, wl, stack)
     cost = memory_and_cost(best, dev.price_usd_per_hour)
     c = st.columns([1.6, 1.1, 1, 1])
@@ -166,7 +167,7 @@ def chosen_plan_section(config, best: dict, wl, stack, max_model_len: int, usabl
         memory_and_cost_rows(best, dev)
         return
     err = error_band("under_rate", dev, best["weight_dtype"], config,
-                     profile=plan_profile(best, config, stack, devices))
+                     profile=plan_profile(best, config, stack, devices), wide_ep=best.get("dp", 1) > 1)
     metric_row([("Capacity (req/s)", f"{r['capacity_requests_per_s']:,.3g}", f"{r['verdict']}. Error: {err}."),
                 ("TTFT p50 / p99 (ms)", f"{r['ttft_p50_ms']:,.0f} / {r['ttft_p99_ms']:,.0f}", f"Error: {err}."),
                 ("ITL mean / p99 (ms)", f"{r['tpot_ms']:,.0f} / {r['itl_p99_ms']:,.0f}", f"Error: {err}."),

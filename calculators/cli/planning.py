@@ -15,6 +15,7 @@ from calculators.cli.common import (Parser, add_profile_arg, dtype_arg, load_gpu
                                     positive_int, profile_of, run_and_print)
 from calculators.multi_gpu.tensor_parallel import Mesh
 from calculators.planning.accuracy import band
+from calculators.planning.rank_wait import attention_dp_ranks
 from calculators.planning.step import borrowed
 from calculators.planning.throughput import max_throughput
 from calculators.planning.trtllm_bench import trtllm_bench_caps
@@ -95,7 +96,7 @@ def run(args) -> dict:
                 output_tokens=args.output_tokens, **r, pricing=pricing, caps_from=args.caps,
                 accuracy=band("max_throughput", dev.vendor, compute_precision_for(args.weight_dtype),
                               bool(c.num_experts), measured=profile is not None,
-                              borrowed=borrowed(profile, dev)))
+                              borrowed=borrowed(profile, dev), wide_ep=attention_dp_ranks(mesh) > 1))
 
 
 def render(out: dict) -> str:

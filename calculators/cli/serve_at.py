@@ -15,6 +15,7 @@ from calculators.cli.common import (Parser, add_profile_arg, dtype_arg, load_gpu
                                     profile_of, run_and_print)
 from calculators.multi_gpu.tensor_parallel import Mesh
 from calculators.planning.accuracy import band
+from calculators.planning.rank_wait import attention_dp_ranks
 from calculators.planning.step import borrowed
 from calculators.planning.serve_at import serve_at
 from calculators.sizing.roofline import compute_precision_for
@@ -99,7 +100,8 @@ def run(args) -> dict:
     return dict(command="serve-at", model=c.name, device=dev.name, tp=mesh.tp, pp=mesh.pp, ep=mesh.ep,
                 weight_dtype=args.weight_dtype, kv_dtype=kd, **r, pricing=pricing,
                 accuracy=band("under_rate", dev.vendor, compute_precision_for(args.weight_dtype), bool(c.num_experts),
-                              measured=profile is not None, borrowed=borrowed(profile, dev)))
+                              measured=profile is not None, borrowed=borrowed(profile, dev),
+                              wide_ep=attention_dp_ranks(mesh) > 1))
 
 
 def render(out: dict) -> str:

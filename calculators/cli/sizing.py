@@ -218,7 +218,7 @@ def run_plan(args) -> dict:
         words = [n for n in out["pricing"] if n.startswith(f"{r['device']}: priced from measured")]
         r["accuracy"] = band("under_rate", next(d.vendor for d in devices if d.name == r["device"]),
                              compute_precision_for(r["weight_dtype"]), bool(c.num_experts), measured=bool(words),
-                             borrowed=any("nothing measured on" in n for n in words))
+                             borrowed=any("nothing measured on" in n for n in words), wide_ep=r.get("dp", 1) > 1)
     if getattr(args, "launch", False) and out["plans"]:
         out["launch"] = launch_for_plan(out["plans"][0], args.model, (args.prompt_p99 or prompt) + args.output_tokens,
                                         args.gpu_memory_utilization)

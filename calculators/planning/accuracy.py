@@ -47,13 +47,17 @@ def _find(group: str, value: str) -> dict | None:
     return next((r for r in table() if r["split"] == "test" and r["group"] == group and r["value"] == value), None)
 
 
+WIDE_EP = "wide EP (attention DP)"
+
+
 def band(regime: str, vendor: str | None = None, precision: str | None = None, moe: bool | None = None,
-         measured: bool = False, borrowed: bool = False) -> dict:
+         measured: bool = False, borrowed: bool = False, wide_ep: bool = False) -> dict:
     """The held-out error of `regime` (of its MoE or dense rows when `moe` is given and such rows exist), and
     whether the vendor, the precision and an MoE model were validated at all. `measured`: the step was priced
     from measured kernels (a device profile), whose errors are kept apart (groups "... (measured kernels)");
     `borrowed`: from another GPU's kernels (nothing measured on this one), so the held-out error of `vendor`'s rows
-    priced that way is added."""
+    priced that way is added; `wide_ep`: the layout runs attention data-parallel with the experts across the
+    group, so the held-out error of such rows (whatever their regime) is added."""
     kind = None if moe is None else ("MoE" if moe else "dense")
     tag = " (measured kernels)" if measured else ""
     r = (_find(f"regime, dense/MoE{tag}", f"{regime}, {kind}") if kind else None) or _find(f"regime{tag}", regime)
@@ -71,6 +75,13 @@ def band(regime: str, vendor: str | None = None, precision: str | None = None, m
     if missing:
         out["text"] += f" (none of them on {' or '.join(missing)}: outside what was validated)"
         out["outside_validated"] = missing
+    w = _find(f"experts{tag}", WIDE_EP) if wide_ep else None
+    if w is not None:
+        out["wide_ep"] = dict(n=w["n"], median_abs_error=w["median_abs_error"], worst_abs_error=w["worst_abs_error"])
+        out["text"] += (f"; attention DP with wide EP, as {w['n']} held-out rows ran: median "
+                        f"{100 * w['median_abs_error']:.0f}%, worst {100 * w['worst_abs_error']:.0f}%")
+    elif wide_ep:
+        out["text"] += "; no held-out row ran attention DP with wide EP"
     v = _find(f"vendor{tag}", vendor) if borrowed and measured and vendor else None
     if v is not None:
         out["borrowed_vendor"] = dict(vendor=vendor, n=v["n"], median_abs_error=v["median_abs_error"],
