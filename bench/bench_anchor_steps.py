@@ -37,50 +37,38 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from calculators.planning.anchor_steps import anchor_summary, step_gpu_ms, step_group  # noqa: E402
 
-# (stack, preset, aiconfigurator's model id, GPU, TP, attention DP, EP, weights, KV, decode rows, prompt tokens, isl,
-# osl): the held-out rows' deployments (dense TP 1-8, MoE TP 8 × EP 8, DeepSeek-R1 attention DP 8 × EP 8) over their
-# batch range on TensorRT-LLM, and the planner's default stack (vLLM) and SGLang on dense and MoE models
-FIELDS = ("stack", "model", "aic_model", "device", "tp", "adp", "ep", "weights", "kv", "decode", "prefill", "isl",
-          "osl")
-DENSE_SIZES = ((1, 32, 256), (128, 2048, 8192))
+# aiconfigurator's name for each preset (its bundled model_configs)
+AIC_MODELS = {"llama-3.1-8b": "meta-llama/Meta-Llama-3.1-8B", "llama-3.1-70b": "meta-llama/Meta-Llama-3.1-70B",
+              "llama-3.1-405b": "meta-llama/Meta-Llama-3.1-405B", "qwen3-30b-a3b": "Qwen/Qwen3-30B-A3B",
+              "qwen3-235b-a22b": "Qwen/Qwen3-235B-A22B", "deepseek-r1": "deepseek-ai/DeepSeek-R1"}
+# (stack, preset, GPU, TP, attention DP, EP, weights, KV, decode rows, prompt tokens, isl, osl): the held-out rows'
+# deployments (dense TP 1-8, MoE TP 8 × EP 8, DeepSeek-R1 attention DP 8 × EP 8) over their batch range on
+# TensorRT-LLM, and the planner's default stack (vLLM) and SGLang on dense and MoE models
+FIELDS = ("stack", "model", "device", "tp", "adp", "ep", "weights", "kv", "decode", "prefill", "isl", "osl")
+DENSE = ((1, 32, 256), (128, 2048, 8192), 1000, 1000)        # decode rows, prompt tokens, isl, osl
+WIDE = ((1, 256, 2048), (128, 2048), 1000, 1000)
 CASES = [dict(zip(FIELDS, c)) for c in [
-    ("trtllm", "llama-3.1-8b", "meta-llama/Meta-Llama-3.1-8B", "h200", 1, 1, 1, "bf16", "bf16", *DENSE_SIZES, 1000,
-     1000),
-    ("trtllm", "llama-3.1-8b", "meta-llama/Meta-Llama-3.1-8B", "h100", 1, 1, 1, "fp8", "fp8", *DENSE_SIZES, 1000,
-     1000),
-    ("trtllm", "llama-3.1-70b", "meta-llama/Meta-Llama-3.1-70B", "h100", 2, 1, 1, "fp8", "fp8", *DENSE_SIZES, 1000,
-     1000),
-    ("trtllm", "llama-3.1-70b", "meta-llama/Meta-Llama-3.1-70B", "h200", 4, 1, 1, "fp8", "fp8", *DENSE_SIZES, 467,
-     256),
-    ("trtllm", "llama-3.1-70b", "meta-llama/Meta-Llama-3.1-70B", "b200", 1, 1, 1, "fp4", "fp8", *DENSE_SIZES, 1000,
-     1000),
-    ("trtllm", "llama-3.1-405b", "meta-llama/Meta-Llama-3.1-405B", "h200", 8, 1, 1, "fp8", "fp8", *DENSE_SIZES, 9428,
-     685),
-    ("trtllm", "qwen3-235b-a22b", "Qwen/Qwen3-235B-A22B", "h100", 8, 1, 8, "fp8", "fp8", (1, 256, 1024), (128, 2048),
-     1000, 1000),
-    ("trtllm", "qwen3-235b-a22b", "Qwen/Qwen3-235B-A22B", "h200", 8, 1, 8, "fp8", "fp8", (1, 256, 2048), (128, 2048),
-     1000, 1000),
-    ("trtllm", "qwen3-235b-a22b", "Qwen/Qwen3-235B-A22B", "b200", 8, 1, 8, "fp4", "fp8", (1, 256, 2048), (128, 2048),
-     1000, 1000),
-    ("trtllm", "deepseek-r1", "deepseek-ai/DeepSeek-R1", "h200", 1, 8, 8, "fp8", "bf16", (1, 32, 128), (128, 1024),
-     1024, 2048),
-    ("trtllm", "deepseek-r1", "deepseek-ai/DeepSeek-R1", "b200", 1, 8, 8, "fp4", "fp8", (1, 128, 512, 896),
-     (128, 1024), 1042, 2048),
-    ("trtllm", "deepseek-r1", "deepseek-ai/DeepSeek-R1", "gb200", 1, 8, 8, "fp4", "fp8", (1, 128, 512), (128, 1024),
-     804, 3736),
-    ("vllm", "llama-3.1-8b", "meta-llama/Meta-Llama-3.1-8B", "h200", 1, 1, 1, "bf16", "bf16", *DENSE_SIZES, 1000, 1000),
-    ("vllm", "llama-3.1-8b", "meta-llama/Meta-Llama-3.1-8B", "b200", 1, 1, 1, "bf16", "bf16", *DENSE_SIZES, 1000, 1000),
-    ("vllm", "llama-3.1-70b", "meta-llama/Meta-Llama-3.1-70B", "h100", 2, 1, 1, "fp8", "fp8", *DENSE_SIZES, 1000,
-     1000),
-    ("vllm", "llama-3.1-405b", "meta-llama/Meta-Llama-3.1-405B", "h200", 8, 1, 1, "fp8", "fp8", *DENSE_SIZES, 1000,
-     1000),
-    ("vllm", "qwen3-30b-a3b", "Qwen/Qwen3-30B-A3B", "h200", 1, 1, 1, "bf16", "bf16", *DENSE_SIZES, 1000, 1000),
-    ("vllm", "qwen3-235b-a22b", "Qwen/Qwen3-235B-A22B", "h200", 8, 1, 8, "fp8", "fp8", *DENSE_SIZES, 1000, 1000),
-    ("sglang", "llama-3.1-8b", "meta-llama/Meta-Llama-3.1-8B", "h200", 1, 1, 1, "bf16", "bf16", *DENSE_SIZES, 1000,
-     1000),
-    ("sglang", "llama-3.1-70b", "meta-llama/Meta-Llama-3.1-70B", "h100", 2, 1, 1, "fp8", "bf16", *DENSE_SIZES, 1000,
-     1000),
-    ("sglang", "qwen3-30b-a3b", "Qwen/Qwen3-30B-A3B", "h200", 1, 1, 1, "bf16", "bf16", *DENSE_SIZES, 1000, 1000),
+    ("trtllm", "llama-3.1-8b", "h200", 1, 1, 1, "bf16", "bf16", *DENSE),
+    ("trtllm", "llama-3.1-8b", "h100", 1, 1, 1, "fp8", "fp8", *DENSE),
+    ("trtllm", "llama-3.1-70b", "h100", 2, 1, 1, "fp8", "fp8", *DENSE),
+    ("trtllm", "llama-3.1-70b", "h200", 4, 1, 1, "fp8", "fp8", *DENSE[:2], 467, 256),
+    ("trtllm", "llama-3.1-70b", "b200", 1, 1, 1, "fp4", "fp8", *DENSE),
+    ("trtllm", "llama-3.1-405b", "h200", 8, 1, 1, "fp8", "fp8", *DENSE[:2], 9428, 685),
+    ("trtllm", "qwen3-235b-a22b", "h100", 8, 1, 8, "fp8", "fp8", (1, 256, 1024), *WIDE[1:]),
+    ("trtllm", "qwen3-235b-a22b", "h200", 8, 1, 8, "fp8", "fp8", *WIDE),
+    ("trtllm", "qwen3-235b-a22b", "b200", 8, 1, 8, "fp4", "fp8", *WIDE),
+    ("trtllm", "deepseek-r1", "h200", 1, 8, 8, "fp8", "bf16", (1, 32, 128), (128, 1024), 1024, 2048),
+    ("trtllm", "deepseek-r1", "b200", 1, 8, 8, "fp4", "fp8", (1, 128, 512, 896), (128, 1024), 1042, 2048),
+    ("trtllm", "deepseek-r1", "gb200", 1, 8, 8, "fp4", "fp8", (1, 128, 512), (128, 1024), 804, 3736),
+    ("vllm", "llama-3.1-8b", "h200", 1, 1, 1, "bf16", "bf16", *DENSE),
+    ("vllm", "llama-3.1-8b", "b200", 1, 1, 1, "bf16", "bf16", *DENSE),
+    ("vllm", "llama-3.1-70b", "h100", 2, 1, 1, "fp8", "fp8", *DENSE),
+    ("vllm", "llama-3.1-405b", "h200", 8, 1, 1, "fp8", "fp8", *DENSE),
+    ("vllm", "qwen3-30b-a3b", "h200", 1, 1, 1, "bf16", "bf16", *DENSE),
+    ("vllm", "qwen3-235b-a22b", "h200", 8, 1, 8, "fp8", "fp8", *DENSE),
+    ("sglang", "llama-3.1-8b", "h200", 1, 1, 1, "bf16", "bf16", *DENSE),
+    ("sglang", "llama-3.1-70b", "h100", 2, 1, 1, "fp8", "bf16", *DENSE),
+    ("sglang", "qwen3-30b-a3b", "h200", 1, 1, 1, "bf16", "bf16", *DENSE),
 ]]
 
 
@@ -88,8 +76,9 @@ def our_gpu_ms(case: dict, kind: str, size: int) -> float:
     return step_gpu_ms(case["model"], case["device"], case["tp"], case["adp"], case["ep"], case["weights"],
                        case["kv"], kind, size, case["isl"], case["osl"], stack=case["stack"])
 
+
 OUT = Path(__file__).with_name("anchor_steps.csv")
-AIC_DTYPE = {"bf16": "bfloat16", "fp8": "fp8", "fp4": "nvfp4"}
+AIC_DTYPE = {"bf16": "bfloat16", "fp16": "bfloat16", "fp8": "fp8", "fp4": "nvfp4"}   # a 16-bit KV cache: bf16
 SYSTEMS = {"h100": "h100_sxm", "h200": "h200_sxm", "b200": "b200_sxm", "gb200": "gb200"}
 COLUMNS = ("stack", "model", "aic_model", "device", "tp", "adp", "ep", "weights", "kv", "kind", "size", "isl", "osl",
            "aic_ms", "source")
@@ -110,7 +99,7 @@ def aic_handle(case: dict):
               and not case["model"].startswith("deepseek") else "bfloat16")
     if case["ep"] > 1 or case["model"].startswith("qwen3-30b"):
         kw.update(moe_tp_size=case["tp"] * case["adp"] // case["ep"], moe_ep_size=case["ep"], moe_quant_mode=w)
-    return EngineHandle.compile(case["aic_model"], SYSTEMS[case["device"]], case["stack"], **kw)
+    return EngineHandle.compile(AIC_MODELS[case["model"]], SYSTEMS[case["device"]], case["stack"], **kw)
 
 
 def aic_ms(handle, case: dict, kind: str, size: int) -> float:
@@ -122,26 +111,21 @@ def aic_ms(handle, case: dict, kind: str, size: int) -> float:
 def blog_rows() -> None:
     """aiconfigurator's `run_static` of each DeepSeek-R1 blog run: 8 ranks × its batch × OSL tokens in the batch's
     total time, against the published throughput and the planner's committed prediction."""
-    import json
+    from calculators.planning.accuracy import committed_predictions
     from calculators.planning.published import load_rows
-    from aiconfigurator_core.sdk.engine import EngineHandle
-    pred = {r["row"]: r for r in json.loads(Path(__file__).with_name("published_accuracy.json").read_text())
-            ["predictions"] if r["pricing"] == "measured kernels"}
+    pred = committed_predictions("measured kernels")                    # {row: (predicted, error)}
     print("\n| row | GPU | batch a rank | ISL / OSL | published tok/s | aiconfigurator (run_static) | here |")
     print("|---:|---|---:|---|---:|---:|---:|")
     for i, row in enumerate(load_rows(), 1):
         if not row["source"].startswith("TensorRT-LLM blog") or row["model"] != "deepseek-r1":
             continue
-        w = "fp8_block" if row["weights"] == "fp8" else AIC_DTYPE[row["weights"]]
-        h = EngineHandle.compile("deepseek-ai/DeepSeek-R1", SYSTEMS[row["device"]], "trtllm", tp_size=1,
-                                 attention_dp_size=8, moe_tp_size=1, moe_ep_size=8, gemm_quant_mode=w,
-                                 moe_quant_mode=w, kvcache_quant_mode=AIC_DTYPE.get(row["kv"], "bfloat16"),
-                                 fmha_quant_mode="bfloat16")
+        h = aic_handle(dict(stack="trtllm", model="deepseek-r1", device=row["device"], tp=1, adp=8, ep=8,
+                            weights=row["weights"], kv=row["kv"]))
         b, isl, osl = int(row["max_num_seqs"]), int(row["prompt_tokens"]), int(row["output_tokens"])
         total_ms = h.run_static(batch_size=b, isl=isl, osl=osl)[2]
         theirs, pub = 8 * b * osl / (total_ms / 1e3), float(row["published"])
         print(f"| {i} | {row['device'].upper()} | {b} | {isl} / {osl} | {pub:,.0f} | {theirs:,.0f} "
-              f"({theirs / pub - 1:+.0%}) | {pred[i]['predicted']:,.0f} ({pred[i]['error']:+.0%}) |")
+              f"({theirs / pub - 1:+.0%}) | {pred[i][0]:,.0f} ({pred[i][1]:+.0%}) |")
 
 
 def main() -> int:
@@ -173,7 +157,8 @@ def main() -> int:
                 print(f"| {case['stack']} | {case['model']} | {case['device'].upper()} | {layout} | "
                       f"{case['weights']} | {kind} | {size:,} | {theirs:.2f} | {ours:.2f} | {ours / theirs:.2f} |")
                 kept = {k: case[k] for k in COLUMNS if k in case}
-                rows.append(dict(kept, kind=kind, size=size, aic_ms=f"{theirs:.4f}", source=source))
+                rows.append(dict(kept, aic_model=AIC_MODELS[case["model"]], kind=kind, size=size,
+                                 aic_ms=f"{theirs:.4f}", source=source))
     print()
     for g in anchor_summary(compared):
         print(f"{g['group']:24s} {g['steps']:3d} steps: here / aiconfigurator {g['lowest']:.2f}-{g['highest']:.2f}, "

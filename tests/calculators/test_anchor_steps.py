@@ -3,28 +3,17 @@
 Both read the package's TensorRT-LLM databases, so where they differ the difference is in assembling a step from its
 kernels: a missing op, the wrong one of several kernels, a quantized format's wrong table, the collectives. The
 pricing tests need the optional extra (the profiles) and skip without it; the summary and sentence tests do not."""
-import csv
-from pathlib import Path
-
 import pytest
 
-from calculators.planning.anchor_steps import is_moe, step_gpu_ms
+from calculators.planning.anchor_steps import is_moe, load_anchor, step_gpu_ms
 from specs.devices import load_device
 from specs.profiles import profile_for
 
-ROWS = list(csv.DictReader((Path(__file__).resolve().parents[2] / "bench" / "anchor_steps.csv").open()))
-NUMBERS = ("tp", "adp", "ep", "size", "isl", "osl")
+CASES = load_anchor()                   # bench/anchor_steps.csv: aiconfigurator's time of each step (`aic_ms`)
 
 
 def _id(c: dict) -> str:
     return f"{c['stack']}-{c['model']}-{c['device']}-tp{c['tp']}-adp{c['adp']}-{c['weights']}-{c['kind']}-{c['size']}"
-
-
-def _case(r: dict) -> dict:
-    return {**r, **{k: int(r[k]) for k in NUMBERS}, "aic_ms": float(r["aic_ms"])}
-
-
-CASES = [_case(r) for r in ROWS]
 
 
 def _ours(c: dict) -> float:
@@ -80,6 +69,9 @@ def test_the_summary_and_the_sentence_come_from_the_ratios():
     assert text.startswith("On these 3 steps the planner's GPU time is 0.85-1.06× aiconfigurator's (median gap 6.0%)")
     assert "The widest gap is qwen's prefill of 128 tokens (0.85×)." in text and "batch 1" not in text
     assert "widest" not in anchor_sentence(steps[:2])
+    assert "assembled into a step the same way" in anchor_sentence(steps[:2])                # median gap 4%
+    apart = anchor_sentence([_compared("dense decode", 0.9), _compared("dense decode", 1.08)])  # median gap 9%
+    assert "(median gap 9.0%): the same kernels, assembled into a step differently." in apart
     small = _compared("MoE decode (batch 1)", 1.6, device="b200", size=1)
     assert anchor_sentence(steps[:2] + [small]).endswith(
         "MoE decode at batch 1 reads 1.60-1.60×: on B200 and GB200 aiconfigurator prices TensorRT-LLM's min-latency "
