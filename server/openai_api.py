@@ -32,6 +32,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import os
 import time
 import uuid
 from dataclasses import dataclass
@@ -51,6 +52,7 @@ from server.api_guard import DEFAULT_MAX_BODY_BYTES, Access, AccessGuard
 from server.api_requests import (ApiError, GenerationRequest, decode_body, parse_chat, parse_completion,
                                  parse_detokenize, parse_tokenize, prompt_char_limit)
 from server.metrics import ServerMetrics
+from server.process import SERVER_PID_HEADER     # which process answered /health: a launcher checks it is its own
 from server.worker import Busy, EngineWorker
 
 THREADS = 256                  # threads that wait for tokens (one per streaming request at most)
@@ -548,7 +550,7 @@ async def models(request: Request) -> Response:
 
 
 async def health(request: Request) -> Response:
-    return Response(status_code=200)
+    return Response(status_code=200, headers={SERVER_PID_HEADER: str(os.getpid())})
 
 
 async def metrics(request: Request) -> Response:

@@ -28,6 +28,10 @@ ENV_PARENT_FD = "INFERENCE_LAB_PARENT_FD"
 TIED_GRACE_S = 5.0               # after its parent is gone, a graceful stop may take this long, then a hard exit
 
 
+PORT_RETRIES = 3                 # a picked port another process took first is picked again this often
+SERVER_PID_HEADER = "X-Server-Pid"   # /health names the process that answered (server/openai_api.py)
+
+
 def free_port(host: str = "127.0.0.1") -> int:
     with socket.socket() as s:
         s.bind((host, 0))
@@ -43,6 +47,7 @@ class EngineServerProcess:
                  served_model_name: str | None = None, extra_args: tuple[str, ...] = (),
                  log_path: str | Path | None = None) -> None:
         self.model, self.host, self.port = model, host, port or free_port(host)
+        self._picked_port = port is None                 # a port given by the caller is never changed
         self.served_model_name, self.extra_args = served_model_name, tuple(extra_args)
         self.log_path = Path(log_path) if log_path else Path(tempfile.mkstemp(prefix="engine-serve-",
                                                                              suffix=".log")[1])
@@ -66,6 +71,20 @@ class EngineServerProcess:
         return cmd + list(self.extra_args)
 
     def start(self, wait: bool = True, timeout_s: float = START_TIMEOUT_S) -> "EngineServerProcess":
+        """Start the child (and wait for its /health). A port this object picked itself that another process took
+        first (the child exits: address in use) is picked again, up to PORT_RETRIES times."""
+        for attempt in range(PORT_RETRIES + 1):
+            try:
+                return self._start(wait, timeout_s)
+            except ServerStartError:
+                lost = self._picked_port and "address already in use" in self.log_tail(20).lower()
+                if not lost or attempt == PORT_RETRIES:
+                    raise
+                self.stop()
+                self.port = free_port(self.host)
+        return self
+
+    def _start(self, wait: bool, timeout_s: float) -> "EngineServerProcess":
         log = open(self.log_path, "wb")
         read_end, self._lifeline = os.pipe()           # both non-inheritable: no other child gets the write end
         try:
@@ -83,9 +102,12 @@ class EngineServerProcess:
         return self.proc is not None and self.proc.poll() is None
 
     def healthy(self) -> bool:
+        """/health answers 200 from THIS child: its pid in the answer's header. Between picking a free port and the
+        child binding it another process may take the port; its answer is not this server's."""
         try:
             with urllib.request.urlopen(self.url + "/health", timeout=2) as r:
-                return r.status == 200
+                return r.status == 200 and self.proc is not None and r.headers.get(SERVER_PID_HEADER) == \
+                    str(self.proc.pid)
         except OSError:
             return False
 

@@ -84,3 +84,34 @@ def test_stopping_a_child_closes_its_lifeline(tiny_folder):
     assert fd is not None and os.fstat(fd)
     srv.stop()
     assert srv.proc.poll() is not None and srv._lifeline is None
+
+
+def test_a_picked_port_another_process_took_is_picked_again_and_its_answers_are_not_taken(tiny_folder, monkeypatch):
+    """Between picking a free port and the child binding it, another process may take the port (a parallel test
+    worker's server did, once). Its /health answers 200, but without this child's pid: the launcher does not take
+    it for its own; the child exits (address in use) and the launcher picks another port. A port the caller gave
+    is never changed: the same clash is one clear error."""
+    import http.server
+    import threading
+    from server import process
+
+    class Foreign(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):
+            self.send_response(200)
+            self.end_headers()
+
+        def log_message(self, *a):
+            pass
+    foreign = http.server.HTTPServer(("127.0.0.1", 0), Foreign)
+    threading.Thread(target=foreign.serve_forever, daemon=True).start()
+    taken = foreign.server_address[1]
+    try:
+        picks = iter([taken, process.free_port()])
+        monkeypatch.setattr(process, "free_port", lambda host="127.0.0.1": next(picks))
+        with process.EngineServerProcess(model=tiny_folder) as srv:
+            assert srv.port != taken and srv.healthy()
+        with pytest.raises(process.ServerStartError, match="address already in use"):
+            with process.EngineServerProcess(model=tiny_folder, port=taken):
+                pass
+    finally:
+        foreign.shutdown()
